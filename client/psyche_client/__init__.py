@@ -1,0 +1,1 @@
+"""The training client: PyTorch trainer, DisTrO, peer-to-peer exchange, dashboard."""

@@ -1,0 +1,1 @@
+"""Local testnet: one server and N clients in tmux, with optional random kills."""

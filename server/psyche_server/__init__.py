@@ -1,0 +1,1 @@
+"""The centralized coordinator server: asyncio TCP, persistence, data server, dashboard."""
