@@ -1,0 +1,92 @@
+"""Pure witness bookkeeping of one round (reference §2.6 step 4, §2.7).
+
+While a round's results arrive, a client records every *verified* payload: the uploader's
+``SHA-256(signer)`` goes into the participant bloom, and the first verified commitment of each
+batch into the broadcast bloom. It also keeps every announced commitment hash (in arrival
+order) for the Merkle root sent with ``Finished`` and with a witness.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+EMPTY_MERKLE_ROOT = bytes(32)
+
+
+def merkle_root(items: Iterable[bytes]) -> bytes:
+    """Merkle root: leaf ``SHA-256(0x00‖item)``, node ``SHA-256(0x01‖L‖R)``, odd levels pair
+    the last node with itself; an empty list gives 32 zero bytes."""
+    level = [hashlib.sha256(b"\x00" + item).digest() for item in items]
+    if not level:
+        return EMPTY_MERKLE_ROOT
+    while len(level) > 1:
+        if len(level) % 2:
+            level.append(level[-1])
+        level = [
+            hashlib.sha256(b"\x01" + level[i] + level[i + 1]).digest()
+            for i in range(0, len(level), 2)
+        ]
+    return level[0]
+
+
+class MutableBloom(Protocol):
+    def add(self, item: bytes) -> None: ...
+
+    def contains(self, item: bytes) -> bool: ...
+
+
+def participant_key(signer: bytes) -> bytes:
+    """What the participant bloom stores for an uploader: ``SHA-256(signer public key)``."""
+    return hashlib.sha256(signer).digest()
+
+
+@dataclass
+class RoundWitnessState:
+    """Blooms, remaining batches and announced commitments of one round."""
+
+    participant_bloom: Any
+    broadcast_bloom: Any
+    remaining_batches: set[Any] | None
+    broadcasts: list[bytes] = field(default_factory=list)
+
+    @classmethod
+    def new(
+        cls,
+        batch_ids: Iterable[Any],
+        num_clients: int,
+        bloom_factory: Callable[[int], MutableBloom],
+    ) -> RoundWitnessState:
+        batches = set(batch_ids)
+        return cls(
+            participant_bloom=bloom_factory(max(1, num_clients)),
+            broadcast_bloom=bloom_factory(max(1, len(batches))),
+            remaining_batches=batches or None,
+        )
+
+    def record_announcement(self, data_hash: bytes) -> None:
+        """A signed broadcast (result or Finished) was accepted: it goes into the Merkle list."""
+        self.broadcasts.append(data_hash)
+
+    def record_verified(self, signer: bytes, batch: Any, data_hash: bytes) -> bool:
+        """A downloaded payload matched its commitment. Returns True when it was the first
+        verified payload of its batch (its hash went into the broadcast bloom)."""
+        if self.remaining_batches is None:
+            return False
+        self.participant_bloom.add(participant_key(signer))
+        first = batch in self.remaining_batches
+        if first:
+            self.broadcast_bloom.add(data_hash)
+            self.remaining_batches.discard(batch)
+            if not self.remaining_batches:
+                self.remaining_batches = None
+        return first
+
+    @property
+    def all_batches_seen(self) -> bool:
+        return self.remaining_batches is None
+
+    def merkle(self) -> bytes:
+        return merkle_root(self.broadcasts)
