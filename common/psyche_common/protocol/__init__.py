@@ -1,0 +1,53 @@
+"""Wire protocol shared by the server, the clients and the P2P layer.
+
+- `framing`: 4-byte big-endian length + msgpack frames, size limits, typed errors.
+- `identity`: ed25519 identities (client id = raw 32-byte public key).
+- `handshake`: challenge–response authentication of a stream's peer.
+- `messages`: validated client↔server messages (see docs/protocol.md).
+"""
+
+from .framing import (
+    DEFAULT_MAX_FRAME_SIZE,
+    BadFrame,
+    ConnectionClosed,
+    FrameTooLarge,
+    ProtocolError,
+    decode_payload,
+    encode_frame,
+    encode_payload,
+    read_frame,
+    read_frame_bytes,
+    write_frame,
+)
+from .handshake import (
+    CHALLENGE_DOMAIN,
+    HandshakeError,
+    accept_handshake,
+    connect_handshake,
+    sign_challenge,
+    verify_challenge_response,
+)
+from .identity import Identity, short_id, verify_signature
+
+__all__ = [
+    "CHALLENGE_DOMAIN",
+    "DEFAULT_MAX_FRAME_SIZE",
+    "BadFrame",
+    "ConnectionClosed",
+    "FrameTooLarge",
+    "HandshakeError",
+    "Identity",
+    "ProtocolError",
+    "accept_handshake",
+    "connect_handshake",
+    "decode_payload",
+    "encode_frame",
+    "encode_payload",
+    "read_frame",
+    "read_frame_bytes",
+    "short_id",
+    "sign_challenge",
+    "verify_challenge_response",
+    "verify_signature",
+    "write_frame",
+]

@@ -1,0 +1,105 @@
+"""ed25519 identities: a client's id is its raw 32-byte public key.
+
+`Identity` wraps a private key (generate / from a 32-byte seed / hex / key file) and signs;
+`verify_signature` checks a signature against a raw public key and never raises on bad input.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+PUBLIC_KEY_SIZE = 32
+SECRET_KEY_SIZE = 32
+SIGNATURE_SIZE = 64
+
+
+def short_id(public_key: bytes) -> str:
+    """Display form of a client id: the first 4 bytes in hex (8 characters)."""
+    return bytes(public_key[:4]).hex()
+
+
+class Identity:
+    """An ed25519 key pair. The public key (raw 32 bytes) is the node's id."""
+
+    def __init__(self, private_key: Ed25519PrivateKey) -> None:
+        self._private_key = private_key
+        self.public_key: bytes = private_key.public_key().public_bytes(
+            Encoding.Raw, PublicFormat.Raw
+        )
+
+    @classmethod
+    def generate(cls) -> Identity:
+        return cls(Ed25519PrivateKey.generate())
+
+    @classmethod
+    def from_secret_bytes(cls, secret: bytes) -> Identity:
+        """From the 32-byte ed25519 seed (the "secret key")."""
+        if len(secret) != SECRET_KEY_SIZE:
+            raise ValueError(
+                f"an ed25519 secret key is {SECRET_KEY_SIZE} bytes, got {len(secret)} bytes"
+            )
+        return cls(Ed25519PrivateKey.from_private_bytes(bytes(secret)))
+
+    @classmethod
+    def from_hex(cls, text: str) -> Identity:
+        """From 64 hex characters (whitespace and an optional 0x prefix are ignored)."""
+        cleaned = text.strip().removeprefix("0x")
+        try:
+            secret = bytes.fromhex(cleaned)
+        except ValueError as exc:
+            raise ValueError(f"secret key is not valid hex: {exc}") from exc
+        return cls.from_secret_bytes(secret)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Identity:
+        """Read a key file: 32 raw bytes, or 64 hex characters (one line)."""
+        data = Path(path).read_bytes()
+        if len(data) == SECRET_KEY_SIZE:
+            return cls.from_secret_bytes(data)
+        try:
+            return cls.from_hex(data.decode("ascii"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ValueError(
+                f"identity key file {path} must hold 32 raw bytes or 64 hex characters: {exc}"
+            ) from exc
+
+    def secret_bytes(self) -> bytes:
+        from cryptography.hazmat.primitives.serialization import NoEncryption, PrivateFormat
+
+        return self._private_key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the secret as one hex line, readable only by the owner (mode 0600)."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as handle:
+            handle.write(self.secret_bytes().hex() + "\n")
+
+    def sign(self, data: bytes) -> bytes:
+        return self._private_key.sign(bytes(data))
+
+    @property
+    def short_id(self) -> str:
+        return short_id(self.public_key)
+
+    def __repr__(self) -> str:
+        return f"Identity({self.short_id})"
+
+
+def verify_signature(public_key: bytes, data: bytes, signature: bytes) -> bool:
+    """True when `signature` is a valid ed25519 signature of `data` by `public_key`."""
+    if not isinstance(public_key, bytes | bytearray) or len(public_key) != PUBLIC_KEY_SIZE:
+        return False
+    if not isinstance(signature, bytes | bytearray) or len(signature) != SIGNATURE_SIZE:
+        return False
+    try:
+        Ed25519PublicKey.from_public_bytes(bytes(public_key)).verify(bytes(signature), bytes(data))
+    except (InvalidSignature, ValueError):
+        return False
+    return True

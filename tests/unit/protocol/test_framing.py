@@ -1,0 +1,71 @@
+"""Frame codec: round trips, size limits, malformed payloads, EOF and timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import msgpack
+import pytest
+from psyche_common.protocol import (
+    BadFrame,
+    ConnectionClosed,
+    FrameTooLarge,
+    encode_frame,
+    read_frame,
+)
+
+
+def reader_with(data: bytes, eof: bool = True) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader()
+    reader.feed_data(data)
+    if eof:
+        reader.feed_eof()
+    return reader
+
+
+async def test_round_trip_keeps_bytes_and_bytes_keys() -> None:
+    obj = {"type": "X", "blob": b"\x00\xff", "peers": {b"\x01" * 32: "127.0.0.1:5"}, "n": [1, 2.5]}
+    reader = reader_with(encode_frame(obj) + encode_frame({"type": "Y"}))
+    assert await read_frame(reader) == obj
+    assert await read_frame(reader) == {"type": "Y"}
+    with pytest.raises(ConnectionClosed):
+        await read_frame(reader)
+
+
+async def test_length_prefix_is_big_endian() -> None:
+    frame = encode_frame({"a": 1})
+    (size,) = struct.unpack(">I", frame[:4])
+    assert size == len(frame) - 4
+    assert msgpack.unpackb(frame[4:]) == {"a": 1}
+
+
+async def test_oversized_frame_rejected_before_reading_payload() -> None:
+    reader = reader_with(struct.pack(">I", 1_000_000), eof=False)
+    with pytest.raises(FrameTooLarge) as info:
+        await read_frame(reader, max_size=1000)
+    assert info.value.size == 1_000_000
+
+
+def test_encode_refuses_over_limit() -> None:
+    with pytest.raises(FrameTooLarge):
+        encode_frame({"blob": b"x" * 100}, max_size=50)
+
+
+@pytest.mark.parametrize("payload", [b"\xc1", b"\x92\x01", b"\x01\x02", b"\xdb\xff\xff\xff\xff"])
+async def test_bad_msgpack_is_bad_frame(payload: bytes) -> None:
+    reader = reader_with(struct.pack(">I", len(payload)) + payload)
+    with pytest.raises(BadFrame):
+        await read_frame(reader)
+
+
+async def test_truncated_payload_is_connection_closed() -> None:
+    reader = reader_with(struct.pack(">I", 10) + b"abc")
+    with pytest.raises(ConnectionClosed, match="3 of 10"):
+        await read_frame(reader)
+
+
+async def test_timeout() -> None:
+    reader = reader_with(b"", eof=False)
+    with pytest.raises(TimeoutError):
+        await read_frame(reader, timeout=0.05)

@@ -1,0 +1,91 @@
+"""ed25519 identities and the challenge–response handshake."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from psyche_common.protocol import (
+    CHALLENGE_DOMAIN,
+    HandshakeError,
+    Identity,
+    accept_handshake,
+    connect_handshake,
+    short_id,
+    sign_challenge,
+    verify_challenge_response,
+    verify_signature,
+)
+
+
+def test_seed_round_trip_and_hex(tmp_path: Path) -> None:
+    ident = Identity.from_secret_bytes(bytes(range(32)))
+    assert len(ident.public_key) == 32
+    assert Identity.from_hex(bytes(range(32)).hex()).public_key == ident.public_key
+    key_file = tmp_path / "id.key"
+    ident.save(key_file)
+    assert (key_file.stat().st_mode & 0o777) == 0o600
+    assert Identity.load(key_file).public_key == ident.public_key
+    key_file.write_bytes(bytes(range(32)))
+    assert Identity.load(key_file).public_key == ident.public_key
+    assert short_id(ident.public_key) == ident.public_key[:4].hex()
+
+
+def test_known_vector_rfc8032_test1() -> None:
+    secret = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
+    ident = Identity.from_secret_bytes(secret)
+    assert ident.public_key.hex() == (
+        "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"
+    )
+
+
+def test_bad_inputs() -> None:
+    with pytest.raises(ValueError, match="32 bytes"):
+        Identity.from_secret_bytes(b"short")
+    with pytest.raises(ValueError, match="hex"):
+        Identity.from_hex("zz" * 32)
+    ident = Identity.generate()
+    sig = ident.sign(b"data")
+    assert verify_signature(ident.public_key, b"data", sig)
+    assert not verify_signature(ident.public_key, b"datA", sig)
+    assert not verify_signature(Identity.generate().public_key, b"data", sig)
+    assert not verify_signature(b"x" * 31, b"data", sig)
+    assert not verify_signature(ident.public_key, b"data", sig[:-1])
+
+
+def test_challenge_response_checks() -> None:
+    ident = Identity.generate()
+    challenge = b"c" * 32
+    response = sign_challenge(ident, challenge)
+    assert verify_challenge_response(challenge, response) == ident.public_key
+    with pytest.raises(HandshakeError, match="does not verify"):
+        verify_challenge_response(b"d" * 32, response)
+    raw = {**response, "signature": ident.sign(challenge)}  # no domain prefix
+    with pytest.raises(HandshakeError, match="does not verify"):
+        verify_challenge_response(challenge, raw)
+    with pytest.raises(HandshakeError, match="unknown fields"):
+        verify_challenge_response(challenge, {**response, "x": 1})
+    with pytest.raises(HandshakeError, match="expected a ChallengeResponse"):
+        verify_challenge_response(challenge, [1, 2])
+    assert CHALLENGE_DOMAIN.endswith(b"\x00")
+
+
+async def test_handshake_over_loopback() -> None:
+    ident = Identity.generate()
+    result: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            result.set_result(await accept_handshake(reader, writer, timeout=2))
+        except Exception as exc:
+            result.set_exception(exc)
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        await connect_handshake(reader, writer, ident, timeout=2)
+        assert await asyncio.wait_for(result, 2) == ident.public_key
+        writer.close()
