@@ -1,0 +1,170 @@
+"""Typed, validated client↔server messages of the coordinator port (and the data-server port).
+
+Every frame after the handshake is one msgpack map with a `"type"` key naming the message.
+`parse_client_message` / `parse_server_message` validate a decoded frame (strict types, no
+unknown fields) and raise `InvalidMessage` naming the type and field at fault. `to_wire` gives the
+msgpack-ready dict. Nested coordinator structures (witnesses, committee proofs, checkpoints, the
+coordinator itself) travel as the coordinator module's own wire dicts and are converted there.
+docs/protocol.md documents every field.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
+
+from .framing import ProtocolError
+
+PROTOCOL_VERSION = 1
+MAX_RUN_ID_LENGTH = 32
+MAX_HEALTH_CHECKS = 1024
+
+Bytes32 = Annotated[bytes, Field(strict=True, min_length=32, max_length=32)]
+WireDict = dict[str, Any]
+NonNegInt = Annotated[int, Field(strict=True, ge=0, lt=2**64)]
+HostPort = Annotated[
+    str, StringConstraints(strict=True, max_length=262, pattern=r"^\[?[A-Za-z0-9.:_-]+\]?:\d{1,5}$")
+]
+
+
+class InvalidMessage(ProtocolError):
+    """A decoded frame is not a valid message (unknown type, missing/extra/mistyped field)."""
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- client → server
+
+
+class Join(_Message):
+    """Ask to take part in `run_id`; `p2p_address` is where other clients reach this one."""
+
+    type: Literal["Join"] = "Join"
+    run_id: Annotated[
+        str, StringConstraints(strict=True, min_length=1, max_length=MAX_RUN_ID_LENGTH)
+    ]
+    p2p_address: HostPort
+    client_version: Annotated[str, StringConstraints(strict=True, max_length=64)] = ""
+
+
+class WitnessMetadata(_Message):
+    """What a witness reports about its own training (the server logs and checks it)."""
+
+    step: NonNegInt
+    loss: float | None = None
+    tokens_per_sec: float = 0.0
+    bandwidth_per_sec: float = 0.0
+    efficiency: float = 0.0
+    weights_hash: Bytes32 | None = None
+
+
+class Witness(_Message):
+    """A round witness (`coordinator.witness`): blooms + proof as the coordinator's wire dict."""
+
+    type: Literal["Witness"] = "Witness"
+    witness: WireDict
+    metadata: WitnessMetadata
+
+
+class WarmupWitness(_Message):
+    """A warmup witness (`coordinator.warmup_witness`)."""
+
+    type: Literal["WarmupWitness"] = "WarmupWitness"
+    witness: WireDict
+
+
+class HealthCheckEntry(_Message):
+    """An accusation: client `id` (32-byte key) with its committee `proof` wire dict."""
+
+    id: Bytes32
+    proof: WireDict
+
+
+class HealthCheck(_Message):
+    """Health accusations (may be empty) plus this client's own weights hash at `step`.
+
+    An empty `checks` list is a pure status report: it never reaches the coordinator."""
+
+    type: Literal["HealthCheck"] = "HealthCheck"
+    checks: Annotated[list[HealthCheckEntry], Field(max_length=MAX_HEALTH_CHECKS)] = []
+    step: NonNegInt | None = None
+    weights_hash: Bytes32 | None = None
+
+
+class Checkpoint(_Message):
+    """A checkpoint the client uploaded (`coordinator.checkpoint`), as a wire dict."""
+
+    type: Literal["Checkpoint"] = "Checkpoint"
+    checkpoint: WireDict
+
+
+ClientMessage = Annotated[
+    Join | Witness | WarmupWitness | HealthCheck | Checkpoint, Field(discriminator="type")
+]
+
+# ---------------------------------------------------------------- server → client
+
+
+class CoordinatorState(_Message):
+    """The full coordinator (`Coordinator.to_wire()`) and the P2P address of every member."""
+
+    type: Literal["CoordinatorState"] = "CoordinatorState"
+    coordinator: WireDict
+    peers: dict[Bytes32, HostPort] = {}
+
+
+class Rejected(_Message):
+    """The server refuses this connection or request; it closes the stream afterwards."""
+
+    type: Literal["Rejected"] = "Rejected"
+    reason: str
+
+
+ServerMessage = Annotated[CoordinatorState | Rejected, Field(discriminator="type")]
+
+CLIENT_MESSAGE_TYPES = frozenset({"Join", "Witness", "WarmupWitness", "HealthCheck", "Checkpoint"})
+SERVER_MESSAGE_TYPES = frozenset({"CoordinatorState", "Rejected"})
+
+_client_adapter: TypeAdapter[Any] = TypeAdapter(ClientMessage)
+_server_adapter: TypeAdapter[Any] = TypeAdapter(ServerMessage)
+
+
+def describe_validation_error(kind: str, exc: ValidationError) -> str:
+    """`Join.p2p_address: String should match pattern ...; ...` (the first three problems)."""
+    problems = []
+    for err in exc.errors()[:3]:
+        location = ".".join(str(part) for part in err["loc"][1:] if not isinstance(part, int))
+        location = location or "(message)"
+        problems.append(f"{kind}.{location}: {err['msg']}")
+    more = len(exc.errors()) - len(problems)
+    return "; ".join(problems) + (f" (+{more} more)" if more > 0 else "")
+
+
+def _parse(adapter: TypeAdapter[Any], known: frozenset[str], obj: object) -> Any:
+    if not isinstance(obj, dict):
+        raise InvalidMessage(f"a message must be a map, got {type(obj).__name__}")
+    kind = obj.get("type")
+    if not isinstance(kind, str) or kind not in known:
+        raise InvalidMessage(f"unknown message type {kind!r} (expected one of {sorted(known)})")
+    try:
+        return adapter.validate_python(obj)
+    except ValidationError as exc:
+        raise InvalidMessage(describe_validation_error(kind, exc)) from exc
+
+
+def parse_client_message(obj: object) -> Join | Witness | WarmupWitness | HealthCheck | Checkpoint:
+    """Validate a decoded client→server frame; raises `InvalidMessage`."""
+    return _parse(_client_adapter, CLIENT_MESSAGE_TYPES, obj)
+
+
+def parse_server_message(obj: object) -> CoordinatorState | Rejected:
+    """Validate a decoded server→client frame; raises `InvalidMessage`."""
+    return _parse(_server_adapter, SERVER_MESSAGE_TYPES, obj)
+
+
+def to_wire(message: BaseModel) -> dict[str, Any]:
+    """The msgpack-ready dict of a message (bytes stay bytes)."""
+    return message.model_dump(mode="python")
