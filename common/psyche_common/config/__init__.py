@@ -1,0 +1,121 @@
+"""Configuration of a run: pydantic models of `state.toml` and `data.toml`, loading, validation.
+
+Public names are re-exported here; import them from `psyche_common.config`.
+"""
+
+from psyche_common.config.checkpoint import (
+    CHECKPOINT_VARIANTS,
+    AnyCheckpoint,
+    Checkpoint,
+    DummyCheckpoint,
+    EphemeralCheckpoint,
+    GcsCheckpoint,
+    GcsRepo,
+    HubCheckpoint,
+    HubRepo,
+    P2PCheckpoint,
+    P2PGcsCheckpoint,
+)
+from psyche_common.config.coordinator_config import CoordinatorConfig
+from psyche_common.config.data_location import (
+    AnyDataLocation,
+    AnyHttpLocation,
+    AnyShuffle,
+    BuiltinData,
+    DataLocation,
+    DontShuffle,
+    DummyData,
+    Gcp,
+    HttpData,
+    LocalData,
+    NumberedFiles,
+    PreprocessedData,
+    SeededShuffle,
+    ServerData,
+    SingleUrl,
+    WeightedHttpData,
+)
+from psyche_common.config.data_server import DataServerConfig
+from psyche_common.config.enums import Architecture, DataType, RunState, TokenSize
+from psyche_common.config.errors import ConfigError, ConfigProblem
+from psyche_common.config.loading import (
+    load_data_config,
+    load_state,
+    parse_data_config,
+    parse_state,
+    read_toml,
+)
+from psyche_common.config.lr_schedule import (
+    AnyLRSchedule,
+    ConstantLR,
+    CosineLR,
+    LinearLR,
+    LRSchedule,
+    WarmupStableDecayLR,
+)
+from psyche_common.config.model import LLMConfig
+from psyche_common.config.optimizer import (
+    AdamWOptimizer,
+    AnyOptimizer,
+    DistroOptimizer,
+    DummyOptimizer,
+    Optimizer,
+)
+from psyche_common.config.state_file import Progress, StateFile
+
+__all__ = [
+    "CHECKPOINT_VARIANTS",
+    "AdamWOptimizer",
+    "AnyCheckpoint",
+    "AnyDataLocation",
+    "AnyHttpLocation",
+    "AnyLRSchedule",
+    "AnyOptimizer",
+    "AnyShuffle",
+    "Architecture",
+    "BuiltinData",
+    "Checkpoint",
+    "ConfigError",
+    "ConfigProblem",
+    "ConstantLR",
+    "CoordinatorConfig",
+    "CosineLR",
+    "DataLocation",
+    "DataServerConfig",
+    "DataType",
+    "DistroOptimizer",
+    "DontShuffle",
+    "DummyCheckpoint",
+    "DummyData",
+    "DummyOptimizer",
+    "EphemeralCheckpoint",
+    "Gcp",
+    "GcsCheckpoint",
+    "GcsRepo",
+    "HttpData",
+    "HubCheckpoint",
+    "HubRepo",
+    "LLMConfig",
+    "LRSchedule",
+    "LinearLR",
+    "LocalData",
+    "NumberedFiles",
+    "Optimizer",
+    "P2PCheckpoint",
+    "P2PGcsCheckpoint",
+    "PreprocessedData",
+    "Progress",
+    "RunState",
+    "SeededShuffle",
+    "ServerData",
+    "SingleUrl",
+    "StateFile",
+    "TokenSize",
+    "WarmupStableDecayLR",
+    "WeightedHttpData",
+    "load_data_config",
+    "load_state",
+    "parse_data_config",
+    "parse_state",
+    "read_toml",
+]

@@ -1,0 +1,120 @@
+"""Checkpoint variants (`model.LLM.checkpoint`): where clients get the model weights.
+
+TOML forms: `checkpoint = "Ephemeral"`, or a section `[model.LLM.checkpoint.Hub]` (also `Dummy`,
+`P2P`) with `repo_id` and optional `revision`, or `[model.LLM.checkpoint.Gcs]` (also `P2PGcs`)
+with `bucket` and optional `prefix`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from psyche_common.config._types import ShortStr, StrictModel
+from psyche_common.config.tagged import Variant, tagged_union
+
+
+class HubRepo(StrictModel):
+    """A Hugging Face repository (or, in this project, a local directory or `builtin:NAME`)."""
+
+    repo_id: ShortStr
+    revision: ShortStr | None = None
+
+
+class GcsRepo(StrictModel):
+    """A Google Cloud Storage location."""
+
+    bucket: ShortStr
+    prefix: ShortStr | None = None
+
+
+class _HubCheckpoint(Variant):
+    repo_id: ShortStr
+    revision: ShortStr | None = None
+
+    @property
+    def repo(self) -> HubRepo:
+        return HubRepo(repo_id=self.repo_id, revision=self.revision)
+
+
+class _GcsCheckpoint(Variant):
+    bucket: ShortStr
+    prefix: ShortStr | None = None
+
+    @property
+    def repo(self) -> GcsRepo:
+        return GcsRepo(bucket=self.bucket, prefix=self.prefix)
+
+    def __str__(self) -> str:
+        return f"gs://{self.bucket}/{self.prefix}" if self.prefix else f"gs://{self.bucket}"
+
+
+class EphemeralCheckpoint(Variant):
+    """No checkpoint at all; clients cannot start from it (invalid for a run)."""
+
+    kind: Literal["Ephemeral"] = "Ephemeral"
+
+    def __str__(self) -> str:
+        return "Ephemeral"
+
+
+class DummyCheckpoint(_HubCheckpoint):
+    """Clients build a model without downloading weights."""
+
+    kind: Literal["Dummy"] = "Dummy"
+
+    def __str__(self) -> str:
+        return "Dummy"
+
+
+class HubCheckpoint(_HubCheckpoint):
+    """Download from the Hub (repo_id may also be a local directory or `builtin:NAME`)."""
+
+    kind: Literal["Hub"] = "Hub"
+
+    def __str__(self) -> str:
+        return self.repo_id
+
+
+class P2PCheckpoint(_HubCheckpoint):
+    """Fetch the weights from peers of the epoch; `repo_id` is the Hub fallback."""
+
+    kind: Literal["P2P"] = "P2P"
+
+    def __str__(self) -> str:
+        return f"P2P - Hub repo: {self.repo_id}"
+
+
+class GcsCheckpoint(_GcsCheckpoint):
+    """Download from Google Cloud Storage."""
+
+    kind: Literal["Gcs"] = "Gcs"
+
+
+class P2PGcsCheckpoint(_GcsCheckpoint):
+    """Fetch the weights from peers; the GCS location is the fallback."""
+
+    kind: Literal["P2PGcs"] = "P2PGcs"
+
+
+CHECKPOINT_VARIANTS = (
+    EphemeralCheckpoint,
+    DummyCheckpoint,
+    HubCheckpoint,
+    P2PCheckpoint,
+    GcsCheckpoint,
+    P2PGcsCheckpoint,
+)
+"""All checkpoint classes, in the reference's wire (postcard) index order."""
+
+Checkpoint = tagged_union("checkpoint", *CHECKPOINT_VARIANTS)
+"""Annotated union type of every checkpoint variant (use it as a pydantic field type)."""
+
+AnyCheckpoint = (
+    EphemeralCheckpoint
+    | DummyCheckpoint
+    | HubCheckpoint
+    | P2PCheckpoint
+    | GcsCheckpoint
+    | P2PGcsCheckpoint
+)
+"""Plain union of the checkpoint classes, for type hints."""

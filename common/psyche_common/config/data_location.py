@@ -1,0 +1,184 @@
+"""Data locations (`model.LLM.data_location`): where clients read training samples.
+
+TOML forms: `"Dummy"`, `{ Server = "host:port" }`, `{ Local = "path" }`,
+`{ WeightedHttp = "url" }`, `{ Preprocessed = "url-or-path" }`, our `{ Builtin = "python-stdlib" }`,
+or an `[model.LLM.data_location.Http]` section with `token_size_in_bytes`, `shuffle` and a
+`location` that is `{ SingleUrl = "url" }`, `{ NumberedFiles = {...} }` or `{ Gcp = {...} }`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from psyche_common.config._types import U8, U32, ShortStr, UrlStr
+from psyche_common.config.enums import TokenSize
+from psyche_common.config.tagged import Variant, tagged_union
+
+# --- shuffling ------------------------------------------------------------------------------
+
+
+class DontShuffle(Variant):
+    """Samples are read in file order."""
+
+    kind: Literal["DontShuffle"] = "DontShuffle"
+
+
+class SeededShuffle(Variant):
+    """One global seeded shuffle of all samples: `{ Seeded = [32 integers 0-255] }`."""
+
+    kind: Literal["Seeded"] = "Seeded"
+    SCALAR_FIELD: ClassVar[str | None] = "seed"
+    seed: Annotated[tuple[U8, ...], Field(min_length=32, max_length=32)]
+
+    @property
+    def seed_bytes(self) -> bytes:
+        return bytes(self.seed)
+
+
+Shuffle = tagged_union("shuffle", DontShuffle, SeededShuffle)
+
+# --- HTTP locations -------------------------------------------------------------------------
+
+
+class SingleUrl(Variant):
+    """One token file at a URL."""
+
+    kind: Literal["SingleUrl"] = "SingleUrl"
+    SCALAR_FIELD: ClassVar[str | None] = "url"
+    url: UrlStr
+
+
+class NumberedFiles(Variant):
+    """Files `url_template` with `{}` replaced by start_index.. zero-padded to n_left_pad_zeros."""
+
+    kind: Literal["NumberedFiles"] = "NumberedFiles"
+    url_template: ShortStr
+    start_index: U32
+    n_left_pad_zeros: U8
+    num_files: U32
+
+
+class Gcp(Variant):
+    """Every token file under `filter_directory` of a public GCS bucket."""
+
+    kind: Literal["Gcp"] = "Gcp"
+    bucket_name: ShortStr
+    filter_directory: UrlStr
+
+
+HttpLocation = tagged_union("HTTP location", SingleUrl, NumberedFiles, Gcp)
+
+# --- data locations -------------------------------------------------------------------------
+
+
+class DummyData(Variant):
+    """Synthetic samples (no data needed)."""
+
+    kind: Literal["Dummy"] = "Dummy"
+
+    def __str__(self) -> str:
+        return "Dummy"
+
+
+class ServerData(Variant):
+    """The run's TCP data server at `host:port`."""
+
+    kind: Literal["Server"] = "Server"
+    SCALAR_FIELD: ClassVar[str | None] = "address"
+    address: ShortStr
+
+    def __str__(self) -> str:
+        return f"data server {self.address}"
+
+
+class LocalData(Variant):
+    """Token files in a local directory on every client."""
+
+    kind: Literal["Local"] = "Local"
+    SCALAR_FIELD: ClassVar[str | None] = "path"
+    path: UrlStr
+
+    def __str__(self) -> str:
+        return f"local files {self.path}"
+
+
+class HttpData(Variant):
+    """Token files fetched over HTTP with ranged reads."""
+
+    kind: Literal["Http"] = "Http"
+    location: HttpLocation
+    token_size_in_bytes: TokenSize
+    shuffle: Shuffle
+
+    def __str__(self) -> str:
+        location = self.location
+        if isinstance(location, SingleUrl):
+            where = location.url
+        elif isinstance(location, NumberedFiles):
+            where = f"{location.url_template} x{location.num_files}"
+        else:
+            where = f"gs://{location.bucket_name}/{location.filter_directory}"
+        return f"HTTP {where}"
+
+
+class WeightedHttpData(Variant):
+    """A weighted mixture of HTTP sources described by a JSON file at `url`."""
+
+    kind: Literal["WeightedHttp"] = "WeightedHttp"
+    SCALAR_FIELD: ClassVar[str | None] = "url"
+    url: UrlStr
+
+    def __str__(self) -> str:
+        return f"weighted HTTP mixture {self.url}"
+
+
+class PreprocessedData(Variant):
+    """Parquet rows from a Hub dataset or local path."""
+
+    kind: Literal["Preprocessed"] = "Preprocessed"
+    SCALAR_FIELD: ClassVar[str | None] = "url"
+    url: UrlStr
+
+    def __str__(self) -> str:
+        return f"preprocessed parquet {self.url}"
+
+
+class BuiltinData(Variant):
+    """Our addition: a corpus built on the client from local files (e.g. `python-stdlib`)."""
+
+    kind: Literal["Builtin"] = "Builtin"
+    SCALAR_FIELD: ClassVar[str | None] = "name"
+    name: ShortStr
+
+    def __str__(self) -> str:
+        return f"builtin corpus {self.name}"
+
+
+DATA_LOCATION_VARIANTS = (
+    DummyData,
+    ServerData,
+    LocalData,
+    HttpData,
+    WeightedHttpData,
+    PreprocessedData,
+    BuiltinData,
+)
+
+DataLocation = tagged_union("data location", *DATA_LOCATION_VARIANTS)
+"""Annotated union type of every data location (use it as a pydantic field type)."""
+
+AnyDataLocation = (
+    DummyData
+    | ServerData
+    | LocalData
+    | HttpData
+    | WeightedHttpData
+    | PreprocessedData
+    | BuiltinData
+)
+"""Plain union of the data location classes, for type hints."""
+
+AnyShuffle = DontShuffle | SeededShuffle
+AnyHttpLocation = SingleUrl | NumberedFiles | Gcp

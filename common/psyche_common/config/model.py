@@ -1,0 +1,38 @@
+"""`LLMConfig`: the `[model.LLM]` table of state.toml (what is trained and how)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psyche_common.config._types import U32, StrictModel
+from psyche_common.config.checkpoint import Checkpoint
+from psyche_common.config.data_location import DataLocation
+from psyche_common.config.enums import Architecture, DataType
+from psyche_common.config.lr_schedule import LRSchedule
+from psyche_common.config.optimizer import Optimizer
+
+
+class LLMConfig(StrictModel):
+    """The model being trained. Fields in the reference's serialization order."""
+
+    max_seq_len: U32
+    cold_start_warmup_steps: U32
+    architecture: Architecture
+    checkpoint: Checkpoint
+    data_type: DataType
+    data_location: DataLocation
+    lr_schedule: LRSchedule
+    optimizer: Optimizer
+
+    def to_toml(self) -> dict[str, Any]:
+        """The `[model.LLM]` table as written to TOML."""
+        return {
+            "max_seq_len": self.max_seq_len,
+            "cold_start_warmup_steps": self.cold_start_warmup_steps,
+            "architecture": self.architecture.value,
+            "checkpoint": self.checkpoint.to_toml(),
+            "data_type": self.data_type.value,
+            "data_location": self.data_location.to_toml(),
+            "lr_schedule": self.lr_schedule.to_toml(),
+            "optimizer": self.optimizer.to_toml(),
+        }

@@ -1,0 +1,76 @@
+"""`StateFile`: a whole state.toml (a serialized coordinator) and its TOML round trip."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from psyche_common.config._types import U16, U32, U64, RunIdStr, StrictModel
+from psyche_common.config.coordinator_config import CoordinatorConfig
+from psyche_common.config.enums import RunState
+from psyche_common.config.model import LLMConfig
+
+
+class Progress(StrictModel):
+    """`[progress]`: where the run is; persists across epochs."""
+
+    epoch: U16 = 0
+    step: U32 = 1
+    epoch_start_data_index: U64 = 0
+
+
+class StateFile(StrictModel):
+    """Everything in state.toml. `model` holds the `[model.LLM]` table (the only model kind).
+
+    `epoch_state` is kept as the raw TOML table; `psyche_common.coordinator` interprets it.
+    """
+
+    run_id: RunIdStr
+    run_state: RunState = RunState.WAITING_FOR_MEMBERS
+    model: LLMConfig
+    config: CoordinatorConfig
+    progress: Progress = Field(default_factory=Progress)
+    epoch_state: dict[str, Any] | None = None
+    run_state_start_unix_timestamp: U64 = 0
+    pending_pause: bool = False
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _unwrap_llm(cls, value: Any) -> Any:
+        if isinstance(value, LLMConfig):
+            return value
+        if not isinstance(value, dict) or set(value) != {"LLM"}:
+            found = sorted(value) if isinstance(value, dict) else type(value).__name__
+            raise PydanticCustomError(
+                "model_not_llm",
+                "must be a single [model.LLM] table (the only model kind); found {found}",
+                {"found": found},
+            )
+        return value["LLM"]
+
+    @field_validator("pending_pause", mode="before")
+    @classmethod
+    def _pending_pause_as_bool(cls, value: Any) -> Any:
+        # The reference stores it as a one-byte boolean; accept 0/1 as well as true/false.
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        raise PydanticCustomError("bool_type", "must be true or false (or 0 / 1)")
+
+    def to_toml_dict(self) -> dict[str, Any]:
+        """The TOML document (for tomli_w) that `load_state` reads back into an equal object."""
+        document: dict[str, Any] = {
+            "run_id": self.run_id,
+            "run_state": self.run_state.value,
+            "run_state_start_unix_timestamp": self.run_state_start_unix_timestamp,
+            "pending_pause": self.pending_pause,
+            "config": self.config.to_toml(),
+            "model": {"LLM": self.model.to_toml()},
+            "progress": self.progress.model_dump(),
+        }
+        if self.epoch_state is not None:
+            document["epoch_state"] = self.epoch_state
+        return document
