@@ -1,0 +1,406 @@
+"""Model I/O for the client: loading, seeded initialisation, hashing, checkpoints, raw parameters.
+
+A checkpoint `repo_id` (the `source` of `load_model`) is resolved in this order:
+  1. an existing local directory: Hugging Face format, `config.json` plus weights
+     (`*.safetensors` or `pytorch_model*.bin`) are loaded; `config.json` alone is built from the
+     config with a deterministic seed;
+  2. `builtin:NAME`: a packaged preset config (`psyche_client/presets/NAME.json`), seeded;
+  3. otherwise a Hugging Face Hub repo, fetched with `huggingface_hub.snapshot_download`.
+
+Seeded weights do not depend on the global torch RNG or the device: every parameter is drawn on
+the CPU from its own `torch.Generator`, seeded from (seed, parameter name), so every machine
+builds bit-identical weights; `weights_hash` proves it. Parameters are always visited in
+ascending name order (the order DisTrO and the hash use).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
+
+from psyche_client.device import resolve_device
+
+DEFAULT_SEED = 1337
+BUILTIN_PREFIX = "builtin:"
+# Files besides the weights that belong with a model and are copied into checkpoints.
+EXTRA_FILE_PATTERNS = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer*.json",
+    "tokenizer.model",
+    "special_tokens_map.json",
+)
+TOKENIZER_FILE_PATTERNS = ("tokenizer*.json", "tokenizer.model", "special_tokens_map.json")
+HUB_ALLOW_PATTERNS = ["*.json", "*.safetensors", "tokenizer.model"]
+
+
+class ModelLoadError(RuntimeError):
+    """A model source could not be resolved or loaded; the message names the source."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Where a loaded model came from and what belongs with it."""
+
+    source: str
+    kind: str  # "local" | "builtin" | "hub"
+    seeded: bool  # True when the weights were built from the config with `seed`
+    seed: int | None
+    path: Path | None  # directory holding config.json (None for builtins)
+    config: dict[str, Any]
+    num_parameters: int
+    extra_files: tuple[Path, ...] = field(default=())
+    revision: str | None = None
+
+    @property
+    def tokenizer_files(self) -> tuple[Path, ...]:
+        return tuple(
+            p for p in self.extra_files if any(p.match(pat) for pat in TOKENIZER_FILE_PATTERNS)
+        )
+
+
+class CheckpointUploadError(RuntimeError):
+    """A checkpoint upload to the Hub failed; the message names the directory and repo."""
+
+
+class ParameterEntry(NamedTuple):
+    """One row of a model's parameter manifest."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    sha256: str
+
+
+# ---------------------------------------------------------------- presets and configs
+
+
+def list_builtin_presets() -> list[str]:
+    """Names usable as `builtin:NAME`."""
+    root = resources.files("psyche_client.presets")
+    return sorted(p.name.removesuffix(".json") for p in root.iterdir() if p.name.endswith(".json"))
+
+
+def builtin_config(name: str) -> dict[str, Any]:
+    """The config dict of a built-in preset."""
+    resource = resources.files("psyche_client.presets").joinpath(f"{name}.json")
+    if not resource.is_file():
+        known = ", ".join(list_builtin_presets())
+        raise ModelLoadError(f"unknown built-in model {BUILTIN_PREFIX}{name} (known: {known})")
+    return json.loads(resource.read_text(encoding="utf-8"))
+
+
+def config_from_dict(config: dict[str, Any] | PretrainedConfig) -> PretrainedConfig:
+    """A transformers config from a config.json dict (needs `model_type`)."""
+    if isinstance(config, PretrainedConfig):
+        return config
+    values = dict(config)
+    model_type = values.pop("model_type", None)
+    if not model_type:
+        raise ModelLoadError("model config has no 'model_type' (needed to pick the architecture)")
+    try:
+        return AutoConfig.for_model(model_type, **values)
+    except (ValueError, KeyError) as exc:
+        raise ModelLoadError(f"invalid model config (model_type {model_type!r}): {exc}") from exc
+
+
+def _check_supported(config: PretrainedConfig, source: str) -> None:
+    if getattr(config, "tie_word_embeddings", False):
+        raise ModelLoadError(
+            f"model {source}: tied word embeddings are not supported "
+            "(set tie_word_embeddings = false; the reference rejects them too)"
+        )
+
+
+# ---------------------------------------------------------------- seeded construction
+
+
+def _parameter_seed(seed: int, name: str) -> int:
+    digest = hashlib.sha256(f"{seed}\x00{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+@torch.no_grad()
+def seeded_init_(model: torch.nn.Module, seed: int, std: float = 0.02) -> None:
+    """Overwrite every parameter deterministically: matrices ~ N(0, std) drawn on the CPU from a
+    per-parameter generator, 1-D weights (norms) = 1, biases = 0, embedding padding rows = 0."""
+    padding_rows: dict[str, int] = {}
+    for module_name, module in model.named_modules():
+        if isinstance(module, torch.nn.Embedding) and module.padding_idx is not None:
+            padding_rows[f"{module_name}.weight" if module_name else "weight"] = module.padding_idx
+    for name, param in sorted(model.named_parameters(), key=lambda item: item[0]):
+        if name.endswith("bias"):
+            values = torch.zeros(param.shape, dtype=torch.float32)
+        elif param.dim() <= 1:
+            values = torch.ones(param.shape, dtype=torch.float32)
+        else:
+            generator = torch.Generator(device="cpu").manual_seed(_parameter_seed(seed, name))
+            values = torch.empty(param.shape, dtype=torch.float32)
+            values.normal_(mean=0.0, std=std, generator=generator)
+            if name in padding_rows:
+                values[padding_rows[name]].zero_()
+        param.copy_(values.to(device=param.device, dtype=param.dtype))
+
+
+def build_model_from_config(
+    config: dict[str, Any] | PretrainedConfig,
+    seed: int = DEFAULT_SEED,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+) -> PreTrainedModel:
+    """A causal LM built from a config with deterministic, seeded weights."""
+    hf_config = config_from_dict(config)
+    with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG untouched
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
+    std = float(getattr(hf_config, "initializer_range", 0.02) or 0.02)
+    seeded_init_(model, seed, std)
+    return model.to(device=_as_device(device), dtype=dtype)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _as_device(device: torch.device | str) -> torch.device:
+    return device if isinstance(device, torch.device) else resolve_device(device)
+
+
+def _has_weights(directory: Path) -> bool:
+    return any(directory.glob("*.safetensors")) or any(directory.glob("pytorch_model*.bin"))
+
+
+def _extra_files(directory: Path) -> tuple[Path, ...]:
+    found: set[Path] = set()
+    for pattern in EXTRA_FILE_PATTERNS:
+        found.update(p for p in directory.glob(pattern) if p.is_file())
+    return tuple(sorted(found))
+
+
+def _snapshot(source: str, revision: str | None) -> Path:
+    from huggingface_hub import snapshot_download
+
+    try:
+        path = snapshot_download(
+            repo_id=source, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS
+        )
+    except Exception as exc:  # network, auth, missing repo, invalid id: all end the same way
+        at = f"@{revision}" if revision else ""
+        raise ModelLoadError(
+            f"could not download {source}{at} from the Hugging Face Hub: {exc}; "
+            "pass a local directory"
+        ) from exc
+    return Path(path)
+
+
+def _load_directory(
+    directory: Path, source: str, kind: str, revision: str | None, seed: int, device, dtype
+) -> tuple[PreTrainedModel, ModelInfo]:
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise ModelLoadError(f"model directory {directory} has no config.json")
+    try:
+        config_dict = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"cannot read {config_path}: {exc}") from exc
+    hf_config = config_from_dict(config_dict)
+    _check_supported(hf_config, source)
+    seeded = not _has_weights(directory)
+    if seeded:
+        model = build_model_from_config(hf_config, seed=seed, dtype=dtype, device=device)
+    else:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise ModelLoadError(f"cannot load the weights in {directory}: {exc}") from exc
+        model = model.to(_as_device(device))
+    info = ModelInfo(
+        source=source,
+        kind=kind,
+        seeded=seeded,
+        seed=seed if seeded else None,
+        path=directory,
+        config=config_dict,
+        num_parameters=count_parameters(model),
+        extra_files=_extra_files(directory),
+        revision=revision,
+    )
+    return model, info
+
+
+def load_model(
+    source: str,
+    revision: str | None = None,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    *,
+    seed: int = DEFAULT_SEED,
+) -> tuple[PreTrainedModel, ModelInfo]:
+    """Load a causal LM from a local directory, a `builtin:NAME` preset or a Hub repo id.
+
+    Seeded models (presets, config-only directories) are built with `seed`. The model is
+    returned in train mode on `device` with parameters of `dtype`.
+    """
+    local = Path(source).expanduser()
+    if local.is_dir():
+        model, info = _load_directory(local, source, "local", revision, seed, device, dtype)
+    elif source.startswith(BUILTIN_PREFIX):
+        name = source.removeprefix(BUILTIN_PREFIX)
+        config_dict = builtin_config(name)
+        hf_config = config_from_dict(config_dict)
+        _check_supported(hf_config, source)
+        model = build_model_from_config(hf_config, seed=seed, dtype=dtype, device=device)
+        info = ModelInfo(
+            source=source,
+            kind="builtin",
+            seeded=True,
+            seed=seed,
+            path=None,
+            config=config_dict,
+            num_parameters=count_parameters(model),
+        )
+    else:
+        directory = _snapshot(source, revision)
+        model, info = _load_directory(directory, source, "hub", revision, seed, device, dtype)
+    model.train()
+    return model, info
+
+
+# ---------------------------------------------------------------- hashing and raw parameters
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _sorted_parameters(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    return sorted(model.named_parameters(), key=lambda item: item[0])
+
+
+def _raw_view(tensor: torch.Tensor) -> memoryview:
+    cpu = tensor.detach().to("cpu").contiguous()
+    return memoryview(cpu.reshape(-1).view(torch.uint8).numpy())
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def weights_hash(model: torch.nn.Module) -> str:
+    """SHA-256 (hex) over every parameter in ascending name order: for each one the name, the
+    dtype, the shape and the raw little-endian bytes, each length-prefixed."""
+    digest = hashlib.sha256()
+    for name, param in _sorted_parameters(model):
+        for part in (name.encode(), _dtype_name(param.dtype).encode()):
+            digest.update(len(part).to_bytes(4, "little"))
+            digest.update(part)
+        digest.update(len(param.shape).to_bytes(4, "little"))
+        for dim in param.shape:
+            digest.update(int(dim).to_bytes(8, "little"))
+        raw = _raw_view(param)
+        digest.update(len(raw).to_bytes(8, "little"))
+        digest.update(raw)
+    return digest.hexdigest()
+
+
+def model_parameters_manifest(model: torch.nn.Module) -> list[ParameterEntry]:
+    """(name, dtype, shape, sha256 of the raw bytes) of every parameter, in name order."""
+    return [
+        ParameterEntry(
+            name=name,
+            dtype=_dtype_name(param.dtype),
+            shape=tuple(int(d) for d in param.shape),
+            sha256=hashlib.sha256(_raw_view(param)).hexdigest(),
+        )
+        for name, param in _sorted_parameters(model)
+    ]
+
+
+def _parameter(model: torch.nn.Module, name: str) -> torch.Tensor:
+    try:
+        return model.get_parameter(name)
+    except AttributeError as exc:
+        raise KeyError(f"model has no parameter named {name!r}") from exc
+
+
+def parameter_bytes(model: torch.nn.Module, name: str) -> bytes:
+    """The raw contiguous CPU bytes of one parameter (native little-endian layout)."""
+    return bytes(_raw_view(_parameter(model, name)))
+
+
+@torch.no_grad()
+def load_parameter_bytes(model: torch.nn.Module, name: str, data: bytes) -> None:
+    """Overwrite one parameter from `parameter_bytes` output of an identically shaped model."""
+    param = _parameter(model, name)
+    expected = param.numel() * param.element_size()
+    if len(data) != expected:
+        raise ValueError(
+            f"parameter {name}: got {len(data)} bytes, expected {expected} "
+            f"({_dtype_name(param.dtype)} {tuple(param.shape)})"
+        )
+    raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    values = raw.view(param.dtype).reshape(param.shape)
+    param.copy_(values.to(param.device))
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def _copy_tokenizer(tokenizer_path: Path, directory: Path) -> None:
+    if tokenizer_path.is_dir():
+        for pattern in TOKENIZER_FILE_PATTERNS:
+            for file in tokenizer_path.glob(pattern):
+                if file.is_file():
+                    shutil.copy2(file, directory / file.name)
+    elif tokenizer_path.is_file():
+        shutil.copy2(tokenizer_path, directory / tokenizer_path.name)
+    else:
+        raise FileNotFoundError(f"tokenizer {tokenizer_path} does not exist")
+
+
+def save_checkpoint(
+    model: PreTrainedModel,
+    directory: str | Path,
+    tokenizer_path: str | Path | None = None,
+    extra_files: Iterable[str | Path] = (),
+) -> Path:
+    """Write `model` as a Hugging Face safetensors directory (config.json + weights) that
+    `AutoModelForCausalLM.from_pretrained` loads back; copy the tokenizer (a file, or the
+    tokenizer files of a directory) and any extra files that are not written already."""
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(target))
+    if tokenizer_path is not None:
+        _copy_tokenizer(Path(tokenizer_path), target)
+    for extra in extra_files:
+        extra_path = Path(extra)
+        if not (target / extra_path.name).exists():
+            shutil.copy2(extra_path, target / extra_path.name)
+    return target
+
+
+def upload_to_hub(
+    directory: str | Path, repo_id: str, token: str | None, commit_message: str | None = None
+) -> str:
+    """Upload a checkpoint directory as one commit; returns the commit id (the revision)."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    message = commit_message or f"upload {Path(directory).name}"
+    try:
+        commit = api.upload_folder(
+            folder_path=str(directory), repo_id=repo_id, commit_message=message
+        )
+    except Exception as exc:
+        raise CheckpointUploadError(
+            f"could not upload {directory} to the Hub repo {repo_id}: {exc}"
+        ) from exc
+    return str(commit.oid)
