@@ -17,6 +17,10 @@ from psyche_common.config.checkpoint import (
     P2PGcsCheckpoint,
 )
 from psyche_common.config.coordinator_config import CoordinatorConfig
+from psyche_common.config.coordinator_rules import (
+    coordinator_config_problem,
+    validate_coordinator_config,
+)
 from psyche_common.config.data_location import (
     AnyDataLocation,
     AnyHttpLocation,
@@ -62,8 +66,18 @@ from psyche_common.config.optimizer import (
     Optimizer,
 )
 from psyche_common.config.state_file import Progress, StateFile
+from psyche_common.config.summary import summary_lines
+from psyche_common.config.validation import (
+    BUILTIN_DATASETS,
+    ValidationReport,
+    check_state,
+    data_dir_problem,
+    require_data_dir,
+    validate_state,
+)
 
 __all__ = [
+    "BUILTIN_DATASETS",
     "CHECKPOINT_VARIANTS",
     "AdamWOptimizer",
     "AnyCheckpoint",
@@ -111,11 +125,19 @@ __all__ = [
     "SingleUrl",
     "StateFile",
     "TokenSize",
+    "ValidationReport",
     "WarmupStableDecayLR",
     "WeightedHttpData",
+    "check_state",
+    "coordinator_config_problem",
+    "data_dir_problem",
     "load_data_config",
     "load_state",
     "parse_data_config",
     "parse_state",
     "read_toml",
+    "require_data_dir",
+    "summary_lines",
+    "validate_coordinator_config",
+    "validate_state",
 ]
