@@ -1,0 +1,322 @@
+"""Memory-mapped token files and the global table of fixed-length sequences cut from them.
+
+A token file is a flat little-endian array of u16 (``TwoBytes``) or u32 (``FourBytes``) token
+ids: datatrove ``.ds``, raw ``.bin`` and Nanotron "nanoset" ``.npy`` files. Nanosets have no
+NumPy header; a ``.npy`` that starts with the ``\\x93NUMPY`` magic is a real NumPy file, whose
+header is parsed and skipped (its dtype must match the token size).
+
+Sequences are ``seq_len`` tokens long, cut with stride ``seq_len`` and no overlap, and every
+full sequence of every file is used (the reference drops the last one and crashes on files
+shorter than one sequence). The sequence table is built over the files in the given order and,
+when a 32-byte seed is given, permuted by :func:`shuffled_order`.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import struct
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from psyche_common.config.data_location import DontShuffle, SeededShuffle
+from psyche_common.config.enums import TokenSize
+from psyche_common.data.errors import DataFileError, DataIndexError
+
+DATA_FILE_EXTENSIONS: tuple[str, ...] = (".npy", ".bin", ".ds")
+NUMPY_MAGIC = b"\x93NUMPY"
+SHUFFLE_SEED_BYTES = 32
+_ALLOW_FAIL_MMAP_VALUES = {"1", "true", "yes"}
+
+
+def parse_token_size(value: TokenSize | str | int) -> TokenSize:
+    """Accept a ``TokenSize``, ``"TwoBytes"``/``"FourBytes"``, or 2/4 (also as strings)."""
+    if isinstance(value, TokenSize):
+        return value
+    if isinstance(value, str):
+        for member in TokenSize:
+            if value.strip().lower() == member.value.lower():
+                return member
+    try:
+        return TokenSize.from_num_bytes(int(value))
+    except (TypeError, ValueError):
+        raise DataFileError(
+            f"Unsupported token bytes length {value!r}: expected 2, 4, 'TwoBytes' or 'FourBytes'"
+        ) from None
+
+
+def token_dtype(token_size: TokenSize) -> np.dtype[Any]:
+    """Little-endian u16 or u32."""
+    return np.dtype("<u2") if token_size is TokenSize.TWO_BYTES else np.dtype("<u4")
+
+
+def parse_shuffle(value: Any) -> bytes | None:
+    """Turn a reference ``Shuffle`` value into a 32-byte seed, or None for ``DontShuffle``.
+
+    Accepts ``None``, ``"DontShuffle"``, the config's shuffle variants, ``{"Seeded": [32 ints]}``, a list of 32 ints in 0–255,
+    or 32 raw bytes.
+    """
+    if value is None or value == "DontShuffle" or isinstance(value, DontShuffle):
+        return None
+    if isinstance(value, SeededShuffle):
+        return value.seed_bytes
+    if isinstance(value, dict):
+        if set(value) != {"Seeded"}:
+            raise DataFileError(
+                f"shuffle must be 'DontShuffle' or {{Seeded = [32 bytes]}}, got {value!r}"
+            )
+        value = value["Seeded"]
+    if isinstance(value, bytes | bytearray) or (
+        isinstance(value, list | tuple) and all(isinstance(v, int) and 0 <= v <= 255 for v in value)
+    ):
+        seed = bytes(value)
+    else:
+        raise DataFileError(
+            f"shuffle seed must be {SHUFFLE_SEED_BYTES} integers in 0-255, got {value!r}"
+        )
+    if len(seed) != SHUFFLE_SEED_BYTES:
+        raise DataFileError(
+            f"shuffle seed must be exactly {SHUFFLE_SEED_BYTES} bytes, got {len(seed)}"
+        )
+    return seed
+
+
+def shuffled_order(count: int, seed: bytes) -> np.ndarray:
+    """A permutation of ``range(count)`` that depends only on ``seed`` and ``count``.
+
+    The 32-byte seed, read as a little-endian integer, seeds NumPy's PCG64 bit generator; the
+    permutation is the stable argsort of ``count`` raw 64-bit outputs. Using the raw PCG64
+    stream (a fixed algorithm) rather than ``Generator.permutation`` keeps the order identical
+    across NumPy versions, which every client must agree on.
+    """
+    if len(seed) != SHUFFLE_SEED_BYTES:
+        raise DataFileError(
+            f"shuffle seed must be exactly {SHUFFLE_SEED_BYTES} bytes, got {len(seed)}"
+        )
+    if count == 0:
+        return np.zeros(0, dtype=np.int64)
+    bit_generator = np.random.PCG64(int.from_bytes(seed, "little"))
+    keys = bit_generator.random_raw(count)
+    return np.argsort(keys, kind="stable").astype(np.int64)
+
+
+def list_token_files(directory: str | os.PathLike[str]) -> list[Path]:
+    """Top-level token files of ``directory`` sorted by name (subdirectories are ignored)."""
+    path = Path(directory).expanduser()
+    if not path.is_dir():
+        raise DataFileError(f"training data directory {path} does not exist or is not a directory")
+    files = sorted(
+        (p for p in path.resolve().iterdir() if p.is_file() and p.suffix in DATA_FILE_EXTENSIONS),
+        key=lambda p: p.name,
+    )
+    if not files:
+        raise DataFileError(
+            f"No training data files in directory {path} (looked for {', '.join(DATA_FILE_EXTENSIONS)})"
+        )
+    return files
+
+
+def _numpy_header(path: Path, token_size: TokenSize) -> tuple[int, int]:
+    """Parse a NumPy header: returns (payload byte offset, number of tokens it declares)."""
+    with path.open("rb") as f:
+        prefix = f.read(len(NUMPY_MAGIC) + 2)
+        major = prefix[len(NUMPY_MAGIC)]
+        if major == 1:
+            (header_len,) = struct.unpack("<H", f.read(2))
+            offset = len(prefix) + 2 + header_len
+        elif major in (2, 3):
+            (header_len,) = struct.unpack("<I", f.read(4))
+            offset = len(prefix) + 4 + header_len
+        else:
+            raise DataFileError(f"{path}: unsupported NumPy file format version {major}")
+        raw_header = f.read(header_len)
+    try:
+        header = ast.literal_eval(raw_header.decode("utf-8" if major == 3 else "latin1"))
+        descr, fortran_order, shape = (
+            header["descr"],
+            header["fortran_order"],
+            tuple(header["shape"]),
+        )
+        dtype = np.dtype(descr)
+    except (ValueError, SyntaxError, KeyError, TypeError) as exc:
+        raise DataFileError(f"{path}: unreadable NumPy header ({exc})") from None
+    if dtype.kind not in "iu" or dtype.itemsize != token_size.num_bytes:
+        raise DataFileError(
+            f"{path}: NumPy dtype {dtype} does not match the token size of {token_size.num_bytes} "
+            "bytes (wrong token size?)"
+        )
+    if dtype.byteorder == ">" or (dtype.byteorder == "=" and np.little_endian is False):
+        raise DataFileError(f"{path}: big-endian NumPy data is not supported")
+    if fortran_order and len(shape) > 1:
+        raise DataFileError(f"{path}: Fortran-ordered NumPy arrays are not supported")
+    return offset, int(np.prod(shape, dtype=np.int64))
+
+
+def open_token_file(path: str | os.PathLike[str], token_size: TokenSize) -> np.ndarray:
+    """Memory-map a token file read-only as a 1-D little-endian u16/u32 array.
+
+    If mmap fails and ``ALLOW_FAIL_MMAP`` is 1/true/yes, the file is read into memory instead.
+    """
+    file_path = Path(path)
+    try:
+        size = file_path.stat().st_size
+        with file_path.open("rb") as f:
+            magic = f.read(len(NUMPY_MAGIC))
+    except OSError as exc:
+        raise DataFileError(f"cannot open token file {file_path}: {exc}") from None
+    offset, declared = 0, None
+    if file_path.suffix == ".npy" and magic == NUMPY_MAGIC:
+        offset, declared = _numpy_header(file_path, token_size)
+    payload = size - offset
+    if declared is not None:
+        if declared * token_size.num_bytes > payload:
+            raise DataFileError(
+                f"{file_path}: NumPy header declares {declared} tokens but the file holds only "
+                f"{payload // token_size.num_bytes}"
+            )
+        count = declared
+    else:
+        if payload % token_size.num_bytes:
+            raise DataFileError(
+                f"{file_path} is {payload} bytes, not a whole number of {token_size.num_bytes}-byte "
+                "tokens (wrong token size?)"
+            )
+        count = payload // token_size.num_bytes
+    if count == 0:
+        return np.zeros(0, dtype=token_dtype(token_size))
+    try:
+        return np.memmap(
+            file_path, dtype=token_dtype(token_size), mode="r", offset=offset, shape=(count,)
+        )
+    except (OSError, ValueError) as exc:
+        if os.environ.get("ALLOW_FAIL_MMAP", "").lower() not in _ALLOW_FAIL_MMAP_VALUES:
+            raise DataFileError(f"cannot memory-map token file {file_path}: {exc}") from None
+        return np.fromfile(file_path, dtype=token_dtype(token_size), count=count, offset=offset)
+
+
+def sequence_table(token_counts: Sequence[int], seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """(source index, token offset) of every full ``seq_len`` sequence, in source order."""
+    if seq_len <= 0:
+        raise DataFileError(f"sequence length must be positive, got {seq_len}")
+    per_source = np.array([count // seq_len for count in token_counts], dtype=np.int64)
+    total = int(per_source.sum())
+    sources = np.repeat(np.arange(len(per_source), dtype=np.int64), per_source)
+    first_of_source = np.repeat(np.cumsum(per_source) - per_source, per_source)
+    offsets = (np.arange(total, dtype=np.int64) - first_of_source) * seq_len
+    return sources, offsets
+
+
+class SequenceTable:
+    """Where each global sequence index starts: (source index, token offset), maybe shuffled.
+
+    ``description`` names the data in errors (a file, a directory, a URL).
+    """
+
+    def __init__(
+        self,
+        token_counts: Sequence[int],
+        seq_len: int,
+        shuffle_seed: bytes | None = None,
+        description: str = "the data",
+    ) -> None:
+        self.seq_len = seq_len
+        self.description = description
+        self.shuffle_seed = shuffle_seed
+        self._source_of, self._offset_of = sequence_table(token_counts, seq_len)
+        if shuffle_seed is not None:
+            order = shuffled_order(len(self._source_of), shuffle_seed)
+            self._source_of, self._offset_of = self._source_of[order], self._offset_of[order]
+
+    def __len__(self) -> int:
+        return len(self._source_of)
+
+    def check_range(self, start: int, end: int) -> None:
+        """Raise ``DataIndexError`` unless ``0 <= start <= end < len(self)``."""
+        if end < start:
+            raise DataIndexError(f"empty sample range [{start}, {end}] for {self.description}")
+        for index in (start, end):
+            if not 0 <= index < len(self):
+                raise DataIndexError(
+                    f"index {index} is out of bounds: the data has {len(self)} sequences "
+                    f"of {self.seq_len} tokens ({self.description})"
+                )
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(source index, token offset) of sequence ``index``."""
+        self.check_range(index, index)
+        return int(self._source_of[index]), int(self._offset_of[index])
+
+    def locate_range(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """Source indices and token offsets of sequences ``start..end`` (inclusive)."""
+        self.check_range(start, end)
+        return self._source_of[start : end + 1], self._offset_of[start : end + 1]
+
+
+class TokenSequences:
+    """Fixed-length sequences over a list of 1-D token arrays, optionally globally shuffled."""
+
+    def __init__(
+        self,
+        sources: Sequence[np.ndarray],
+        names: Sequence[str],
+        seq_len: int,
+        shuffle_seed: bytes | None = None,
+        description: str | None = None,
+    ) -> None:
+        if len(sources) != len(names):
+            raise ValueError("every token source needs a name")
+        self.seq_len = seq_len
+        self.names = list(names)
+        self._sources = list(sources)
+        if description is None:
+            description = self.names[0] if len(self.names) == 1 else f"{len(self.names)} files"
+        self.table = SequenceTable([len(s) for s in sources], seq_len, shuffle_seed, description)
+        self.shuffle_seed = shuffle_seed
+
+    @classmethod
+    def from_files(
+        cls,
+        paths: Sequence[str | os.PathLike[str]],
+        token_size: TokenSize,
+        seq_len: int,
+        shuffle_seed: bytes | None = None,
+        description: str | None = None,
+    ) -> TokenSequences:
+        arrays = [open_token_file(p, token_size) for p in paths]
+        return cls(arrays, [str(p) for p in paths], seq_len, shuffle_seed, description)
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self.table)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(s) for s in self._sources)
+
+    def locate(self, index: int) -> tuple[str, int]:
+        """(source name, token offset) where sequence ``index`` starts."""
+        source, offset = self.table.locate(index)
+        return self.names[source], offset
+
+    def sequence(self, index: int) -> np.ndarray:
+        """Sequence ``index`` as int64 tokens."""
+        return self.read(index, index)[0]
+
+    def read(self, start: int, end: int) -> np.ndarray:
+        """Sequences ``start..end`` (inclusive) as an int64 array of shape (n, seq_len)."""
+        sources, offsets = self.table.locate_range(start, end)
+        out = np.empty((end - start + 1, self.seq_len), dtype=np.int64)
+        for row, (source, offset) in enumerate(
+            zip(sources.tolist(), offsets.tolist(), strict=True)
+        ):
+            out[row] = self._sources[source][offset : offset + self.seq_len]
+        return out
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for index in range(self.num_sequences):
+            yield self.sequence(index)
+
+    def __len__(self) -> int:
+        return self.num_sequences
