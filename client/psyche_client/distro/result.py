@@ -1,0 +1,318 @@
+"""The transmitted DisTrO result: layout, compact binary format, strict decode, commitment.
+
+One `DistroResult` is one trainer's compressed update for one batch of one step: for every
+parameter (sorted by name) the packed top-k indices and the values (bf16 or 1-bit signs).
+
+Binary format (version 1; integers in the fixed header are big-endian, `varint` is unsigned
+LEB128 in its shortest form):
+
+    header   magic b"PSDR" | version u8 = 1 | value kind u8 (0 = bf16, 1 = one-bit)
+             | step u32 | trainer_nonce u32 | batch start u64 | batch end u64
+             | tensor count varint
+    tensor   ndim varint | xshape: ndim varints | totalk varint | k varint
+             | idx bytes (chunks*k*w, little-endian, w = 1/2/4/8 by totalk)
+             | val bytes (chunks*k*2 bf16 little-endian, or ceil(chunks*k/8) LSB-first bits)
+
+Nothing else follows; `chunks = prod(xshape[:-2])` for matrices (`xshape[:-1]` for vectors).
+Commitment (as the reference): `data_hash = SHA-256(step u32 BE || start u64 BE || end u64 BE
+|| for each tensor: idx bytes || val bytes)`; it does not cover nonce, xshape, totalk or k.
+
+`DistroResult.decode(data, layout)` checks everything against the locally expected
+`ResultLayout` (tensor count, xshape, totalk, k, value kind, exact lengths, index range, no
+duplicate index inside a chunk, finite values, zero padding bits, no trailing bytes) and
+raises `ResultDecodeError` naming the tensor and field at fault.
+
+API: `ValueKind`, `TensorLayout`, `ResultLayout.for_parameters(named_shapes, chunk, topk,
+quantize_1bit)`, `TensorPayload`, `DistroResult(step, batch_id, trainer_nonce, value_kind,
+tensors)` with `.encode() -> bytes`, `.decode(data, layout)`, `.data_hash() -> bytes`,
+`.payload_bytes() -> int`, and `commitment_hash(step, batch_id, tensors) -> bytes`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from functools import cached_property
+
+import numpy as np
+from psyche_common.assignment import BatchId
+
+from psyche_client.distro.chunking import encoded_shape
+from psyche_client.distro.compress import (
+    effective_k,
+    index_width,
+    unpack_bf16,
+    unpack_indices,
+    unpack_signs,
+    value_bytes,
+)
+
+MAGIC = b"PSDR"
+FORMAT_VERSION = 1
+_HEADER = struct.Struct(">4sBBIIQQ")
+_U32_MAX = 2**32 - 1
+_MAX_NDIM = 8
+
+
+class ResultDecodeError(ValueError):
+    """A received result is malformed or does not match the locally expected layout."""
+
+
+class ValueKind(IntEnum):
+    BF16 = 0
+    ONE_BIT = 1
+
+
+@dataclass(frozen=True)
+class TensorLayout:
+    """What one parameter's entry must look like."""
+
+    name: str
+    shape: tuple[int, ...]
+    xshape: tuple[int, ...]
+    totalk: int
+    k: int
+
+    @property
+    def tile_dims(self) -> int:
+        return 2 if len(self.shape) >= 2 else 1
+
+    @property
+    def chunks(self) -> int:
+        return math.prod(self.xshape[: -self.tile_dims])
+
+    @property
+    def count(self) -> int:
+        """Coefficients transmitted for this tensor."""
+        return self.chunks * self.k
+
+    def idx_bytes(self) -> int:
+        return self.count * index_width(self.totalk)
+
+    def val_bytes(self, kind: ValueKind) -> int:
+        return value_bytes(self.count, kind == ValueKind.ONE_BIT)
+
+
+@dataclass(frozen=True)
+class ResultLayout:
+    """The expected layout of every result of a run: parameters in sorted-name order."""
+
+    tensors: tuple[TensorLayout, ...]
+    value_kind: ValueKind
+
+    @classmethod
+    def for_parameters(
+        cls,
+        named_shapes: Iterable[tuple[str, Sequence[int]]],
+        chunk: int,
+        topk: int,
+        quantize_1bit: bool,
+    ) -> ResultLayout:
+        tensors = []
+        for name, shape in sorted(named_shapes, key=lambda item: item[0]):
+            shape_t = tuple(int(d) for d in shape)
+            xshape = encoded_shape(shape_t, chunk)
+            tile_dims = 2 if len(shape_t) >= 2 else 1
+            totalk = math.prod(xshape[-tile_dims:])
+            tensors.append(TensorLayout(name, shape_t, xshape, totalk, effective_k(topk, totalk)))
+        kind = ValueKind.ONE_BIT if quantize_1bit else ValueKind.BF16
+        return cls(tuple(tensors), kind)
+
+    def payload_bytes(self) -> int:
+        """Index plus value bytes of one result (the section 1.10 formula)."""
+        return sum(t.idx_bytes() + t.val_bytes(self.value_kind) for t in self.tensors)
+
+
+@dataclass(frozen=True)
+class TensorPayload:
+    """One parameter's packed top-k indices and values."""
+
+    xshape: tuple[int, ...]
+    totalk: int
+    k: int
+    idx: bytes
+    val: bytes
+
+    def indices(self) -> np.ndarray:
+        """Indices as int64 `[chunks, k]`."""
+        return unpack_indices(self.idx, self.totalk).reshape(-1, self.k)
+
+
+def commitment_hash(step: int, batch_id: BatchId, tensors: Sequence[TensorPayload]) -> bytes:
+    """SHA-256 over step, batch range and every tensor's idx and val bytes (the reference's)."""
+    digest = hashlib.sha256()
+    digest.update(struct.pack(">IQQ", step, batch_id.start, batch_id.end))
+    for tensor in tensors:
+        digest.update(tensor.idx)
+        digest.update(tensor.val)
+    return digest.digest()
+
+
+@dataclass(frozen=True)
+class DistroResult:
+    step: int
+    batch_id: BatchId
+    trainer_nonce: int
+    value_kind: ValueKind
+    tensors: tuple[TensorPayload, ...]
+
+    @cached_property
+    def _commitment(self) -> bytes:
+        return commitment_hash(self.step, self.batch_id, self.tensors)
+
+    def data_hash(self) -> bytes:
+        """The 32-byte commitment hash (computed once)."""
+        return self._commitment
+
+    def payload_bytes(self) -> int:
+        return sum(len(t.idx) + len(t.val) for t in self.tensors)
+
+    def encode(self) -> bytes:
+        parts = [
+            _HEADER.pack(
+                MAGIC,
+                FORMAT_VERSION,
+                int(self.value_kind),
+                self.step,
+                self.trainer_nonce,
+                self.batch_id.start,
+                self.batch_id.end,
+            ),
+            _varint(len(self.tensors)),
+        ]
+        for tensor in self.tensors:
+            parts.append(_varint(len(tensor.xshape)))
+            parts.extend(_varint(d) for d in tensor.xshape)
+            parts.append(_varint(tensor.totalk))
+            parts.append(_varint(tensor.k))
+            parts.append(tensor.idx)
+            parts.append(tensor.val)
+        return b"".join(parts)
+
+    @classmethod
+    def decode(cls, data: bytes, layout: ResultLayout) -> DistroResult:
+        """Parse and strictly validate `data` against `layout`; raises `ResultDecodeError`."""
+        reader = _Reader(bytes(data))
+        magic, version, kind, step, nonce, start, end = reader.struct(_HEADER, "header")
+        if magic != MAGIC:
+            raise ResultDecodeError(f"not a DisTrO result: magic {magic!r}, expected {MAGIC!r}")
+        if version != FORMAT_VERSION:
+            raise ResultDecodeError(f"unsupported result format version {version}")
+        if kind not in (k.value for k in ValueKind):
+            raise ResultDecodeError(f"unknown value kind {kind}")
+        value_kind = ValueKind(kind)
+        if value_kind != layout.value_kind:
+            raise ResultDecodeError(
+                f"value kind is {value_kind.name}, this run expects {layout.value_kind.name}"
+            )
+        if end < start:
+            raise ResultDecodeError(f"batch range [{start}, {end}] has end < start")
+        count = reader.varint("tensor count")
+        if count != len(layout.tensors):
+            raise ResultDecodeError(
+                f"result has {count} tensors, the model has {len(layout.tensors)}"
+            )
+        tensors = tuple(_read_tensor(reader, expected, value_kind) for expected in layout.tensors)
+        if reader.remaining():
+            raise ResultDecodeError(f"{reader.remaining()} trailing bytes after the last tensor")
+        return cls(step, BatchId(start, end), nonce, value_kind, tensors)
+
+
+def _read_tensor(reader: _Reader, expected: TensorLayout, kind: ValueKind) -> TensorPayload:
+    where = f"tensor {expected.name!r}"
+    ndim = reader.varint(f"{where} ndim")
+    if ndim > _MAX_NDIM:
+        raise ResultDecodeError(f"{where}: ndim {ndim} is too large")
+    xshape = tuple(reader.varint(f"{where} xshape") for _ in range(ndim))
+    if xshape != expected.xshape:
+        raise ResultDecodeError(f"{where}: xshape {xshape}, expected {expected.xshape}")
+    totalk = reader.varint(f"{where} totalk")
+    if totalk != expected.totalk:
+        raise ResultDecodeError(f"{where}: totalk {totalk}, expected {expected.totalk}")
+    k = reader.varint(f"{where} k")
+    if k != expected.k:
+        raise ResultDecodeError(f"{where}: k {k}, expected {expected.k}")
+    idx = reader.take(expected.idx_bytes(), f"{where} indices")
+    val = reader.take(expected.val_bytes(kind), f"{where} values")
+    payload = TensorPayload(xshape, totalk, k, idx, val)
+    _check_indices(payload, where)
+    _check_values(val, kind, expected.count, where)
+    return payload
+
+
+def _check_indices(payload: TensorPayload, where: str) -> None:
+    idx = payload.indices()
+    if idx.size and int(idx.max()) >= payload.totalk:
+        raise ResultDecodeError(
+            f"{where}: index {int(idx.max())} out of range for {payload.totalk} coefficients"
+        )
+    if payload.k > 1:
+        ordered = np.sort(idx, axis=-1)
+        if (ordered[:, 1:] == ordered[:, :-1]).any():
+            raise ResultDecodeError(f"{where}: a chunk lists the same coefficient twice")
+
+
+def _check_values(val: bytes, kind: ValueKind, count: int, where: str) -> None:
+    try:
+        if kind == ValueKind.ONE_BIT:
+            unpack_signs(val, count)
+            return
+        values = unpack_bf16(val)
+    except ValueError as exc:
+        raise ResultDecodeError(f"{where}: {exc}") from exc
+    if not bool(values.float().isfinite().all()):
+        raise ResultDecodeError(f"{where}: values contain NaN or infinity")
+
+
+def _varint(value: int) -> bytes:
+    if value < 0:
+        raise ValueError(f"varint cannot encode negative value {value}")
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+class _Reader:
+    """Bounds-checked cursor over the result bytes."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._pos = 0
+
+    def remaining(self) -> int:
+        return len(self._data) - self._pos
+
+    def take(self, size: int, what: str) -> bytes:
+        if size > self.remaining():
+            raise ResultDecodeError(
+                f"truncated result: {what} needs {size} bytes, {self.remaining()} left"
+            )
+        chunk = self._data[self._pos : self._pos + size]
+        self._pos += size
+        return chunk
+
+    def struct(self, layout: struct.Struct, what: str) -> tuple:
+        return layout.unpack(self.take(layout.size, what))
+
+    def varint(self, what: str) -> int:
+        value = 0
+        for shift in range(0, 35, 7):
+            (byte,) = self.take(1, what)
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                if byte == 0 and shift:
+                    raise ResultDecodeError(f"{what}: varint is not in its shortest form")
+                if value > _U32_MAX:
+                    raise ResultDecodeError(f"{what}: value {value} exceeds u32")
+                return value
+        raise ResultDecodeError(f"{what}: varint longer than 5 bytes")

@@ -1,0 +1,200 @@
+"""DistroOptimizer: momentum/error feedback, lookahead restore, apply semantics and
+bit-identical replicas."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+import torch
+from psyche_client.distro import DctTransform, DistroOptimizer, DistroResult, DistroSettings
+from psyche_client.distro.compress import topk_per_chunk
+from psyche_common.assignment import BatchId
+
+from tests.unit._distro_helpers import SETTINGS, TinyNet, set_random_grads
+
+ONE_BIT = dataclasses.replace(SETTINGS, quantize_1bit=True)
+
+
+def test_first_generate_momentum_is_lr_times_grad() -> None:
+    model = TinyNet()
+    optimizer = DistroOptimizer(model.named_parameters(), SETTINGS)
+    set_random_grads(model, 1)
+    generated = optimizer.generate(0.5, 1, BatchId(0, 0), 0)
+    transform = DctTransform(SETTINGS.compression_chunk)
+    for i, (name, p) in enumerate(sorted(model.named_parameters())):
+        expected = 0.5 * p.grad
+        assert torch.equal(optimizer.momentum(name), expected)
+        tile_dims = 2 if p.dim() >= 2 else 1
+        idx, val = topk_per_chunk(transform.encode(expected), 3, tile_dims)
+        own_idx, own_val = generated.own.tensors[i]
+        assert torch.equal(own_idx, idx)
+        assert torch.equal(own_val, val)
+
+
+def test_error_feedback_subtracts_own_unquantized_result_before_decay() -> None:
+    model = TinyNet()
+    optimizer = DistroOptimizer(model.named_parameters(), ONE_BIT)
+    set_random_grads(model, 1)
+    grads1 = {n: p.grad.clone() for n, p in model.named_parameters()}
+    first = optimizer.generate(0.1, 1, BatchId(0, 0), 0)
+    set_random_grads(model, 2)
+    optimizer.generate(0.1, 2, BatchId(1, 1), 1, own_previous=[first.own])
+    transform = DctTransform(SETTINGS.compression_chunk)
+    for i, (name, p) in enumerate(sorted(model.named_parameters())):
+        tile_dims = 2 if p.dim() >= 2 else 1
+        encoded = transform.encode(0.1 * grads1[name])
+        idx, val = first.own.tensors[i]
+        sparse = torch.zeros_like(encoded).reshape(idx.shape[0], -1).scatter(-1, idx, val)
+        sent = transform.decode(sparse.view(encoded.shape), p.shape)
+        expected = 0.9 * (0.1 * grads1[name] - sent) + 0.1 * p.grad
+        assert torch.allclose(optimizer.momentum(name), expected, atol=1e-6), name
+        assert tile_dims in (1, 2)
+
+
+def test_lookahead_applies_sign_step_and_restores_exact_weights() -> None:
+    model = TinyNet()
+    optimizer = DistroOptimizer(model.named_parameters(), SETTINGS)
+    set_random_grads(model, 3)
+    optimizer.generate(0.1, 1, BatchId(0, 0), 0)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    prev_lr = 0.0123
+    with optimizer.lookahead(prev_lr):
+        for name, p in model.named_parameters():
+            shifted = before[name] - prev_lr * torch.sign(optimizer.momentum(name))
+            assert torch.allclose(p, shifted, atol=1e-7)
+            assert not torch.equal(p, before[name])
+    for name, p in model.named_parameters():
+        assert torch.equal(p, before[name])
+
+
+def test_lookahead_restores_weights_when_training_fails() -> None:
+    model = TinyNet()
+    optimizer = DistroOptimizer(model.named_parameters(), SETTINGS)
+    set_random_grads(model, 3)
+    optimizer.generate(0.1, 1, BatchId(0, 0), 0)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    with pytest.raises(RuntimeError), optimizer.lookahead(0.5):
+        raise RuntimeError("cancelled")
+    for name, p in model.named_parameters():
+        assert torch.equal(p, before[name])
+
+
+def _peer_results(settings: DistroSettings, peers: int, step: int = 1) -> list[DistroResult]:
+    results = []
+    for r in range(peers):
+        model = TinyNet()
+        optimizer = DistroOptimizer(model.named_parameters(), settings)
+        set_random_grads(model, 100 + r)
+        batch = BatchId(4 * r, 4 * r + 3)
+        results.append(optimizer.generate(0.1, step, batch, 0).transmit)
+    return results
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, ONE_BIT], ids=["bf16", "1bit"])
+def test_apply_is_scatter_mean_then_inverse_dct_then_sign(settings: DistroSettings) -> None:
+    results = _peer_results(settings, 3)
+    model = TinyNet()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    optimizer = DistroOptimizer(model.named_parameters(), settings)
+    assert optimizer.apply(results, 0.25) == 3
+    transform = DctTransform(settings.compression_chunk)
+    for i, expected in enumerate(optimizer.layout.tensors):
+        total = torch.zeros(expected.chunks, expected.totalk, dtype=torch.float64)
+        count = torch.zeros_like(total)
+        for result in results:
+            payload = result.tensors[i]
+            idx = torch.from_numpy(payload.indices())
+            if settings.quantize_1bit:
+                bits = [(payload.val[j // 8] >> (j % 8)) & 1 for j in range(expected.count)]
+                val = torch.tensor([-1.0 if b else 1.0 for b in bits], dtype=torch.float64)
+            else:
+                raw = torch.frombuffer(bytearray(payload.val), dtype=torch.bfloat16)
+                val = raw.to(torch.float64)
+            val = val.view(expected.chunks, expected.k)
+            for c in range(expected.chunks):
+                for j in range(expected.k):
+                    total[c, idx[c, j]] += val[c, j]
+                    count[c, idx[c, j]] += 1
+        mean = torch.where(count > 0, total / count.clamp_min(1), 0.0)
+        decoded = transform.decode(mean.view(expected.xshape), expected.shape)
+        want = before[expected.name] - 0.25 * torch.sign(decoded).float()
+        got = dict(model.named_parameters())[expected.name]
+        clear = decoded.abs() > 1e-5  # float32 vs float64 may disagree on sign(~0)
+        assert clear.float().mean() > 0.9
+        assert torch.allclose(got[clear], want[clear], atol=1e-6), expected.name
+
+
+def test_apply_nothing_leaves_weights_untouched() -> None:
+    model = TinyNet()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    assert DistroOptimizer(model.named_parameters(), SETTINGS).apply([], 1.0) == 0
+    for name, p in model.named_parameters():
+        assert torch.equal(p, before[name])
+
+
+def test_apply_weight_decay_is_multiplicative() -> None:
+    settings = dataclasses.replace(SETTINGS, weight_decay=0.5)
+    results = _peer_results(settings, 1)
+    plain, decayed = TinyNet(), TinyNet()
+    DistroOptimizer(plain.named_parameters(), SETTINGS).apply(results, 0.1)
+    DistroOptimizer(decayed.named_parameters(), settings).apply(results, 0.1)
+    reference = TinyNet()
+    for (name, p), (_, q), (_, r) in zip(
+        plain.named_parameters(),
+        decayed.named_parameters(),
+        reference.named_parameters(),
+        strict=True,
+    ):
+        step = p - r  # -lr * sign(G)
+        assert torch.allclose(q, r * (1 - 0.1 * 0.5) + step, atol=1e-6), name
+
+
+def test_apply_rejects_mismatched_layout() -> None:
+    results = _peer_results(SETTINGS, 1)
+    other = dataclasses.replace(SETTINGS, compression_topk=2)
+    model = TinyNet()
+    with pytest.raises(ValueError, match="layout"):
+        DistroOptimizer(model.named_parameters(), other).apply(results, 0.1)
+    with pytest.raises(ValueError, match="value kind"):
+        DistroOptimizer(model.named_parameters(), ONE_BIT).apply(results, 0.1)
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, ONE_BIT], ids=["bf16", "1bit"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_four_peers_stay_bit_identical(settings: DistroSettings, dtype: torch.dtype) -> None:
+    """4 replicas, each generating from its own data and applying all 4 results (shuffled
+    arrival order) through the delayed pipeline, keep bit-identical weights."""
+    peers = 4
+    models = [TinyNet(seed=0, dtype=dtype) for _ in range(peers)]
+    optimizers = [DistroOptimizer(m.named_parameters(), settings) for m in models]
+    own = [[] for _ in range(peers)]
+    pending: list[list[DistroResult]] = []
+    shuffler = random.Random(5)
+    for step in range(1, 7):
+        if len(pending) >= 2:
+            to_apply = pending.pop(0)
+            for optimizer in optimizers:
+                arrival = list(to_apply)
+                shuffler.shuffle(arrival)
+                optimizer.apply(arrival, 0.01)
+        produced = []
+        for r, (model, optimizer) in enumerate(zip(models, optimizers, strict=True)):
+            with optimizer.lookahead(0.01 if step > 1 else 0.0):
+                data = torch.randn(4, 24, generator=torch.Generator().manual_seed(step * 10 + r))
+                hidden = data.to(dtype) @ model.w_z.T
+                loss = hidden.float().pow(2).mean() + model.w_a.float().sum() + model.b.sum()
+                loss.backward()
+            batch = BatchId(4 * r, 4 * r + 3)
+            generated = optimizer.generate(0.01, step, batch, step - 1, own[r])
+            own[r] = [generated.own]
+            for p in model.parameters():
+                p.grad = None
+            produced.append(generated.transmit)
+        pending.append(produced)
+        reference = [p.detach() for p in models[0].parameters()]
+        for model in models[1:]:
+            for p, q in zip(reference, model.parameters(), strict=True):
+                assert torch.equal(p, q)
+    assert not torch.equal(models[0].w_z.detach(), TinyNet(seed=0, dtype=dtype).w_z)

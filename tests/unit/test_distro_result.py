@@ -1,0 +1,201 @@
+"""The binary result format: round trip, sizes vs the section 1.10 formula, commitment,
+and strict rejection of corrupted or mis-shaped results."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import struct
+
+import pytest
+import torch
+import transformers
+from psyche_client.distro import (
+    DistroResult,
+    DistroSettings,
+    ResultDecodeError,
+    ResultLayout,
+    TensorPayload,
+)
+from psyche_common.assignment import BatchId
+
+from tests.unit._distro_helpers import SETTINGS, generate_result
+
+ONE_BIT = dataclasses.replace(SETTINGS, quantize_1bit=True)
+
+
+def llama_shapes(hidden: int, intermediate: int, layers: int, heads: int, vocab: int) -> list:
+    config = transformers.LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        tie_word_embeddings=False,
+    )
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config)
+    return [(name, tuple(p.shape)) for name, p in model.named_parameters()]
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, ONE_BIT], ids=["bf16", "1bit"])
+def test_roundtrip(settings: DistroSettings) -> None:
+    optimizer, generated = generate_result(settings)
+    data = generated.transmit.encode()
+    decoded = DistroResult.decode(data, optimizer.layout)
+    assert decoded == generated.transmit
+    assert decoded.data_hash() == generated.transmit.data_hash()
+    assert decoded.trainer_nonce == 2
+    assert decoded.batch_id == BatchId(8, 11)
+    assert len(data) == decoded.payload_bytes() + 30 + 1 + sum(
+        1 + len(t.xshape) + 1 + 1 for t in decoded.tensors
+    )
+
+
+def test_commitment_is_reference_hash() -> None:
+    _, generated = generate_result(ONE_BIT, step=7, start=40)
+    result = generated.transmit
+    digest = hashlib.sha256(struct.pack(">IQQ", 7, 40, 43))
+    for tensor in result.tensors:
+        digest.update(tensor.idx + tensor.val)
+    assert result.data_hash() == digest.digest()
+    other = dataclasses.replace(result, batch_id=BatchId(40, 44))
+    assert other.data_hash() != result.data_hash()
+    renonced = dataclasses.replace(result, trainer_nonce=99)
+    assert renonced.data_hash() == result.data_hash()  # the nonce is not committed
+
+
+def test_prototype_model_payload_is_3970_bytes() -> None:
+    shapes = llama_shapes(hidden=128, intermediate=384, layers=4, heads=4, vocab=256)
+    layout = ResultLayout.for_parameters(shapes, chunk=64, topk=8, quantize_1bit=True)
+    assert layout.payload_bytes() == 3970
+    assert sum(t.idx_bytes() for t in layout.tensors) == 3728
+
+
+def test_20m_model_blob_within_one_percent_of_formula() -> None:
+    shapes = llama_shapes(hidden=256, intermediate=768, layers=4, heads=8, vocab=32000)
+    layout = ResultLayout.for_parameters(shapes, chunk=64, topk=8, quantize_1bit=True)
+    tensors = tuple(
+        TensorPayload(
+            t.xshape,
+            t.totalk,
+            t.k,
+            bytes(t.idx_bytes()),
+            bytes(t.val_bytes(layout.value_kind)),
+        )
+        for t in layout.tensors
+    )
+    result = DistroResult(5, BatchId(0, 7), 0, layout.value_kind, tensors)
+    size = len(result.encode())
+    formula = layout.payload_bytes()
+    assert 80_000 < formula < 85_000
+    assert formula <= size <= formula * 1.01
+
+
+def _corrupt(data: bytes, offset: int, value: int) -> bytes:
+    out = bytearray(data)
+    out[offset] = value
+    return bytes(out)
+
+
+def _first_idx_offset(result: DistroResult) -> int:
+    tensor = result.tensors[0]
+    return 30 + 1 + 1 + len(tensor.xshape) + 1 + 1
+
+
+def test_rejects_truncated_and_trailing_bytes() -> None:
+    optimizer, generated = generate_result()
+    data = generated.transmit.encode()
+    with pytest.raises(ResultDecodeError, match="truncated"):
+        DistroResult.decode(data[:-1], optimizer.layout)
+    with pytest.raises(ResultDecodeError, match="trailing"):
+        DistroResult.decode(data + b"\0", optimizer.layout)
+    with pytest.raises(ResultDecodeError, match="truncated"):
+        DistroResult.decode(data[:10], optimizer.layout)
+
+
+def test_rejects_bad_header() -> None:
+    optimizer, generated = generate_result()
+    data = generated.transmit.encode()
+    with pytest.raises(ResultDecodeError, match="magic"):
+        DistroResult.decode(b"XXXX" + data[4:], optimizer.layout)
+    with pytest.raises(ResultDecodeError, match="version"):
+        DistroResult.decode(_corrupt(data, 4, 9), optimizer.layout)
+    with pytest.raises(ResultDecodeError, match="value kind"):
+        DistroResult.decode(_corrupt(data, 5, 1), optimizer.layout)
+    with pytest.raises(ResultDecodeError, match="unknown value kind"):
+        DistroResult.decode(_corrupt(data, 5, 7), optimizer.layout)
+    with pytest.raises(ResultDecodeError, match="end < start"):
+        DistroResult.decode(data[:14] + struct.pack(">QQ", 9, 3) + data[30:], optimizer.layout)
+
+
+def test_rejects_mis_shaped_result() -> None:
+    optimizer, generated = generate_result()
+    data = generated.transmit.encode()
+    other_chunk = ResultLayout.for_parameters(
+        [(t.name, t.shape) for t in optimizer.layout.tensors],
+        chunk=2,
+        topk=3,
+        quantize_1bit=False,
+    )
+    with pytest.raises(ResultDecodeError, match="xshape"):
+        DistroResult.decode(data, other_chunk)
+    other_k = ResultLayout.for_parameters(
+        [(t.name, t.shape) for t in optimizer.layout.tensors],
+        chunk=4,
+        topk=2,
+        quantize_1bit=False,
+    )
+    with pytest.raises(ResultDecodeError, match=" k "):
+        DistroResult.decode(data, other_k)
+    fewer = ResultLayout(optimizer.layout.tensors[:2], optimizer.layout.value_kind)
+    with pytest.raises(ResultDecodeError, match="3 tensors"):
+        DistroResult.decode(data, fewer)
+    bigger = ResultLayout.for_parameters(
+        [("b", (16,)), ("w_a", (10, 8)), ("w_z", (16, 24))],
+        chunk=4,
+        topk=3,
+        quantize_1bit=False,
+    )
+    with pytest.raises(ResultDecodeError, match="tensor 'b': xshape"):
+        DistroResult.decode(data, bigger)
+
+
+def test_rejects_index_out_of_range_and_duplicates() -> None:
+    optimizer, generated = generate_result()  # tensor "b": 1-D chunks of 4, u8 indices, k=3
+    data = generated.transmit.encode()
+    offset = _first_idx_offset(generated.transmit)
+    with pytest.raises(ResultDecodeError, match="out of range"):
+        DistroResult.decode(_corrupt(data, offset, 4), optimizer.layout)
+    duplicate = _corrupt(data, offset + 1, data[offset])
+    with pytest.raises(ResultDecodeError, match="twice"):
+        DistroResult.decode(duplicate, optimizer.layout)
+
+
+def test_rejects_non_finite_values() -> None:
+    optimizer, generated = generate_result()
+    tensor = generated.transmit.tensors[0]
+    nan = bytes([0xC0, 0x7F])  # bf16 NaN, little-endian
+    bad = dataclasses.replace(tensor, val=nan + tensor.val[2:])
+    result = dataclasses.replace(generated.transmit, tensors=(bad, *generated.transmit.tensors[1:]))
+    with pytest.raises(ResultDecodeError, match="NaN"):
+        DistroResult.decode(result.encode(), optimizer.layout)
+
+
+def test_rejects_nonzero_sign_padding() -> None:
+    optimizer, generated = generate_result(ONE_BIT)
+    tensor = generated.transmit.tensors[0]  # "b": 3 chunks x 3 = 9 bits -> 2 bytes
+    bad = dataclasses.replace(tensor, val=tensor.val[:1] + bytes([tensor.val[1] | 0x80]))
+    result = dataclasses.replace(generated.transmit, tensors=(bad, *generated.transmit.tensors[1:]))
+    with pytest.raises(ResultDecodeError, match="padding"):
+        DistroResult.decode(result.encode(), optimizer.layout)
+
+
+def test_rejects_non_canonical_varint() -> None:
+    optimizer, generated = generate_result()
+    data = generated.transmit.encode()
+    # tensor count 3 written as 0x83 0x00
+    padded = data[:30] + bytes([0x83, 0x00]) + data[31:]
+    with pytest.raises(ResultDecodeError, match="shortest"):
+        DistroResult.decode(padded, optimizer.layout)
