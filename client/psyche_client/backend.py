@@ -1,0 +1,118 @@
+"""The training backend interface of the round pipeline, and the dummy backend for tests.
+
+The round runner never touches torch: it calls a `TrainingBackend` from a worker thread
+(`asyncio.to_thread`). `DistroBackend` (psyche_client.distro_backend) wraps the real trainer;
+`DummyBackend` (`--dummy-training-delay-secs`) sleeps instead of training and produces tiny
+fake results, so protocol-level runs are fast and still prove that every client applies the
+same results in the same order (its "weights" are a hash chain over what was applied).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from psyche_common.assignment import BatchId
+
+
+def result_commitment(step: int, batch: BatchId, payload_digest_input: bytes) -> bytes:
+    """SHA-256 over ``step (BE u32) ‖ start (BE u64) ‖ end (BE u64) ‖ bytes``."""
+    header = struct.pack(">IQQ", step, batch.start, batch.end)
+    return hashlib.sha256(header + payload_digest_input).digest()
+
+
+@dataclass
+class TrainOutput:
+    """One trained batch: the loss, the bytes to transmit and the local (unquantized) result."""
+
+    loss: float
+    payload: bytes
+    data_hash: bytes
+    local_result: Any
+    tokens: int
+
+
+class TrainingBackend(Protocol):
+    """What the round pipeline needs from a model + optimizer. All methods may block."""
+
+    def train(
+        self, step: int, batch: BatchId, samples: Any, prev_self_results: list[Any]
+    ) -> TrainOutput: ...
+
+    def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> Any:
+        """Verify ``payload`` against its commitment and decode it; raise ValueError if bad."""
+        ...
+
+    def apply(self, step: int, results: list[Any]) -> None: ...
+
+    def cancel_round(self) -> None:
+        """Training of the round was cut short: undo any lookahead still applied."""
+        ...
+
+    def weights_hash(self) -> bytes: ...
+
+    def export_parameters(self) -> dict[str, bytes]: ...
+
+    def save_checkpoint(self, directory: str) -> None: ...
+
+
+class DummyBackend:
+    """A stand-in model: sleeps ``delay_secs`` per batch; weights are a 32-byte hash chain."""
+
+    PAYLOAD_SIZE = 64
+
+    def __init__(self, delay_secs: float, weights: bytes | None = None) -> None:
+        self.delay_secs = delay_secs
+        self.weights = weights or hashlib.sha256(b"psyche-py dummy model").digest()
+        self.applied_steps = 0
+
+    def train(
+        self, step: int, batch: BatchId, samples: Any, prev_self_results: list[Any]
+    ) -> TrainOutput:
+        time.sleep(self.delay_secs)
+        seed = hashlib.sha256(self.weights + struct.pack(">IQQ", step, batch.start, batch.end))
+        payload = (seed.digest() * 2)[: self.PAYLOAD_SIZE]
+        loss = 10.0 / (1.0 + 0.1 * (self.applied_steps + 1))
+        return TrainOutput(
+            loss=loss,
+            payload=payload,
+            data_hash=result_commitment(step, batch, payload),
+            local_result=payload,
+            tokens=len(batch),
+        )
+
+    def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> bytes:
+        if len(payload) != self.PAYLOAD_SIZE:
+            raise ValueError(f"dummy result must be {self.PAYLOAD_SIZE} bytes, got {len(payload)}")
+        if result_commitment(step, batch, payload) != data_hash:
+            raise ValueError(f"result for {batch} at step {step} does not match its commitment")
+        return payload
+
+    def apply(self, step: int, results: list[Any]) -> None:
+        digest = hashlib.sha256(self.weights + struct.pack(">I", step))
+        for payload in results:
+            digest.update(payload)
+        self.weights = digest.digest()
+        self.applied_steps += 1
+
+    def cancel_round(self) -> None:
+        return None
+
+    def weights_hash(self) -> bytes:
+        return hashlib.sha256(self.weights).digest()
+
+    def export_parameters(self) -> dict[str, bytes]:
+        return {"dummy.weights": self.weights}
+
+    def load_parameters(self, parameters: dict[str, bytes]) -> None:
+        self.weights = parameters["dummy.weights"]
+
+    def save_checkpoint(self, directory: str) -> None:
+        import pathlib
+
+        path = pathlib.Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "dummy.weights").write_bytes(self.weights)

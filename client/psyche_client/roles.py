@@ -1,0 +1,108 @@
+"""Pure role derivation: what this client does in the coordinator's current round.
+
+Everything follows from the broadcast coordinator state (reference §2.5.1): the committee and
+witness proofs of this client, the round's batch → trainer assignment, this client's own
+batches and every batch id of the round (what witnesses wait for).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from psyche_common.assignment import BatchId, assign_data_for_round
+from psyche_common.committee import (
+    Committee,
+    CommitteeProof,
+    CommitteeSelection,
+    WitnessProof,
+)
+
+
+@dataclass(frozen=True)
+class RoundRoles:
+    """This client's view of one round."""
+
+    step: int
+    height: int
+    my_index: int | None
+    committee_proof: CommitteeProof | None
+    witness_proof: WitnessProof | None
+    selection: CommitteeSelection | None
+    assignments: dict[BatchId, bytes]
+    batch_ids: tuple[BatchId, ...]
+    my_batches: tuple[BatchId, ...]
+
+    @property
+    def is_witness(self) -> bool:
+        return self.witness_proof is not None and self.witness_proof.witness
+
+    @property
+    def is_trainer(self) -> bool:
+        return self.committee_proof is not None and (
+            self.committee_proof.committee == Committee.Trainer
+        )
+
+
+def client_index(coordinator: Any, client_id: bytes) -> int | None:
+    """Position of ``client_id`` in ``epoch_state.clients`` (its committee index), or None."""
+    for index, client in enumerate(coordinator.epoch_state.clients):
+        if client.id == client_id:
+            return index
+    return None
+
+
+def selection_for_round(coordinator: Any, round_: Any) -> CommitteeSelection | None:
+    """The committee selection of a stored round, None when it has no clients."""
+    if round_ is None or round_.clients_len == 0:
+        return None
+    return CommitteeSelection.new(
+        round_.tie_breaker_tasks,
+        coordinator.config.witness_nodes,
+        coordinator.config.verification_percent,
+        round_.clients_len,
+        round_.random_seed,
+    )
+
+
+def derive_round_roles(coordinator: Any, client_id: bytes, have_training: bool) -> RoundRoles:
+    """Roles, proofs and batches of ``client_id`` in the coordinator's current round."""
+    round_ = coordinator.current_round()
+    clients = list(coordinator.epoch_state.clients)
+    selection = selection_for_round(coordinator, round_)
+    index = client_index(coordinator, client_id)
+    committee_proof = witness_proof = None
+    if selection is not None and index is not None and index < selection.total_nodes:
+        committee_proof = selection.get_committee(index)
+        witness_proof = selection.get_witness(index)
+    assignments: dict[BatchId, bytes] = {}
+    if have_training and clients:
+        assignments = assign_data_for_round(
+            round_, clients, coordinator.config, coordinator.model.max_seq_len
+        )
+    batch_ids = tuple(sorted(assignments, key=lambda b: b.start))
+    mine = tuple(b for b in batch_ids if assignments[b] == client_id)
+    return RoundRoles(
+        step=coordinator.progress.step,
+        height=round_.height,
+        my_index=index,
+        committee_proof=committee_proof,
+        witness_proof=witness_proof,
+        selection=selection,
+        assignments=assignments,
+        batch_ids=batch_ids,
+        my_batches=mine,
+    )
+
+
+def witness_quorum(witness_nodes: int, num_witnesses: int) -> int:
+    """Quorum table 1→1, 2→2, 3→2, n→max(1, ⌊2n/3⌋); uses ``witness_nodes`` unless it is 0.
+
+    The reference panics for 0 witnesses; here 0 gives quorum 1, which nothing reaches.
+    """
+    w = witness_nodes if witness_nodes != 0 else num_witnesses
+    if w <= 1:
+        return 1
+    if w in (2, 3):
+        return 2
+    return max(1, int(w * (2.0 / 3.0)))

@@ -1,0 +1,162 @@
+"""The client's TCP connection to the coordinator server.
+
+Connect, answer the challenge with our identity, send `Join` once, then read the server's
+`CoordinatorState` frames (de-duplicated by the hash of their bytes, like the reference) into
+an asyncio queue, and send `Witness`, `WarmupWitness`, `HealthCheck` and `Checkpoint`.
+Writes are serialized by a lock; every network wait has a timeout. A `Rejected` frame or a
+closed connection ends `states()` with `ServerLinkError` naming the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from psyche_common.protocol import (
+    DEFAULT_MAX_FRAME_SIZE,
+    Identity,
+    ProtocolError,
+    connect_handshake,
+    decode_payload,
+    read_frame_bytes,
+    write_frame,
+)
+from psyche_common.protocol.messages import (
+    Checkpoint,
+    CoordinatorState,
+    HealthCheck,
+    HealthCheckEntry,
+    InvalidMessage,
+    Join,
+    Rejected,
+    WarmupWitness,
+    Witness,
+    WitnessMetadata,
+    parse_server_message,
+    to_wire,
+)
+
+log = logging.getLogger("psyche.client.server")
+
+CLIENT_VERSION = "psyche-py-client/0.1"
+CONNECT_TIMEOUT = 15.0
+WRITE_TIMEOUT = 15.0
+# A coordinator state with 256 clients and 32 witnesses is a few hundred KiB.
+MAX_SERVER_FRAME = max(DEFAULT_MAX_FRAME_SIZE, 64 * 1024 * 1024)
+
+
+class ServerLinkError(ConnectionError):
+    """The server connection failed, was closed, or the server rejected us."""
+
+
+@dataclass(frozen=True)
+class ServerUpdate:
+    """One (new) coordinator state: the coordinator wire dict and member P2P addresses."""
+
+    coordinator: dict[str, Any]
+    peers: dict[bytes, str]
+
+
+def parse_server_addr(addr: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too) → (host, port); raises ValueError naming the text."""
+    host, sep, port = addr.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"server address {addr!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+class ServerLink:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        identity: Identity,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self.identity = identity
+        self._write_lock = asyncio.Lock()
+        self._last_digest: bytes | None = None
+        self.states_received = 0
+
+    @classmethod
+    async def connect(
+        cls,
+        server_addr: str,
+        identity: Identity,
+        run_id: str,
+        p2p_address: str,
+        timeout: float = CONNECT_TIMEOUT,
+    ) -> ServerLink:
+        host, port = parse_server_addr(server_addr)
+        try:
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_connection(host, port)
+        except (OSError, TimeoutError) as exc:
+            raise ServerLinkError(f"cannot connect to server {server_addr}: {exc}") from exc
+        link = cls(reader, writer, identity)
+        try:
+            await connect_handshake(reader, writer, identity, timeout=timeout)
+            await link._send(
+                Join(run_id=run_id, p2p_address=p2p_address, client_version=CLIENT_VERSION)
+            )
+        except (ProtocolError, OSError, TimeoutError) as exc:
+            await link.close()
+            raise ServerLinkError(f"handshake with server {server_addr} failed: {exc}") from exc
+        log.info("connected to server %s as %s", server_addr, identity.short_id)
+        return link
+
+    async def close(self) -> None:
+        self._writer.close()
+        with contextlib.suppress(OSError, TimeoutError):
+            await asyncio.wait_for(self._writer.wait_closed(), 2.0)
+
+    async def states(self) -> AsyncIterator[ServerUpdate]:
+        """Yield every new coordinator state until the connection ends (then raise)."""
+        while True:
+            try:
+                raw = await read_frame_bytes(self._reader, MAX_SERVER_FRAME)
+                message = parse_server_message(decode_payload(raw))
+            except InvalidMessage as exc:
+                raise ServerLinkError(f"server sent an invalid message: {exc}") from exc
+            except (ProtocolError, OSError) as exc:
+                raise ServerLinkError(f"server connection lost: {exc}") from exc
+            if isinstance(message, Rejected):
+                raise ServerLinkError(f"server rejected this client: {message.reason}")
+            assert isinstance(message, CoordinatorState)
+            digest = hashlib.sha256(raw).digest()
+            if digest == self._last_digest:
+                continue
+            self._last_digest = digest
+            self.states_received += 1
+            yield ServerUpdate(dict(message.coordinator), dict(message.peers))
+
+    async def _send(self, message: Any) -> None:
+        async with self._write_lock:
+            try:
+                async with asyncio.timeout(WRITE_TIMEOUT):
+                    await write_frame(self._writer, to_wire(message))
+            except (OSError, TimeoutError) as exc:
+                raise ServerLinkError(f"cannot send {type(message).__name__}: {exc}") from exc
+
+    # ---- the Uplink protocol of the round runner --------------------------------------
+
+    async def send_witness(self, witness: dict[str, Any], metadata: dict[str, Any]) -> None:
+        await self._send(Witness(witness=witness, metadata=WitnessMetadata(**metadata)))
+
+    async def send_warmup_witness(self, witness: dict[str, Any]) -> None:
+        await self._send(WarmupWitness(witness=witness))
+
+    async def send_health_check(
+        self, checks: list[tuple[bytes, dict[str, Any]]], step: int, weights_hash: bytes
+    ) -> None:
+        entries = [HealthCheckEntry(id=client_id, proof=proof) for client_id, proof in checks]
+        await self._send(HealthCheck(checks=entries, step=step, weights_hash=weights_hash))
+
+    async def send_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        await self._send(Checkpoint(checkpoint=checkpoint))

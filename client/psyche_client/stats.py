@@ -1,0 +1,104 @@
+"""Client statistics (reference §3.3): losses, step durations, tokens/s, efficiency, traffic.
+
+Fed by the round runner; read by the dashboard, the JSON logs and the witness metadata.
+Durations are kept in bounded windows of 16, like the reference.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+WINDOW = 16
+
+
+@dataclass
+class ClientStats:
+    losses: list[tuple[int, float]] = field(default_factory=list)
+    weights_hashes: dict[int, bytes] = field(default_factory=dict)
+    step_durations: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    train_durations: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    results_announced: int = 0
+    results_downloaded: int = 0
+    bytes_downloaded: int = 0
+    step: int = 0
+    epoch: int = 0
+    run_state: str = ""
+    global_batch_tokens: int = 0
+    total_tokens: int = 0
+    _last_round_end: float | None = None
+    _round_start: float | None = None
+
+    def observe_state(self, coordinator: Any) -> None:
+        self.step = coordinator.progress.step
+        self.epoch = coordinator.progress.epoch
+        state = coordinator.run_state
+        self.run_state = getattr(state, "name", str(state))
+        round_ = coordinator.current_round()
+        seq_len = coordinator.model.max_seq_len
+        if round_ is not None:
+            self.total_tokens = round_.data_index * seq_len
+        try:
+            from psyche_common.assignment import round_batch_size
+
+            self.global_batch_tokens = round_batch_size(coordinator, round_) * seq_len
+        except Exception:
+            pass
+
+    def round_started(self, step: int) -> None:
+        self._round_start = time.monotonic()
+
+    def round_finished(self, round_: Any, coordinator: Any) -> None:
+        now = time.monotonic()
+        loss = round_.mean_loss()
+        if loss is not None:
+            self.losses.append((round_.step, loss))
+            del self.losses[:-1000]
+        if round_.training_finished_at is not None:
+            self.train_durations.append(round_.training_finished_at - round_.started_at)
+        if self._last_round_end is not None:
+            self.step_durations.append(now - self._last_round_end)
+        self._last_round_end = now
+
+    def result_announced(self) -> None:
+        self.results_announced += 1
+
+    def downloaded(self, size: int) -> None:
+        self.results_downloaded += 1
+        self.bytes_downloaded += size
+
+    def applied(self, step: int, weights_hash: bytes) -> None:
+        self.weights_hashes[step] = weights_hash
+
+    @property
+    def last_loss(self) -> float | None:
+        return self.losses[-1][1] if self.losses else None
+
+    @property
+    def tokens_per_sec(self) -> float:
+        total = sum(self.step_durations)
+        if total <= 0:
+            return 0.0
+        return self.global_batch_tokens * len(self.step_durations) / total
+
+    @property
+    def efficiency(self) -> float:
+        k = min(len(self.step_durations), len(self.train_durations))
+        total = sum(list(self.step_durations)[-k:]) if k else 0.0
+        if total <= 0:
+            return 0.0
+        return min(1.0, sum(list(self.train_durations)[-k:]) / total)
+
+    def witness_metadata(self, step: int, weights_hash: bytes) -> dict[str, Any]:
+        loss = self.last_loss
+        return {
+            "step": step,
+            "loss": loss if loss is not None and math.isfinite(loss) else None,
+            "tokens_per_sec": float(self.tokens_per_sec),
+            "bandwidth_per_sec": 0.0,
+            "efficiency": float(self.efficiency),
+            "weights_hash": weights_hash,
+        }
