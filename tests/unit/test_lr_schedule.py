@@ -179,3 +179,23 @@ def test_effective_lr_combines_schedule_and_cold_start() -> None:
     s = constant(0.01, 0, 0.0)
     assert effective_lr(s, 42, (40, 44)) == pytest.approx(0.005)
     assert effective_lr(s, 42) == pytest.approx(0.01)
+
+
+def test_config_models_from_psyche_common_config() -> None:
+    from psyche_common.config import CosineLR, WarmupStableDecayLR
+
+    model = CosineLR(
+        base_lr=0.01, warmup_steps=10, warmup_init_lr=0.001, total_steps=110, final_lr=0.0
+    )
+    assert close(lr_at(model, 60), 0.005)
+    w = WarmupStableDecayLR(
+        base_lr=0.01,
+        warmup_steps=10,
+        warmup_init_lr=0.001,
+        stable_steps=60,
+        cosine_decay_steps=110,
+        cosine_decay_final_lr=0.001,
+        linear_decay_steps=20,
+        linear_decay_final_lr=0.0,
+    )
+    assert close(lr_at(w, 190), 0.0005)

@@ -1,0 +1,295 @@
+"""Resource estimate of a run for one client: memory per component and DisTrO bytes per step.
+
+`estimate_run(llm_config, model_config, micro_batch_size, device)` builds the model on the
+`meta` device (no memory, exact parameter shapes), then adds up:
+  * parameters, gradients, optimizer state (DisTrO momentum + the saved weights used to undo the
+    lookahead, or AdamW's two moments), all in the training dtype;
+  * activations of one micro-batch at `max_seq_len` (an approximation for Llama-style decoder
+    blocks: per token and layer ~ 8h + 3·kv + 4·intermediate elements plus 2·heads·seq attention
+    scores, and the logits in float32 for the loss);
+  * the DisTrO result size with the reference's wire format (client spec section 1.10: DCT tiles
+    chosen per dimension, top-k indices u8/u16/u32, bf16 or 1-bit values, postcard overhead).
+It compares the total with the free memory of the device (MemAvailable of /proc/meminfo for the
+CPU, `torch.cuda.mem_get_info` for CUDA). `Estimate.render()` gives a text table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, PretrainedConfig
+
+from psyche_client.device import resolve_device
+from psyche_client.model_io import config_from_dict
+
+FIT_MARGIN = 0.9  # use at most this share of the free memory
+
+
+# ---------------------------------------------------------------- DisTrO sizes (spec 1.2, 1.10)
+
+
+def chunk_size(dimension: int, target: int) -> int:
+    """Largest divisor of `dimension` that is <= `target` (`dimension` itself if target > it)."""
+    if dimension <= 0:
+        return dimension
+    best = 1
+    for candidate in range(1, math.isqrt(dimension) + 1):
+        if dimension % candidate == 0:
+            for divisor in (candidate, dimension // candidate):
+                if best < divisor <= target:
+                    best = divisor
+    return best
+
+
+def _varint_len(value: int) -> int:
+    length = 1
+    while value >= 0x80:
+        value >>= 7
+        length += 1
+    return length
+
+
+def _zigzag_len(value: int) -> int:
+    return _varint_len(value * 2 if value >= 0 else -value * 2 - 1)
+
+
+def _tensor_len(dims: Sequence[int], payload: int) -> int:
+    """Postcard size of a SerializableTensor: dims, kind, requires_grad, data enum + bytes."""
+    dims_len = _varint_len(len(dims)) + sum(_zigzag_len(d) for d in dims)
+    return dims_len + 1 + 1 + 1 + _varint_len(payload) + payload
+
+
+@dataclass(frozen=True)
+class DistroTensorSize:
+    """Bytes of one parameter's compressed result."""
+
+    chunks: int
+    k: int
+    index_width: int
+    payload: int
+    serialized: int
+
+
+def distro_tensor_size(
+    shape: Sequence[int], chunk: int, topk: int, quantize_1bit: bool
+) -> DistroTensorSize:
+    """Payload (indices + values) and postcard-serialized size for a parameter of `shape`."""
+    dims = [int(d) for d in shape] or [1]
+    if len(dims) == 1:
+        n = chunk_size(dims[0], chunk)
+        lead: list[int] = [dims[0] // n]
+        tile = [n]
+    else:
+        n1, n2 = chunk_size(dims[-2], chunk), chunk_size(dims[-1], chunk)
+        lead = [*dims[:-2], dims[-2] // n1, dims[-1] // n2]
+        tile = [n1, n2]
+    total_k = math.prod(tile)
+    k = max(1, min(topk, total_k))
+    width = 1 if total_k <= 256 else 2 if total_k <= 65536 else 4
+    chunks = math.prod(lead)
+    idx_bytes = chunks * k * width
+    val_bytes = math.ceil(chunks * k / 8) if quantize_1bit else chunks * k * 2
+    serialized = (
+        _tensor_len([*lead, k * width], idx_bytes)
+        + _tensor_len([*lead, k], val_bytes)
+        + _varint_len(len(lead) + len(tile))
+        + sum(_varint_len(d) for d in (*lead, *tile))
+        + _varint_len(total_k)
+    )
+    return DistroTensorSize(chunks, k, width, idx_bytes + val_bytes, serialized)
+
+
+def distro_result_bytes(
+    shapes: Iterable[Sequence[int]],
+    chunk: int,
+    topk: int,
+    quantize_1bit: bool,
+    step: int = 1,
+    nonce: int = 0,
+    batch: tuple[int, int] = (0, 0),
+) -> int:
+    """Whole serialized result blob of one client for one step (reference wire format)."""
+    shapes = list(shapes)
+    header = 1 + sum(_varint_len(v) for v in (step, nonce, batch[0], batch[1], len(shapes)))
+    return header + sum(
+        distro_tensor_size(s, chunk, topk, quantize_1bit).serialized for s in shapes
+    )
+
+
+# ---------------------------------------------------------------- memory
+
+
+def free_memory_bytes(device: torch.device) -> int | None:
+    """Free memory usable on `device`, or None when it cannot be measured."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    if device.type == "cpu":
+        try:
+            for line in Path("/proc/meminfo").read_text().splitlines():
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+    return None
+
+
+def _meta_shapes(config: PretrainedConfig) -> list[tuple[str, tuple[int, ...]]]:
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sorted((name, tuple(p.shape)) for name, p in model.named_parameters())
+
+
+def activation_bytes(
+    config: PretrainedConfig, micro_batch_size: int, seq_len: int, elem: int
+) -> int:
+    """Approximate activation memory of one micro-batch forward+backward (see module doc)."""
+    hidden = int(config.hidden_size)
+    layers = int(config.num_hidden_layers)
+    heads = int(config.num_attention_heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    intermediate = int(getattr(config, "intermediate_size", None) or 4 * hidden)
+    vocab = int(config.vocab_size)
+    kv_dim = hidden // heads * kv_heads
+    tokens = micro_batch_size * seq_len
+    per_token_layer = 8 * hidden + 3 * kv_dim + 4 * intermediate + 2 * heads * seq_len
+    blocks = tokens * layers * per_token_layer * elem
+    logits = tokens * vocab * (elem + 8)  # logits, float32 upcast for the loss, its gradient
+    return blocks + logits + tokens * hidden * elem
+
+
+def _format_bytes(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(count) < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What one client needs for a run, and whether it fits the local device."""
+
+    device: str
+    dtype: str
+    num_parameters: int
+    micro_batch_size: int
+    max_seq_len: int
+    memory: list[tuple[str, int]]
+    free_bytes: int | None
+    optimizer: str
+    distro_result_bytes: int | None = None
+    num_clients: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(size for _, size in self.memory)
+
+    @property
+    def fits(self) -> bool | None:
+        if self.free_bytes is None:
+            return None
+        return self.total_bytes <= self.free_bytes * FIT_MARGIN
+
+    @property
+    def distro_download_bytes_per_step(self) -> int | None:
+        if self.distro_result_bytes is None or self.num_clients is None:
+            return None
+        return self.distro_result_bytes * max(0, self.num_clients - 1)
+
+    def render(self) -> str:
+        rows: list[tuple[str, str]] = [
+            ("parameters", f"{self.num_parameters:,} ({self.dtype})"),
+            ("micro-batch", f"{self.micro_batch_size} x {self.max_seq_len} tokens"),
+            ("optimizer", self.optimizer),
+        ]
+        rows += [(f"memory: {label}", _format_bytes(size)) for label, size in self.memory]
+        rows.append(("memory: total (approx.)", _format_bytes(self.total_bytes)))
+        free = "unknown" if self.free_bytes is None else _format_bytes(self.free_bytes)
+        rows.append((f"free on {self.device}", free))
+        verdict = {True: "yes", False: "NO", None: "unknown"}[self.fits]
+        rows.append(("fits", verdict))
+        if self.distro_result_bytes is not None:
+            rows.append(("DisTrO upload per step", _format_bytes(self.distro_result_bytes)))
+            download = self.distro_download_bytes_per_step
+            if download is not None:
+                rows.append(
+                    (
+                        f"DisTrO download per step ({self.num_clients} clients)",
+                        _format_bytes(download),
+                    )
+                )
+        width = max(len(label) for label, _ in rows)
+        lines = [f"{label:<{width}}  {value}" for label, value in rows]
+        lines += [f"note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+def _read(obj: Any, name: str, default: Any = None) -> Any:
+    return obj.get(name, default) if isinstance(obj, dict) else getattr(obj, name, default)
+
+
+def estimate_run(
+    llm_config: Any,
+    model_config: dict[str, Any] | PretrainedConfig,
+    micro_batch_size: int,
+    device: torch.device | str = "cpu",
+    *,
+    dtype: torch.dtype = torch.bfloat16,
+    num_clients: int | None = None,
+) -> Estimate:
+    """Estimate one client's memory and DisTrO traffic for a run.
+
+    `llm_config` is `psyche_common.config.LLMConfig` (reads `max_seq_len` and `optimizer`);
+    `model_config` is the model's config.json dict or a transformers config.
+    """
+    if micro_batch_size < 1:
+        raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+    config = config_from_dict(model_config)
+    torch_device = device if isinstance(device, torch.device) else resolve_device(device)
+    seq_len = int(_read(llm_config, "max_seq_len"))
+    optimizer = _read(llm_config, "optimizer")
+    kind = _read(optimizer, "kind", "Dummy") if optimizer is not None else "Dummy"
+    elem = torch.empty((), dtype=dtype).element_size()
+    shapes = _meta_shapes(config)
+    num_parameters = sum(math.prod(shape) for _, shape in shapes)
+    weights = num_parameters * elem
+    memory: list[tuple[str, int]] = [("parameters", weights), ("gradients", weights)]
+    result_bytes: int | None = None
+    notes: list[str] = []
+    if kind == "Distro":
+        memory.append(("DisTrO momentum", weights))
+        memory.append(("saved weights (lookahead undo)", weights))
+        result_bytes = distro_result_bytes(
+            (shape for _, shape in shapes),
+            int(_read(optimizer, "compression_chunk")),
+            int(_read(optimizer, "compression_topk")),
+            bool(_read(optimizer, "quantize_1bit")),
+        )
+        if num_clients:
+            memory.append(("peer results (2 rounds)", 2 * result_bytes * num_clients))
+        notes.append("DisTrO sizes use the reference wire format (spec section 1.10)")
+    elif kind == "AdamW":
+        memory.append(("AdamW moments", 2 * weights))
+    memory.append(
+        ("activations (one micro-batch)", activation_bytes(config, micro_batch_size, seq_len, elem))
+    )
+    return Estimate(
+        device=str(torch_device),
+        dtype=str(dtype).removeprefix("torch."),
+        num_parameters=num_parameters,
+        micro_batch_size=micro_batch_size,
+        max_seq_len=seq_len,
+        memory=memory,
+        free_bytes=free_memory_bytes(torch_device),
+        optimizer=str(optimizer) if optimizer is not None else "Dummy",
+        distro_result_bytes=result_bytes,
+        num_clients=num_clients,
+        notes=notes,
+    )
