@@ -67,7 +67,7 @@ _TYPE_WORDS = {
 def toml_path(loc: Sequence[str | int], prefix: Sequence[str] = ()) -> str:
     """Dotted TOML path of a pydantic error location (`model.LLM.optimizer.Distro.quantize_1bit`)."""
     parts: list[str | int] = [*prefix, *loc]
-    if parts[:1] == ["model"] and parts[1:2] != ["LLM"]:
+    if len(parts) > 1 and parts[0] == "model" and parts[1] != "LLM":
         parts.insert(1, "LLM")
     text = ""
     previous: str | int | None = None
@@ -110,8 +110,15 @@ def problems_from_validation_error(
     error: ValidationError, prefix: Sequence[str] = ()
 ) -> list[ConfigProblem]:
     """One `ConfigProblem` per pydantic error, each naming the TOML field."""
+    items = error.errors(include_url=False)
+    item_locs = [tuple(item["loc"]) for item in items]
     problems = []
-    for item in error.errors(include_url=False):
+    for item in items:
+        loc = tuple(item["loc"])
+        if item["type"] in ("too_short", "too_long") and any(
+            other[: len(loc)] == loc and len(other) > len(loc) for other in item_locs
+        ):
+            continue  # pydantic counts only the valid items; the bad item is reported already
         path = toml_path(item["loc"], prefix)
         problems.append(ConfigProblem(field=path, message=f"{path}: {_describe(item)}"))
     return problems
