@@ -1,0 +1,307 @@
+"""HTTP provider (and the weighted HTTP mixture) against a local Range-capable HTTP server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+from psyche_common.assignment import BatchId
+from psyche_common.config.data_location import Gcp, HttpData, NumberedFiles, SingleUrl
+from psyche_common.data.errors import DataFetchError, DataFileError, DataIndexError
+from psyche_common.data.http import HttpDataProvider, numbered_urls
+from psyche_common.data.http_client import HttpOptions, HttpSession
+from psyche_common.data.retry import RetryPolicy
+
+FAST = HttpOptions(timeout=1.0, retry=RetryPolicy(attempts=3, delay_step=0.01))
+
+
+@dataclass
+class ServerState:
+    files: dict[str, bytes] = field(default_factory=dict)
+    fail_times: dict[str, int] = field(default_factory=dict)  # path -> 503s left to send
+    delay: dict[str, float] = field(default_factory=dict)
+    ignore_range: set[str] = field(default_factory=set)
+    no_length: set[str] = field(default_factory=set)
+    requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _route(self, send_body: bool) -> None:
+        state = self.server.state
+        url = urllib.parse.urlsplit(self.path)
+        with state.lock:
+            state.requests.append((self.command, url.path, self.headers.get("Range")))
+            failures = state.fail_times.get(url.path, 0)
+            if failures:
+                state.fail_times[url.path] = failures - 1
+        time.sleep(state.delay.get(url.path, 0.0))
+        if failures:
+            return self._reply(503, b"busy", send_body)
+        if url.path.startswith("/storage/v1/b/"):
+            return self._gcs_listing(url, send_body)
+        body = state.files.get(url.path)
+        if body is None:
+            return self._reply(404, b"not found", send_body)
+        byte_range = self.headers.get("Range")
+        if byte_range and url.path not in state.ignore_range:
+            first, last = byte_range.removeprefix("bytes=").split("-")
+            chunk = body[int(first) : int(last) + 1]
+            return self._reply(206, chunk, send_body, url.path)
+        return self._reply(200, body, send_body, url.path)
+
+    def _gcs_listing(self, url: urllib.parse.SplitResult, send_body: bool) -> None:
+        bucket = urllib.parse.unquote(url.path.split("/")[4])
+        query = urllib.parse.parse_qs(url.query)
+        prefix = query.get("prefix", [""])[0]
+        start = int(query.get("pageToken", ["0"])[0])
+        names = sorted(
+            p.removeprefix(f"/{bucket}/")
+            for p in self.server.state.files
+            if p.startswith(f"/{bucket}/{prefix}")
+        )
+        page = names[start : start + 2]  # two objects per page: paging is exercised
+        host = f"http://127.0.0.1:{self.server.server_port}"
+        listing: dict[str, object] = {
+            "kind": "storage#objects",
+            "items": [
+                {
+                    "name": name,
+                    "size": str(len(self.server.state.files[f"/{bucket}/{name}"])),
+                    "mediaLink": f"{host}/{bucket}/{name}",
+                }
+                for name in page
+            ],
+        }
+        if start + 2 < len(names):
+            listing["nextPageToken"] = str(start + 2)
+        self._reply(200, json.dumps(listing).encode(), send_body)
+
+    def _reply(self, status: int, body: bytes, send_body: bool, path: str | None = None) -> None:
+        self.send_response(status)
+        if path is None or path not in self.server.state.no_length:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if send_body:
+            self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._route(send_body=True)
+
+    def do_HEAD(self) -> None:
+        self._route(send_body=False)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    state: ServerState
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, ServerState]]:
+    httpd = _Server(("127.0.0.1", 0), Handler)
+    httpd.state = ServerState()
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_port}", httpd.state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def reference_files(state: ServerState) -> None:
+    """The reference test's files: 000.ds = bytes 0..15, 001.ds = bytes 16..31."""
+    state.files["/000.ds"] = bytes(range(16))
+    state.files["/001.ds"] = bytes(range(16, 32))
+
+
+def test_numbered_urls_pads_and_validates() -> None:
+    assert numbered_urls("http://h/{}.ds", 0, 3, 2) == ["http://h/000.ds", "http://h/001.ds"]
+    assert numbered_urls("http://h/{}.ds", 9, 0, 2) == ["http://h/9.ds", "http://h/10.ds"]
+    with pytest.raises(DataFileError, match="expected 1 set of"):
+        numbered_urls("http://h/{}/{}.ds", 0, 3, 2)
+    with pytest.raises(DataFileError, match="expected 1 set of"):
+        numbered_urls("http://h/x.ds", 0, 3, 2)
+
+
+async def test_numbered_files_like_the_reference(server: tuple[str, ServerState]) -> None:
+    base, state = server
+    reference_files(state)
+    location = NumberedFiles(
+        url_template=f"{base}/{{}}.ds", start_index=0, n_left_pad_zeros=3, num_files=2
+    )
+    provider = await HttpDataProvider.from_location(location, "TwoBytes", 3, options=FAST)
+    try:
+        # every full sequence: 16 bytes hold two 6-byte sequences per file
+        assert provider.num_sequences == 4
+        assert (await provider.get_samples(BatchId(0, 0))).tolist() == [[256, 770, 1284]]
+        assert (await provider.get_samples(BatchId(1, 1))).tolist() == [[1798, 2312, 2826]]
+        both = await provider.get_samples(BatchId(1, 2))
+        assert both.dtype == np.int64
+        assert both[1].tolist() == [4368, 4882, 5396]  # first sequence of 001.ds
+        with pytest.raises(DataIndexError, match="index 4 is out of bounds"):
+            await provider.get_samples(BatchId(3, 4))
+    finally:
+        await provider.aclose()
+    heads = [r for r in state.requests if r[0] == "HEAD"]
+    assert sorted(r[1] for r in heads) == ["/000.ds", "/001.ds"]
+
+
+async def test_contiguous_sequences_are_one_ranged_get(server: tuple[str, ServerState]) -> None:
+    base, state = server
+    state.files["/big.bin"] = np.arange(40, dtype="<u2").tobytes()
+    provider = await HttpDataProvider.from_location(
+        SingleUrl(url=f"{base}/big.bin"), 2, 4, options=FAST
+    )
+    state.requests.clear()
+    samples = await provider.get_samples(BatchId(2, 6))
+    assert samples.tolist() == [list(range(i * 4, i * 4 + 4)) for i in range(2, 7)]
+    assert state.requests == [("GET", "/big.bin", "bytes=16-55")]
+    await provider.aclose()
+
+
+async def test_shuffled_providers_agree(server: tuple[str, ServerState]) -> None:
+    base, state = server
+    state.files["/a.ds"] = np.arange(200, dtype="<u2").tobytes()
+    url = SingleUrl(url=f"{base}/a.ds")
+    seed = {"Seeded": [42] * 32}
+    one = await HttpDataProvider.from_location(url, 2, 4, seed, options=FAST)
+    two = await HttpDataProvider.from_location(url, 2, 4, seed, options=FAST)
+    plain = await HttpDataProvider.from_location(url, 2, 4, options=FAST)
+    first = await one.get_samples(BatchId(0, 9))
+    assert first.tolist() == (await two.get_samples(BatchId(0, 9))).tolist()
+    assert first.tolist() != (await plain.get_samples(BatchId(0, 9))).tolist()
+    for provider in (one, two, plain):
+        await provider.aclose()
+
+
+async def test_from_config_model(server: tuple[str, ServerState]) -> None:
+    base, state = server
+    reference_files(state)
+    config = HttpData.model_validate(
+        {
+            "location": {"SingleUrl": f"{base}/001.ds"},
+            "token_size_in_bytes": "TwoBytes",
+            "shuffle": "DontShuffle",
+        }
+    )
+    provider = await HttpDataProvider.from_config(config, 3, FAST)
+    assert (await provider.get_samples(BatchId(0, 0))).tolist() == [[4368, 4882, 5396]]
+    await provider.aclose()
+
+
+async def test_gcs_listing_with_paging(server: tuple[str, ServerState]) -> None:
+    base, state = server
+    for index in range(5):
+        state.files[f"/bucket/tokens/{index:03}.bin"] = np.full(8, index, "<u2").tobytes()
+    state.files["/bucket/tokens/README.md"] = b"ignored"
+    state.files["/bucket/other/x.bin"] = b"\0\0" * 8
+    options = HttpOptions(timeout=1.0, retry=FAST.retry, gcs_api_base=f"{base}/storage/v1")
+    location = Gcp(bucket_name="bucket", filter_directory="tokens/")
+    provider = await HttpDataProvider.from_location(location, 2, 8, options=options)
+    assert [f.url.rsplit("/", 1)[1] for f in provider.files] == [f"{i:03}.bin" for i in range(5)]
+    samples = await provider.get_samples(BatchId(0, 4))
+    assert samples[:, 0].tolist() == [0, 1, 2, 3, 4]
+    listings = [r for r in state.requests if r[1].startswith("/storage")]
+    assert len(listings) == 3  # 6 objects under the prefix, 2 per page (README is filtered)
+    await provider.aclose()
+
+
+async def test_404_fails_fast_naming_the_url(server: tuple[str, ServerState]) -> None:
+    base, state = server
+    with pytest.raises(DataFetchError, match=r"HTTP 404 .*HEAD .*/missing\.ds"):
+        await HttpDataProvider.from_location(
+            SingleUrl(url=f"{base}/missing.ds"), 2, 4, options=FAST
+        )
+    assert len(state.requests) == 1  # no retries for a permanent answer
+
+
+async def test_missing_content_length_is_rejected(server: tuple[str, ServerState]) -> None:
+    base, state = server
+    state.files["/x.ds"] = b"\0" * 16
+    state.no_length.add("/x.ds")
+    with pytest.raises(DataFetchError, match="no Content-Length"):
+        await HttpDataProvider.from_location(SingleUrl(url=f"{base}/x.ds"), 2, 4, options=FAST)
+
+
+async def test_503_is_retried_until_it_succeeds(server: tuple[str, ServerState]) -> None:
+    base, state = server
+    reference_files(state)
+    provider = await HttpDataProvider.from_location(
+        SingleUrl(url=f"{base}/000.ds"), 2, 3, options=FAST
+    )
+    state.fail_times["/000.ds"] = 2
+    state.requests.clear()
+    assert (await provider.get_samples(BatchId(0, 0))).tolist() == [[256, 770, 1284]]
+    assert len(state.requests) == 3
+    await provider.aclose()
+
+
+async def test_gives_up_after_the_configured_attempts(server: tuple[str, ServerState]) -> None:
+    base, state = server
+    reference_files(state)
+    provider = await HttpDataProvider.from_location(
+        SingleUrl(url=f"{base}/000.ds"), 2, 3, options=FAST
+    )
+    state.fail_times["/000.ds"] = 100
+    state.requests.clear()
+    with pytest.raises(DataFetchError, match=r"failed after 3 attempts: HTTP 503") as info:
+        await provider.get_samples(BatchId(0, 0))
+    assert info.value.retryable is False
+    assert len(state.requests) == 3
+    await provider.aclose()
+
+
+async def test_timeouts_are_retried(server: tuple[str, ServerState]) -> None:
+    base, state = server
+    reference_files(state)
+    options = HttpOptions(timeout=0.2, retry=RetryPolicy(attempts=2, delay_step=0.01))
+    provider = await HttpDataProvider.from_location(
+        SingleUrl(url=f"{base}/000.ds"), 2, 3, options=options
+    )
+    state.delay["/000.ds"] = 0.6
+    state.requests.clear()
+    with pytest.raises(DataFetchError, match=r"failed after 2 attempts: .*timed out after 0\.2 s"):
+        await provider.get_samples(BatchId(0, 0))
+    assert len([r for r in state.requests if r[0] == "GET"]) == 2
+    await provider.aclose()
+
+
+async def test_server_ignoring_range_is_an_error(server: tuple[str, ServerState]) -> None:
+    base, state = server
+    reference_files(state)
+    provider = await HttpDataProvider.from_location(
+        SingleUrl(url=f"{base}/000.ds"), 2, 3, options=FAST
+    )
+    state.ignore_range.add("/000.ds")
+    with pytest.raises(DataFetchError, match="ignored the Range header"):
+        await provider.get_samples(BatchId(1, 1))
+    await provider.aclose()
+
+
+async def test_unreachable_server_and_bad_scheme() -> None:
+    options = HttpOptions(timeout=0.5, retry=RetryPolicy(attempts=2, delay_step=0))
+    with pytest.raises(DataFetchError, match="failed after 2 attempts: cannot reach"):
+        await HttpSession(options).head_content_length("http://127.0.0.1:9/x.ds")
+    with pytest.raises(DataFetchError, match="unsupported URL"):
+        await HttpSession(options).head_content_length("ftp://example.com/x.ds")
+
+
+async def test_wrong_token_size_for_remote_file(server: tuple[str, ServerState]) -> None:
+    base, state = server
+    state.files["/odd.ds"] = b"\0" * 6
+    with pytest.raises(DataFileError, match=r"odd\.ds is 6 bytes.*wrong token size"):
+        await HttpDataProvider.from_location(SingleUrl(url=f"{base}/odd.ds"), 4, 1, options=FAST)
