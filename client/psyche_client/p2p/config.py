@@ -1,0 +1,80 @@
+"""Settings of a P2P node (bind address, chunking, timeouts, concurrency bounds, limits).
+
+Defaults follow the reference where it has a number (§5): connect timeout 5 s, idle
+connections kept 60 s, blob download deadline 600 s, model-sharing request timeout 10 s,
+8 parameter downloads in flight, a model-sharing peer dropped after 5 errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+@dataclass(frozen=True)
+class P2PConfig:
+    bind_host: str = "0.0.0.0"
+    """Interface the listener binds ("0.0.0.0" = all IPv4 interfaces)."""
+    port: int = 0
+    """Listening port; 0 picks a free one (see `P2PNode.address`)."""
+    advertise_host: str | None = None
+    """Host put in `P2PNode.address` (what peers dial). None: the bind host, or this
+    machine's primary IP when binding a wildcard address."""
+
+    chunk_size: int = 256 * KIB
+    """Bytes per `Chunk` frame when serving a blob or parameter."""
+    max_frame_size: int = 1 * MIB + 4 * KIB
+    """Largest frame accepted from a peer (a chunk plus its msgpack envelope)."""
+    max_blob_size: int = 1024 * MIB
+    """Largest blob or parameter accepted from a peer."""
+    max_manifest_size: int = 64 * MIB
+    """Largest model manifest accepted (it may carry the tokenizer JSON)."""
+
+    connect_timeout: float = 5.0
+    read_timeout: float = 10.0
+    """Longest wait for any single frame (handshake step, header or chunk), and for a write
+    to drain to a slow reader."""
+    idle_timeout: float = 60.0
+    """Idle server connections close after this; pooled ones are reused only below 5/6 of it."""
+    announce_timeout: float = 5.0
+    """Per-peer bound on pushing one announcement (connect + handshake + ack)."""
+    fetch_deadline: float = 600.0
+    """Overall bound on one blob fetch across every candidate and round."""
+    fetch_rounds: int = 2
+    """Passes over the candidate list before a blob fetch gives up."""
+    retry_backoff: float = 0.2
+    """Pause before the second pass (doubling on later passes)."""
+
+    max_concurrent_downloads: int = 8
+    max_concurrent_parameter_requests: int = 8
+    max_connections: int = 1024
+    max_idle_per_peer: int = 4
+    max_errors_per_peer: int = 5
+    manifest_timeout: float = 10.0
+    parameter_rounds: int = 3
+    """Passes over the manifest holders for one parameter before the download fails."""
+    max_seen_announcements: int = 100_000
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"P2PConfig.port must be in [0, 65535], got {self.port}")
+        if not 0 < self.chunk_size <= self.max_frame_size - 64:
+            raise ValueError(
+                f"P2PConfig.chunk_size ({self.chunk_size}) must be positive and at least 64 "
+                f"bytes below max_frame_size ({self.max_frame_size})"
+            )
+        for name in (
+            "max_concurrent_downloads",
+            "max_concurrent_parameter_requests",
+            "max_connections",
+            "fetch_rounds",
+            "parameter_rounds",
+            "max_errors_per_peer",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"P2PConfig.{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("connect_timeout", "read_timeout", "idle_timeout", "fetch_deadline"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"P2PConfig.{name} must be positive, got {getattr(self, name)}")

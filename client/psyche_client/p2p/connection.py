@@ -1,0 +1,238 @@
+"""Authenticated peer connections: mutual ed25519 handshake, counted frames, a connection pool.
+
+Handshake on a new P2P stream (both directions proven, built from
+`psyche_common.protocol.handshake`'s challenge helpers):
+
+1. listener → `Challenge{challenge}`; dialer → `ChallengeResponse` (signs the listener's nonce).
+2. The listener verifies it and asks its `is_member(dialer_id)` callback. A non-member gets
+   `Rejected{reason}` and the stream is closed.
+3. dialer → `Challenge{challenge}`; listener → `ChallengeResponse`. The dialer checks that the
+   key equals the peer id it meant to reach (addresses come from the coordinator broadcast).
+
+Every frame written or read through a `PeerConnection` is counted in `TransferStats`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from psyche_common.protocol import (
+    BadFrame,
+    HandshakeError,
+    Identity,
+    ProtocolError,
+    decode_payload,
+    encode_frame,
+    read_frame_bytes,
+    short_id,
+)
+from psyche_common.protocol.handshake import (
+    challenge_message,
+    new_challenge,
+    sign_challenge,
+    verify_challenge_response,
+)
+
+from .stats import TransferStats
+
+LENGTH_PREFIX_SIZE = 4
+
+
+class PeerRefused(ProtocolError):
+    """The remote node refused to serve us (e.g. we are not a member of its epoch)."""
+
+
+class PeerUnavailable(ProtocolError):
+    """No usable address is known for a peer, or it cannot be reached."""
+
+
+@dataclass(eq=False)
+class PeerConnection:
+    """One authenticated stream to `peer_id`; used by one request at a time."""
+
+    peer_id: bytes
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    stats: TransferStats
+    max_frame_size: int
+    write_timeout: float | None = None
+    """Longest wait for a write to drain (a peer that stops reading cannot hold us)."""
+    last_used: float = field(default_factory=time.monotonic)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        frame = encode_frame(message, self.max_frame_size)
+        self.writer.write(frame)
+        async with asyncio.timeout(self.write_timeout):
+            await self.writer.drain()
+        self.stats.record_sent(self.peer_id or None, len(frame))
+
+    async def receive(self, timeout: float | None) -> dict[str, Any]:
+        """Next frame as a map with a string `type`; `TimeoutError` after `timeout` s."""
+        payload = await read_frame_bytes(self.reader, self.max_frame_size, timeout)
+        self.stats.record_received(self.peer_id or None, len(payload) + LENGTH_PREFIX_SIZE)
+        message = decode_payload(payload)
+        if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+            raise BadFrame("P2P frame must be a map with a string 'type'")
+        return message
+
+    @property
+    def usable(self) -> bool:
+        return not self.reader.at_eof() and not self.writer.is_closing()
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(1.0):
+                await self.writer.wait_closed()
+
+
+async def accept_peer(
+    conn: PeerConnection,
+    identity: Identity,
+    is_member: Callable[[bytes], bool],
+    timeout: float,
+) -> bytes:
+    """Listener side of the mutual handshake; returns the authenticated dialer id."""
+    async with asyncio.timeout(timeout):
+        challenge = new_challenge()
+        await conn.send(challenge_message(challenge))
+        dialer_id = verify_challenge_response(challenge, await conn.receive(None))
+        conn.peer_id = dialer_id
+        if not is_member(dialer_id):
+            reason = f"peer {short_id(dialer_id)} is not a member of the current epoch"
+            await conn.send({"type": "Rejected", "reason": reason})
+            raise PeerRefused(reason)
+        theirs = await conn.receive(None)
+        if theirs.get("type") != "Challenge" or not isinstance(theirs.get("challenge"), bytes):
+            raise HandshakeError("expected the dialer's Challenge")
+        if len(theirs["challenge"]) != len(challenge):
+            raise HandshakeError(f"Challenge.challenge must be {len(challenge)} bytes")
+        await conn.send(sign_challenge(identity, theirs["challenge"]))
+    return dialer_id
+
+
+async def dial_peer(
+    peer_id: bytes,
+    host: str,
+    port: int,
+    identity: Identity,
+    stats: TransferStats,
+    *,
+    connect_timeout: float,
+    handshake_timeout: float,
+    max_frame_size: int,
+) -> PeerConnection:
+    """Open and authenticate a stream to `peer_id` at host:port (raises on any failure)."""
+    where = f"{short_id(peer_id)} at {host}:{port}"
+    try:
+        async with asyncio.timeout(connect_timeout):
+            reader, writer = await asyncio.open_connection(host, port)
+    except TimeoutError as exc:
+        raise PeerUnavailable(f"connecting to {where} timed out after {connect_timeout}s") from exc
+    except OSError as exc:
+        raise PeerUnavailable(f"cannot connect to {where}: {exc}") from exc
+    conn = PeerConnection(peer_id, reader, writer, stats, max_frame_size, handshake_timeout)
+    try:
+        async with asyncio.timeout(handshake_timeout):
+            first = await conn.receive(None)
+            raise_if_rejected(first, where)
+            if first.get("type") != "Challenge" or not isinstance(first.get("challenge"), bytes):
+                raise HandshakeError(f"{where} did not open with a Challenge")
+            await conn.send(sign_challenge(identity, first["challenge"]))
+            mine = new_challenge()
+            await conn.send(challenge_message(mine))
+            reply = await conn.receive(None)
+            raise_if_rejected(reply, where)
+            actual = verify_challenge_response(mine, reply)
+        if actual != peer_id:
+            raise HandshakeError(f"the node at {host}:{port} is {short_id(actual)}, not {where}")
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
+
+
+def raise_if_rejected(message: dict[str, Any], where: str) -> None:
+    """Raise `PeerRefused` with the peer's reason when `message` is a `Rejected` frame."""
+    if message.get("type") == "Rejected":
+        raise PeerRefused(f"{where} refused the connection: {message.get('reason')}")
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """`host:port` (IPv6 hosts in brackets) → (host, port); raises ValueError naming it."""
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"P2P address {address!r} is not host:port")
+    return host.strip("[]"), int(port_text)
+
+
+class ConnectionPool:
+    """Reusable authenticated connections, at most `max_idle_per_peer` idle per peer."""
+
+    def __init__(
+        self,
+        dial: Callable[[bytes], Any],
+        *,
+        max_connections: int,
+        max_idle_per_peer: int,
+        idle_timeout: float,
+        on_connected: Callable[[bytes, float], None] | None = None,
+    ) -> None:
+        self._dial = dial
+        self._slots = asyncio.Semaphore(max_connections)
+        self._idle: dict[bytes, list[PeerConnection]] = {}
+        self._max_idle_per_peer = max_idle_per_peer
+        self._idle_timeout = idle_timeout
+        self._on_connected = on_connected
+        self._closed = False
+
+    @contextlib.asynccontextmanager
+    async def connection(self, peer_id: bytes) -> AsyncIterator[PeerConnection]:
+        """An exclusive connection to `peer_id`; returned to the pool only after success."""
+        if self._closed:
+            raise PeerUnavailable("the P2P node is closed")
+        async with self._slots:
+            conn = self._take_idle(peer_id)
+            if conn is None:
+                started = time.monotonic()
+                conn = await self._dial(peer_id)
+                if self._on_connected is not None:
+                    self._on_connected(peer_id, time.monotonic() - started)
+            try:
+                yield conn
+            except BaseException:
+                await conn.close()
+                raise
+            self._give_back(conn)
+
+    def _take_idle(self, peer_id: bytes) -> PeerConnection | None:
+        idle = self._idle.get(peer_id, [])
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if conn.usable and now - conn.last_used < self._idle_timeout:
+                return conn
+            conn.writer.close()
+        return None
+
+    def _give_back(self, conn: PeerConnection) -> None:
+        idle = self._idle.setdefault(conn.peer_id, [])
+        if self._closed or not conn.usable or len(idle) >= self._max_idle_per_peer:
+            conn.writer.close()
+            return
+        conn.last_used = time.monotonic()
+        idle.append(conn)
+
+    async def drop_peer(self, peer_id: bytes) -> None:
+        for conn in self._idle.pop(peer_id, []):
+            await conn.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        for peer_id in list(self._idle):
+            await self.drop_peer(peer_id)

@@ -1,0 +1,80 @@
+"""Streaming a byte string over a peer connection in bounded chunks.
+
+The serving side answers a request with `BlobHeader{size}` followed by `Chunk{data}` frames
+of at most `chunk_size` bytes each, or with `NotFound{reason}` / `Error{reason}`. The receiver
+checks the announced size against its limits *before* reading, bounds every chunk read by a
+timeout, hashes while it reads (SHA-256), and never accepts more bytes than announced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from psyche_common.protocol import ProtocolError, short_id
+
+from .connection import PeerConnection, raise_if_rejected
+
+
+class NotHeld(ProtocolError):
+    """The peer does not hold the requested item (a normal answer, not a fault)."""
+
+
+class RemoteError(ProtocolError):
+    """The peer answered the request with an error."""
+
+
+@dataclass(frozen=True)
+class Received:
+    data: bytes
+    sha256: bytes
+
+
+async def send_bytes(conn: PeerConnection, data: bytes | memoryview, chunk_size: int) -> None:
+    """Answer with a header and the chunks of `data`."""
+    view = memoryview(data)
+    await conn.send({"type": "BlobHeader", "size": len(view)})
+    for offset in range(0, len(view), chunk_size):
+        await conn.send({"type": "Chunk", "data": bytes(view[offset : offset + chunk_size])})
+
+
+async def receive_bytes(
+    conn: PeerConnection,
+    *,
+    max_size: int,
+    read_timeout: float,
+    expected_size: int | None = None,
+) -> Received:
+    """Read one streamed answer; raises `NotHeld`, `RemoteError`, `ProtocolError` or
+    `TimeoutError` (no frame within `read_timeout` seconds)."""
+    who = short_id(conn.peer_id)
+    header = await conn.receive(read_timeout)
+    raise_if_rejected(header, f"peer {who}")
+    kind = header.get("type")
+    if kind == "NotFound":
+        raise NotHeld(f"peer {who} does not hold it: {header.get('reason')}")
+    if kind == "Error":
+        raise RemoteError(f"peer {who} answered with an error: {header.get('reason')}")
+    if kind != "BlobHeader":
+        raise ProtocolError(f"peer {who} sent {kind!r} instead of BlobHeader")
+    size = header.get("size")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ProtocolError(f"peer {who} sent BlobHeader.size={size!r}")
+    if size > max_size:
+        raise ProtocolError(f"peer {who} offers {size} bytes, over the limit of {max_size}")
+    if expected_size is not None and size != expected_size:
+        raise ProtocolError(f"peer {who} offers {size} bytes, expected {expected_size}")
+    buffer = bytearray(size)
+    digest = hashlib.sha256()
+    received = 0
+    while received < size:
+        frame = await conn.receive(read_timeout)
+        data = frame.get("data")
+        if frame.get("type") != "Chunk" or not isinstance(data, bytes) or not data:
+            raise ProtocolError(f"peer {who} sent a malformed chunk ({frame.get('type')!r})")
+        if received + len(data) > size:
+            raise ProtocolError(f"peer {who} sent more than the announced {size} bytes")
+        buffer[received : received + len(data)] = data
+        digest.update(data)
+        received += len(data)
+    return Received(bytes(buffer), digest.digest())

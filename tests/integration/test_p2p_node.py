@@ -1,0 +1,372 @@
+"""Real P2P nodes on 127.0.0.1: announcements, blob fetch, failures, limits and counters."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from psyche_client.p2p import (
+    Announcement,
+    FetchError,
+    P2PConfig,
+    P2PNode,
+    blob_hash,
+    make_finished_announcement,
+    make_result_announcement,
+)
+from psyche_client.p2p.node import AnnounceReport
+from psyche_common.protocol import Identity
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = P2PConfig(
+    bind_host="127.0.0.1",
+    connect_timeout=1.0,
+    read_timeout=0.5,
+    fetch_deadline=10.0,
+    retry_backoff=0.01,
+    manifest_timeout=2.0,
+    announce_timeout=2.0,
+)
+
+
+class CorruptNode(P2PNode):
+    """Serves every blob with its first byte flipped."""
+
+    def _outgoing_bytes(self, kind: str, key: Any, data: bytes) -> bytes:
+        return bytes([data[0] ^ 0xFF]) + data[1:] if data else data
+
+
+class SlowNode(P2PNode):
+    """Counts concurrent requests it is handling and holds each one a little while."""
+
+    active = 0
+    peak = 0
+
+    async def _handle(self, conn: Any, peer_id: bytes, request: dict[str, Any]) -> None:
+        type(self).active += 1
+        type(self).peak = max(type(self).peak, type(self).active)
+        try:
+            await asyncio.sleep(0.1)
+            await super()._handle(conn, peer_id, request)
+        finally:
+            type(self).active -= 1
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.members: set[bytes] = set()
+        self.nodes: list[P2PNode] = []
+        self.received: dict[bytes, list[tuple[Announcement, bytes]]] = {}
+        self.corrupt_reports: dict[bytes, list[tuple[bytes, bytes]]] = {}
+
+    async def add(
+        self, cls: type[P2PNode] = P2PNode, *, member: bool = True, **config: Any
+    ) -> P2PNode:
+        identity = Identity.generate()
+        if member:
+            self.members.add(identity.public_key)
+        inbox = self.received.setdefault(identity.public_key, [])
+        reports = self.corrupt_reports.setdefault(identity.public_key, [])
+        node = cls(
+            identity,
+            is_member=self.members.__contains__,
+            config=dataclasses.replace(FAST, **config),
+            on_announcement=lambda a, via: inbox.append((a, via)),
+            on_corrupt=lambda peer, h: reports.append((peer, h)),
+        )
+        await node.start()
+        self.nodes.append(node)
+        self.wire()
+        return node
+
+    def wire(self, extra: dict[bytes, str] | None = None) -> None:
+        book = {n.peer_id: n.address for n in self.nodes} | (extra or {})
+        for node in self.nodes:
+            node.set_peers(book)
+
+    async def close(self) -> None:
+        for node in self.nodes:
+            await node.close()
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    c = Cluster()
+    yield c
+    await c.close()
+
+
+async def wait_until(predicate: Any, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+def announce_blob(node: P2PNode, data: bytes, step: int = 3) -> Any:
+    digest = node.publish_blob(data, step=step)
+    return make_result_announcement(
+        node.identity,
+        step=step,
+        batch_start=10,
+        batch_end=13,
+        data_hash=blob_hash(b"commitment" + data),
+        blob_hash=digest,
+        size=len(data),
+    )
+
+
+async def test_announce_and_fetch_among_three_nodes(cluster: Cluster) -> None:
+    a, b, c = [await cluster.add() for _ in range(3)]
+    payload = os.urandom(300_000)
+    announcement = announce_blob(a, payload)
+    report = await a.announce(announcement)
+    assert sorted(report.delivered) == sorted([b.peer_id, c.peer_id]) and not report.failed
+    for node in (b, c):
+        [(got, via)] = cluster.received[node.peer_id]
+        assert got == announcement and via == a.peer_id
+        data = await node.fetch_blob(
+            got.blob_hash, [got.sender_id], expected_size=got.size, step=got.step
+        )
+        assert data == payload
+        assert got.blob_hash in node.blobs
+    assert cluster.received[a.peer_id] == []  # our own announcement is not echoed back
+
+
+async def test_duplicate_announcement_is_delivered_once(cluster: Cluster) -> None:
+    a, b = await cluster.add(), await cluster.add()
+    finished = make_finished_announcement(
+        a.identity, step=4, warmup=False, broadcast_merkle=b"\1" * 32
+    )
+    await a.announce(finished)
+    await a.announce(finished)  # a rebroadcast
+    assert [x for x, _ in cluster.received[b.peer_id]] == [finished]
+
+
+async def test_bad_signature_announcement_is_rejected(cluster: Cluster) -> None:
+    a, b = await cluster.add(), await cluster.add()
+    good = announce_blob(a, b"payload")
+    forged = dataclasses.replace(good, batch_start=11)  # field changed after signing
+    report = await a.announce(forged)
+    assert report.delivered == []
+    assert "envelope_signature does not verify" in report.failed[b.peer_id]
+    stranger = Identity.generate()  # commitment signed by someone else
+    forged2 = dataclasses.replace(good, commitment_signature=stranger.sign(good.data_hash))
+    report = await a.announce(forged2)
+    assert "commitment_signature does not verify" in report.failed[b.peer_id]
+    assert cluster.received[b.peer_id] == []
+
+
+async def test_announcement_signed_by_non_member_is_rejected(cluster: Cluster) -> None:
+    a, b = await cluster.add(), await cluster.add()
+    outsider = Identity.generate()
+    announcement = make_finished_announcement(
+        outsider, step=1, warmup=True, broadcast_merkle=bytes(32)
+    )
+    report = await a.announce(announcement)  # relayed by a member, signed by a non-member
+    assert "is not a member" in report.failed[b.peer_id]
+    assert cluster.received[b.peer_id] == []
+
+
+async def test_fetch_from_a_non_announcer_holder(cluster: Cluster) -> None:
+    a, b, c = [await cluster.add() for _ in range(3)]
+    payload = os.urandom(100_000)
+    announcement = announce_blob(a, payload)
+    await b.fetch_blob(announcement.blob_hash, [a.peer_id])
+    await a.close()  # the announcer is gone; b re-serves what it verified
+    data = await c.fetch_blob(announcement.blob_hash, [a.peer_id, b.peer_id])
+    assert data == payload
+    assert b.stats.peers[c.peer_id].bytes_sent > len(payload)
+
+
+async def test_corrupted_blob_is_detected_and_fetched_elsewhere(cluster: Cluster) -> None:
+    bad = await cluster.add(CorruptNode)
+    good = await cluster.add()
+    fetcher = await cluster.add()
+    payload = os.urandom(50_000)
+    digest = bad.publish_blob(payload)
+    good.publish_blob(payload)
+    data = await fetcher.fetch_blob(digest, [bad.peer_id, good.peer_id])
+    assert data == payload
+    assert cluster.corrupt_reports[fetcher.peer_id] == [(bad.peer_id, digest)]
+    assert fetcher.stats.downloads.corrupt == 1
+
+
+async def test_only_corrupt_holders_raise_fetch_error_naming_them(cluster: Cluster) -> None:
+    bad = await cluster.add(CorruptNode)
+    fetcher = await cluster.add()
+    digest = bad.publish_blob(b"x" * 1000)
+    with pytest.raises(FetchError) as info:
+        await fetcher.fetch_blob(digest, [bad.peer_id])
+    assert info.value.corrupt_peers == [bad.peer_id]
+    assert digest not in fetcher.blobs
+
+
+async def test_silent_peer_times_out_and_another_peer_serves(cluster: Cluster) -> None:
+    async def accept_and_ignore(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(30)
+
+    silent = await asyncio.start_server(accept_and_ignore, "127.0.0.1", 0)
+    try:
+        silent_id = Identity.generate().public_key
+        cluster.members.add(silent_id)
+        good, fetcher = await cluster.add(), await cluster.add()
+        cluster.wire({silent_id: f"127.0.0.1:{silent.sockets[0].getsockname()[1]}"})
+        digest = good.publish_blob(b"hello" * 1000)
+        started = time.monotonic()
+        assert await fetcher.fetch_blob(digest, [silent_id, good.peer_id]) == b"hello" * 1000
+        assert 0.4 < time.monotonic() - started < 3.0
+        started = time.monotonic()
+        with pytest.raises(FetchError, match="timed out"):
+            await fetcher.fetch_blob(blob_hash(b"other"), [silent_id])
+        assert time.monotonic() - started < 3.0  # 2 rounds x 0.5 s read timeout
+    finally:
+        silent.close()
+
+
+async def test_overall_deadline_bounds_a_fetch(cluster: Cluster) -> None:
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(30)
+
+    silent = await asyncio.start_server(trickle, "127.0.0.1", 0)
+    try:
+        silent_id = Identity.generate().public_key
+        cluster.members.add(silent_id)
+        fetcher = await cluster.add(read_timeout=5.0, fetch_deadline=0.3)
+        cluster.wire({silent_id: f"127.0.0.1:{silent.sockets[0].getsockname()[1]}"})
+        started = time.monotonic()
+        with pytest.raises(FetchError, match="overall deadline"):
+            await fetcher.fetch_blob(blob_hash(b"x"), [silent_id])
+        assert time.monotonic() - started < 1.5
+    finally:
+        silent.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_dead_address_fails_quickly(cluster: Cluster) -> None:
+    dead_id = Identity.generate().public_key
+    cluster.members.add(dead_id)
+    good, fetcher = await cluster.add(), await cluster.add()
+    cluster.wire({dead_id: f"127.0.0.1:{free_port()}"})
+    digest = good.publish_blob(b"data")
+    started = time.monotonic()
+    assert await fetcher.fetch_blob(digest, [dead_id, good.peer_id]) == b"data"
+    assert time.monotonic() - started < 0.5
+    with pytest.raises(FetchError, match="cannot connect"):
+        await fetcher.fetch_blob(blob_hash(b"nope"), [dead_id])
+    unknown = Identity.generate().public_key
+    with pytest.raises(FetchError, match="no P2P address known"):
+        await fetcher.fetch_blob(blob_hash(b"nope"), [unknown])
+
+
+async def test_non_member_is_refused(cluster: Cluster) -> None:
+    member = await cluster.add()
+    outsider = await cluster.add(member=False)
+    digest = member.publish_blob(b"secret")
+    with pytest.raises(FetchError, match="not a member of the current epoch"):
+        await outsider.fetch_blob(digest, [member.peer_id])
+    report = await outsider.announce(
+        make_finished_announcement(
+            outsider.identity, step=1, warmup=True, broadcast_merkle=bytes(32)
+        )
+    )
+    assert "not a member of the current epoch" in report.failed[member.peer_id]
+    # membership changes are honoured on existing pooled connections too
+    cluster.members.add(outsider.peer_id)
+    assert await outsider.fetch_blob(digest, [member.peer_id]) == b"secret"
+    cluster.members.discard(outsider.peer_id)
+    with pytest.raises(FetchError, match="no longer a member"):
+        await outsider.fetch_blob(member.publish_blob(b"more"), [member.peer_id])
+
+
+async def test_dialer_checks_the_listener_identity(cluster: Cluster) -> None:
+    a, b = await cluster.add(), await cluster.add()
+    impostor_id = Identity.generate().public_key
+    cluster.members.add(impostor_id)
+    cluster.wire({impostor_id: a.address})  # an address that belongs to someone else
+    with pytest.raises(FetchError, match=f"is {a.peer_id[:4].hex()}, not"):
+        await b.fetch_blob(a.publish_blob(b"z"), [impostor_id])
+
+
+async def test_large_blob_is_streamed_in_chunks(cluster: Cluster) -> None:
+    server = await cluster.add(chunk_size=256 * 1024)
+    fetcher = await cluster.add()
+    payload = os.urandom(20 * 1024 * 1024)
+    digest = server.publish_blob(payload)
+    fetcher.stats.set_step(7)
+    assert await fetcher.fetch_blob(digest, [server.peer_id], expected_size=len(payload)) == payload
+    received = fetcher.stats.for_step(7).bytes_received
+    chunks = len(payload) // (256 * 1024)
+    assert len(payload) < received < len(payload) + chunks * 64 + 4096
+    assert fetcher.config.max_frame_size < len(payload)  # one frame could not have carried it
+
+
+async def test_wrong_size_is_refused_before_download(cluster: Cluster) -> None:
+    server, fetcher = await cluster.add(), await cluster.add()
+    digest = server.publish_blob(b"a" * 5000)
+    with pytest.raises(FetchError, match="expected 10"):
+        await fetcher.fetch_blob(digest, [server.peer_id], expected_size=10)
+
+
+async def test_concurrent_downloads_are_bounded(cluster: Cluster) -> None:
+    SlowNode.active = SlowNode.peak = 0
+    server = await cluster.add(SlowNode)
+    fetcher = await cluster.add(max_concurrent_downloads=2)
+    digests = [server.publish_blob(os.urandom(1000)) for _ in range(6)]
+    results = await asyncio.gather(*(fetcher.fetch_blob(d, [server.peer_id]) for d in digests))
+    assert [blob_hash(r) for r in results] == digests
+    assert SlowNode.peak == 2
+
+
+async def test_same_blob_requested_twice_downloads_once(cluster: Cluster) -> None:
+    server, fetcher = await cluster.add(), await cluster.add()
+    digest = server.publish_blob(os.urandom(10_000))
+    await asyncio.gather(*(fetcher.fetch_blob(digest, [server.peer_id]) for _ in range(3)))
+    assert fetcher.stats.downloads.started == 1 and fetcher.stats.downloads.finished == 1
+
+
+async def test_byte_counters_per_step(cluster: Cluster) -> None:
+    server, fetcher = await cluster.add(), await cluster.add()
+    first, second = os.urandom(10_000), os.urandom(30_000)
+    fetcher.stats.set_step(1)
+    server.stats.set_step(1)
+    await fetcher.fetch_blob(server.publish_blob(first), [server.peer_id])
+    fetcher.stats.set_step(2)
+    server.stats.set_step(2)
+    await fetcher.fetch_blob(server.publish_blob(second), [server.peer_id])
+    step1, step2 = fetcher.stats.for_step(1), fetcher.stats.for_step(2)
+    assert len(first) < step1.bytes_received < len(first) + 1000  # handshake + framing
+    assert len(second) < step2.bytes_received < len(second) + 200  # pooled: no new handshake
+    assert step1.bytes_sent > 0 and step2.bytes_sent < 200
+    assert server.stats.for_step(2).bytes_sent == step2.bytes_received
+    assert server.stats.for_step(1).bytes_received == step1.bytes_sent
+    assert fetcher.stats.total_received == step1.bytes_received + step2.bytes_received
+
+
+async def test_announce_report_covers_unreachable_peers(cluster: Cluster) -> None:
+    a, b = await cluster.add(), await cluster.add()
+    dead_id = Identity.generate().public_key
+    cluster.members.add(dead_id)
+    cluster.wire({dead_id: f"127.0.0.1:{free_port()}"})
+    report = await a.announce(announce_blob(a, b"p"))
+    assert isinstance(report, AnnounceReport)
+    assert report.delivered == [b.peer_id] and list(report.failed) == [dead_id]
+
+
+async def test_prune_forgets_old_blobs(cluster: Cluster) -> None:
+    server, fetcher = await cluster.add(), await cluster.add()
+    digest = server.publish_blob(b"old", step=1)
+    server.forget_before(2)
+    with pytest.raises(FetchError, match="does not hold"):
+        await fetcher.fetch_blob(digest, [server.peer_id])
