@@ -54,7 +54,13 @@ class TrainingBackend(Protocol):
 
     def weights_hash(self) -> bytes: ...
 
-    def export_parameters(self) -> dict[str, bytes]: ...
+    def export_parameters(self) -> list[tuple[str, str, tuple[int, ...], bytes]]:
+        """``(name, dtype, shape, raw bytes)`` of every parameter, for model sharing."""
+        ...
+
+    def load_parameters(self, parameters: dict[str, bytes]) -> None:
+        """Overwrite the weights from peer-fetched ``export_parameters`` bytes."""
+        ...
 
     def save_checkpoint(self, directory: str) -> None: ...
 
@@ -104,11 +110,14 @@ class DummyBackend:
     def weights_hash(self) -> bytes:
         return hashlib.sha256(self.weights).digest()
 
-    def export_parameters(self) -> dict[str, bytes]:
-        return {"dummy.weights": self.weights}
+    def export_parameters(self) -> list[tuple[str, str, tuple[int, ...], bytes]]:
+        return [("dummy.weights", "uint8", (len(self.weights),), self.weights)]
 
     def load_parameters(self, parameters: dict[str, bytes]) -> None:
-        self.weights = parameters["dummy.weights"]
+        weights = parameters.get("dummy.weights")
+        if weights is None or len(weights) != 32:
+            raise ValueError("peer model has no 32-byte 'dummy.weights' parameter")
+        self.weights = weights
 
     def save_checkpoint(self, directory: str) -> None:
         import pathlib

@@ -1,0 +1,334 @@
+"""The client application: wires the server link, the P2P node and the round runner.
+
+`run_client(options)` connects to the server, starts the P2P node, loads the model when the
+first Warmup lists us (checkpoint from the Hub / a local directory / a builtin preset, or
+peer-to-peer after the first epoch), follows the coordinator until the run is Finished or the
+connection drops, and shares/saves the model at every Cooldown. It returns the exit code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from psyche_common.protocol import Identity
+
+from psyche_client.backend import DummyBackend, TrainingBackend
+from psyche_client.p2p.config import P2PConfig
+from psyche_client.p2p.manifest import ModelManifest, parameter_info
+from psyche_client.p2p.model_share import ModelShareError, download_model
+from psyche_client.p2p.node import P2PNode
+from psyche_client.round_runner import DesyncError, RoundRunner, RunnerOptions, run_state_name
+from psyche_client.server_link import ServerLink, ServerLinkError
+from psyche_client.stats import ClientStats
+
+log = logging.getLogger("psyche.client")
+
+TICK_INTERVAL = 0.5
+
+
+@dataclass
+class ClientOptions:
+    """Everything `psyche-client train` configures (see cli.py for each flag's meaning)."""
+
+    server_addr: str
+    run_id: str
+    identity: Identity
+    bind_p2p_port: int = 0
+    bind_p2p_interface: str = "0.0.0.0"
+    advertise_host: str | None = None
+    device: str = "auto"
+    micro_batch_size: int = 1
+    checkpoint_dir: Path | None = None
+    hub_repo: str | None = None
+    write_gradients_dir: Path | None = None
+    max_concurrent_parameter_requests: int = 8
+    max_concurrent_downloads: int = 4
+    dummy_training_delay_secs: float | None = None
+    exit_when_finished: bool = True
+    keep_checkpoints: int = 3
+
+
+class NodeNetwork:
+    """Adapts `P2PNode` to the round runner's `PeerNetwork` protocol."""
+
+    def __init__(self, node: P2PNode) -> None:
+        self.node = node
+
+    async def announce(self, announcement: Any) -> None:
+        await self.node.announce(announcement)
+
+    def publish_blob(self, data: bytes, step: int) -> bytes:
+        return self.node.publish_blob(data, step=step)
+
+    async def fetch_blob(self, blob_hash: bytes, size: int, providers: Any) -> bytes:
+        return await self.node.fetch_blob(blob_hash, providers, expected_size=size)
+
+    def prune_before(self, step: int) -> None:
+        self.node.forget_before(step)
+
+
+@dataclass
+class SharedModel:
+    """What this client serves to late joiners between a Cooldown and the next round."""
+
+    manifest: ModelManifest | None = None
+    parameters: dict[str, bytes] = field(default_factory=dict)
+
+    def clear(self) -> None:
+        self.manifest = None
+        self.parameters = {}
+
+
+class ClientApp:
+    def __init__(
+        self, options: ClientOptions, on_snapshot: Callable[[ClientApp], None] | None = None
+    ):
+        self.options = options
+        self.identity = options.identity
+        self.stats = ClientStats()
+        self.shared = SharedModel()
+        self.members: set[bytes] = set()
+        self.coordinator: Any = None
+        self.on_snapshot = on_snapshot
+        self.model_download_progress: tuple[int, int] | None = None
+        config = P2PConfig(
+            bind_host=options.bind_p2p_interface,
+            port=options.bind_p2p_port,
+            advertise_host=options.advertise_host,
+            max_concurrent_downloads=options.max_concurrent_downloads,
+            max_concurrent_parameter_requests=options.max_concurrent_parameter_requests,
+        )
+        self.node = P2PNode(
+            self.identity,
+            is_member=lambda peer: peer in self.members,
+            config=config,
+            on_announcement=self._on_announcement,
+            get_manifest=lambda: self.shared.manifest,
+            get_parameter_bytes=lambda name: self.shared.parameters.get(name),
+        )
+        self.runner: RoundRunner | None = None
+        self.link: ServerLink | None = None
+
+    def _on_announcement(self, announcement: Any, _from_peer: bytes) -> None:
+        if self.runner is not None:
+            self.runner.on_announcement(announcement)
+
+    # ------------------------------------------------------------------ model loading
+
+    async def _load_backend(self, coordinator: Any) -> TrainingBackend:
+        checkpoint = coordinator.model.checkpoint
+        kind = getattr(checkpoint, "kind", type(checkpoint).__name__)
+        peers = [peer for peer in self.members if peer != self.identity.public_key]
+        from_peers = kind in ("P2P", "P2PGcs") and bool(peers)
+        if self.options.dummy_training_delay_secs is not None:
+            backend: Any = DummyBackend(self.options.dummy_training_delay_secs)
+        else:
+            from psyche_client.distro_backend import DistroBackend
+
+            backend = await asyncio.to_thread(
+                DistroBackend.load,
+                coordinator,
+                device=self.options.device,
+                micro_batch_size=self.options.micro_batch_size,
+                from_peers=from_peers,
+            )
+        if from_peers:
+            await self._download_from_peers(backend, peers)
+        return backend
+
+    async def _download_from_peers(self, backend: Any, peers: list[bytes]) -> None:
+        log.info("fetching the model from %d peer(s)", len(peers))
+
+        def progress(done: int, total: int) -> None:
+            self.model_download_progress = (done, total)
+
+        try:
+            download = await download_model(self.node, peers, on_progress=progress)
+        except ModelShareError:
+            raise
+        await asyncio.to_thread(backend.load_parameters, download.parameters)
+        log.info(
+            "model fetched peer-to-peer",
+            extra={
+                "client_id": self.identity.public_key[:4].hex(),
+                "parameters": len(download.parameters),
+                "bytes": sum(len(v) for v in download.parameters.values()),
+                "weights_hash": backend.weights_hash().hex(),
+                "corrupt_peers": [p[:4].hex() for p in download.corrupt_peers],
+            },
+        )
+
+    # ------------------------------------------------------------------ cooldown
+
+    async def _cooldown(self, coordinator: Any, backend: TrainingBackend) -> None:
+        step = coordinator.progress.step
+        entries = await asyncio.to_thread(backend.export_parameters)
+        manifest = ModelManifest.build(
+            step=step,
+            epoch=coordinator.progress.epoch,
+            parameters=[parameter_info(n, dtype, shape, data) for n, dtype, shape, data in entries],
+        )
+        self.shared.parameters = {name: data for name, _, _, data in entries}
+        self.shared.manifest = manifest
+        log.info(
+            "model shared for late joiners",
+            extra={
+                "client_id": self.identity.public_key[:4].hex(),
+                "step": step,
+                "weights_hash": backend.weights_hash().hex(),
+            },
+        )
+        directory = self.options.checkpoint_dir
+        if directory is None:
+            return
+        target = directory / f"{self.options.run_id}-step{step - 1}"
+        await asyncio.to_thread(backend.save_checkpoint, str(target))
+        await asyncio.to_thread(
+            _prune_checkpoints, directory, self.options.run_id, self.options.keep_checkpoints
+        )
+        log.info("checkpoint saved to %s", target)
+        if self.options.hub_repo:
+            from psyche_client.model_io import upload_to_hub
+
+            revision = await asyncio.to_thread(
+                upload_to_hub,
+                target,
+                self.options.hub_repo,
+                os.environ.get("HF_TOKEN"),
+                f"step {step - 1}",
+            )
+            assert self.link is not None
+            await self.link.send_checkpoint(
+                {"Hub": {"repo_id": self.options.hub_repo, "revision": revision}}
+            )
+            log.info("checkpoint uploaded to %s@%s", self.options.hub_repo, revision)
+
+    # ------------------------------------------------------------------ main loop
+
+    async def run(self) -> int:
+        from psyche_common.coordinator import Coordinator
+
+        await self.node.start()
+        try:
+            try:
+                self.link = await ServerLink.connect(
+                    self.options.server_addr,
+                    self.identity,
+                    self.options.run_id,
+                    self.node.address,
+                )
+            except (ServerLinkError, ValueError) as exc:
+                log.error("%s", exc)
+                return 1
+            self.runner = RoundRunner(
+                self.identity,
+                NodeNetwork(self.node),
+                self.link,
+                self._load_backend,
+                self._make_fetcher(),
+                RunnerOptions(
+                    run_id=self.options.run_id,
+                    write_gradients_dir=self.options.write_gradients_dir,
+                    needs_data=self.options.dummy_training_delay_secs is None,
+                ),
+                on_cooldown=self._cooldown,
+                stats=self.stats,
+            )
+            runner = self.runner
+            finished = asyncio.Event()
+
+            async def follow_server() -> None:
+                assert self.link is not None
+                async for update in self.link.states():
+                    coordinator = Coordinator.from_wire(update.coordinator)
+                    self.coordinator = coordinator
+                    self.members = {c.id for c in coordinator.epoch_state.clients}
+                    self.node.set_peers(update.peers)
+                    state = run_state_name(coordinator)
+                    if state == "RoundTrain" and runner.active != "training":
+                        self.shared.clear()
+                    await runner.on_state(coordinator)
+                    if state == "Finished" and self.options.exit_when_finished:
+                        finished.set()
+                        return
+
+            async def ticker() -> None:
+                while True:
+                    await asyncio.sleep(TICK_INTERVAL)
+                    await runner.tick()
+                    if self.on_snapshot is not None:
+                        self.on_snapshot(self)
+
+            try:
+                async with asyncio.TaskGroup() as group:
+                    server_task = group.create_task(follow_server())
+                    tick_task = group.create_task(ticker())
+                    fatal_task = group.create_task(runner.wait_fatal())
+                    done, _ = await asyncio.wait(
+                        [server_task, fatal_task], return_when=asyncio.FIRST_COMPLETED
+                    )
+                    for task in (server_task, tick_task, fatal_task):
+                        task.cancel()
+                if fatal_task in done and not fatal_task.cancelled():
+                    exc = fatal_task.result()
+                    if isinstance(exc, DesyncError):
+                        log.error("desync: %s", exc)
+                        return 3
+                    log.error("client failed: %s", exc)
+                    return 2
+                log.info("run finished; exiting")
+                return 0
+            except* ServerLinkError as group_exc:
+                log.error("%s", group_exc.exceptions[0])
+                return 1
+        finally:
+            if self.runner is not None:
+                await self.runner.aclose()
+            if self.link is not None:
+                await self.link.close()
+            with contextlib.suppress(Exception):
+                await self.node.close()
+
+    def _make_fetcher(self) -> Any:
+        if self.options.dummy_training_delay_secs is not None:
+            return None
+        provider_holder: dict[str, Any] = {}
+
+        async def fetch(batch: Any) -> Any:
+            provider = provider_holder.get("provider")
+            if provider is None:
+                from psyche_common.data import make_provider
+
+                provider = await make_provider(
+                    self.coordinator.model.data_location,
+                    self.coordinator.model.max_seq_len,
+                    identity=self.identity,
+                )
+                provider_holder["provider"] = provider
+            return await provider.get_samples(batch)
+
+        return fetch
+
+
+def _prune_checkpoints(directory: Path, run_id: str, keep: int) -> None:
+    """Keep the newest ``keep`` ``{run_id}-step{N}`` directories."""
+    import shutil
+
+    steps = []
+    for path in directory.glob(f"{run_id}-step*"):
+        suffix = path.name.removeprefix(f"{run_id}-step")
+        if path.is_dir() and suffix.isdigit():
+            steps.append((int(suffix), path))
+    for _, path in sorted(steps)[:-keep] if keep > 0 else []:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+async def run_client(options: ClientOptions) -> int:
+    return await ClientApp(options).run()

@@ -1,0 +1,319 @@
+"""`psyche-client`: join a run and train (`train`), print the identity (`show-identity`),
+estimate whether a run fits this machine (`check`).
+
+Every option of `train` can also be given as an environment variable with the upper-snake
+name (e.g. `SERVER_ADDR`, `RUN_ID`, `MICRO_BATCH_SIZE`), like the reference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import click
+from psyche_common.protocol import Identity
+
+IDENTITY_ENV = "RAW_IDENTITY_SECRET_KEY"
+
+
+def load_identity(path: Path | None) -> Identity:
+    """The identity from a 32-byte key file, else ``$RAW_IDENTITY_SECRET_KEY`` (hex), else a
+    fresh random one."""
+    if path is not None:
+        return Identity.load(path)
+    raw = os.environ.get(IDENTITY_ENV)
+    if raw:
+        try:
+            return Identity.from_hex(raw.strip())
+        except ValueError as exc:
+            raise click.BadParameter(f"${IDENTITY_ENV}: {exc}") from exc
+    return Identity.generate()
+
+
+def _interface_address(name: str) -> str:
+    """IPv4 address to bind for ``--bind-p2p-interface``: an address as is, or the address of
+    a network interface by name (a trailing ``*`` matches by prefix)."""
+    import ipaddress
+    import socket
+
+    try:
+        ipaddress.ip_address(name)
+        return name
+    except ValueError:
+        pass
+    import fcntl
+    import struct
+
+    prefix = name[:-1] if name.endswith("*") else None
+    for _, ifname in socket.if_nameindex():
+        if (prefix is not None and ifname.startswith(prefix)) or ifname == name:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                try:
+                    packed = fcntl.ioctl(
+                        sock.fileno(), 0x8915, struct.pack("256s", ifname[:15].encode())
+                    )
+                except OSError:
+                    continue
+                return socket.inet_ntoa(packed[20:24])
+    raise click.BadParameter(
+        f"no IPv4 interface matches {name!r}", param_hint="--bind-p2p-interface"
+    )
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": None})
+def main() -> None:
+    """Psyche client: trains a model together with other clients of a run."""
+
+
+identity_option = click.option(
+    "-i",
+    "--identity-secret-key-path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="IDENTITY_SECRET_KEY_PATH",
+    help="File with the 32 raw bytes of this client's ed25519 secret key. Without it the key "
+    f"comes from ${IDENTITY_ENV} (64 hex chars), or a random one is made for this run.",
+)
+
+
+@main.command("show-identity")
+@identity_option
+def show_identity(identity_secret_key_path: Path | None) -> None:
+    """Print this client's public key (its client id) and secret key, in hex."""
+    identity = load_identity(identity_secret_key_path)
+    click.echo(f"public key: {identity.public_key.hex()}")
+    click.echo(f"short id:   {identity.short_id}")
+    click.echo(f"secret key: {identity.secret_bytes().hex()}")
+
+
+@main.command()
+@click.option(
+    "--server-addr",
+    required=True,
+    envvar="SERVER_ADDR",
+    help="Coordinator server address, HOST:PORT.",
+)
+@click.option(
+    "--run-id",
+    required=True,
+    envvar="RUN_ID",
+    help="Run to join (must equal the server's run_id); surrounding quotes are trimmed.",
+)
+@identity_option
+@click.option(
+    "--bind-p2p-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    envvar="BIND_P2P_PORT",
+    show_default=True,
+    help="TCP port of the peer-to-peer listener (0: any free port).",
+)
+@click.option(
+    "--bind-p2p-interface",
+    default=None,
+    envvar="BIND_P2P_INTERFACE",
+    help="Bind the P2P listener to this IPv4 address or network interface (a trailing "
+    "'*' matches interface names by prefix). Default: all interfaces.",
+)
+@click.option(
+    "--device",
+    default="auto",
+    envvar="DEVICE",
+    show_default=True,
+    help="Training device: auto, cpu, cuda or cuda:N.",
+)
+@click.option(
+    "--micro-batch-size",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    envvar="MICRO_BATCH_SIZE",
+    help="Samples per forward/backward pass; a batch is split into ceil(B/mbs) chunks "
+    "whose gradients are accumulated.",
+)
+@click.option(
+    "--checkpoint-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="CHECKPOINT_DIR",
+    help="Save the model (safetensors) to DIR/{run_id}-step{N} at the end of every epoch.",
+)
+@click.option(
+    "--hub-repo",
+    envvar="HUB_REPO",
+    help="Also upload each epoch's checkpoint to this Hugging Face repo (needs HF_TOKEN "
+    "and --checkpoint-dir) and report it to the coordinator.",
+)
+@click.option(
+    "--logs",
+    type=click.Choice(["tui", "console", "json"]),
+    default="tui",
+    show_default=True,
+    envvar="LOGS",
+    help="tui: interactive dashboard; console: readable log lines; json: one JSON "
+    "object per line (fields client_id, epoch, step, state, loss, weights_hash).",
+)
+@click.option(
+    "--write-log",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="WRITE_LOG",
+    help="Also append the logs (JSON lines) to this file.",
+)
+@click.option(
+    "--write-gradients-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="WRITE_GRADIENTS_DIR",
+    help="Write every result this client transmits to this directory "
+    "(result-{id}-step{S}-batch{start}-{end}.bin).",
+)
+@click.option(
+    "--max-concurrent-parameter-requests",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    envvar="MAX_CONCURRENT_PARAMETER_REQUESTS",
+    help="Parameters downloaded at once when fetching the model from peers.",
+)
+@click.option(
+    "--max-concurrent-downloads",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    envvar="MAX_CONCURRENT_DOWNLOADS",
+    help="Peers' training results downloaded at once.",
+)
+@click.option(
+    "--dummy-training-delay-secs",
+    type=click.FloatRange(min=0),
+    default=None,
+    envvar="DUMMY_TRAINING_DELAY_SECS",
+    help="Testing: no model and no torch; every batch sleeps this long and produces a "
+    "tiny fake result, so protocol-level runs are fast.",
+)
+def train(
+    server_addr: str,
+    run_id: str,
+    identity_secret_key_path: Path | None,
+    bind_p2p_port: int,
+    bind_p2p_interface: str | None,
+    device: str,
+    micro_batch_size: int,
+    checkpoint_dir: Path | None,
+    hub_repo: str | None,
+    logs: str,
+    write_log: Path | None,
+    write_gradients_dir: Path | None,
+    max_concurrent_parameter_requests: int,
+    max_concurrent_downloads: int,
+    dummy_training_delay_secs: float | None,
+) -> None:
+    """Join run RUN_ID at the coordinator SERVER_ADDR and train until the run finishes."""
+    from psyche_client.app import ClientOptions
+
+    if hub_repo and checkpoint_dir is None:
+        raise click.UsageError("--hub-repo needs --checkpoint-dir")
+    identity = load_identity(identity_secret_key_path)
+    bind = _interface_address(bind_p2p_interface) if bind_p2p_interface else "0.0.0.0"
+    options = ClientOptions(
+        server_addr=server_addr,
+        run_id=run_id.strip().strip("\"'"),
+        identity=identity,
+        bind_p2p_port=bind_p2p_port,
+        bind_p2p_interface=bind,
+        advertise_host="127.0.0.1" if _is_loopback_server(server_addr) else None,
+        device=device,
+        micro_batch_size=micro_batch_size,
+        checkpoint_dir=checkpoint_dir,
+        hub_repo=hub_repo,
+        write_gradients_dir=write_gradients_dir,
+        max_concurrent_parameter_requests=max_concurrent_parameter_requests,
+        max_concurrent_downloads=max_concurrent_downloads,
+        dummy_training_delay_secs=dummy_training_delay_secs,
+    )
+    sys.exit(_run(options, logs, write_log))
+
+
+def _is_loopback_server(server_addr: str) -> bool:
+    host = server_addr.rpartition(":")[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1")
+
+
+def _run(options: object, logs: str, write_log: Path | None) -> int:
+    import logging
+
+    from psyche_common.logs import setup_logging
+
+    from psyche_client.app import ClientApp
+
+    if logs == "tui":
+        from psyche_client.tui.app import run_dashboard
+
+        return run_dashboard(options, write_log)
+    setup_logging(logs, logging.INFO)  # type: ignore[arg-type]
+    if write_log is not None:
+        _add_file_log(write_log)
+    try:
+        import uvloop
+
+        return uvloop.run(ClientApp(options).run())  # type: ignore[arg-type]
+    except ImportError:
+        return asyncio.run(ClientApp(options).run())  # type: ignore[arg-type]
+    except KeyboardInterrupt:
+        return 130
+
+
+def _add_file_log(path: Path) -> None:
+    import logging
+
+    from psyche_common.logs import JsonLineFormatter
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(JsonLineFormatter())
+    logging.getLogger().addHandler(handler)
+
+
+@main.command()
+@click.option(
+    "--state",
+    "state_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The run's state.toml.",
+)
+@click.option(
+    "--micro-batch-size",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Micro-batch size you plan to train with.",
+)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+def check(state_path: Path, micro_batch_size: int, device: str) -> None:
+    """Estimate memory and DisTrO traffic of a run for this machine (no download of weights
+    when the model is a builtin preset or a local directory)."""
+    import json
+
+    from psyche_common.config import load_state
+
+    from psyche_client.estimate import estimate_run
+    from psyche_client.model_io import builtin_config
+
+    state = load_state(state_path)
+    repo_id = state.model.checkpoint.repo_id if hasattr(state.model.checkpoint, "repo_id") else ""
+    if repo_id.startswith("builtin:"):
+        model_config = builtin_config(repo_id.removeprefix("builtin:"))
+    elif repo_id and (Path(repo_id) / "config.json").is_file():
+        model_config = json.loads((Path(repo_id) / "config.json").read_text())
+    else:
+        from huggingface_hub import hf_hub_download
+
+        model_config = json.loads(Path(hf_hub_download(repo_id, "config.json")).read_text())
+    estimate = estimate_run(state.model, model_config, micro_batch_size, device)
+    click.echo(estimate.render())
+    if estimate.fits is False:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
