@@ -1,0 +1,313 @@
+"""Local training of one client: micro-batched forward/backward, clipping, DisTrO or AdamW.
+
+Reference: spec sections 1.5, 2.5.3-2.5.5, 2.9. The client's round pipeline calls, from one
+worker thread (the methods are not re-entrant):
+
+    trainer = Trainer(model, optimizer_config, device=device, micro_batch_size=4)
+    # start of round h (coordinator step S): results of step S-2, own result included
+    trainer.apply(results, step=S, lr=lr(S))           # canonical batch-id order inside
+    out = trainer.train(batch_id, tokens, step=S, lr=lr(S), prev_lr=lr(S-1))
+    out.result.encode()  /  out.result.data_hash()     # publish; keep nothing else
+    trainer.drop_pending_result()                      # only if the result was NOT published
+    trainer.weights_hash()                             # SHA-256 over sorted-name raw bytes
+
+`train` runs the lookahead (theta - prev_lr*sign(delta)), forward/backward over micro-batches
+of `micro_batch_size` samples (each micro-batch's mean loss weighted by its share of the
+tokens), restores the exact weights, clips the gradient (global L2) and calls DisTrO's
+`generate`. The client's own unquantized result is remembered and subtracted from the momentum
+at the next `train` (error feedback). With an AdamW config `train` steps AdamW directly and
+returns no result (central or comparison runs); `apply` is DisTrO only.
+
+API: `AdamWSettings`, `optimizer_settings(config)`, `TrainOutput`, `TrainingCancelled`,
+`Trainer(model, optimizer, *, device, micro_batch_size, dtype=None)` with `.train(...)`,
+`.apply(results, step, lr) -> int`, `.evaluate(tokens) -> float`, `.decode_result(data)`,
+`.drop_pending_result()`, `.weights_hash() -> str`, `.weights_digest() -> bytes`, `.layout`,
+and `weights_digest(model) -> bytes`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from psyche_common.assignment import BatchId
+
+from psyche_client.distro import (
+    DistroOptimizer,
+    DistroResult,
+    DistroSettings,
+    OwnResult,
+    ResultLayout,
+)
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+}
+
+
+@dataclass(frozen=True)
+class AdamWSettings:
+    """The knobs of `OptimizerDefinition::AdamW`."""
+
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.1
+    eps: float = 1e-8
+    clip_grad_norm: float | None = 1.0
+
+    @classmethod
+    def from_config(cls, config: Any) -> AdamWSettings:
+        beta1, beta2 = config.betas
+        return cls(
+            (float(beta1), float(beta2)),
+            float(config.weight_decay),
+            float(config.eps),
+            config.clip_grad_norm,
+        )
+
+
+def optimizer_settings(config: Any) -> DistroSettings | AdamWSettings:
+    """Our settings from a pydantic optimizer model (or already-built settings)."""
+    if isinstance(config, DistroSettings | AdamWSettings):
+        return config
+    if hasattr(config, "compression_topk"):
+        return DistroSettings.from_config(config)
+    if hasattr(config, "betas"):
+        return AdamWSettings.from_config(config)
+    raise ValueError(f"unsupported optimizer for training: {config!r} (need Distro or AdamW)")
+
+
+class TrainingCancelled(RuntimeError):
+    """`train` stopped before a micro-batch because the round was cancelled; weights and
+    momentum are as they were before the call."""
+
+
+@dataclass(frozen=True)
+class TrainOutput:
+    loss: float
+    result: DistroResult | None
+    grad_norm: float | None
+    micro_batches: int
+    skipped_micro_batches: int
+    forward_backward_seconds: float
+    optimizer_seconds: float
+
+
+def weights_digest(model: torch.nn.Module) -> bytes:
+    """SHA-256 over every parameter's raw bytes, parameters in sorted-name order."""
+    digest = hashlib.sha256()
+    for _, p in sorted(model.named_parameters(), key=lambda item: item[0]):
+        raw = p.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+        digest.update(raw.numpy().tobytes())
+    return digest.digest()
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: Any,
+        *,
+        device: torch.device | str,
+        micro_batch_size: int,
+        dtype: torch.dtype | str | None = None,
+    ) -> None:
+        if micro_batch_size < 1:
+            raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+        self.device = torch.device(device)
+        self.dtype = _resolve_dtype(dtype)
+        self.model = model.to(device=self.device, dtype=self.dtype)
+        self.micro_batch_size = micro_batch_size
+        self.settings = optimizer_settings(optimizer)
+        self.trainer_nonce = 0
+        self._params = sorted(self.model.named_parameters(), key=lambda item: item[0])
+        self._pending_own: list[OwnResult] = []
+        self._distro: DistroOptimizer | None = None
+        self._adamw: torch.optim.AdamW | None = None
+        if isinstance(self.settings, DistroSettings):
+            self._distro = DistroOptimizer(self._params, self.settings)
+        else:
+            self._adamw = torch.optim.AdamW(
+                [p for _, p in self._params],
+                lr=0.0,
+                betas=self.settings.betas,
+                eps=self.settings.eps,
+                weight_decay=self.settings.weight_decay,
+            )
+
+    # ---- properties ----------------------------------------------------------------------
+    @property
+    def is_distro(self) -> bool:
+        return self._distro is not None
+
+    @property
+    def layout(self) -> ResultLayout:
+        """The layout every result of this run must have (DisTrO only)."""
+        return self._require_distro().layout
+
+    @property
+    def distro(self) -> DistroOptimizer:
+        return self._require_distro()
+
+    # ---- training ------------------------------------------------------------------------
+    def train(
+        self,
+        batch_id: BatchId,
+        tokens: np.ndarray,
+        step: int,
+        lr: float,
+        prev_lr: float,
+        *,
+        zero_optim: bool = False,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> TrainOutput:
+        """Train on `tokens` (int64, `(n, seq_len)`) for coordinator `step` (see module doc).
+
+        Raises `TrainingCancelled` when `cancelled()` turns true before a micro-batch; the
+        weights are then restored and the momentum is untouched.
+        """
+        input_ids = self._to_input(tokens)
+        nonce = self.trainer_nonce
+        self.trainer_nonce += 1
+        self.model.train()
+        self.model.zero_grad(set_to_none=True)
+        if self._distro is not None and zero_optim:
+            self._distro.zero_momentum()
+            self._pending_own.clear()
+        started = time.perf_counter()
+        try:
+            if self._distro is not None:
+                with self._distro.lookahead(prev_lr):
+                    loss, used, skipped = self._forward_backward(input_ids, cancelled)
+            else:
+                loss, used, skipped = self._forward_backward(input_ids, cancelled)
+        except TrainingCancelled:
+            self.model.zero_grad(set_to_none=True)
+            raise
+        forward_backward = time.perf_counter() - started
+        started = time.perf_counter()
+        grad_norm = self._clip()
+        result = None
+        if self._distro is not None:
+            generated = self._distro.generate(lr, step, batch_id, nonce, self._pending_own)
+            self._pending_own = [generated.own]
+            result = generated.transmit
+        else:
+            assert self._adamw is not None
+            for group in self._adamw.param_groups:
+                group["lr"] = lr
+            self._adamw.step()
+        self.model.zero_grad(set_to_none=True)
+        return TrainOutput(
+            loss=loss,
+            result=result,
+            grad_norm=grad_norm,
+            micro_batches=used,
+            skipped_micro_batches=skipped,
+            forward_backward_seconds=forward_backward,
+            optimizer_seconds=time.perf_counter() - started,
+        )
+
+    def _forward_backward(
+        self, input_ids: torch.Tensor, cancelled: Callable[[], bool] | None
+    ) -> tuple[float, int, int]:
+        total = input_ids.shape[0]
+        loss_sum = 0.0
+        counted = 0
+        skipped = 0
+        micro_batches = torch.split(input_ids, self.micro_batch_size, dim=0)
+        for micro_batch in micro_batches:
+            if cancelled is not None and cancelled():
+                raise TrainingCancelled("training cancelled before a micro-batch")
+            loss = self.model(input_ids=micro_batch, labels=micro_batch).loss
+            weight = micro_batch.shape[0] / total  # equal-length samples: share of tokens
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                skipped += 1
+                logger.warning("skipping a micro-batch with non-finite loss %s", value)
+                continue
+            (loss * weight).backward()
+            loss_sum += value * weight
+            counted += micro_batch.shape[0]
+        mean_loss = loss_sum * total / counted if counted else math.nan
+        return mean_loss, len(micro_batches), skipped
+
+    def _clip(self) -> float | None:
+        max_norm = self.settings.clip_grad_norm
+        if max_norm is None or max_norm <= 0:
+            return None
+        params = [p for _, p in self._params if p.grad is not None]
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+
+    # ---- applying peers' results ---------------------------------------------------------
+    def apply(self, results: Sequence[DistroResult], step: int, lr: float) -> int:
+        """Apply results (own included) with the lr of the applying `step`; returns the count.
+
+        The input order does not matter: results are sorted by batch id, so every client
+        applying the same set gets bit-identical weights.
+        """
+        distro = self._require_distro()
+        if not results:
+            logger.warning("step %d: no DisTrO results to apply, weights unchanged", step)
+            return 0
+        return distro.apply(results, lr)
+
+    def decode_result(self, data: bytes) -> DistroResult:
+        """Strictly decode a received result for this model (raises `ResultDecodeError`)."""
+        return DistroResult.decode(data, self.layout)
+
+    def drop_pending_result(self) -> None:
+        """Forget the last own result (it was not published, so it stays in the momentum)."""
+        self._pending_own.clear()
+
+    # ---- evaluation and hashing ----------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, tokens: np.ndarray) -> float:
+        """Mean causal-LM loss over `tokens` (`(n, seq_len)`), in micro-batches."""
+        input_ids = self._to_input(tokens)
+        self.model.eval()
+        total = 0.0
+        for micro_batch in torch.split(input_ids, self.micro_batch_size, dim=0):
+            loss = self.model(input_ids=micro_batch, labels=micro_batch).loss
+            total += float(loss) * micro_batch.shape[0]
+        return total / input_ids.shape[0]
+
+    def weights_digest(self) -> bytes:
+        return weights_digest(self.model)
+
+    def weights_hash(self) -> str:
+        return self.weights_digest().hex()
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _require_distro(self) -> DistroOptimizer:
+        if self._distro is None:
+            raise RuntimeError("this trainer uses AdamW; DisTrO results do not apply")
+        return self._distro
+
+    def _to_input(self, tokens: np.ndarray) -> torch.Tensor:
+        array = np.asarray(tokens)
+        if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 2:
+            raise ValueError(f"tokens must have shape (n >= 1, seq_len >= 2), got {array.shape}")
+        if not np.issubdtype(array.dtype, np.integer):
+            raise ValueError(f"tokens must be integers, got dtype {array.dtype}")
+        return torch.from_numpy(array.astype(np.int64, copy=False)).to(self.device)
+
+
+def _resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        return _DTYPES[dtype.lower()]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)}") from None

@@ -1,0 +1,229 @@
+"""Trainer: micro-batching, lookahead restore, error feedback, cancellation, AdamW, apply
+through the client-facing API, and bit-identical replicas."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from psyche_client.distro import DistroResult, DistroSettings, ResultDecodeError
+from psyche_client.trainer import (
+    AdamWSettings,
+    Trainer,
+    TrainingCancelled,
+    optimizer_settings,
+    weights_digest,
+)
+from psyche_common.assignment import BatchId
+from psyche_common.config.optimizer import AdamWOptimizer
+from psyche_common.config.optimizer import DistroOptimizer as DistroConfig
+
+DISTRO = DistroSettings(
+    compression_decay=0.999, compression_topk=4, compression_chunk=16, quantize_1bit=True
+)
+SEQ = 12
+
+
+def tiny_llama(seed: int = 0) -> transformers.LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
+    return transformers.LlamaForCausalLM(config)
+
+
+def tokens(seed: int, n: int = 4) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, size=(n, SEQ), dtype=np.int64)
+
+
+def make_trainer(settings=DISTRO, micro_batch_size: int = 2, **kwargs) -> Trainer:
+    return Trainer(
+        tiny_llama(), settings, device="cpu", micro_batch_size=micro_batch_size, **kwargs
+    )
+
+
+def test_settings_from_config_models() -> None:
+    distro = DistroConfig(
+        compression_decay=0.99,
+        compression_topk=8,
+        compression_chunk=64,
+        quantize_1bit=False,
+        clip_grad_norm=1.0,
+    )
+    assert optimizer_settings(distro) == DistroSettings(0.99, 8, 64, False, 0.0, 1.0)
+    adamw = AdamWOptimizer(betas=(0.9, 0.95), weight_decay=0.1, eps=1e-8)
+    assert optimizer_settings(adamw) == AdamWSettings((0.9, 0.95), 0.1, 1e-8, None)
+    with pytest.raises(ValueError, match="unsupported optimizer"):
+        optimizer_settings(object())
+
+
+def test_train_returns_decodable_result_and_keeps_weights() -> None:
+    trainer = make_trainer()
+    before = trainer.weights_hash()
+    out = trainer.train(BatchId(0, 3), tokens(0), step=1, lr=0.01, prev_lr=0.0)
+    assert 4.0 < out.loss < 7.0  # about ln(256) = 5.5 at init
+    assert out.micro_batches == 2
+    assert out.result is not None
+    assert out.result.step == 1 and out.result.batch_id == BatchId(0, 3)
+    assert out.result.trainer_nonce == 0
+    decoded = trainer.decode_result(out.result.encode())
+    assert decoded.data_hash() == out.result.data_hash()
+    # a DisTrO step only moves the momentum; weights change in apply
+    assert trainer.weights_hash() == before
+    second = trainer.train(BatchId(4, 7), tokens(1), step=2, lr=0.01, prev_lr=0.01)
+    assert second.result is not None and second.result.trainer_nonce == 1
+    assert trainer.weights_hash() == before  # lookahead undone by exact restore
+
+
+def test_micro_batches_weight_tokens_equally() -> None:
+    """Uneven micro-batches (2+2+1) give the same loss and grads as one batch of 5."""
+    data = tokens(3, n=5)
+    one = make_trainer(micro_batch_size=5)
+    split = make_trainer(micro_batch_size=2)
+    out_one = one.train(BatchId(0, 4), data, 1, 0.1, 0.0)
+    out_split = split.train(BatchId(0, 4), data, 1, 0.1, 0.0)
+    assert out_split.micro_batches == 3
+    assert out_split.loss == pytest.approx(out_one.loss, rel=1e-5)
+    for name, _ in one.model.named_parameters():
+        assert torch.allclose(one.distro.momentum(name), split.distro.momentum(name), atol=1e-7)
+
+
+def test_error_feedback_uses_own_previous_result() -> None:
+    with_feedback = make_trainer()
+    without = make_trainer()
+    for trainer in (with_feedback, without):
+        trainer.train(BatchId(0, 3), tokens(0), 1, 0.01, 0.0)
+    without.drop_pending_result()
+    for trainer in (with_feedback, without):
+        trainer.train(BatchId(4, 7), tokens(1), 2, 0.01, 0.01)
+    name = "lm_head.weight"
+    difference = without.distro.momentum(name) - with_feedback.distro.momentum(name)
+    assert difference.abs().max() > 0
+
+
+def test_clipping_bounds_the_gradient() -> None:
+    settings = dataclasses.replace(DISTRO, clip_grad_norm=1e-3, compression_decay=1.0)
+    trainer = make_trainer(settings)
+    out = trainer.train(BatchId(0, 3), tokens(0), 1, 1.0, 0.0)
+    assert out.grad_norm is not None and out.grad_norm > 1e-3
+    norm = torch.sqrt(sum(trainer.distro.momentum(n).pow(2).sum() for n, _ in trainer._params))
+    assert float(norm) == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_cancelled_training_leaves_no_trace() -> None:
+    trainer = make_trainer()
+    trainer.train(BatchId(0, 3), tokens(0), 1, 0.01, 0.0)
+    before = trainer.weights_hash()
+    momentum = {n: trainer.distro.momentum(n).clone() for n, _ in trainer._params}
+    calls = []
+
+    def cancel_after_first() -> bool:
+        calls.append(1)
+        return len(calls) > 1
+
+    with pytest.raises(TrainingCancelled):
+        trainer.train(BatchId(4, 7), tokens(1), 2, 0.01, 0.5, cancelled=cancel_after_first)
+    assert trainer.weights_hash() == before
+    for name, value in momentum.items():
+        assert torch.equal(trainer.distro.momentum(name), value)
+    assert all(p.grad is None for p in trainer.model.parameters())
+
+
+def test_zero_optim_resets_momentum() -> None:
+    trainer = make_trainer()
+    trainer.train(BatchId(0, 3), tokens(0), 1, 0.01, 0.0)
+    out = trainer.train(BatchId(4, 7), tokens(1), 2, 0.0, 0.0, zero_optim=True)
+    assert out.result is not None
+    assert all(float(trainer.distro.momentum(n).abs().max()) == 0.0 for n, _ in trainer._params)
+
+
+def test_adamw_steps_directly() -> None:
+    trainer = make_trainer(AdamWSettings())
+    before = trainer.weights_hash()
+    out = trainer.train(BatchId(0, 3), tokens(0), 1, 1e-3, 0.0)
+    assert out.result is None
+    assert out.grad_norm is not None
+    assert trainer.weights_hash() != before
+    with pytest.raises(RuntimeError, match="AdamW"):
+        trainer.apply([], 1, 1e-3)
+
+
+def test_rejects_bad_tokens() -> None:
+    trainer = make_trainer()
+    with pytest.raises(ValueError, match="shape"):
+        trainer.train(BatchId(0, 0), np.zeros(12, dtype=np.int64), 1, 0.01, 0.0)
+    with pytest.raises(ValueError, match="integers"):
+        trainer.train(BatchId(0, 0), np.zeros((1, 12), dtype=np.float32), 1, 0.01, 0.0)
+
+
+def test_decode_result_rejects_other_model() -> None:
+    out = make_trainer().train(BatchId(0, 3), tokens(0), 1, 0.01, 0.0)
+    other = Trainer(
+        tiny_llama(),
+        dataclasses.replace(DISTRO, compression_chunk=8),
+        device="cpu",
+        micro_batch_size=2,
+    )
+    assert out.result is not None
+    with pytest.raises(ResultDecodeError):
+        other.decode_result(out.result.encode())
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_four_clients_pipeline_bit_identical(dtype: str) -> None:
+    """4 clients over 5 rounds with the two-round delay: every client applies the same
+    results (arrival order differs) and all weight hashes agree and move."""
+    base = tiny_llama()
+    clients = [
+        Trainer(copy.deepcopy(base), DISTRO, device="cpu", micro_batch_size=2, dtype=dtype)
+        for _ in range(4)
+    ]
+    initial = clients[0].weights_hash()
+    history: dict[int, list[DistroResult]] = {}
+    lr = {s: 0.002 * s for s in range(0, 8)}
+    for step in range(1, 6):
+        if step - 2 in history:
+            for i, client in enumerate(clients):
+                received = [client.decode_result(r.encode()) for r in history[step - 2]]
+                rotated = received[i:] + received[:i]
+                assert client.apply(rotated, step, lr[step]) == 4
+        produced = []
+        for i, client in enumerate(clients):
+            batch = BatchId(8 * step + 2 * i, 8 * step + 2 * i + 1)
+            out = client.train(batch, tokens(100 * step + i, n=2), step, lr[step], lr[step - 1])
+            assert out.result is not None
+            produced.append(out.result)
+        history[step] = produced
+        hashes = {client.weights_hash() for client in clients}
+        assert len(hashes) == 1
+    assert clients[0].weights_hash() != initial
+    assert clients[0].weights_digest() == weights_digest(clients[3].model)
+
+
+def test_bf16_dtype_casts_model() -> None:
+    trainer = make_trainer(dtype="bf16")
+    assert all(p.dtype == torch.bfloat16 for p in trainer.model.parameters())
+    out = trainer.train(BatchId(0, 3), tokens(0), 1, 0.01, 0.0)
+    assert np.isfinite(out.loss)
+    with pytest.raises(ValueError, match="unknown dtype"):
+        make_trainer(dtype="fp8")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_cuda_matches_device() -> None:
+    trainer = Trainer(tiny_llama(), DISTRO, device="cuda", micro_batch_size=2)
+    out = trainer.train(BatchId(0, 3), tokens(0), 1, 0.01, 0.0)
+    assert out.result is not None
+    assert trainer.apply([out.result], 3, 0.01) == 1
+    assert all(p.device.type == "cuda" for p in trainer.model.parameters())
