@@ -1,0 +1,79 @@
+"""Roles and batches a client derives from the broadcast coordinator state."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from psyche_client.roles import client_index, derive_round_roles
+from psyche_common.assignment import BatchId, assign_data_for_round
+from psyche_common.committee import Committee, CommitteeSelection
+
+
+def fake_coordinator(n_clients: int, batch: int, seed: int = 42, witness_nodes: int = 1):
+    clients = [SimpleNamespace(id=bytes([i + 1]) * 32) for i in range(n_clients)]
+    round_ = SimpleNamespace(
+        data_index=100,
+        random_seed=seed,
+        tie_breaker_tasks=0,
+        clients_len=n_clients,
+        height=3,
+        witnesses=[],
+    )
+    config = SimpleNamespace(
+        witness_nodes=witness_nodes,
+        verification_percent=0,
+        global_batch_size_start=batch,
+        global_batch_size_end=batch,
+        global_batch_size_warmup_tokens=0,
+    )
+    return (
+        SimpleNamespace(
+            epoch_state=SimpleNamespace(clients=clients, last_step=0),
+            config=config,
+            model=SimpleNamespace(max_seq_len=16),
+            progress=SimpleNamespace(step=7, epoch=0, epoch_start_data_index=0),
+            current_round=lambda: round_,
+        ),
+        clients,
+        round_,
+    )
+
+
+def test_every_client_gets_its_share_and_they_cover_the_batch() -> None:
+    coordinator, clients, round_ = fake_coordinator(3, batch=8)
+    seen: list[BatchId] = []
+    witnesses = 0
+    for client in clients:
+        roles = derive_round_roles(coordinator, client.id, have_training=True)
+        assert roles.step == 7 and roles.height == 3
+        assert roles.is_trainer
+        assert len(roles.my_batches) == 1
+        seen.extend(roles.my_batches)
+        assert all(roles.assignments[b] == client.id for b in roles.my_batches)
+        witnesses += roles.is_witness
+        assert roles.batch_ids == tuple(sorted(roles.assignments, key=lambda b: b.start))
+    assert witnesses == 1  # witness_nodes = 1
+    assert sorted(len(b) for b in seen) == [2, 3, 3]
+    assert min(b.start for b in seen) == 100 and max(b.end for b in seen) == 107
+    expected = assign_data_for_round(round_, clients, coordinator.config, 16)
+    assert set(seen) == set(expected)
+
+
+def test_proofs_match_the_committee_selection() -> None:
+    coordinator, clients, _ = fake_coordinator(4, batch=4, seed=9)
+    selection = CommitteeSelection.new(0, 1, 0, 4, 9)
+    for index, client in enumerate(clients):
+        roles = derive_round_roles(coordinator, client.id, have_training=True)
+        assert roles.my_index == index == client_index(coordinator, client.id)
+        assert roles.committee_proof == selection.get_committee(index)
+        assert roles.committee_proof.committee == Committee.Trainer
+        assert roles.witness_proof == selection.get_witness(index)
+
+
+def test_flush_round_and_outsider() -> None:
+    coordinator, clients, _ = fake_coordinator(2, batch=4)
+    roles = derive_round_roles(coordinator, clients[0].id, have_training=False)
+    assert roles.assignments == {} and roles.my_batches == () and roles.batch_ids == ()
+    outsider = derive_round_roles(coordinator, b"\xff" * 32, have_training=True)
+    assert outsider.my_index is None and outsider.committee_proof is None
+    assert not outsider.is_witness and outsider.my_batches == ()
