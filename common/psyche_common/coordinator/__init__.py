@@ -1,0 +1,50 @@
+"""The pure coordinator state machine of a run (reference sections 1, 4.2, 5 and 6).
+
+`Coordinator` holds the whole state and takes every input as a method call with the clock
+(`now`, integer unix seconds) and randomness (`seed`, u64) as arguments; it never does I/O.
+Modules: `types` (value types), `errors`, `quorum`, `state` (the dataclass and helpers),
+`transitions` (tick, pause, resume), `witnesses` (witnesses and health checks),
+`checkpoints`, `wire` (msgpack and state.toml forms).
+"""
+
+from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
+from psyche_common.coordinator.quorum import witness_quorum
+from psyche_common.coordinator.state import Coordinator, CoordinatorInvariantError
+from psyche_common.coordinator.types import (
+    ACTIVE_STATES,
+    HALTED_STATES,
+    MAX_CLIENTS,
+    MAX_WITNESSES,
+    NUM_STORED_ROUNDS,
+    Client,
+    ClientState,
+    EpochState,
+    Progress,
+    Round,
+    RunState,
+    TickResult,
+    Witness,
+    short_id,
+)
+
+__all__ = [
+    "ACTIVE_STATES",
+    "HALTED_STATES",
+    "MAX_CLIENTS",
+    "MAX_WITNESSES",
+    "NUM_STORED_ROUNDS",
+    "Client",
+    "ClientState",
+    "Coordinator",
+    "CoordinatorError",
+    "CoordinatorInvariantError",
+    "EpochState",
+    "ErrorKind",
+    "Progress",
+    "Round",
+    "RunState",
+    "TickResult",
+    "Witness",
+    "short_id",
+    "witness_quorum",
+]

@@ -1,0 +1,65 @@
+"""Checkpoint switching (reference section 6): Hub→P2P at cooldown end, P2P→Hub when no
+previous member is left, and checkpointers' `Checkpoint` messages."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from psyche_common.config import (
+    AnyCheckpoint,
+    DummyCheckpoint,
+    GcsCheckpoint,
+    HubCheckpoint,
+    P2PCheckpoint,
+    P2PGcsCheckpoint,
+)
+from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
+
+if TYPE_CHECKING:
+    from psyche_common.coordinator.state import Coordinator
+
+
+def after_cooldown(checkpoint: AnyCheckpoint) -> AnyCheckpoint:
+    """At a successful cooldown end the epoch's members can serve the model: go P2P."""
+    if isinstance(checkpoint, HubCheckpoint | DummyCheckpoint):
+        return P2PCheckpoint(repo_id=checkpoint.repo_id, revision=checkpoint.revision)
+    if isinstance(checkpoint, GcsCheckpoint):
+        return P2PGcsCheckpoint(bucket=checkpoint.bucket, prefix=checkpoint.prefix)
+    return checkpoint
+
+
+def without_peers(checkpoint: AnyCheckpoint) -> AnyCheckpoint:
+    """No member of the previous epoch is back: nobody can serve P2P, use the stored repo."""
+    if isinstance(checkpoint, P2PCheckpoint):
+        return HubCheckpoint(repo_id=checkpoint.repo_id, revision=checkpoint.revision)
+    if isinstance(checkpoint, P2PGcsCheckpoint):
+        return GcsCheckpoint(bucket=checkpoint.bucket, prefix=checkpoint.prefix)
+    return checkpoint
+
+
+def merge_uploaded(current: AnyCheckpoint, received: AnyCheckpoint) -> AnyCheckpoint:
+    """The checkpoint after a checkpointer reports an upload (unfitting variants: unchanged)."""
+    if isinstance(received, HubCheckpoint):
+        if isinstance(current, P2PCheckpoint | P2PGcsCheckpoint):
+            return P2PCheckpoint(repo_id=received.repo_id, revision=received.revision)
+        if isinstance(current, HubCheckpoint):
+            return HubCheckpoint(repo_id=received.repo_id, revision=received.revision)
+    elif isinstance(received, GcsCheckpoint):
+        if isinstance(current, P2PGcsCheckpoint | P2PCheckpoint):
+            return P2PGcsCheckpoint(bucket=received.bucket, prefix=received.prefix)
+        if isinstance(current, GcsCheckpoint):
+            return GcsCheckpoint(bucket=received.bucket, prefix=received.prefix)
+    return current
+
+
+def checkpoint_message(
+    coord: Coordinator, from_id: bytes, index: int, checkpoint: AnyCheckpoint
+) -> None:
+    """A checkpointer at `index` uploaded `checkpoint`; accepted in any run state."""
+    clients = coord.epoch_state.clients
+    if not 0 <= index < len(clients) or clients[index].id != from_id:
+        raise CoordinatorError(
+            ErrorKind.InvalidCommitteeProof,
+            f"checkpoint from {from_id[:4].hex()} does not match client index {index}",
+        )
+    coord.model.checkpoint = merge_uploaded(coord.model.checkpoint, checkpoint)

@@ -1,0 +1,237 @@
+"""The `Coordinator` dataclass: its fields, read-only helpers and the small state primitives.
+
+The state transitions live in `transitions` (tick, pause, resume), witness and health rules in
+`witnesses`, checkpoint rules in `checkpoints` and (de)serialization in `wire`; the methods here
+delegate to them so callers see one object. Nothing here does I/O: the clock (`now`, integer
+unix seconds) and randomness (`seed`, u64) are arguments.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from psyche_common.assignment import get_batch_size
+from psyche_common.committee import CommitteeProof
+from psyche_common.config import AnyCheckpoint, CoordinatorConfig, LLMConfig, StateFile
+from psyche_common.coordinator import checkpoints, transitions, wire, witnesses
+from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
+from psyche_common.coordinator.types import (
+    ACTIVE_STATES,
+    HALTED_STATES,
+    MAX_WITNESSES,
+    NUM_STORED_ROUNDS,
+    Client,
+    ClientState,
+    EpochState,
+    Progress,
+    Round,
+    RunState,
+    TickResult,
+    Witness,
+)
+
+
+class CoordinatorInvariantError(RuntimeError):
+    """A transition to the state the coordinator is already in: a bug, never bad input."""
+
+
+@dataclass
+class Coordinator:
+    """The whole coordinator state; `run_state_start_unix_timestamp` is when `run_state` began."""
+
+    run_id: str
+    run_state: RunState
+    model: LLMConfig
+    config: CoordinatorConfig
+    progress: Progress = field(default_factory=Progress)
+    epoch_state: EpochState = field(default_factory=EpochState)
+    run_state_start_unix_timestamp: int = 0
+    pending_pause: bool = False
+
+    # ----- construction and serialization (see `wire`) -----
+
+    @classmethod
+    def from_state_file(cls, state_file: StateFile) -> Coordinator:
+        return wire.from_state_file(state_file)
+
+    def to_state_file(self) -> StateFile:
+        return wire.to_state_file(self)
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire.to_wire(self)
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Coordinator:
+        return wire.from_wire(data)
+
+    def reset_ephemeral(self) -> None:
+        """What the server does to a loaded state at startup (and to a copy before saving)."""
+        wire.reset_ephemeral(self)
+
+    def copy(self) -> Coordinator:
+        return copy.deepcopy(self)
+
+    # ----- inputs (see `transitions`, `witnesses`, `checkpoints`) -----
+
+    def tick(self, pending: Sequence[bytes] | None, now: int, seed: int) -> TickResult:
+        return transitions.tick(self, pending, now, seed)
+
+    def warmup_witness(self, from_id: bytes, witness: Witness, now: int, seed: int) -> None:
+        witnesses.warmup_witness(self, from_id, witness, now, seed)
+
+    def witness(self, from_id: bytes, witness: Witness, now: int) -> None:
+        witnesses.witness(self, from_id, witness, now)
+
+    def health_check(self, from_id: bytes, checks: Sequence[tuple[bytes, CommitteeProof]]) -> int:
+        return witnesses.health_check(self, from_id, checks)
+
+    def checkpoint(self, from_id: bytes, index: int, checkpoint: AnyCheckpoint) -> None:
+        checkpoints.checkpoint_message(self, from_id, index, checkpoint)
+
+    def pause(self, now: int) -> None:
+        transitions.pause(self, now)
+
+    def resume(self, now: int) -> None:
+        transitions.resume(self, now)
+
+    def withdraw(self, index: int) -> None:
+        """Mark the Healthy client at `index` Withdrawn (else `InvalidWithdraw`)."""
+        clients = self.epoch_state.clients
+        if not 0 <= index < len(clients) or clients[index].state != ClientState.Healthy:
+            raise CoordinatorError(
+                ErrorKind.InvalidWithdraw,
+                f"index {index} is not a Healthy client (epoch has {len(clients)} clients)",
+            )
+        clients[index].state = ClientState.Withdrawn
+
+    def withdraw_all(self) -> None:
+        for client in self.epoch_state.clients:
+            if client.state == ClientState.Healthy:
+                client.state = ClientState.Withdrawn
+
+    # ----- read-only helpers -----
+
+    def halted(self) -> bool:
+        return self.run_state in HALTED_STATES
+
+    def active(self) -> bool:
+        return self.run_state in ACTIVE_STATES
+
+    def current_round(self) -> Round:
+        return self.epoch_state.rounds[self.epoch_state.rounds_head]
+
+    def previous_round(self) -> Round | None:
+        """The round before the current one in this epoch, or None in round 0."""
+        if self.current_round().height < 1:
+            return None
+        return self.epoch_state.rounds[(self.epoch_state.rounds_head - 1) % NUM_STORED_ROUNDS]
+
+    def previous_previous_round(self) -> Round | None:
+        """Two rounds back, or None before round 2 (the reference may return a zeroed slot)."""
+        if self.current_round().height < 2:
+            return None
+        return self.epoch_state.rounds[(self.epoch_state.rounds_head - 2) % NUM_STORED_ROUNDS]
+
+    def client_index(self, client_id: bytes) -> int | None:
+        for index, client in enumerate(self.epoch_state.clients):
+            if client.id == client_id:
+                return index
+        return None
+
+    def get_client_at_historical_index(self, index: int, previous_len: int) -> Client | None:
+        """The client that had `index` in a round with `previous_len` clients, assuming the
+        clients removed since then were at the tail (the reference's heuristic)."""
+        clients, exited = self.epoch_state.clients, self.epoch_state.exited_clients
+        if 0 <= index < len(clients):
+            return clients[index]
+        if len(clients) <= index < previous_len:
+            back = previous_len - index - 1
+            if back < len(exited):
+                return exited[len(exited) - 1 - back]
+        return None
+
+    def witness_nodes_effective(self) -> int:
+        """`config.witness_nodes`, or every client up to 32 when it is 0."""
+        if self.config.witness_nodes != 0:
+            return self.config.witness_nodes
+        return min(len(self.epoch_state.clients), MAX_WITNESSES)
+
+    def check_timeout(self, now: int, duration: int) -> bool:
+        """True once `duration` seconds have passed in this state, never in its first second."""
+        start = self.run_state_start_unix_timestamp
+        return now != start and now >= start + duration
+
+    def check_epoch_timeout(self, now: int) -> bool:
+        start = self.epoch_state.start_timestamp
+        return now != start and now >= start + self.config.epoch_time
+
+    def last_step_set(self) -> bool:
+        return self.epoch_state.last_step != 0
+
+    def is_training_round(self) -> bool:
+        """False for the two flush rounds started after the epoch timed out."""
+        return not self.last_step_set()
+
+    have_training = is_training_round
+
+    def get_cold_start_warmup_bounds(self) -> tuple[int, int] | None:
+        steps = self.model.cold_start_warmup_steps
+        if self.epoch_state.cold_start_epoch and steps > 0:
+            start = self.epoch_state.start_step
+            return start, start + steps
+        return None
+
+    def batch_size_at(self, data_index: int) -> int:
+        return get_batch_size(self.config, data_index * self.model.max_seq_len)
+
+    def current_batch_size(self) -> int:
+        """`get_target_global_batch_size` of the current round (or the epoch start)."""
+        if self.run_state in (RunState.RoundTrain, RunState.RoundWitness, RunState.Cooldown):
+            return self.batch_size_at(self.current_round().data_index)
+        return self.batch_size_at(self.progress.epoch_start_data_index)
+
+    def trainer_health_score(self, client_id: bytes, round_witnesses: Sequence[Witness]) -> int:
+        """How many witnesses saw `client_id`'s results (participant bloom of SHA-256(id))."""
+        key = hashlib.sha256(client_id).digest()
+        return sum(1 for w in round_witnesses if w.participant_bloom.contains(key))
+
+    # ----- primitives used by the transition modules -----
+
+    def change_state(self, now: int, new_state: RunState) -> None:
+        if new_state == self.run_state:
+            raise CoordinatorInvariantError(f"transition from {self.run_state.name} to itself")
+        self.run_state = new_state
+        self.run_state_start_unix_timestamp = now
+
+    def move_clients_to_exited(self, height: int) -> None:
+        """Move every non-Healthy client to `exited_clients`, keeping the others' order.
+
+        In Warmup the stored warmup witnesses are re-pointed at their sender's new index, and
+        dropped when the sender left (their indices would otherwise go stale).
+        """
+        es = self.epoch_state
+        new_index: dict[int, int] = {}
+        kept: list[Client] = []
+        for index, client in enumerate(es.clients):
+            if client.state == ClientState.Healthy:
+                new_index[index] = len(kept)
+                kept.append(client)
+            else:
+                client.exited_height = height
+                es.exited_clients.append(client)
+        if len(kept) == len(es.clients):
+            return
+        es.clients = kept
+        if self.run_state == RunState.Warmup:
+            round_ = self.current_round()
+            remapped = []
+            for w in round_.witnesses:
+                if w.proof.index in new_index:
+                    w.proof = dataclasses.replace(w.proof, index=new_index[w.proof.index])
+                    remapped.append(w)
+            round_.witnesses = remapped

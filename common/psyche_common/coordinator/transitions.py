@@ -1,0 +1,201 @@
+"""Run-state transitions: `tick` for each state, round starts, cooldown, pause and resume
+(reference sections 1.3–1.11). Every function takes the coordinator and mutates it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from psyche_common.coordinator import checkpoints
+from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
+from psyche_common.coordinator.quorum import witness_quorum
+from psyche_common.coordinator.types import (
+    CLIENT_ID_LEN,
+    MAX_CLIENTS,
+    NUM_STORED_ROUNDS,
+    Client,
+    ClientState,
+    EpochState,
+    RunState,
+    TickResult,
+)
+
+if TYPE_CHECKING:
+    from psyche_common.coordinator.state import Coordinator
+
+U64_MASK = (1 << 64) - 1
+
+
+def tick(coord: Coordinator, pending: Sequence[bytes] | None, now: int, seed: int) -> TickResult:
+    """Advance the state machine for the clock `now`; `pending` are the joined client ids."""
+    state = coord.run_state
+    if coord.halted():
+        raise CoordinatorError(ErrorKind.Halted, f"run is {state.name}")
+    if state == RunState.WaitingForMembers:
+        return tick_waiting_for_members(coord, pending, now)
+    if state == RunState.Warmup:
+        return tick_warmup(coord, now, seed)
+    if state == RunState.RoundTrain:
+        return tick_round_train(coord, now)
+    if state == RunState.RoundWitness:
+        return tick_round_witness(coord, now, seed)
+    return tick_cooldown(coord, now)
+
+
+def _unique_pending(pending: Sequence[bytes]) -> list[bytes]:
+    unique = list(dict.fromkeys(pending))
+    for client_id in unique:
+        if not isinstance(client_id, bytes) or len(client_id) != CLIENT_ID_LEN:
+            raise ValueError(f"pending client id {client_id!r:.80} is not {CLIENT_ID_LEN} bytes")
+    return unique
+
+
+def tick_waiting_for_members(
+    coord: Coordinator, pending: Sequence[bytes] | None, now: int
+) -> TickResult:
+    if pending is None:
+        return TickResult.ticked()
+    unique = _unique_pending(pending)
+    config = coord.config
+    if len(unique) < config.init_min_clients or not coord.check_timeout(
+        now, config.waiting_for_members_extra_time
+    ):
+        return TickResult.ticked()
+    pending_set = set(unique)
+    previous_members_present = any(
+        client.state == ClientState.Healthy and client.id in pending_set
+        for client in coord.epoch_state.clients
+    )
+    if not previous_members_present:
+        coord.model.checkpoint = checkpoints.without_peers(coord.model.checkpoint)
+    fresh = EpochState(
+        clients=[Client(client_id) for client_id in unique[:MAX_CLIENTS]],
+        start_step=coord.progress.step,
+        start_timestamp=now,
+        first_round=True,
+        cold_start_epoch=coord.epoch_state.cold_start_epoch,
+    )
+    coord.epoch_state = fresh
+    coord.change_state(now, RunState.Warmup)
+    return TickResult.ticked()
+
+
+def tick_warmup(coord: Coordinator, now: int, seed: int) -> TickResult:
+    if coord.check_timeout(now, coord.config.warmup_time):
+        start_round_train(coord, now, seed, 0)
+    else:
+        coord.move_clients_to_exited(0)
+    if len(coord.epoch_state.clients) < coord.config.min_clients:
+        start_waiting_for_members(coord, now)
+        return TickResult.epoch_end(False)
+    return TickResult.ticked()
+
+
+def start_round_train(coord: Coordinator, now: int, seed: int, tie_breaker_tasks: int) -> None:
+    es = coord.epoch_state
+    if es.first_round:
+        head, height, data_index = 0, 0, coord.progress.epoch_start_data_index
+    else:
+        previous = es.rounds[es.rounds_head]
+        head = (es.rounds_head + 1) % NUM_STORED_ROUNDS
+        height = previous.height + 1
+        data_index = previous.data_index + coord.batch_size_at(previous.data_index)
+    es.rounds_head = head
+    round_ = es.rounds[head]
+    round_.clients_len = len(es.clients)
+    round_.height = height
+    round_.data_index = data_index
+    round_.tie_breaker_tasks = tie_breaker_tasks
+    round_.random_seed = seed & U64_MASK
+    round_.witnesses = []
+    coord.change_state(now, RunState.RoundTrain)
+
+
+def tick_round_train(coord: Coordinator, now: int) -> TickResult:
+    if coord.check_timeout(now, coord.config.max_round_train_time):
+        coord.change_state(now, RunState.RoundWitness)
+    return TickResult.ticked()
+
+
+def tick_round_witness(coord: Coordinator, now: int, seed: int) -> TickResult:
+    if not coord.check_timeout(now, coord.config.round_witness_time):
+        return TickResult.ticked()
+    es, config, progress = coord.epoch_state, coord.config, coord.progress
+    es.first_round = False
+    progress.step += 1
+    current = coord.current_round()
+    num_witnesses = len(current.witnesses)
+    coord.move_clients_to_exited(current.height)
+    if num_witnesses == 0:
+        # Nobody witnessed: "witnesses left" cannot be told apart from "everyone left".
+        coord.withdraw_all()
+        start_cooldown(coord, now)
+        return TickResult.ticked()
+    if coord.check_epoch_timeout(now) and es.last_step == 0:
+        last_step = progress.step + 2
+        if last_step >= 4:
+            es.last_step = last_step
+    if es.last_step != 0 and progress.step == es.last_step:
+        start_cooldown(coord, now)
+        return TickResult.ticked()
+    if (
+        len(es.clients) < config.min_clients
+        or num_witnesses < witness_quorum(config.witness_nodes, num_witnesses)
+        or progress.step >= config.total_steps
+        or coord.pending_pause
+    ):
+        start_cooldown(coord, now)
+        return TickResult.ticked()
+    start_round_train(coord, now, seed, 0)
+    return TickResult.ticked()
+
+
+def start_cooldown(coord: Coordinator, now: int) -> None:
+    coord.current_round().witnesses = []
+    coord.change_state(now, RunState.Cooldown)
+
+
+def tick_cooldown(coord: Coordinator, now: int) -> TickResult:
+    if not coord.check_timeout(now, coord.config.cooldown_time):
+        return TickResult.ticked()
+    current = coord.current_round()
+    coord.progress.epoch_start_data_index = current.data_index + coord.batch_size_at(
+        current.data_index
+    )
+    coord.progress.epoch += 1
+    coord.move_clients_to_exited(current.height)
+    coord.model.checkpoint = checkpoints.after_cooldown(coord.model.checkpoint)
+    if coord.pending_pause:
+        coord.withdraw_all()
+        coord.change_state(now, RunState.Paused)
+        coord.pending_pause = False
+        coord.epoch_state.cold_start_epoch = True
+    else:
+        start_waiting_for_members(coord, now)
+        coord.epoch_state.cold_start_epoch = False
+    return TickResult.epoch_end(True)
+
+
+def start_waiting_for_members(coord: Coordinator, now: int) -> None:
+    """WaitingForMembers, or Finished once `total_steps` is reached."""
+    if coord.progress.step < coord.config.total_steps:
+        coord.change_state(now, RunState.WaitingForMembers)
+    else:
+        coord.change_state(now, RunState.Finished)
+
+
+def pause(coord: Coordinator, now: int) -> None:
+    if coord.halted():
+        raise CoordinatorError(ErrorKind.Halted, f"run is {coord.run_state.name}")
+    if coord.active():
+        coord.pending_pause = True
+        return
+    coord.withdraw_all()
+    coord.change_state(now, RunState.Paused)
+    coord.epoch_state.cold_start_epoch = True
+
+
+def resume(coord: Coordinator, now: int) -> None:
+    if coord.run_state != RunState.Paused:
+        raise CoordinatorError(ErrorKind.CannotResume, f"run is {coord.run_state.name}")
+    start_waiting_for_members(coord, now)

@@ -1,0 +1,310 @@
+"""Value types of the coordinator's state (reference sections 1.1, 1.2 and 5.1).
+
+`RunState`, `ClientState`, `Client`, `Witness`, `Round`, `Progress`, `EpochState`,
+`TickResult` and the capacity constants. Each type converts itself to and from a msgpack-safe
+form (`to_wire` / `from_wire`); `from_wire` raises ValueError naming the bad field.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from psyche_common.bloom import WITNESS_BLOOM_KEYS, Bloom
+from psyche_common.committee import WitnessProof
+
+MAX_CLIENTS = 256
+MAX_WITNESSES = 32
+NUM_STORED_ROUNDS = 4
+CLIENT_ID_LEN = 32
+MERKLE_ROOT_LEN = 32
+
+
+class RunState(enum.IntEnum):
+    Uninitialized = 0
+    WaitingForMembers = 1
+    Warmup = 2
+    RoundTrain = 3
+    RoundWitness = 4
+    Cooldown = 5
+    Finished = 6
+    Paused = 7
+
+    @property
+    def text(self) -> str:
+        """The reference's display text ("Waiting for members", "Training", ...)."""
+        return _RUN_STATE_TEXT[self]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+_RUN_STATE_TEXT = {
+    RunState.Uninitialized: "Uninitialized",
+    RunState.WaitingForMembers: "Waiting for members",
+    RunState.Warmup: "Warmup",
+    RunState.RoundTrain: "Training",
+    RunState.RoundWitness: "Witness",
+    RunState.Cooldown: "Cooldown",
+    RunState.Finished: "Finished",
+    RunState.Paused: "Paused",
+}
+
+HALTED_STATES = frozenset({RunState.Uninitialized, RunState.Finished, RunState.Paused})
+ACTIVE_STATES = frozenset({RunState.RoundTrain, RunState.RoundWitness, RunState.Cooldown})
+
+
+class ClientState(enum.IntEnum):
+    Healthy = 0
+    Dropped = 1
+    Withdrawn = 2
+    Ejected = 3
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def short_id(client_id: bytes) -> str:
+    """Display form of a client id: its first 4 bytes in hex."""
+    return client_id[:4].hex()
+
+
+def check_client_id(value: Any, what: str) -> bytes:
+    if not isinstance(value, bytes | bytearray) or len(value) != CLIENT_ID_LEN:
+        raise ValueError(f"{what} must be {CLIENT_ID_LEN} bytes, got {value!r:.80}")
+    return bytes(value)
+
+
+def wire_uint(data: dict[str, Any], key: str, what: str) -> int:
+    value = data.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{what}.{key} must be a non-negative integer, got {value!r:.80}")
+    return value
+
+
+def wire_map(data: Any, what: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} must be a map, got {type(data).__name__}")
+    return data
+
+
+def wire_list(data: dict[str, Any], key: str, what: str) -> list[Any]:
+    value = data.get(key)
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"{what}.{key} must be a list, got {type(value).__name__}")
+    return list(value)
+
+
+@dataclass(eq=False)
+class Client:
+    """A member of the epoch. Equality and hash use only `id` (as in the reference)."""
+
+    id: bytes
+    state: ClientState = ClientState.Healthy
+    exited_height: int = 0
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Client) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __str__(self) -> str:
+        return short_id(self.id)
+
+    def to_wire(self) -> list[Any]:
+        return [self.id, int(self.state), self.exited_height]
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Client:
+        if not isinstance(data, list | tuple) or len(data) != 3:
+            raise ValueError(f"client must be [id, state, exited_height], got {data!r:.80}")
+        client_id, state, exited_height = data
+        if state not in ClientState._value2member_map_:
+            raise ValueError(f"client state {state!r} is unknown")
+        if not isinstance(exited_height, int) or exited_height < 0:
+            raise ValueError(f"client exited_height {exited_height!r} is not a height")
+        return cls(check_client_id(client_id, "client id"), ClientState(state), exited_height)
+
+
+@dataclass
+class Witness:
+    """One witness's report: its proof, two blooms and the Merkle root of the broadcasts."""
+
+    proof: WitnessProof
+    participant_bloom: Bloom = field(default_factory=Bloom)
+    broadcast_bloom: Bloom = field(default_factory=Bloom)
+    broadcast_merkle: bytes = bytes(MERKLE_ROOT_LEN)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "proof": self.proof.to_wire(),
+            "participant_bloom": self.participant_bloom.to_wire(),
+            "broadcast_bloom": self.broadcast_bloom.to_wire(),
+            "broadcast_merkle": self.broadcast_merkle,
+        }
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Witness:
+        data = wire_map(data, "witness")
+        merkle = data.get("broadcast_merkle")
+        if not isinstance(merkle, bytes | bytearray) or len(merkle) != MERKLE_ROOT_LEN:
+            raise ValueError(f"witness.broadcast_merkle must be {MERKLE_ROOT_LEN} bytes")
+        try:
+            proof = WitnessProof.from_wire(data.get("proof"))
+            blooms = {
+                name: Bloom.from_wire(data.get(name))
+                for name in ("participant_bloom", "broadcast_bloom")
+            }
+        except ValueError as exc:
+            raise ValueError(f"witness: {exc}") from exc
+        for name, bloom in blooms.items():
+            if len(bloom.keys) != WITNESS_BLOOM_KEYS:
+                raise ValueError(f"witness.{name} must have {WITNESS_BLOOM_KEYS} keys")
+        return cls(proof=proof, broadcast_merkle=bytes(merkle), **blooms)
+
+
+@dataclass
+class Round:
+    """One slot of the 4-round ring buffer."""
+
+    witnesses: list[Witness] = field(default_factory=list)
+    data_index: int = 0
+    random_seed: int = 0
+    height: int = 0
+    clients_len: int = 0
+    tie_breaker_tasks: int = 0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "witnesses": [w.to_wire() for w in self.witnesses],
+            "data_index": self.data_index,
+            "random_seed": self.random_seed,
+            "height": self.height,
+            "clients_len": self.clients_len,
+            "tie_breaker_tasks": self.tie_breaker_tasks,
+        }
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Round:
+        data = wire_map(data, "round")
+        witnesses = [Witness.from_wire(w) for w in wire_list(data, "witnesses", "round")]
+        if len(witnesses) > MAX_WITNESSES:
+            raise ValueError(f"round has {len(witnesses)} witnesses (max {MAX_WITNESSES})")
+        return cls(
+            witnesses=witnesses,
+            **{
+                key: wire_uint(data, key, "round")
+                for key in (
+                    "data_index",
+                    "random_seed",
+                    "height",
+                    "clients_len",
+                    "tie_breaker_tasks",
+                )
+            },
+        )
+
+
+@dataclass
+class Progress:
+    """Counters that persist across epochs."""
+
+    epoch: int = 0
+    step: int = 1
+    epoch_start_data_index: int = 0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "step": self.step,
+            "epoch_start_data_index": self.epoch_start_data_index,
+        }
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Progress:
+        data = wire_map(data, "progress")
+        return cls(
+            **{
+                key: wire_uint(data, key, "progress")
+                for key in ("epoch", "step", "epoch_start_data_index")
+            }
+        )
+
+
+@dataclass
+class EpochState:
+    """Per-epoch state; replaced by a fresh one at every epoch start."""
+
+    rounds: list[Round] = field(default_factory=lambda: [Round() for _ in range(NUM_STORED_ROUNDS)])
+    clients: list[Client] = field(default_factory=list)
+    exited_clients: list[Client] = field(default_factory=list)
+    rounds_head: int = 0
+    start_step: int = 0
+    last_step: int = 0
+    start_timestamp: int = 0
+    first_round: bool = True
+    cold_start_epoch: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "rounds": [r.to_wire() for r in self.rounds],
+            "clients": [c.to_wire() for c in self.clients],
+            "exited_clients": [c.to_wire() for c in self.exited_clients],
+            "rounds_head": self.rounds_head,
+            "start_step": self.start_step,
+            "last_step": self.last_step,
+            "start_timestamp": self.start_timestamp,
+            "first_round": self.first_round,
+            "cold_start_epoch": self.cold_start_epoch,
+        }
+
+    @classmethod
+    def from_wire(cls, data: Any) -> EpochState:
+        data = wire_map(data, "epoch_state")
+        rounds = [Round.from_wire(r) for r in wire_list(data, "rounds", "epoch_state")]
+        if len(rounds) != NUM_STORED_ROUNDS:
+            raise ValueError(f"epoch_state.rounds must hold {NUM_STORED_ROUNDS} rounds")
+        clients = [Client.from_wire(c) for c in wire_list(data, "clients", "epoch_state")]
+        exited = [Client.from_wire(c) for c in wire_list(data, "exited_clients", "epoch_state")]
+        if len(clients) > MAX_CLIENTS or len(exited) > MAX_CLIENTS:
+            raise ValueError(f"epoch_state holds more than {MAX_CLIENTS} clients")
+        head = wire_uint(data, "rounds_head", "epoch_state")
+        if head >= NUM_STORED_ROUNDS:
+            raise ValueError(f"epoch_state.rounds_head {head} is out of range")
+        flags = {}
+        for key in ("first_round", "cold_start_epoch"):
+            value = data.get(key)
+            if not isinstance(value, bool):
+                raise ValueError(f"epoch_state.{key} must be a bool")
+            flags[key] = value
+        return cls(
+            rounds=rounds,
+            clients=clients,
+            exited_clients=exited,
+            rounds_head=head,
+            start_step=wire_uint(data, "start_step", "epoch_state"),
+            last_step=wire_uint(data, "last_step", "epoch_state"),
+            start_timestamp=wire_uint(data, "start_timestamp", "epoch_state"),
+            **flags,
+        )
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """`Ticked` (epoch_ended False) or `EpochEnd(success)`."""
+
+    epoch_ended: bool = False
+    success: bool = False
+
+    @classmethod
+    def ticked(cls) -> TickResult:
+        return cls(False, False)
+
+    @classmethod
+    def epoch_end(cls, success: bool) -> TickResult:
+        return cls(True, success)
+
+    def __str__(self) -> str:
+        return f"EpochEnd({self.success})" if self.epoch_ended else "Ticked"

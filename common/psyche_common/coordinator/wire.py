@@ -1,0 +1,215 @@
+"""Serialization of the coordinator: the msgpack-safe broadcast form (`to_wire` / `from_wire`)
+and the state.toml form (`to_state_file` / `from_state_file`), plus `reset_ephemeral`.
+
+Wire form: only dict/list/int/float/str/bytes/bool; client ids, bloom bits and Merkle roots
+stay bytes; the model and config use their TOML shapes. The TOML form of `epoch_state` writes
+bytes as hex strings and the full-range u64s (round seeds, bloom keys) as decimal strings,
+because TOML integers are signed 64-bit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from psyche_common.config import CoordinatorConfig, LLMConfig, StateFile
+from psyche_common.config import Progress as ConfigProgress
+from psyche_common.config import RunState as ConfigRunState
+from psyche_common.coordinator.types import (
+    ClientState,
+    EpochState,
+    Progress,
+    RunState,
+    wire_map,
+    wire_uint,
+)
+
+if TYPE_CHECKING:
+    from psyche_common.coordinator.state import Coordinator
+
+WIRE_KEYS = (
+    "run_id",
+    "run_state",
+    "model",
+    "config",
+    "progress",
+    "epoch_state",
+    "run_state_start_unix_timestamp",
+    "pending_pause",
+)
+
+
+def to_wire(coord: Coordinator) -> dict[str, Any]:
+    return {
+        "run_id": coord.run_id,
+        "run_state": int(coord.run_state),
+        "model": coord.model.to_toml(),
+        "config": coord.config.to_toml(),
+        "progress": coord.progress.to_wire(),
+        "epoch_state": coord.epoch_state.to_wire(),
+        "run_state_start_unix_timestamp": coord.run_state_start_unix_timestamp,
+        "pending_pause": coord.pending_pause,
+    }
+
+
+def from_wire(data: Any) -> Coordinator:
+    """Decode `to_wire` output; raises ValueError naming the first bad field."""
+    from psyche_common.coordinator.state import Coordinator
+
+    data = wire_map(data, "coordinator")
+    missing = [key for key in WIRE_KEYS if key not in data]
+    if missing:
+        raise ValueError(f"coordinator is missing {', '.join(missing)}")
+    run_id = data["run_id"]
+    if not isinstance(run_id, str):
+        raise ValueError("coordinator.run_id must be a string")
+    run_state = data["run_state"]
+    if run_state not in RunState._value2member_map_ or isinstance(run_state, bool):
+        raise ValueError(f"coordinator.run_state {run_state!r} is unknown")
+    if not isinstance(data["pending_pause"], bool):
+        raise ValueError("coordinator.pending_pause must be a bool")
+    try:
+        model = LLMConfig.model_validate(data["model"])
+        config = CoordinatorConfig.model_validate(data["config"])
+    except ValidationError as exc:
+        raise ValueError(f"coordinator model/config: {exc}") from exc
+    return Coordinator(
+        run_id=run_id,
+        run_state=RunState(run_state),
+        model=model,
+        config=config,
+        progress=Progress.from_wire(data["progress"]),
+        epoch_state=EpochState.from_wire(data["epoch_state"]),
+        run_state_start_unix_timestamp=wire_uint(
+            data, "run_state_start_unix_timestamp", "coordinator"
+        ),
+        pending_pause=data["pending_pause"],
+    )
+
+
+def reset_ephemeral(coord: Coordinator) -> None:
+    """Forget everything tied to live connections, as the server does at startup.
+
+    The reference overwrites every stored client with a zero-id client and keeps the list
+    lengths; we empty both client lists instead (see docs/deviations.md). A run whose step
+    already reached `total_steps` starts as Finished instead of WaitingForMembers.
+    """
+    if coord.progress.step >= coord.config.total_steps:
+        coord.run_state = RunState.Finished
+    else:
+        coord.run_state = RunState.WaitingForMembers
+    coord.epoch_state.clients = []
+    coord.epoch_state.exited_clients = []
+
+
+# ----- state.toml -----
+
+
+def from_state_file(state_file: StateFile) -> Coordinator:
+    """A coordinator from a loaded state.toml; raises ValueError for a bad `epoch_state`."""
+    from psyche_common.coordinator.state import Coordinator
+
+    epoch_state = (
+        EpochState()
+        if state_file.epoch_state is None
+        else epoch_state_from_toml(state_file.epoch_state)
+    )
+    progress = state_file.progress
+    return Coordinator(
+        run_id=state_file.run_id,
+        run_state=RunState[state_file.run_state.value],
+        model=state_file.model.model_copy(deep=True),
+        config=state_file.config.model_copy(deep=True),
+        progress=Progress(progress.epoch, progress.step, progress.epoch_start_data_index),
+        epoch_state=epoch_state,
+        run_state_start_unix_timestamp=state_file.run_state_start_unix_timestamp,
+        pending_pause=state_file.pending_pause,
+    )
+
+
+def to_state_file(coord: Coordinator) -> StateFile:
+    return StateFile(
+        run_id=coord.run_id,
+        run_state=ConfigRunState(coord.run_state.name),
+        model=coord.model.model_copy(deep=True),
+        config=coord.config.model_copy(deep=True),
+        progress=ConfigProgress(
+            epoch=coord.progress.epoch,
+            step=coord.progress.step,
+            epoch_start_data_index=coord.progress.epoch_start_data_index,
+        ),
+        epoch_state=epoch_state_to_toml(coord.epoch_state),
+        run_state_start_unix_timestamp=coord.run_state_start_unix_timestamp,
+        pending_pause=coord.pending_pause,
+    )
+
+
+def _bloom_to_toml(bloom: dict[str, Any]) -> dict[str, Any]:
+    return {"keys": [str(k) for k in bloom["keys"]], "bits": bloom["bits"].hex()}
+
+
+def _bloom_from_toml(bloom: Any) -> dict[str, Any]:
+    bloom = wire_map(bloom, "bloom")
+    return {
+        "keys": [int(k) for k in bloom.get("keys", [])],
+        "bits": bytes.fromhex(bloom.get("bits", "")),
+    }
+
+
+def _client_to_toml(client: list[Any]) -> dict[str, Any]:
+    client_id, state, exited_height = client
+    return {"id": client_id.hex(), "state": ClientState(state).name, "exited_height": exited_height}
+
+
+def _client_from_toml(client: Any) -> list[Any]:
+    client = wire_map(client, "client")
+    state = client.get("state")
+    if state not in ClientState.__members__:
+        raise ValueError(f"client state {state!r} is unknown")
+    return [
+        bytes.fromhex(client.get("id", "")),
+        int(ClientState[state]),
+        client.get("exited_height"),
+    ]
+
+
+def epoch_state_to_toml(epoch_state: EpochState) -> dict[str, Any]:
+    """`epoch_state` as a TOML table (bytes as hex, u64 seeds and keys as decimal strings)."""
+    document = epoch_state.to_wire()
+    for round_ in document["rounds"]:
+        round_["random_seed"] = str(round_["random_seed"])
+        for witness in round_["witnesses"]:
+            witness["participant_bloom"] = _bloom_to_toml(witness["participant_bloom"])
+            witness["broadcast_bloom"] = _bloom_to_toml(witness["broadcast_bloom"])
+            witness["broadcast_merkle"] = witness["broadcast_merkle"].hex()
+    document["clients"] = [_client_to_toml(c) for c in document["clients"]]
+    document["exited_clients"] = [_client_to_toml(c) for c in document["exited_clients"]]
+    return document
+
+
+def epoch_state_from_toml(table: dict[str, Any]) -> EpochState:
+    """Parse `epoch_state_to_toml` output; raises ValueError saying what is wrong."""
+    try:
+        document = {**wire_map(table, "epoch_state")}
+        rounds = []
+        for round_ in document.get("rounds", []):
+            round_ = {**wire_map(round_, "round")}
+            round_["random_seed"] = int(round_.get("random_seed", "0"))
+            witnesses = []
+            for witness in round_.get("witnesses", []):
+                witness = {**wire_map(witness, "witness")}
+                witness["participant_bloom"] = _bloom_from_toml(witness.get("participant_bloom"))
+                witness["broadcast_bloom"] = _bloom_from_toml(witness.get("broadcast_bloom"))
+                witness["broadcast_merkle"] = bytes.fromhex(witness.get("broadcast_merkle", ""))
+                witnesses.append(witness)
+            round_["witnesses"] = witnesses
+            rounds.append(round_)
+        document["rounds"] = rounds
+        document["clients"] = [_client_from_toml(c) for c in document.get("clients", [])]
+        document["exited_clients"] = [
+            _client_from_toml(c) for c in document.get("exited_clients", [])
+        ]
+        return EpochState.from_wire(document)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ValueError(f"state file epoch_state is not valid: {exc}") from exc

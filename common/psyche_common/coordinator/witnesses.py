@@ -1,0 +1,153 @@
+"""Witness acceptance and health checks (reference sections 5.3–5.6).
+
+Warmup witnesses end Warmup early once `witness_nodes_eff` arrived; round witnesses must carry
+a valid witness proof and end RoundTrain early; health checks drop trainers that fewer than a
+quorum of the previous round's witnesses saw in their participant blooms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from psyche_common.committee import Committee, CommitteeProof, CommitteeSelection
+from psyche_common.coordinator import transitions
+from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
+from psyche_common.coordinator.quorum import witness_quorum
+from psyche_common.coordinator.types import MAX_WITNESSES, ClientState, RunState, Witness, short_id
+
+if TYPE_CHECKING:
+    from psyche_common.coordinator.state import Coordinator
+
+
+def _check_not_duplicate(coord: Coordinator, from_id: bytes) -> None:
+    clients = coord.epoch_state.clients
+    for stored in coord.current_round().witnesses:
+        index = stored.proof.index
+        if 0 <= index < len(clients) and clients[index].id == from_id:
+            raise CoordinatorError(
+                ErrorKind.DuplicateWitness, f"{short_id(from_id)} already witnessed this round"
+            )
+
+
+def _store(coord: Coordinator, witness: Witness) -> None:
+    stored = coord.current_round().witnesses
+    if len(stored) >= MAX_WITNESSES:
+        raise CoordinatorError(ErrorKind.WitnessesFull, f"{MAX_WITNESSES} witnesses stored")
+    stored.append(witness)
+
+
+def warmup_witness(
+    coord: Coordinator, from_id: bytes, witness: Witness, now: int, seed: int
+) -> None:
+    """A client finished loading the model. Anyone in the epoch may send one."""
+    if coord.halted():
+        raise CoordinatorError(ErrorKind.Halted, f"run is {coord.run_state.name}")
+    if coord.run_state == RunState.RoundTrain:
+        return  # late: Warmup already ended
+    if coord.run_state != RunState.Warmup:
+        raise CoordinatorError(ErrorKind.InvalidRunState, f"run is {coord.run_state.name}")
+    clients = coord.epoch_state.clients
+    index = witness.proof.index
+    if not 0 <= index < len(clients) or clients[index].id != from_id:
+        raise CoordinatorError(
+            ErrorKind.InvalidWitness,
+            f"warmup witness from {short_id(from_id)} names client index {index}, "
+            f"which is not its own",
+        )
+    _check_not_duplicate(coord, from_id)
+    _store(coord, witness)
+    if len(coord.current_round().witnesses) >= coord.witness_nodes_effective():
+        transitions.start_round_train(coord, now, seed, 0)
+
+
+def witness(coord: Coordinator, from_id: bytes, witness: Witness, now: int) -> None:
+    """A round witness (its blooms describe the previous round's results)."""
+    if coord.halted():
+        raise CoordinatorError(ErrorKind.Halted, f"run is {coord.run_state.name}")
+    if coord.run_state not in (RunState.RoundTrain, RunState.RoundWitness):
+        raise CoordinatorError(ErrorKind.InvalidRunState, f"run is {coord.run_state.name}")
+    selection = CommitteeSelection.from_coordinator(coord, 0)
+    if not witness.proof.witness or not selection.verify_witness_for_client(
+        from_id, witness.proof, coord.epoch_state.clients
+    ):
+        raise CoordinatorError(
+            ErrorKind.InvalidWitness,
+            f"{short_id(from_id)} is not the witness at index {witness.proof.index}",
+        )
+    _check_not_duplicate(coord, from_id)
+    _store(coord, witness)
+    if (
+        len(coord.current_round().witnesses) >= coord.witness_nodes_effective()
+        and coord.run_state != RunState.RoundWitness
+    ):
+        coord.change_state(now, RunState.RoundWitness)
+
+
+def trainer_healthy(coord: Coordinator, client_id: bytes) -> bool:
+    """Whether a quorum of the previous round's witnesses saw `client_id`'s results."""
+    previous = coord.previous_round()
+    if previous is None:
+        raise CoordinatorError(ErrorKind.NoActiveRound, "no previous round")
+    score = coord.trainer_health_score(client_id, previous.witnesses)
+    return score >= witness_quorum(coord.config.witness_nodes, len(previous.witnesses))
+
+
+def healthy(coord: Coordinator, client_id: bytes, proof: CommitteeProof) -> bool:
+    """Whether the previous-round member `client_id` (committee proof `proof`) was healthy.
+
+    Raises `InvalidCommitteeProof` when the proof does not name that member.
+    """
+    previous = coord.previous_round()
+    if previous is None:
+        raise CoordinatorError(ErrorKind.NoActiveRound, "no previous round")
+    if not 0 <= proof.index < previous.clients_len:
+        raise CoordinatorError(
+            ErrorKind.InvalidCommitteeProof,
+            f"index {proof.index} is outside the previous round's {previous.clients_len} clients",
+        )
+    client = coord.get_client_at_historical_index(proof.index, previous.clients_len)
+    selection = CommitteeSelection.from_coordinator(coord, -1)
+    if (
+        client is None
+        or client.id != client_id
+        or not selection.verify_committee_for_client(client.id, proof, coord.epoch_state.clients)
+    ):
+        raise CoordinatorError(
+            ErrorKind.InvalidCommitteeProof,
+            f"proof at index {proof.index} does not belong to {short_id(client_id)}",
+        )
+    if proof.committee == Committee.Trainer:
+        return trainer_healthy(coord, client.id)
+    return True  # tie-breakers and verifiers are not judged (the reference has todo!() here)
+
+
+def health_check(
+    coord: Coordinator, from_id: bytes, checks: Sequence[tuple[bytes, CommitteeProof]]
+) -> int:
+    """Drop every accused client; any accusation of a healthy client rejects them all.
+
+    Returns how many clients became Dropped.
+    """
+    if coord.halted():
+        raise CoordinatorError(ErrorKind.Halted, f"run is {coord.run_state.name}")
+    height = coord.current_round().height
+    if height < 2:
+        raise CoordinatorError(
+            ErrorKind.InvalidHealthCheck, f"round height {height} < 2: pipeline not full yet"
+        )
+    for client_id, proof in checks:
+        if healthy(coord, client_id, proof):
+            raise CoordinatorError(
+                ErrorKind.InvalidHealthCheck,
+                f"{short_id(from_id)} accused healthy client {short_id(client_id)}",
+            )
+    dropped = 0
+    clients = coord.epoch_state.clients
+    for _, proof in checks:
+        # healthy() checked that clients[proof.index] exists and is the accused client.
+        client = clients[proof.index]
+        if client.state == ClientState.Healthy:
+            client.state = ClientState.Dropped
+            dropped += 1
+    return dropped
