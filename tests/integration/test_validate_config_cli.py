@@ -1,0 +1,136 @@
+"""`psyche-server validate-config`: exit codes, summary on stdout, errors and warnings on stderr."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import tomli_w
+from click.testing import CliRunner
+from psyche_server.cli import main
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, ["validate-config", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_example_is_valid(repo_root: Path) -> None:
+    code, out, err = run("--state", str(repo_root / "state.toml.example"))
+    assert code == 0, err
+    assert out.startswith("Configs are OK!")
+    for words in (
+        "run id:",
+        "tiny-cpu-demo",
+        "HfLlama",
+        "builtin:llama-2m",
+        "python-stdlib",
+        "DisTrO",
+        "total steps: 200",
+        "8 samples",
+        "3 to start an epoch",
+    ):
+        assert words in out
+    assert err == ""
+
+
+def test_every_fixture_validates(shared_fixtures: Path) -> None:
+    for state in sorted((shared_fixtures / "configs").glob("*/state.toml")):
+        args = ["--state", str(state)]
+        data = state.parent / "data.toml"
+        if data.exists():
+            args += ["--data-config", str(data)]
+        code, out, err = run(*args)
+        assert code == 0, (state, err)
+        assert "Configs are OK!" in out
+        assert "Error" not in err
+
+
+def test_solana_layout_needs_run_id(shared_fixtures: Path) -> None:
+    path = shared_fixtures / "configs" / "solana-test" / "light-config.toml"
+    code, out, err = run("--state", str(path))
+    assert code == 1 and out == ""
+    assert "run_id" in err and "--run-id" in err
+    code, out, _ = run("--state", str(path), "--run-id", "light")
+    assert code == 0 and "light" in out
+
+
+def test_missing_data_dir_is_a_warning(repo_root: Path, tmp_path: Path) -> None:
+    document = tomllib.loads((repo_root / "state.toml.example").read_text())
+    document["model"]["LLM"]["data_location"] = {"Server": "127.0.0.1:20001"}
+    state = tmp_path / "state.toml"
+    state.write_text(tomli_w.dumps(document))
+    data = tmp_path / "data.toml"
+    data.write_text((repo_root / "data.toml.example").read_text())
+    code, out, err = run("--state", str(state), "--data-config", str(data))
+    assert code == 0
+    assert "warning: data.toml dir" in err and "does not exist" in err
+    assert str(tmp_path / "data" / "tokens") in out
+
+
+def write_broken(repo_root: Path, tmp_path: Path, section: str, key: str, value: object) -> Path:
+    document = tomllib.loads((repo_root / "state.toml.example").read_text())
+    document[section][key] = value
+    path = tmp_path / "state.toml"
+    path.write_text(tomli_w.dumps(document))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "message"),
+    [
+        (
+            "config",
+            "warmup_time",
+            120,
+            "config.warmup_time (120) must be less than config.epoch_time",
+        ),
+        ("config", "warmup_tme", 5, "config.warmup_tme: unknown key"),
+        ("config", "min_clients", 70000, "config.min_clients: must be less than or equal to 65535"),
+    ],
+)
+def test_errors_exit_1_and_name_the_field(
+    repo_root: Path, tmp_path: Path, section: str, key: str, value: object, message: str
+) -> None:
+    path = write_broken(repo_root, tmp_path, section, key, value)
+    code, out, err = run("--state", str(path))
+    assert code == 1
+    assert out == ""
+    assert "Error found in config" in err and message in err
+
+
+def test_seq_len_mismatch_is_an_error(repo_root: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data.toml"
+    document = tomllib.loads((repo_root / "data.toml.example").read_text())
+    document["seq_len"] = 512
+    data.write_text(tomli_w.dumps(document))
+    code, _, err = run("--state", str(repo_root / "state.toml.example"), "--data-config", str(data))
+    assert code == 1
+    assert "data.toml seq_len (512) must equal model.LLM.max_seq_len (256)" in err
+
+
+def test_invalid_toml_and_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "state.toml"
+    path.write_text("[config\n")
+    code, _, err = run("--state", str(path))
+    assert code == 1 and "not valid TOML" in err
+    code, _, err = run("--state", str(tmp_path / "absent.toml"))
+    assert code == 2 and "does not exist" in err
+
+
+def test_installed_entry_point(repo_root: Path) -> None:
+    script = Path(sys.executable).parent / "psyche-server"
+    if not script.exists():
+        pytest.skip("psyche-server is not installed next to this Python")
+    completed = subprocess.run(
+        [str(script), "validate-config", "--state", str(repo_root / "state.toml.example")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "Configs are OK!" in completed.stdout
