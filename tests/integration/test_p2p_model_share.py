@@ -1,0 +1,201 @@
+"""Late-joiner model download from real P2P nodes on 127.0.0.1, and the benchmark function."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from psyche_client.p2p import (
+    ModelManifest,
+    ModelShareError,
+    P2PConfig,
+    P2PNode,
+    download_model,
+    parameter_info,
+    poll_manifests,
+)
+from psyche_client.p2p.benchmark import measure_parameter_fetch
+from psyche_common.protocol import Identity
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = P2PConfig(
+    bind_host="127.0.0.1",
+    connect_timeout=1.0,
+    read_timeout=0.5,
+    fetch_deadline=10.0,
+    retry_backoff=0.01,
+    manifest_timeout=1.0,
+    max_concurrent_parameter_requests=3,
+    chunk_size=64 * 1024,
+)
+
+
+def make_model(
+    count: int = 12, size: int = 100_000, step: int = 42
+) -> tuple[ModelManifest, dict[str, bytes]]:
+    params = {f"model.layers.{i}.weight": os.urandom(size + i) for i in range(count)}
+    manifest = ModelManifest.build(
+        step=step,
+        epoch=2,
+        parameters=[parameter_info(n, "bfloat16", [len(b) // 2], b) for n, b in params.items()],
+        config_json='{"hidden_size": 8}',
+    )
+    return manifest, params
+
+
+class CorruptParameterNode(P2PNode):
+    """Serves the right manifest but flips a byte of every parameter."""
+
+    def _outgoing_bytes(self, kind: str, key: Any, data: bytes) -> bytes:
+        if kind == "parameter":
+            return bytes([data[0] ^ 1]) + data[1:]
+        return data
+
+
+class CountingNode(P2PNode):
+    """Tracks how many parameter requests all CountingNodes handle at once."""
+
+    active = 0
+    peak = 0
+
+    async def _handle(self, conn: Any, peer_id: bytes, request: dict[str, Any]) -> None:
+        if request.get("type") != "GetParameter":
+            return await super()._handle(conn, peer_id, request)
+        type(self).active += 1
+        type(self).peak = max(type(self).peak, type(self).active)
+        try:
+            await asyncio.sleep(0.05)
+            await super()._handle(conn, peer_id, request)
+        finally:
+            type(self).active -= 1
+
+
+class Swarm:
+    def __init__(self) -> None:
+        self.members: set[bytes] = set()
+        self.nodes: list[P2PNode] = []
+
+    async def add(
+        self,
+        cls: type[P2PNode] = P2PNode,
+        model: tuple[ModelManifest, dict[str, bytes]] | None = None,
+        **config: Any,
+    ) -> P2PNode:
+        identity = Identity.generate()
+        self.members.add(identity.public_key)
+        get_manifest: Callable[[], ModelManifest | None] | None = None
+        get_bytes: Callable[[str], bytes | None] | None = None
+        if model is not None:
+            manifest, params = model
+            get_manifest, get_bytes = (lambda: manifest), params.get
+        node = cls(
+            identity,
+            is_member=self.members.__contains__,
+            config=dataclasses.replace(FAST, **config),
+            get_manifest=get_manifest,
+            get_parameter_bytes=get_bytes,
+        )
+        await node.start()
+        self.nodes.append(node)
+        book = {n.peer_id: n.address for n in self.nodes}
+        for n in self.nodes:
+            n.set_peers(book)
+        return node
+
+
+@pytest.fixture
+async def swarm() -> AsyncIterator[Swarm]:
+    s = Swarm()
+    yield s
+    for node in s.nodes:
+        await node.close()
+
+
+async def test_model_from_three_peers_one_corrupt_one_dead(swarm: Swarm) -> None:
+    model = make_model()
+    good = await swarm.add(model=model)
+    corrupt = await swarm.add(CorruptParameterNode, model=model)
+    dead = await swarm.add(model=model)
+    joiner = await swarm.add()
+    await dead.close()
+    progress: list[tuple[int, int]] = []
+    loaded: dict[str, bytes] = {}
+    result = await download_model(
+        joiner,
+        [good.peer_id, corrupt.peer_id, dead.peer_id],
+        on_parameter=lambda info, data: loaded.__setitem__(info.name, data),
+        on_progress=lambda done, total: progress.append((done, total)),
+    )
+    manifest, params = model
+    assert result.manifest == manifest and result.manifest.step == 42
+    assert result.parameters == params == loaded
+    assert sorted(result.holders) == sorted([good.peer_id, corrupt.peer_id])
+    assert result.corrupt_peers == {corrupt.peer_id}
+    assert set(result.sources.values()) <= {good.peer_id}
+    assert progress[-1] == (12, 12) and len(progress) == 12
+    assert joiner.stats.downloads.corrupt >= 1
+
+
+async def test_parameters_come_from_several_peers_within_the_concurrency_bound(
+    swarm: Swarm,
+) -> None:
+    CountingNode.active = CountingNode.peak = 0
+    model = make_model(count=9, size=20_000)
+    servers = [await swarm.add(CountingNode, model=model) for _ in range(3)]
+    joiner = await swarm.add(max_concurrent_parameter_requests=2)
+    result = await download_model(joiner, [s.peer_id for s in servers])
+    assert result.parameters == model[1]
+    assert len(set(result.sources.values())) == 3  # load spread over every holder
+    assert CountingNode.peak == 2
+
+
+async def test_majority_manifest_wins_and_dissenter_is_not_used(swarm: Swarm) -> None:
+    model = make_model(count=3)
+    other = make_model(count=3, step=41)
+    a = await swarm.add(model=model)
+    b = await swarm.add(model=model)
+    liar = await swarm.add(model=other)
+    joiner = await swarm.add()
+    vote = await poll_manifests(joiner, [a.peer_id, b.peer_id, liar.peer_id])
+    assert vote.manifest == model[0] and vote.responders == 3
+    assert sorted(vote.holders) == sorted([a.peer_id, b.peer_id])
+    assert "disagrees with the majority" in vote.problems[liar.peer_id]
+    result = await download_model(joiner, [a.peer_id, b.peer_id, liar.peer_id])
+    assert liar.peer_id not in result.sources.values()
+
+
+async def test_no_majority_is_an_error(swarm: Swarm) -> None:
+    a = await swarm.add(model=make_model(count=2))
+    b = await swarm.add(model=make_model(count=2))
+    joiner = await swarm.add()
+    with pytest.raises(ModelShareError, match="no manifest has a majority"):
+        await download_model(joiner, [a.peer_id, b.peer_id])
+
+
+async def test_no_peer_with_a_model_is_a_clear_error(swarm: Swarm) -> None:
+    empty = await swarm.add()  # holds no model: answers NotFound
+    joiner = await swarm.add()
+    with pytest.raises(ModelShareError, match="try joining again"):
+        await download_model(joiner, [empty.peer_id])
+
+
+async def test_all_holders_corrupt_fails_naming_the_parameter(swarm: Swarm) -> None:
+    model = make_model(count=2)
+    bad = await swarm.add(CorruptParameterNode, model=model)
+    joiner = await swarm.add()
+    with pytest.raises(ModelShareError, match=r"parameter 'model\.layers\.[01]\.weight'"):
+        await download_model(joiner, [bad.peer_id])
+
+
+async def test_benchmark_function_runs() -> None:
+    figures = await measure_parameter_fetch(1.0, peers=2, parameter_count=4)
+    assert figures["megabytes"] == 1.0 and figures["peers"] == 2
+    assert figures["p2p_seconds"] > 0 and figures["raw_loopback_seconds"] > 0
+    assert figures["ratio_p2p_over_raw"] == pytest.approx(
+        figures["p2p_seconds"] / figures["raw_loopback_seconds"], rel=0.05
+    )
