@@ -104,7 +104,7 @@ class RunnerOptions:
 def run_state_name(coordinator: Any) -> str:
     """The run state as its wire text (``"RoundTrain"``), for a StrEnum or a plain string."""
     state = coordinator.run_state
-    return str(getattr(state, "value", state))
+    return str(state)
 
 
 def empty_witness_wire(proof: WitnessProof, merkle: bytes = EMPTY_MERKLE_ROOT) -> dict[str, Any]:

@@ -36,7 +36,7 @@ class ClientStats:
         self.step = coordinator.progress.step
         self.epoch = coordinator.progress.epoch
         state = coordinator.run_state
-        self.run_state = str(getattr(state, "value", state))
+        self.run_state = str(state)
         round_ = coordinator.current_round()
         seq_len = coordinator.model.max_seq_len
         if round_ is not None:

@@ -1,0 +1,69 @@
+"""The round pipeline against the real coordinator, in-process (dummy backend, fake clock)."""
+
+from __future__ import annotations
+
+import pytest
+from psyche_common.coordinator import RunState
+
+from tests.integration.client_harness import FakeServer, MemoryNetwork, add_client, make_coordinator
+
+
+async def run_until(server: FakeServer, predicate, max_steps: int = 400) -> None:
+    for _ in range(max_steps):
+        await server.step()
+        if predicate():
+            return
+    raise AssertionError(
+        f"condition not reached; state {server.coordinator.run_state!s} "
+        f"step {server.coordinator.progress.step}; errors {server.errors[-5:]}"
+    )
+
+
+def assert_consistent(server: FakeServer) -> None:
+    for step, by_client in server.hashes.items():
+        assert len(set(by_client.values())) == 1, f"weights differ at step {step}"
+
+
+@pytest.mark.timeout(120)
+async def test_three_clients_train_with_identical_weights() -> None:
+    server = FakeServer(make_coordinator(epoch_time=12, total_steps=8))
+    hub = MemoryNetwork()
+    runners = [add_client(server, hub) for _ in range(3)]
+    await run_until(server, lambda: server.coordinator.run_state == RunState.Finished)
+    applied_steps = sorted(server.hashes)
+    assert len(applied_steps) >= 3, applied_steps
+    assert_consistent(server)
+    assert all(len(by_client) == 3 for by_client in server.hashes.values()), server.hashes
+    assert server.witness_hashes
+    distinct = {next(iter(by_client.values())) for by_client in server.hashes.values()}
+    assert len(distinct) >= 3, "results were not applied"
+    for runner in runners:
+        assert runner.fatal is None
+        assert runner.stats.results_announced > 0
+    assert server.accusations == []
+    for runner in runners:
+        await runner.aclose()
+
+
+@pytest.mark.timeout(120)
+async def test_corrupt_relay_is_skipped_and_dead_client_is_accused() -> None:
+    server = FakeServer(make_coordinator(epoch_time=40, total_steps=14, witness_nodes=0))
+    hub = MemoryNetwork()
+    runners = [add_client(server, hub) for _ in range(4)]
+    ids = list(server.runners)
+    await run_until(server, lambda: server.coordinator.progress.step >= 3)
+    # one peer serves corrupted blobs from now on; another dies
+    hub.corrupt_from.add(ids[1])
+    hub.dead.add(ids[3])
+    server.pending.remove(ids[3])
+    await run_until(server, lambda: server.coordinator.progress.step >= 9)
+    assert hub.corrupt_served > 0
+    assert any(ids[3] in accused for _, accused in server.accusations)
+    alive = set(ids[:3])
+    for step, by_client in server.hashes.items():
+        values = {h for cid, h in by_client.items() if cid in alive}
+        assert len(values) <= 1, f"survivors' weights differ at step {step}"
+    for runner in runners[:3]:
+        assert runner.fatal is None
+    for runner in runners:
+        await runner.aclose()
