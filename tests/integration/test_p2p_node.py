@@ -370,3 +370,59 @@ async def test_prune_forgets_old_blobs(cluster: Cluster) -> None:
     server.forget_before(2)
     with pytest.raises(FetchError, match="does not hold"):
         await fetcher.fetch_blob(digest, [server.peer_id])
+
+
+async def test_set_step_tags_fetched_blobs_and_counts_traffic(cluster: Cluster) -> None:
+    server, fetcher = await cluster.add(), await cluster.add()
+    fetcher.set_step(5)
+    digest = server.publish_blob(b"r" * 100, step=5)
+    await fetcher.fetch_blob(digest, [server.peer_id])
+    assert fetcher.stats.for_step(5).bytes_received > 100
+    fetcher.forget_before(5)
+    assert digest in fetcher.blobs
+    fetcher.forget_before(6)
+    assert digest not in fetcher.blobs
+
+
+async def test_a_failing_app_callback_does_not_break_the_node(cluster: Cluster) -> None:
+    def broken(*_args: Any) -> None:
+        raise RuntimeError("app bug")
+
+    server = await cluster.add()
+    server._get_manifest = broken
+    server._get_parameter_bytes = broken
+    server._on_announcement = broken
+    client = await cluster.add()
+    from psyche_client.p2p.model_share import request_manifest
+    from psyche_client.p2p.transfer import NotHeld
+
+    with pytest.raises(NotHeld, match="no such parameter"):
+        await client.request_stream(
+            server.peer_id, {"type": "GetParameter", "name": "w"}, max_size=100
+        )
+    with pytest.raises(NotHeld, match="no such manifest"):
+        await request_manifest(client, server.peer_id)
+    announcement = make_finished_announcement(
+        client.identity, step=1, warmup=True, broadcast_merkle=bytes(32)
+    )
+    assert (await client.announce(announcement)).delivered == [server.peer_id]
+    digest = server.publish_blob(b"still serving")
+    assert await client.fetch_blob(digest, [server.peer_id]) == b"still serving"
+
+
+async def test_garbage_and_unknown_requests_only_close_that_connection(cluster: Cluster) -> None:
+    from psyche_client.p2p.transfer import RemoteError
+
+    server, client = await cluster.add(), await cluster.add()
+    host, port = server.address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    await reader.readexactly(4)  # the Challenge's length prefix; then send an absurd frame
+    writer.write(b"\xff\xff\xff\xff")
+    await writer.drain()
+    async with asyncio.timeout(2):
+        await reader.read()  # the server closes the stream
+    writer.close()
+    with pytest.raises(RemoteError, match="unknown request type 'Bogus'"):
+        await client.request_stream(server.peer_id, {"type": "Bogus"}, max_size=10)
+    digest = server.publish_blob(b"fine")
+    assert await client.fetch_blob(digest, [server.peer_id]) == b"fine"

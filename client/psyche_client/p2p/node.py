@@ -95,6 +95,7 @@ class P2PNode:
         self._download_slots = asyncio.Semaphore(self.config.max_concurrent_downloads)
         self.parameter_slots = asyncio.Semaphore(self.config.max_concurrent_parameter_requests)
         self._inflight: dict[bytes, asyncio.Task[bytes]] = {}
+        self._step: int | None = None
         self._server: asyncio.Server | None = None
         self._server_conns: set[PeerConnection] = set()
         self._pool = ConnectionPool(
@@ -165,6 +166,12 @@ class P2PNode:
 
     def known_peers(self) -> list[bytes]:
         return list(self._peers)
+
+    def set_step(self, step: int) -> None:
+        """The training step the node is at: traffic is counted against it, and fetched blobs
+        without an explicit `step` are tagged with it (so `forget_before` can drop them)."""
+        self._step = step
+        self.stats.set_step(step)
 
     def forget_before(self, step: int) -> None:
         """Drop blobs of steps before `step` (the app passes `current − 2`)."""
@@ -260,12 +267,14 @@ class P2PNode:
         deadline: float | None = None,
     ) -> bytes:
         """Hash-checked bytes of `blob_hash` from any of `candidates` (peer ids); the blob is
-        then stored and re-served. Raises `FetchError` (its `failures` name every peer tried)."""
+        then stored (tagged with `step`, default: the step given to `set_step`) and re-served.
+        Raises `FetchError` (its `failures` name every peer tried)."""
         held = self.blobs.get(blob_hash)
         if held is not None:
             return held
         task = self._inflight.get(blob_hash)
         if task is None:
+            step = self._step if step is None else step
             coro = self._fetch_blob(blob_hash, list(candidates), expected_size, step, deadline)
             task = asyncio.ensure_future(coro)
             self._inflight[blob_hash] = task
@@ -393,17 +402,34 @@ class P2PNode:
             data = self.blobs.get(digest) if isinstance(digest, bytes) else None
             await self._answer(conn, "blob", digest, data)
         elif kind == "GetManifest":
-            manifest = self._get_manifest() if self._get_manifest is not None else None
-            await self._answer(conn, "manifest", b"", manifest.encode() if manifest else None)
+            data = await self._call_provider("manifest", self._encoded_manifest)
+            await self._answer(conn, "manifest", b"", data)
         elif kind == "GetParameter":
             name = request.get("name")
             data = None
             if isinstance(name, str) and self._get_parameter_bytes is not None:
-                data = await asyncio.to_thread(self._get_parameter_bytes, name)
+                provider = self._get_parameter_bytes
+                data = await self._call_provider(
+                    f"parameter {name!r}", lambda: provider(name), in_thread=True
+                )
             await self._answer(conn, "parameter", name, data)
         else:
             await conn.send({"type": "Error", "reason": f"unknown request type {kind!r}"})
             raise RemoteError(f"peer {short_id(peer_id)} sent unknown request {kind!r}")
+
+    def _encoded_manifest(self) -> bytes | None:
+        manifest = self._get_manifest() if self._get_manifest is not None else None
+        return None if manifest is None else manifest.encode()
+
+    async def _call_provider(
+        self, what: str, provider: Callable[[], bytes | None], in_thread: bool = False
+    ) -> bytes | None:
+        """Run an app callback; a failing callback is logged and answered as "not held"."""
+        try:
+            return await asyncio.to_thread(provider) if in_thread else provider()
+        except Exception:
+            log.exception("serving %s to a peer failed", what)
+            return None
 
     async def _answer(self, conn: PeerConnection, kind: str, key: Any, data: bytes | None) -> None:
         if data is None:
