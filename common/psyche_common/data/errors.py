@@ -16,8 +16,8 @@ class DataIndexError(DataError, IndexError):
     """A requested sample index is outside the data set."""
 
 
-class DataFileError(DataError):
-    """A token file, directory or data configuration cannot be used as given."""
+class DataFileError(DataError, ValueError):
+    """A token file, directory or data configuration cannot be used as given (a ValueError)."""
 
 
 class DataFetchError(DataError):
