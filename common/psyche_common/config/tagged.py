@@ -9,6 +9,7 @@ form and `Variant.to_toml()` writes it back.
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Annotated, Any, ClassVar, Union
 
 from pydantic import BaseModel, BeforeValidator, Field, PlainSerializer
@@ -58,8 +59,8 @@ def _to_toml_value(value: Any) -> Any:
     if isinstance(value, BaseModel):
         to_toml = getattr(value, "to_toml", None)
         return to_toml() if to_toml else drop_none(value.model_dump(mode="json"))
-    if hasattr(value, "value") and isinstance(getattr(value, "value", None), str):
-        return value.value  # a str Enum member
+    if isinstance(value, Enum):
+        return value.value
     if isinstance(value, tuple):
         return [_to_toml_value(item) for item in value]
     return value
