@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -39,8 +40,10 @@ class TrainingBackend(Protocol):
     """What the round pipeline needs from a model + optimizer. All methods may block."""
 
     def train(
-        self, step: int, batch: BatchId, samples: Any, prev_self_results: list[Any]
-    ) -> TrainOutput: ...
+        self, step: int, batch: BatchId, samples: Any, cancelled: Callable[[], bool]
+    ) -> TrainOutput | None:
+        """Train one batch; None when ``cancelled()`` turned true (weights left unchanged)."""
+        ...
 
     def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> Any:
         """Verify ``payload`` against its commitment and decode it; raise ValueError if bad."""
@@ -48,8 +51,12 @@ class TrainingBackend(Protocol):
 
     def apply(self, step: int, results: list[Any]) -> None: ...
 
+    def begin_round(self, coordinator: Any) -> None:
+        """A round starts (called on the event loop; must be quick)."""
+        ...
+
     def cancel_round(self) -> None:
-        """Training of the round was cut short: undo any lookahead still applied."""
+        """A trained result was not published: forget it (no error feedback from it)."""
         ...
 
     def weights_hash(self) -> bytes: ...
@@ -76,9 +83,11 @@ class DummyBackend:
         self.applied_steps = 0
 
     def train(
-        self, step: int, batch: BatchId, samples: Any, prev_self_results: list[Any]
-    ) -> TrainOutput:
+        self, step: int, batch: BatchId, samples: Any, cancelled: Callable[[], bool]
+    ) -> TrainOutput | None:
         time.sleep(self.delay_secs)
+        if cancelled():
+            return None
         seed = hashlib.sha256(self.weights + struct.pack(">IQQ", step, batch.start, batch.end))
         payload = (seed.digest() * 2)[: self.PAYLOAD_SIZE]
         loss = 10.0 / (1.0 + 0.1 * (self.applied_steps + 1))
@@ -105,6 +114,9 @@ class DummyBackend:
         self.applied_steps += 1
 
     def cancel_round(self) -> None:
+        return None
+
+    def begin_round(self, coordinator: Any) -> None:
         return None
 
     def weights_hash(self) -> bytes:

@@ -326,6 +326,7 @@ class RoundRunner:
             apply_task = self._spawn(self._apply(self.previous, coordinator, step))
         if prior is not None and prior.height > 0 and prior.roles.is_witness:
             self._spawn(self._send_health_checks(prior, coordinator))
+        self.backend.begin_round(coordinator)
         have_training = coordinator.epoch_state.last_step == 0
         roles = derive_round_roles(coordinator, self.me, have_training)
         self.previous = prior
@@ -353,7 +354,6 @@ class RoundRunner:
         assert self.backend is not None
         if apply_task is not None:
             await apply_task
-        prev_self = self.previous.self_results if self.previous is not None else []
         if round_.have_training:
             for batch in round_.roles.my_batches:
                 if round_.cancelled:
@@ -365,10 +365,15 @@ class RoundRunner:
                     if round_.cancelled:
                         break
                     output = await asyncio.to_thread(
-                        self.backend.train, round_.step, batch, samples, prev_self
+                        self.backend.train,
+                        round_.step,
+                        batch,
+                        samples,
+                        lambda: round_.cancelled,
                     )
-                    if round_.cancelled:
-                        await asyncio.to_thread(self.backend.cancel_round)
+                    if output is None or round_.cancelled:
+                        if output is not None:
+                            await asyncio.to_thread(self.backend.cancel_round)
                         log.warning(
                             "training cut short by the witness phase: result dropped",
                             extra=self._fields(),

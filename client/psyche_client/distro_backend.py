@@ -1,0 +1,143 @@
+"""The real training backend: a Hugging Face causal LM trained with `psyche_client.trainer`.
+
+Loads the model the coordinator's checkpoint names (`model_io.load_model`: local directory,
+`builtin:NAME` preset or Hub repo), builds the `Trainer` with the run's optimizer config, and
+computes learning rates from the run's schedule (cold-start factor included). Results travel
+as `DistroResult.encode()` bytes; `decode` checks them strictly against this model's layout,
+the announced step/batch and the signed commitment before anything uses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from psyche_common.assignment import BatchId
+from psyche_common.lr_schedule import effective_lr
+
+from psyche_client.backend import TrainOutput
+from psyche_client.device import resolve_device
+from psyche_client.distro.result import ResultDecodeError
+from psyche_client.model_io import (
+    ModelInfo,
+    load_model,
+    load_parameter_bytes,
+    model_parameters_manifest,
+    parameter_bytes,
+    save_checkpoint,
+)
+from psyche_client.trainer import Trainer, TrainingCancelled
+
+RNG_SEED = 1337
+
+
+class DistroBackend:
+    def __init__(
+        self,
+        trainer: Trainer,
+        info: ModelInfo,
+        lr_schedule: Any,
+        warmup_bounds: tuple[int, int] | None,
+    ) -> None:
+        self.trainer = trainer
+        self.info = info
+        self.lr_schedule = lr_schedule
+        self.warmup_bounds = warmup_bounds
+
+    @classmethod
+    def load(
+        cls, coordinator: Any, *, device: str, micro_batch_size: int, from_peers: bool = False
+    ) -> DistroBackend:
+        """Build the model for the coordinator's run (weights from peers come later via
+        `load_parameters` when ``from_peers``: the local build only provides the shapes)."""
+        torch.manual_seed(RNG_SEED)
+        llm = coordinator.model
+        checkpoint = llm.checkpoint
+        repo_id = getattr(checkpoint, "repo_id", None)
+        if not repo_id:
+            raise ValueError(f"checkpoint {checkpoint!r} names no model repository")
+        torch_device = resolve_device(device)
+        model, info = load_model(
+            repo_id,
+            getattr(checkpoint, "revision", None),
+            device=torch_device,
+            dtype=torch.float32,
+        )
+        trainer = Trainer(
+            model, llm.optimizer, device=torch_device, micro_batch_size=micro_batch_size
+        )
+        bounds = coordinator.get_cold_start_warmup_bounds()
+        return cls(trainer, info, llm.lr_schedule, bounds)
+
+    def begin_round(self, coordinator: Any) -> None:
+        """Refresh what changes per epoch (the cold-start bounds)."""
+        self.warmup_bounds = coordinator.get_cold_start_warmup_bounds()
+
+    def lr(self, step: int) -> float:
+        return effective_lr(self.lr_schedule, step, self.warmup_bounds)
+
+    def train(
+        self, step: int, batch: BatchId, samples: Any, cancelled: Callable[[], bool]
+    ) -> TrainOutput | None:
+        tokens = np.asarray(samples, dtype=np.int64)
+        try:
+            output = self.trainer.train(
+                batch, tokens, step, self.lr(step), self.lr(step - 1), cancelled=cancelled
+            )
+        except TrainingCancelled:
+            return None
+        if output.result is None:
+            raise RuntimeError("the run's optimizer is not DisTrO: nothing to share with peers")
+        payload = output.result.encode()
+        return TrainOutput(
+            loss=output.loss,
+            payload=payload,
+            data_hash=output.result.data_hash(),
+            local_result=None,
+            tokens=int(tokens.size),
+        )
+
+    def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> Any:
+        try:
+            result = self.trainer.decode_result(payload)
+        except ResultDecodeError as exc:
+            raise ValueError(f"malformed result: {exc}") from exc
+        if result.step != step or result.batch_id != batch:
+            raise ValueError(
+                f"result is for step {result.step} {result.batch_id}, announced for step "
+                f"{step} {batch}"
+            )
+        if result.data_hash() != data_hash:
+            raise ValueError("result bytes do not match the signed commitment")
+        return result
+
+    def apply(self, step: int, results: list[Any]) -> None:
+        self.trainer.apply(results, step, self.lr(step))
+
+    def cancel_round(self) -> None:
+        self.trainer.drop_pending_result()
+
+    def weights_hash(self) -> bytes:
+        return self.trainer.weights_digest()
+
+    def export_parameters(self) -> list[tuple[str, str, tuple[int, ...], bytes]]:
+        model = self.trainer.model
+        return [
+            (entry.name, entry.dtype, tuple(entry.shape), parameter_bytes(model, entry.name))
+            for entry in model_parameters_manifest(model)
+        ]
+
+    def load_parameters(self, parameters: dict[str, bytes]) -> None:
+        model = self.trainer.model
+        expected = {entry.name for entry in model_parameters_manifest(model)}
+        if set(parameters) != expected:
+            missing = sorted(expected - set(parameters))[:3]
+            extra = sorted(set(parameters) - expected)[:3]
+            raise ValueError(f"peer model does not match: missing {missing}, unexpected {extra}")
+        for name, data in parameters.items():
+            load_parameter_bytes(model, name, data)
+
+    def save_checkpoint(self, directory: str) -> None:
+        save_checkpoint(self.trainer.model, directory, extra_files=self.info.extra_files)
