@@ -391,7 +391,7 @@ async def test_a_failing_app_callback_does_not_break_the_node(cluster: Cluster) 
     server = await cluster.add()
     server._get_manifest = broken
     server._get_parameter_bytes = broken
-    server._on_announcement = broken
+    server._inbox.callback = broken
     client = await cluster.add()
     from psyche_client.p2p.model_share import request_manifest
     from psyche_client.p2p.transfer import NotHeld

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -236,3 +237,17 @@ class ConnectionPool:
         self._closed = True
         for peer_id in list(self._idle):
             await self.drop_peer(peer_id)
+
+
+def advertised_host(bind_host: str) -> str:
+    """What peers should dial for a listener bound to `bind_host` (wildcards → primary IP)."""
+    if bind_host not in ("", "0.0.0.0", "::"):
+        return bind_host
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent; picks the outbound interface
+        return str(probe.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+    finally:
+        probe.close()

@@ -17,24 +17,14 @@ As a client it pushes announcements to every known peer, fetches blobs from any 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-import socket
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from psyche_common.protocol import ConnectionClosed, Identity, ProtocolError, short_id
 
-from .announcements import (
-    Announcement,
-    AnnouncementError,
-    from_wire,
-    message_id,
-    to_wire,
-    verify_announcement,
-)
+from .announcements import Announcement, to_wire
 from .blobs import BlobStore
 from .config import P2PConfig
 from .connection import (
@@ -43,18 +33,19 @@ from .connection import (
     PeerRefused,
     PeerUnavailable,
     accept_peer,
+    advertised_host,
     dial_peer,
     parse_address,
     raise_if_rejected,
 )
 from .fetch import FetchError, PeerHealth, fetch_verified
+from .inbox import AnnouncementCallback, AnnouncementInbox
 from .manifest import ModelManifest
 from .stats import TransferStats
 from .transfer import Received, RemoteError, receive_bytes, send_bytes
 
 log = logging.getLogger(__name__)
 
-AnnouncementCallback = Callable[[Announcement, bytes], Awaitable[None] | None]
 CorruptCallback = Callable[[bytes, bytes], None]
 
 
@@ -86,12 +77,13 @@ class P2PNode:
         self.stats = stats or TransferStats()
         self.health = PeerHealth()
         self._is_member = is_member
-        self._on_announcement = on_announcement
+        self._inbox = AnnouncementInbox(
+            is_member, on_announcement, self.config.max_seen_announcements
+        )
         self._on_corrupt = on_corrupt
         self._get_manifest = get_manifest
         self._get_parameter_bytes = get_parameter_bytes
         self._peers: dict[bytes, tuple[str, int]] = {}
-        self._seen: OrderedDict[bytes, None] = OrderedDict()
         self._download_slots = asyncio.Semaphore(self.config.max_concurrent_downloads)
         self.parameter_slots = asyncio.Semaphore(self.config.max_concurrent_parameter_requests)
         self._inflight: dict[bytes, asyncio.Task[bytes]] = {}
@@ -146,7 +138,7 @@ class P2PNode:
     @property
     def address(self) -> str:
         """`host:port` peers should dial (what the client registers with the server)."""
-        host = self.config.advertise_host or _advertised_host(self.config.bind_host)
+        host = self.config.advertise_host or advertised_host(self.config.bind_host)
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     # ---- address book ------------------------------------------------------------------------
@@ -185,7 +177,7 @@ class P2PNode:
         """Push a signed announcement to `peer_ids` (default: every known peer), concurrently.
         Never raises for a peer's failure; the report says which peers got it."""
         wire = {"type": "Announce", "announcement": to_wire(announcement)}
-        self._remember(message_id(announcement))
+        self._inbox.remember(announcement)
         targets = [p for p in (self.known_peers() if peer_ids is None else peer_ids)]
         report = AnnounceReport()
 
@@ -218,38 +210,6 @@ class P2PNode:
                 {short_id(p): r for p, r in report.failed.items()},
             )
         return report
-
-    def _remember(self, key: bytes) -> bool:
-        """Record an announcement id; False when it was already known."""
-        if key in self._seen:
-            self._seen.move_to_end(key)
-            return False
-        self._seen[key] = None
-        while len(self._seen) > self.config.max_seen_announcements:
-            self._seen.popitem(last=False)
-        return True
-
-    async def _receive_announcement(self, from_peer: bytes, wire: Any) -> tuple[str, str]:
-        try:
-            announcement = from_wire(wire)
-            verify_announcement(announcement)
-        except AnnouncementError as exc:
-            log.warning("rejected announcement via %s: %s", short_id(from_peer), exc)
-            return "rejected", str(exc)
-        if not self._is_member(announcement.sender_id):
-            reason = f"signer {short_id(announcement.sender_id)} is not a member"
-            log.warning("rejected announcement via %s: %s", short_id(from_peer), reason)
-            return "rejected", reason
-        if not self._remember(message_id(announcement)):
-            return "duplicate", ""
-        if self._on_announcement is not None:
-            try:
-                outcome = self._on_announcement(announcement, from_peer)
-                if inspect.isawaitable(outcome):
-                    await outcome
-            except Exception:
-                log.exception("on_announcement callback failed for %s", announcement.kind)
-        return "accepted", ""
 
     # ---- blobs -------------------------------------------------------------------------------
 
@@ -395,7 +355,7 @@ class P2PNode:
     async def _handle(self, conn: PeerConnection, peer_id: bytes, request: dict[str, Any]) -> None:
         kind = request.get("type")
         if kind == "Announce":
-            status, reason = await self._receive_announcement(peer_id, request.get("announcement"))
+            status, reason = await self._inbox.receive(peer_id, request.get("announcement"))
             await conn.send({"type": "Ack", "status": status, "reason": reason})
         elif kind == "GetBlob":
             digest = request.get("hash")
@@ -440,16 +400,3 @@ class P2PNode:
     def _outgoing_bytes(self, kind: str, key: Any, data: bytes) -> bytes:
         """The bytes served for a request (tests override this to simulate a corrupt peer)."""
         return data
-
-
-def _advertised_host(bind_host: str) -> str:
-    if bind_host not in ("", "0.0.0.0", "::"):
-        return bind_host
-    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        probe.connect(("192.0.2.1", 9))  # no packet is sent; picks the outbound interface
-        return str(probe.getsockname()[0])
-    except OSError:
-        return "127.0.0.1"
-    finally:
-        probe.close()

@@ -1,0 +1,77 @@
+"""Accepting announcements pushed by peers: decode, verify, membership, de-duplication.
+
+`AnnouncementInbox.receive` runs the checks in order — strict decoding, both signatures
+(`announcements.verify_announcement`), signer is a member, not seen before — and only then
+hands the announcement to the app's callback. The de-duplication memory is bounded (oldest
+ids are forgotten first). The node also `remember`s its own announcements so echoes of them
+are ignored.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from psyche_common.protocol import short_id
+
+from .announcements import (
+    Announcement,
+    AnnouncementError,
+    from_wire,
+    message_id,
+    verify_announcement,
+)
+
+log = logging.getLogger(__name__)
+
+AnnouncementCallback = Callable[[Announcement, bytes], Awaitable[None] | None]
+
+
+class AnnouncementInbox:
+    def __init__(
+        self,
+        is_member: Callable[[bytes], bool],
+        callback: AnnouncementCallback | None,
+        max_seen: int,
+    ) -> None:
+        self._is_member = is_member
+        self.callback = callback
+        self._max_seen = max_seen
+        self._seen: OrderedDict[bytes, None] = OrderedDict()
+
+    def remember(self, announcement: Announcement) -> bool:
+        """Record an announcement's id; False when it was already known."""
+        key = message_id(announcement)
+        if key in self._seen:
+            self._seen.move_to_end(key)
+            return False
+        self._seen[key] = None
+        while len(self._seen) > self._max_seen:
+            self._seen.popitem(last=False)
+        return True
+
+    async def receive(self, from_peer: bytes, wire: Any) -> tuple[str, str]:
+        """(`"accepted"` | `"duplicate"` | `"rejected"`, reason) for one pushed announcement."""
+        try:
+            announcement = from_wire(wire)
+            verify_announcement(announcement)
+        except AnnouncementError as exc:
+            log.warning("rejected announcement via %s: %s", short_id(from_peer), exc)
+            return "rejected", str(exc)
+        if not self._is_member(announcement.sender_id):
+            reason = f"signer {short_id(announcement.sender_id)} is not a member"
+            log.warning("rejected announcement via %s: %s", short_id(from_peer), reason)
+            return "rejected", reason
+        if not self.remember(announcement):
+            return "duplicate", ""
+        if self.callback is not None:
+            try:
+                outcome = self.callback(announcement, from_peer)
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except Exception:
+                log.exception("on_announcement callback failed for a %s", announcement.kind)
+        return "accepted", ""
