@@ -1,0 +1,135 @@
+"""`DataServerProvider`: fetches token sequences from the TCP data server (`data_location =
+{ Server = "host:port" }`), authenticating with the client's ed25519 identity.
+
+One connection, one request in flight (a lock), reconnecting on demand. A `NotInThisRound`
+rejection and network failures are retryable (the client may not be in the broadcast state yet);
+`OutOfRange` / `DataError` / `TooLarge` are permanent. Retries follow `RetryPolicy`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import numpy as np
+
+from psyche_common.assignment import BatchId
+from psyche_common.data.errors import DataFetchError, DataIndexError
+from psyche_common.data.retry import RetryPolicy, retry_async
+from psyche_common.protocol import (
+    ConnectionClosed,
+    Identity,
+    ProtocolError,
+    connect_handshake,
+    read_frame,
+    write_frame,
+)
+from psyche_common.protocol.data_messages import (
+    RequestRejected,
+    RequestTrainingData,
+    parse_data_reply,
+)
+from psyche_common.protocol.messages import to_wire
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_REPLY_FRAME_SIZE = 64 * 1024 * 1024
+
+
+class DataServerProvider:
+    """A data provider backed by the coordinator's TCP data server."""
+
+    def __init__(
+        self,
+        address: str,
+        identity: Identity,
+        *,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        max_frame_size: int = DEFAULT_REPLY_FRAME_SIZE,
+    ) -> None:
+        host, sep, port = address.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"data server address {address!r} is not host:port")
+        self.address = address
+        self.host = host.strip("[]")
+        self.port = int(port)
+        self.identity = identity
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self.max_frame_size = max_frame_size
+        self._lock = asyncio.Lock()
+        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def get_samples(self, batch: BatchId) -> np.ndarray:
+        """`(len(batch), seq_len)` int64 tokens of samples `batch.start..=batch.end`."""
+        return await retry_async(
+            lambda: self._request(batch), self.retry, f"data server {self.address} {batch}"
+        )
+
+    async def close(self) -> None:
+        async with self._lock:
+            self._drop_connection()
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self._streams is None:
+            async with asyncio.timeout(self.timeout):
+                reader, writer = await asyncio.open_connection(self.host, self.port)
+            try:
+                await connect_handshake(
+                    reader,
+                    writer,
+                    self.identity,
+                    timeout=self.timeout,
+                    max_frame_size=self.max_frame_size,
+                )
+            except BaseException:
+                writer.transport.abort()
+                raise
+            self._streams = (reader, writer)
+        return self._streams
+
+    def _drop_connection(self) -> None:
+        if self._streams is not None:
+            with contextlib.suppress(Exception):
+                self._streams[1].transport.abort()
+            self._streams = None
+
+    async def _request(self, batch: BatchId) -> np.ndarray:
+        async with self._lock:
+            try:
+                reader, writer = await self._connect()
+                await write_frame(
+                    writer, to_wire(RequestTrainingData(start=batch.start, end=batch.end))
+                )
+                reply = parse_data_reply(
+                    await read_frame(reader, self.max_frame_size, timeout=self.timeout)
+                )
+            except (ProtocolError, OSError, TimeoutError) as exc:
+                self._drop_connection()
+                if isinstance(exc, ConnectionClosed | OSError | TimeoutError):
+                    raise DataFetchError(f"data server {self.address}: {exc}") from exc
+                raise DataFetchError(
+                    f"data server {self.address} sent an invalid reply: {exc}", retryable=False
+                ) from exc
+        if (reply.start, reply.end) != (batch.start, batch.end):
+            raise DataFetchError(
+                f"data server {self.address} answered [{reply.start}, {reply.end}] "
+                f"for request {batch}",
+                retryable=False,
+            )
+        if isinstance(reply, RequestRejected):
+            message = (
+                f"data server {self.address} rejected {batch}: {reply.reason} ({reply.detail})"
+            )
+            if reply.reason == "NotInThisRound":
+                raise DataFetchError(message, retryable=True)
+            if reply.reason == "OutOfRange":
+                raise DataIndexError(message)
+            raise DataFetchError(message, retryable=False)
+        tokens = np.frombuffer(reply.tokens, dtype="<i4").reshape(len(batch), reply.seq_len)
+        return tokens.astype(np.int64)
+
+    def __repr__(self) -> str:
+        return f"DataServerProvider({self.address!r})"

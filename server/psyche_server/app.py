@@ -1,0 +1,411 @@
+"""The coordinator server: owns the coordinator, ticks it, serves clients, broadcasts state.
+
+`ServerApp` is the asyncio shell around the pure `Coordinator`: it feeds it the clock, random
+seeds, the pending set and client messages; broadcasts the full state after every change and on
+every tick; withdraws clients that disconnect; kicks the unhealthy; saves the state at each
+successful epoch end; and runs the optional TCP data server. `serve(stop)` runs until `stop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
+from psyche_common.coordinator.types import ACTIVE_STATES, RunState
+from psyche_common.protocol import encode_frame, short_id
+from psyche_common.protocol.messages import (
+    Checkpoint,
+    HealthCheck,
+    Join,
+    WarmupWitness,
+    Witness,
+    parse_client_message,
+)
+
+from .bridge import (
+    client_index,
+    parse_checkpoint,
+    parse_health_checks,
+    parse_witness,
+    unhealthy_exited_ids,
+)
+from .connections import CloseConnection, Connection, ConnectionLimits, ConnectionManager
+from .consistency import WeightsHashTracker
+from .persistence import save_state
+
+log = logging.getLogger("psyche.server")
+
+
+@dataclass
+class ServerOptions:
+    """Everything `psyche-server run` can set (defaults match the reference)."""
+
+    host: str = "0.0.0.0"
+    port: int = 0
+    save_state_dir: Path | None = None
+    init_warmup_time: int | None = None
+    withdraw_on_disconnect: bool = True
+    tick_interval: float = 0.5
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    data_host: str = "0.0.0.0"
+
+
+@dataclass
+class ServerStats:
+    ticks: int = 0
+    broadcasts: int = 0
+    last_broadcast_bytes: int = 0
+    messages: int = 0
+    coordinator_errors: int = 0
+    saved_states: list[Path] = field(default_factory=list)
+
+
+class ServerApp:
+    """The running server. Create, `await start()`, then `await serve(stop_event)`."""
+
+    def __init__(
+        self,
+        coordinator: Any,
+        options: ServerOptions | None = None,
+        data_server: Any | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.coordinator = coordinator
+        self.options = options or ServerOptions()
+        self.clock = clock
+        self.data_server = data_server
+        # joined, not kicked; insertion order = join order
+        self.pending: dict[bytes, None] = {}
+        self.p2p_addresses: dict[bytes, str] = {}
+        self.weights = WeightsHashTracker()
+        self._flagged_divergence: set[tuple[int, bytes]] = set()
+        self.stats = ServerStats()
+        self.port: int | None = None
+        self._last_state_frame: bytes | None = None
+        self._state_changed = asyncio.Event()
+        coordinator.reset_ephemeral()
+        self.original_warmup_time = int(coordinator.config.warmup_time)
+        if self.options.init_warmup_time is not None:
+            coordinator.config.warmup_time = int(self.options.init_warmup_time)
+        self.connections = ConnectionManager(
+            "coordinator",
+            parse_client_message,
+            self._on_message,
+            self.options.limits,
+            on_connect=self._on_connect,
+            on_disconnect=self._on_disconnect,
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def run_id(self) -> str:
+        return str(self.coordinator.run_id)
+
+    @property
+    def run_state(self) -> RunState:
+        return RunState(self.coordinator.run_state)
+
+    @property
+    def address(self) -> str:
+        return f"{self.options.host}:{self.port}"
+
+    async def start(self) -> int:
+        """Start the data server (if any) and bind the coordinator port; returns the port."""
+        if self.data_server is not None:
+            await self.data_server.start()
+            self.data_server.update_state(self.coordinator)
+        self.port = await self.connections.start(self.options.host, self.options.port)
+        log.info(
+            "coordinator listening on %s (run %r)",
+            self.address,
+            self.run_id,
+            extra={"port": self.port, "run_id": self.run_id},
+        )
+        return self.port
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Tick every `tick_interval` seconds (missed ticks are skipped) until `stop` is set."""
+        interval = self.options.tick_interval
+        loop = asyncio.get_running_loop()
+        next_tick = loop.time()
+        try:
+            while not stop.is_set():
+                self.tick()
+                next_tick += interval
+                now = loop.time()
+                if next_tick < now:
+                    next_tick = now + interval  # skip missed ticks, no catch-up
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=next_tick - now)
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        await self.connections.close()
+        if self.data_server is not None:
+            await self.data_server.close()
+
+    # ------------------------------------------------------------------ ticking
+
+    def now(self) -> int:
+        return int(self.clock())
+
+    def kick_unhealthy_clients(self) -> None:
+        for client_id in unhealthy_exited_ids(self.coordinator):
+            if client_id in self.pending:
+                del self.pending[client_id]
+                log.info(
+                    "removed unhealthy client %s from the pending set",
+                    short_id(client_id),
+                    extra={"client": short_id(client_id)},
+                )
+
+    def tick(self, broadcast: bool = True) -> None:
+        """One server tick: kick the unhealthy, tick the coordinator, save, broadcast."""
+        self.kick_unhealthy_clients()
+        before = (self.run_state, int(self.coordinator.progress.epoch))
+        try:
+            result = self.coordinator.tick(list(self.pending), self.now(), secrets.randbits(64))
+        except CoordinatorError as exc:
+            if exc.kind != ErrorKind.Halted:
+                self.stats.coordinator_errors += 1
+                log.warning("coordinator tick error: %s", exc)
+            result = None
+        self.stats.ticks += 1
+        after = (self.run_state, int(self.coordinator.progress.epoch))
+        if after != before:
+            log.info(
+                "run state %s -> %s (epoch %d, step %d)",
+                before[0].name,
+                after[0].name,
+                after[1],
+                int(self.coordinator.progress.step),
+                extra={
+                    "old_state": before[0].name,
+                    "new_state": after[0].name,
+                    "epoch": after[1],
+                    "step": int(self.coordinator.progress.step),
+                },
+            )
+        if result is not None and result.epoch_ended:
+            self._on_epoch_end(result.success)
+        self.post_state_change(broadcast)
+
+    def _on_epoch_end(self, success: bool) -> None:
+        if not success:
+            log.info("Epoch abandoned", extra={"epoch": int(self.coordinator.progress.epoch)})
+            return
+        log.info(
+            "epoch ended (now epoch %d, step %d)",
+            int(self.coordinator.progress.epoch),
+            int(self.coordinator.progress.step),
+            extra={
+                "epoch": int(self.coordinator.progress.epoch),
+                "step": int(self.coordinator.progress.step),
+            },
+        )
+        if self.options.save_state_dir is not None:
+            try:
+                path = save_state(self.coordinator, self.options.save_state_dir)
+            except OSError as exc:
+                log.error("could not save the state to %s: %s", self.options.save_state_dir, exc)
+            else:
+                self.stats.saved_states.append(path)
+                log.info("saved state to %s", path, extra={"path": str(path)})
+
+    def post_state_change(self, broadcast: bool = True) -> None:
+        if self.run_state in ACTIVE_STATES:
+            self.coordinator.config.warmup_time = self.original_warmup_time
+        if broadcast:
+            self.broadcast()
+
+    # ------------------------------------------------------------------ broadcasting
+
+    def peers(self) -> dict[bytes, str]:
+        """P2P addresses of every epoch member and every pending client we know one for."""
+        members = [client.id for client in self.coordinator.epoch_state.clients]
+        ids = dict.fromkeys([*members, *self.pending])
+        return {cid: self.p2p_addresses[cid] for cid in ids if cid in self.p2p_addresses}
+
+    def state_frame(self) -> bytes:
+        return encode_frame(
+            {
+                "type": "CoordinatorState",
+                "coordinator": self.coordinator.to_wire(),
+                "peers": self.peers(),
+            }
+        )
+
+    def broadcast(self) -> bytes:
+        """Send the current state to every connection (and to the data server)."""
+        frame = self.state_frame()
+        self._last_state_frame = frame
+        self.connections.broadcast_frame(frame)
+        self.stats.broadcasts += 1
+        self.stats.last_broadcast_bytes = len(frame)
+        if self.data_server is not None:
+            self.data_server.update_state(self.coordinator)
+        self._state_changed.set()
+        self._state_changed = asyncio.Event()
+        return frame
+
+    def _broadcast_if_changed(self) -> None:
+        frame = self.state_frame()
+        if frame != self._last_state_frame:
+            self.broadcast()
+
+    # ------------------------------------------------------------------ pause / resume
+
+    @property
+    def pause_pending(self) -> bool:
+        return bool(self.coordinator.pending_pause)
+
+    def toggle_pause(self) -> str:
+        """Ctrl+P: resume when Paused, otherwise pause (deferred to cooldown when active)."""
+        now = self.now()
+        try:
+            if self.run_state == RunState.Paused:
+                self.coordinator.resume(now)
+                action = "resumed"
+            else:
+                self.coordinator.pause(now)
+                action = "pause pending" if self.pause_pending else "paused"
+        except CoordinatorError as exc:
+            log.warning("pause/resume refused: %s", exc)
+            return f"refused: {exc}"
+        log.info("run %s", action, extra={"action": action})
+        self.post_state_change(broadcast=True)
+        return action
+
+    # ------------------------------------------------------------------ connections
+
+    def _on_connect(self, conn: Connection) -> None:
+        # A new connection gets the current state at once (the reference waits for the tick).
+        conn.send_frame(self._last_state_frame or self.state_frame())
+
+    def _on_disconnect(self, conn: Connection) -> None:
+        client_id = conn.peer_id
+        self.pending.pop(client_id, None)
+        self.p2p_addresses.pop(client_id, None)
+        if not self.options.withdraw_on_disconnect:
+            return
+        index = client_index(self.coordinator, client_id)
+        if index is None:
+            return
+        try:
+            self.coordinator.withdraw(index)
+        except CoordinatorError as exc:
+            log.info("Coordinator withdraw error for %s: %s", short_id(client_id), exc)
+        else:
+            log.info(
+                "Withdrew %s (disconnected)",
+                short_id(client_id),
+                extra={"client": short_id(client_id), "index": index},
+            )
+
+    async def _on_message(self, conn: Connection, message: Any) -> None:
+        self.stats.messages += 1
+        client_id = conn.peer_id
+        now = self.now()
+        if isinstance(message, Join):
+            self._on_join(conn, message)
+            self.tick()
+            return
+        try:
+            if isinstance(message, WarmupWitness):
+                witness = parse_witness("WarmupWitness", message.witness)
+                self.coordinator.warmup_witness(client_id, witness, now, secrets.randbits(64))
+            elif isinstance(message, Witness):
+                witness = parse_witness("Witness", message.witness)
+                self._record_weights(
+                    client_id, message.metadata.step, message.metadata.weights_hash
+                )
+                self.coordinator.witness(client_id, witness, now)
+            elif isinstance(message, HealthCheck):
+                if message.weights_hash is not None and message.step is not None:
+                    self._record_weights(client_id, message.step, message.weights_hash)
+                if message.checks:
+                    dropped = self.coordinator.health_check(client_id, parse_health_checks(message))
+                    log.info(
+                        "health check from %s dropped %d client(s)",
+                        short_id(client_id),
+                        dropped,
+                        extra={"client": short_id(client_id), "dropped": dropped},
+                    )
+            elif isinstance(message, Checkpoint):
+                checkpoint = parse_checkpoint(message.checkpoint)
+                index = client_index(self.coordinator, client_id)
+                if index is None:
+                    log.warning(
+                        "checkpoint from %s, which is not a client of this epoch",
+                        short_id(client_id),
+                    )
+                else:
+                    self.coordinator.checkpoint(client_id, index, checkpoint)
+        except CoordinatorError as exc:
+            self.stats.coordinator_errors += 1
+            log.warning(
+                "%s from %s refused: %s",
+                message.type,
+                short_id(client_id),
+                exc,
+                extra={"client": short_id(client_id), "message": message.type, "error": str(exc)},
+            )
+        self.tick(broadcast=False)
+        self._broadcast_if_changed()
+
+    def _on_join(self, conn: Connection, message: Join) -> None:
+        client_id = conn.peer_id
+        if message.run_id != self.run_id:
+            log.warning(
+                "%s tried to join unknown run %r",
+                short_id(client_id),
+                message.run_id,
+                extra={"client": short_id(client_id), "run_id": message.run_id},
+            )
+            raise CloseConnection(
+                f"unknown run id {message.run_id!r}: this server coordinates {self.run_id!r}"
+            )
+        first = client_id not in self.pending
+        self.pending[client_id] = None
+        self.p2p_addresses[client_id] = message.p2p_address
+        if first:
+            log.info(
+                "%s joined run %r (p2p %s, version %r)",
+                short_id(client_id),
+                self.run_id,
+                message.p2p_address,
+                message.client_version,
+                extra={"client": short_id(client_id), "p2p_address": message.p2p_address},
+            )
+
+    def _record_weights(self, client_id: bytes, step: int, weights_hash: bytes | None) -> None:
+        if weights_hash is None:
+            return
+        verdict = self.weights.record(step, client_id, weights_hash)
+        for outlier in verdict.divergent:
+            if (step, outlier) in self._flagged_divergence:
+                continue
+            self._flagged_divergence.add((step, outlier))
+            log.warning(
+                "weights of %s at step %d differ from the majority (%d reports)",
+                short_id(outlier),
+                step,
+                verdict.reports,
+                extra={
+                    "event": "weights_divergence",
+                    "client": short_id(outlier),
+                    "step": step,
+                    "weights_hash": self.weights.reports[step][outlier].hex(),
+                    "majority_hash": verdict.majority.hex() if verdict.majority else None,
+                },
+            )

@@ -1,0 +1,267 @@
+"""Authenticated client connections of a TCP port: handshake, bounded sends, one cleanup.
+
+`ConnectionManager` accepts sockets, runs the challenge–response handshake (with a timeout),
+refuses a second live connection of an already connected identity, then reads frames, validates
+them with a caller-supplied parser and hands them to a handler. Any protocol violation ends only
+that connection, with a logged reason; the cleanup (unregister + `on_disconnect`) runs exactly
+once per authenticated connection. Sends never block the caller: each connection's transport
+buffer is bounded, and a peer that stops reading is disconnected when it fills up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from psyche_common.protocol import (
+    DEFAULT_MAX_FRAME_SIZE,
+    ConnectionClosed,
+    ProtocolError,
+    accept_handshake,
+    encode_frame,
+    read_frame,
+    short_id,
+)
+from psyche_common.protocol.messages import Rejected, to_wire
+
+log = logging.getLogger("psyche.server.connections")
+
+
+class CloseConnection(Exception):
+    """Raised by a message handler to end the connection with `reason` (logged and sent)."""
+
+    def __init__(self, reason: str, send_rejection: bool = True) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.send_rejection = send_rejection
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    handshake_timeout: float = 10.0
+    max_buffered_send_bytes: int = 32 * 1024 * 1024
+
+
+class Connection:
+    """One authenticated peer. `send_frame` enqueues encoded bytes without awaiting."""
+
+    def __init__(
+        self,
+        peer_id: bytes,
+        remote: str,
+        writer: asyncio.StreamWriter,
+        max_buffered_send_bytes: int,
+    ) -> None:
+        self.peer_id = peer_id
+        self.remote = remote
+        self._writer = writer
+        self._max_buffered = max_buffered_send_bytes
+        self.close_reason: str | None = None
+        self.bytes_sent = 0
+        self.frames_sent = 0
+
+    @property
+    def closed(self) -> bool:
+        return self.close_reason is not None
+
+    def send_frame(self, frame: bytes) -> bool:
+        """Queue one encoded frame; closes the connection when the peer is not reading."""
+        if self.closed:
+            return False
+        transport = self._writer.transport
+        if transport.is_closing():
+            self.close("transport closed")
+            return False
+        buffered = transport.get_write_buffer_size()
+        if buffered + len(frame) > self._max_buffered:
+            self.close(
+                f"peer is not reading: {buffered} bytes already queued (limit {self._max_buffered})"
+            )
+            return False
+        self._writer.write(frame)
+        self.bytes_sent += len(frame)
+        self.frames_sent += 1
+        return True
+
+    def send(self, message: dict[str, Any]) -> bool:
+        return self.send_frame(encode_frame(message))
+
+    def close(self, reason: str) -> None:
+        """Close the socket (idempotent); the read loop then ends and runs the cleanup."""
+        if self.close_reason is not None:
+            return
+        self.close_reason = reason
+        transport = self._writer.transport
+        if transport.get_write_buffer_size() > self._max_buffered // 2 or reason.startswith(
+            "peer is not reading"
+        ):
+            transport.abort()
+        else:
+            self._writer.close()
+
+    def __repr__(self) -> str:
+        return f"Connection({short_id(self.peer_id)} @ {self.remote})"
+
+
+MessageHandler = Callable[[Connection, Any], Awaitable[None]]
+ConnectHook = Callable[[Connection], None]
+
+
+class ConnectionManager:
+    """Accepts and serves the connections of one listening port."""
+
+    def __init__(
+        self,
+        name: str,
+        parse: Callable[[object], Any],
+        on_message: MessageHandler,
+        limits: ConnectionLimits,
+        on_connect: ConnectHook | None = None,
+        on_disconnect: ConnectHook | None = None,
+    ) -> None:
+        self.name = name
+        self._parse = parse
+        self._on_message = on_message
+        self._on_connect = on_connect
+        self._on_disconnect = on_disconnect
+        self.limits = limits
+        self.connections: dict[bytes, Connection] = {}
+        self._writers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._server: asyncio.Server | None = None
+        self.rejected_connections = 0
+
+    async def start(self, host: str, port: int) -> int:
+        """Bind and start accepting; returns the bound port."""
+        self._server = await asyncio.start_server(self._accept, host, port, backlog=2048)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        """Stop accepting, close every connection and wait for their handlers."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections.values()):
+            conn.close("server shutting down")
+        for writer in list(self._writers.values()):
+            writer.transport.abort()  # also the ones still in their handshake
+        tasks = list(self._writers)
+        if tasks:
+            _, stragglers = await asyncio.wait(tasks, timeout=5)
+            for task in stragglers:
+                task.cancel()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+
+    def broadcast_frame(self, frame: bytes) -> int:
+        """Send one pre-encoded frame to every connection; returns how many accepted it."""
+        return sum(conn.send_frame(frame) for conn in list(self.connections.values()))
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._writers[task] = writer
+        try:
+            await self._serve(reader, writer)
+        finally:
+            del self._writers[task]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        limits = self.limits
+        try:
+            peer_id = await accept_handshake(
+                reader,
+                writer,
+                timeout=limits.handshake_timeout,
+                max_frame_size=limits.max_frame_size,
+            )
+        except (ProtocolError, TimeoutError, OSError) as exc:
+            reason = (
+                f"no handshake within {limits.handshake_timeout:g}s"
+                if isinstance(exc, TimeoutError)
+                else str(exc) or type(exc).__name__
+            )
+            self.rejected_connections += 1
+            log.warning(
+                "%s: handshake failed from %s: %s",
+                self.name,
+                remote,
+                reason,
+                extra={"remote": remote, "reason": reason},
+            )
+            writer.transport.abort()
+            return
+        if peer_id in self.connections:
+            reason = f"identity {short_id(peer_id)} is already connected"
+            self.rejected_connections += 1
+            log.warning(
+                "%s: refusing %s: %s",
+                self.name,
+                remote,
+                reason,
+                extra={"client": short_id(peer_id), "remote": remote, "reason": reason},
+            )
+            with contextlib.suppress(Exception):
+                writer.write(encode_frame(to_wire(Rejected(reason=reason))))
+            writer.close()
+            return
+        conn = Connection(peer_id, remote, writer, limits.max_buffered_send_bytes)
+        self.connections[peer_id] = conn
+        log.info(
+            "%s: %s connected from %s",
+            self.name,
+            short_id(peer_id),
+            remote,
+            extra={"client": short_id(peer_id), "remote": remote},
+        )
+        try:
+            if self._on_connect is not None:
+                self._on_connect(conn)
+            await self._read_loop(conn, reader)
+        finally:
+            if self.connections.get(peer_id) is conn:
+                del self.connections[peer_id]
+            conn.close(conn.close_reason or "connection ended")
+            level = logging.INFO if conn.close_reason in _ORDINARY_ENDS else logging.WARNING
+            log.log(
+                level,
+                "%s: %s disconnected: %s",
+                self.name,
+                short_id(peer_id),
+                conn.close_reason,
+                extra={"client": short_id(peer_id), "reason": conn.close_reason},
+            )
+            if self._on_disconnect is not None:
+                try:
+                    self._on_disconnect(conn)
+                except Exception:
+                    log.exception("%s: disconnect handler failed for %s", self.name, conn)
+
+    async def _read_loop(self, conn: Connection, reader: asyncio.StreamReader) -> None:
+        while not conn.closed:
+            try:
+                raw = await read_frame(reader, self.limits.max_frame_size)
+                message = self._parse(raw)
+                await self._on_message(conn, message)
+            except ConnectionClosed:
+                conn.close("peer closed the connection")
+            except CloseConnection as exc:
+                if exc.send_rejection:
+                    conn.send(to_wire(Rejected(reason=exc.reason)))
+                conn.close(exc.reason)
+            except ProtocolError as exc:
+                conn.close(f"protocol violation: {exc}")
+            except (OSError, asyncio.IncompleteReadError) as exc:
+                conn.close(f"connection error: {exc!r}")
+            except Exception as exc:  # a handler bug must not take the server down
+                log.exception("%s: internal error handling a message from %s", self.name, conn)
+                conn.close(f"internal server error: {type(exc).__name__}")
+
+
+_ORDINARY_ENDS = frozenset({"peer closed the connection", "server shutting down"})

@@ -1,0 +1,55 @@
+"""Saving the coordinator at each successful epoch end and loading it back to resume.
+
+A saved file is an ordinary state.toml (what `psyche-server run --state` reads), written
+atomically as `{save_dir}/{run_id}-step{N}.toml` where N is the last completed step. Ephemeral
+parts (run state, client lists) are reset first, so a restart resumes epoch, step and data
+cursor with a fresh membership.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+
+def saved_state_name(run_id: str, last_step: int) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in run_id)
+    return f"{safe}-step{last_step}.toml"
+
+
+def state_toml_document(coordinator: Any) -> dict[str, Any]:
+    """The TOML document of a copy of `coordinator` with its ephemeral state reset."""
+    snapshot = copy.deepcopy(coordinator)
+    snapshot.reset_ephemeral()
+    state_file = snapshot.to_state_file()
+    if hasattr(state_file, "to_toml_dict"):
+        return state_file.to_toml_dict()
+    return dict(state_file)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def save_state(coordinator: Any, save_dir: Path) -> Path:
+    """Write the coordinator's resumable state; returns the file written."""
+    document = state_toml_document(coordinator)
+    last_step = int(coordinator.progress.step) - 1
+    path = Path(save_dir) / saved_state_name(str(coordinator.run_id), last_step)
+    write_atomically(path, tomli_w.dumps(document))
+    return path

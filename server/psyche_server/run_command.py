@@ -1,0 +1,117 @@
+"""`psyche-server run`: the click command (registered on the `psyche_server.cli:main` group)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from psyche_common.logs import setup_logging
+
+from .app import ServerOptions
+from .connections import ConnectionLimits
+from .runner import RunRequest, run_blocking
+
+_existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+@click.command("run")
+@click.option("--state", "state_path", type=_existing_file, required=True, help="state.toml")
+@click.option(
+    "-s",
+    "--server-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    help="coordinator port (default: a random free port, printed on start)",
+)
+@click.option("--host", default="0.0.0.0", show_default=True, help="address to bind")
+@click.option(
+    "--tui/--no-tui", default=None, help="dashboard (default: on when stdout is a terminal)"
+)
+@click.option(
+    "--data-config",
+    type=_existing_file,
+    default=None,
+    help="data.toml (needed when data_location is Server)",
+)
+@click.option(
+    "--save-state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="write the state at every successful epoch end (resume with `run --state FILE`)",
+)
+@click.option(
+    "--init-warmup-time",
+    type=click.IntRange(0),
+    default=None,
+    help="warmup time (s) until the run first becomes active",
+)
+@click.option(
+    "--withdraw-on-disconnect/--no-withdraw-on-disconnect", default=True, show_default=True
+)
+@click.option(
+    "--tick-interval",
+    type=click.FloatRange(0.01),
+    default=0.5,
+    show_default=True,
+    help="seconds between ticks",
+)
+@click.option(
+    "--max-frame-size",
+    type=click.IntRange(1024),
+    default=8 * 1024 * 1024,
+    show_default=True,
+    help="largest accepted frame (bytes)",
+)
+@click.option(
+    "--handshake-timeout",
+    type=click.FloatRange(0.1),
+    default=10.0,
+    show_default=True,
+    help="seconds a new connection has to authenticate",
+)
+@click.option(
+    "--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True
+)
+@click.option("--log-level", default="info", show_default=True)
+@click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="append logs to this file",
+)
+def run(
+    state_path: Path,
+    server_port: int,
+    host: str,
+    tui: bool | None,
+    data_config: Path | None,
+    save_state_dir: Path | None,
+    init_warmup_time: int | None,
+    withdraw_on_disconnect: bool,
+    tick_interval: float,
+    max_frame_size: int,
+    handshake_timeout: float,
+    log_format: str,
+    log_level: str,
+    log_file: Path | None,
+) -> None:
+    """Run the coordinator server for the run described by STATE."""
+    import sys
+
+    use_tui = sys.stdout.isatty() if tui is None else tui
+    if use_tui:
+        # The dashboard owns the terminal: logs go to its Logs tab (and to --log-file).
+        setup_logging(log_format, log_level, file=log_file)  # type: ignore[arg-type]
+    else:
+        setup_logging(log_format, log_level, file=log_file)  # type: ignore[arg-type]
+    options = ServerOptions(
+        host=host,
+        port=server_port,
+        save_state_dir=save_state_dir,
+        init_warmup_time=init_warmup_time,
+        withdraw_on_disconnect=withdraw_on_disconnect,
+        tick_interval=tick_interval,
+        limits=ConnectionLimits(max_frame_size=max_frame_size, handshake_timeout=handshake_timeout),
+    )
+    request = RunRequest(state_path, options, data_config, tui=use_tui)
+    raise SystemExit(run_blocking(request))

@@ -1,0 +1,154 @@
+"""Building and running a `ServerApp` from files: the body of `psyche-server run`.
+
+Loads and validates state.toml (and data.toml when the run hosts its data), builds the
+coordinator, the optional TCP data server and the optional dashboard, prints the listening
+line, and runs until SIGINT/SIGTERM (or `q` in the dashboard) on uvloop when available.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from psyche_common.config import ConfigError, load_data_config, load_state, validate_state
+from psyche_common.config.data_location import ServerData
+
+from .app import ServerApp, ServerOptions
+from .data_server import DataServer, parse_socket_address
+
+log = logging.getLogger("psyche.server")
+
+
+class StartupError(Exception):
+    """The server cannot start with the given files/options (the message says why)."""
+
+
+@dataclass
+class RunRequest:
+    state_path: Path
+    options: ServerOptions
+    data_config_path: Path | None = None
+    tui: bool = False
+
+
+def build_coordinator(state_path: Path) -> Any:
+    from psyche_common.coordinator import Coordinator
+
+    try:
+        state = load_state(state_path)
+    except ConfigError as exc:
+        raise StartupError(f"Error found in config: {exc}") from None
+    report = validate_state(state)
+    if not report.ok:
+        raise StartupError(f"Error found in config: {ConfigError(report.errors, state_path)}")
+    for warning in report.warnings:
+        log.warning("config: %s", warning)
+    return Coordinator.from_state_file(state)
+
+
+def build_data_server(
+    coordinator: Any, data_config_path: Path | None, options: ServerOptions
+) -> DataServer | None:
+    location = coordinator.model.data_location
+    if not isinstance(location, ServerData):
+        return None
+    if data_config_path is None:
+        raise StartupError(
+            "Coordinator state requires we host training data, but no --data-config passed."
+        )
+    from psyche_common.data.local import LocalDataProvider
+
+    try:
+        data_config = load_data_config(data_config_path)
+        provider = LocalDataProvider(
+            data_config.dir,
+            data_config.token_size,
+            int(data_config.seq_len),
+            data_config.shuffle_seed_bytes,
+        )
+        _, port = parse_socket_address(location.address)
+    except (ConfigError, ValueError, OSError) as exc:
+        raise StartupError(f"cannot start the data server: {exc}") from None
+    if int(data_config.seq_len) != int(coordinator.model.max_seq_len):
+        log.warning(
+            "data.toml seq_len %d differs from the model's max_seq_len %d",
+            data_config.seq_len,
+            coordinator.model.max_seq_len,
+        )
+    return DataServer(provider, options.data_host, port, options.limits)
+
+
+def build_app(request: RunRequest) -> ServerApp:
+    coordinator = build_coordinator(request.state_path)
+    data_server = build_data_server(coordinator, request.data_config_path, request.options)
+    return ServerApp(coordinator, request.options, data_server=data_server)
+
+
+async def run_app(app: ServerApp, tui: bool) -> None:
+    """Start `app`, announce the port, and serve until a signal (or the dashboard) stops it."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    try:
+        port = await app.start()
+    except OSError as exc:
+        raise StartupError(
+            f"cannot listen on {app.options.host}:{app.options.port}: {exc}"
+        ) from None
+    print(f"psyche-server listening on {app.options.host}:{port}", flush=True)
+    if app.data_server is not None:
+        print(
+            f"psyche-server data server on {app.data_server.host}:{app.data_server.port}",
+            flush=True,
+        )
+    dashboard_task: asyncio.Task[None] | None = None
+    if tui:
+        from .tui.app import ServerDashboard
+
+        dashboard = ServerDashboard(app)
+
+        async def run_dashboard() -> None:
+            try:
+                await dashboard.run_async()
+            finally:
+                stop.set()
+
+        dashboard_task = asyncio.create_task(run_dashboard())
+    try:
+        await app.serve(stop)
+    finally:
+        if dashboard_task is not None:
+            dashboard.exit()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(dashboard_task, 5)
+        log.info("server stopped")
+
+
+def run_blocking(request: RunRequest) -> int:
+    """Build and run; returns the process exit status."""
+    try:
+        app = build_app(request)
+    except StartupError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    try:
+        import uvloop
+
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:
+        runner = asyncio.Runner()
+    with runner:
+        try:
+            runner.run(run_app(app, request.tui))
+        except StartupError as exc:
+            print(str(exc), file=sys.stderr)
+            return 1
+    return 0

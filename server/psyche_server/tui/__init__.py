@@ -1,0 +1,1 @@
+"""Textual dashboard of the coordinator server (tabs: Dashboard, Coordinator, Data server, Logs)."""

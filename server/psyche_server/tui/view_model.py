@@ -1,0 +1,147 @@
+"""Pure text of the server dashboard, computed from a `ServerApp` at one instant.
+
+`build_view(app, now)` returns a `DashboardView` of plain strings/numbers so the widgets only
+copy text, and tests can check the text without a terminal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from psyche_common.coordinator.types import RunState
+from psyche_common.protocol import short_id
+
+
+def run_state_text(coordinator: Any, pending_count: int, now: int) -> str:
+    """The run state as the reference's dashboard words it (with live countdowns)."""
+    state = RunState(coordinator.run_state)
+    config = coordinator.config
+    started = int(coordinator.run_state_start_unix_timestamp)
+    if state == RunState.WaitingForMembers:
+        need = max(0, int(config.init_min_clients) - pending_count)
+        return f"Waiting for {need} members"
+    if state == RunState.Warmup:
+        return f"Warmup ({max(0, started + int(config.warmup_time) - now)}s remaining)"
+    if state == RunState.Cooldown:
+        if int(config.cooldown_time) == 0:
+            return "Cooldown"
+        return f"Cooldown ({max(0, started + int(config.cooldown_time) - now)}s remaining)"
+    return {
+        RunState.Uninitialized: "Uninitialized",
+        RunState.RoundTrain: "Training",
+        RunState.RoundWitness: "Witnessing",
+        RunState.Finished: "Finished",
+        RunState.Paused: "Paused",
+    }[state]
+
+
+def pause_hint(coordinator: Any) -> str:
+    if coordinator.pending_pause:
+        return "Pending pause..."
+    if RunState(coordinator.run_state) == RunState.Paused:
+        return "Ctrl + P to resume"
+    return "Ctrl + P to pause"
+
+
+@dataclass
+class DashboardView:
+    address: str
+    run_id: str
+    pause_hint: str
+    run_state: str
+    next_round_clients: list[str]
+    clients_line: str
+    height: int
+    step: int
+    epoch: int
+    checkpoint: str
+    weights_line: str
+    clients_this_round: list[str]
+    config_lines: list[str]
+    round_lines: list[str]
+    data: DataView | None = None
+
+
+@dataclass
+class DataView:
+    total_samples: int
+    provided_samples: int
+    per_client: list[str] = field(default_factory=list)
+    clients_served: int = 0
+    height: int = 0
+
+    @property
+    def fraction_given_out(self) -> float:
+        return self.provided_samples / self.total_samples if self.total_samples else 0.0
+
+
+def _weights_line(app: Any) -> str:
+    verdict = app.weights.latest()
+    if verdict is None:
+        return "Weights: no reports yet"
+    if verdict.majority is None and verdict.reports > 1:
+        return f"Weights @ step {verdict.step}: no majority among {verdict.reports} reports"
+    if verdict.divergent:
+        ids = ", ".join(sorted(short_id(c) for c in verdict.divergent))
+        return f"Weights @ step {verdict.step}: DIVERGENT {ids} ({verdict.reports} reports)"
+    return f"Weights @ step {verdict.step}: {verdict.reports} report(s) agree"
+
+
+def build_view(app: Any, now: int) -> DashboardView:
+    coordinator = app.coordinator
+    epoch_state = coordinator.epoch_state
+    config = coordinator.config
+    current = coordinator.current_round()
+    divergent = app.weights.divergent_clients()
+    clients_this_round = [
+        f"{short_id(c.id)} {c.state.name}" + (" ⚠ weights differ" if c.id in divergent else "")
+        for c in epoch_state.clients
+    ]
+    config_lines = [
+        f"Data source: {coordinator.model.data_location} ({coordinator.model.data_type.value})",
+        f"Model checkpoint: {coordinator.model.checkpoint}",
+        f"Clients: min {config.min_clients}, to start {config.init_min_clients}",
+        f"Global batch: {config.global_batch_size_start} → {config.global_batch_size_end} "
+        f"(warmup tokens {config.global_batch_size_warmup_tokens})",
+        f"Times (s): warmup {config.warmup_time}, train ≤{config.max_round_train_time}, "
+        f"witness {config.round_witness_time}, cooldown {config.cooldown_time}, "
+        f"epoch {config.epoch_time}",
+        f"Witness nodes: {config.witness_nodes}, total steps: {config.total_steps}",
+    ]
+    round_lines = []
+    for offset in range(len(epoch_state.rounds)):
+        slot = (epoch_state.rounds_head - offset) % len(epoch_state.rounds)
+        r = epoch_state.rounds[slot]
+        marker = "→" if offset == 0 else " "
+        round_lines.append(
+            f"{marker} slot {slot}: height {r.height}, clients {r.clients_len}, "
+            f"witnesses {len(r.witnesses)}, data index {r.data_index}"
+        )
+    data = None
+    if app.data_server is not None:
+        server = app.data_server
+        data = DataView(
+            total_samples=server.total_samples,
+            provided_samples=server.provided_samples,
+            per_client=[f"[{cid.hex()}]: {n}" for cid, n in server.served.most_common()],
+            clients_served=len(server.served),
+            height=server.height,
+        )
+    return DashboardView(
+        address=app.address,
+        run_id=app.run_id,
+        pause_hint=pause_hint(coordinator),
+        run_state=run_state_text(coordinator, len(app.pending), now),
+        next_round_clients=[short_id(cid) for cid in app.pending],
+        clients_line=f"Clients: {len(epoch_state.clients)} ({len(epoch_state.exited_clients)} exited)",
+        height=int(current.height),
+        step=int(coordinator.progress.step),
+        epoch=int(coordinator.progress.epoch),
+        checkpoint=str(coordinator.model.checkpoint),
+        weights_line=_weights_line(app),
+        clients_this_round=clients_this_round,
+        config_lines=config_lines,
+        round_lines=round_lines,
+        data=data,
+    )
