@@ -9,7 +9,7 @@ worker thread (the methods are not re-entrant):
     out = trainer.train(batch_id, tokens, step=S, lr=lr(S), prev_lr=lr(S-1))
     out.result.encode()  /  out.result.data_hash()     # publish; keep nothing else
     trainer.drop_pending_result()                      # only if the result was NOT published
-    trainer.weights_hash()                             # SHA-256 over sorted-name raw bytes
+    trainer.weights_hash()                             # == model_io.weights_hash(model)
 
 `train` runs the lookahead (theta - prev_lr*sign(delta)), forward/backward over micro-batches
 of `micro_batch_size` samples (each micro-batch's mean loss weighted by its share of the
@@ -21,13 +21,12 @@ returns no result (central or comparison runs); `apply` is DisTrO only.
 API: `AdamWSettings`, `optimizer_settings(config)`, `TrainOutput`, `TrainingCancelled`,
 `Trainer(model, optimizer, *, device, micro_batch_size, dtype=None)` with `.train(...)`,
 `.apply(results, step, lr) -> int`, `.evaluate(tokens) -> float`, `.decode_result(data)`,
-`.drop_pending_result()`, `.weights_hash() -> str`, `.weights_digest() -> bytes`, `.layout`,
-and `weights_digest(model) -> bytes`.
+`.drop_pending_result()`, `.weights_hash() -> str` (hex), `.weights_digest() -> bytes`,
+`.layout`, and `weights_digest(model) -> bytes` (same value as `model_io.weights_hash`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import time
@@ -46,6 +45,7 @@ from psyche_client.distro import (
     OwnResult,
     ResultLayout,
 )
+from psyche_client.model_io import weights_hash
 
 logger = logging.getLogger(__name__)
 
@@ -105,12 +105,9 @@ class TrainOutput:
 
 
 def weights_digest(model: torch.nn.Module) -> bytes:
-    """SHA-256 over every parameter's raw bytes, parameters in sorted-name order."""
-    digest = hashlib.sha256()
-    for _, p in sorted(model.named_parameters(), key=lambda item: item[0]):
-        raw = p.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
-        digest.update(raw.numpy().tobytes())
-    return digest.digest()
+    """The 32-byte weights hash: `model_io.weights_hash` (sorted names; name, dtype, shape
+    and raw bytes of every parameter), so every part of the client reports the same value."""
+    return bytes.fromhex(weights_hash(model))
 
 
 class Trainer:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from psyche_client import model_io
 from psyche_client.distro import DistroResult, DistroSettings, ResultDecodeError
 from psyche_client.trainer import (
     AdamWSettings,
@@ -209,6 +210,7 @@ def test_four_clients_pipeline_bit_identical(dtype: str) -> None:
         assert len(hashes) == 1
     assert clients[0].weights_hash() != initial
     assert clients[0].weights_digest() == weights_digest(clients[3].model)
+    assert clients[0].weights_hash() == model_io.weights_hash(clients[1].model)
 
 
 def test_bf16_dtype_casts_model() -> None:
