@@ -63,3 +63,12 @@ def validate_config(state_path: Path, data_config_path: Path | None, run_id: str
     click.echo("Configs are OK!")
     for line in summary_lines(state, data_config):
         click.echo(f"  {line}")
+
+
+def _register_run_command() -> None:
+    from psyche_server.run_command import run
+
+    main.add_command(run)
+
+
+_register_run_command()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import click
@@ -99,9 +100,9 @@ def run(
     import sys
 
     use_tui = sys.stdout.isatty() if tui is None else tui
-    if use_tui:
-        # The dashboard owns the terminal: logs go to its Logs tab (and to --log-file).
-        setup_logging(log_format, log_level, file=log_file)  # type: ignore[arg-type]
+    if use_tui and log_file is None:
+        # The dashboard owns the terminal: logs go only to its Logs tab.
+        logging.getLogger().setLevel(log_level.upper())
     else:
         setup_logging(log_format, log_level, file=log_file)  # type: ignore[arg-type]
     options = ServerOptions(
