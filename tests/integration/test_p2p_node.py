@@ -426,3 +426,25 @@ async def test_garbage_and_unknown_requests_only_close_that_connection(cluster: 
         await client.request_stream(server.peer_id, {"type": "Bogus"}, max_size=10)
     digest = server.publish_blob(b"fine")
     assert await client.fetch_blob(digest, [server.peer_id]) == b"fine"
+
+
+class LyingSizeNode(P2PNode):
+    """Announces absurd sizes: over any limit for blobs, 100 MB then silence otherwise."""
+
+    async def _answer(self, conn: Any, kind: str, key: Any, data: bytes | None) -> None:
+        size = 2**40 if kind == "blob" else 100 * 1024 * 1024
+        await conn.send({"type": "BlobHeader", "size": size})
+
+
+async def test_oversized_or_stalled_transfers_fail_cleanly(cluster: Cluster) -> None:
+    liar, fetcher = await cluster.add(LyingSizeNode), await cluster.add()
+    with pytest.raises(FetchError, match="over the limit"):
+        await fetcher.fetch_blob(liar.publish_blob(b"x"), [liar.peer_id])
+    from psyche_client.p2p.transfer import receive_bytes
+
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        async with fetcher._pool.connection(liar.peer_id) as conn:
+            await conn.send({"type": "GetParameter", "name": "w"})
+            await receive_bytes(conn, max_size=2**30, read_timeout=0.3)
+    assert time.monotonic() - started < 2

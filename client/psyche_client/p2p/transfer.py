@@ -64,7 +64,7 @@ async def receive_bytes(
         raise ProtocolError(f"peer {who} offers {size} bytes, over the limit of {max_size}")
     if expected_size is not None and size != expected_size:
         raise ProtocolError(f"peer {who} offers {size} bytes, expected {expected_size}")
-    buffer = bytearray(size)
+    buffer = bytearray()  # grows with what actually arrives: a bogus size allocates nothing
     digest = hashlib.sha256()
     received = 0
     while received < size:
@@ -74,7 +74,7 @@ async def receive_bytes(
             raise ProtocolError(f"peer {who} sent a malformed chunk ({frame.get('type')!r})")
         if received + len(data) > size:
             raise ProtocolError(f"peer {who} sent more than the announced {size} bytes")
-        buffer[received : received + len(data)] = data
+        buffer += data
         digest.update(data)
         received += len(data)
     return Received(bytes(buffer), digest.digest())
