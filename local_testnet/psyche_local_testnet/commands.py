@@ -1,0 +1,117 @@
+"""Command lines of the processes a testnet starts (pure: argv lists and environments).
+
+Contract of the programs:
+  psyche-server validate-config --state STATE [--data-config DATA]
+  psyche-server run --state STATE --server-port PORT --tui|--no-tui [--data-config DATA]
+                    --log-level LEVEL [--log-format json --log-file FILE]
+  psyche-client train --server-addr 127.0.0.1:PORT --run-id ID --device DEV
+                      --logs tui|json [--write-log FILE] [--checkpoint-dir D --hub-repo R]
+  with RAW_IDENTITY_SECRET_KEY=<64 hex chars> in the client's environment.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from psyche_local_testnet.identities import IDENTITY_ENV, client_secret_hex
+
+
+def default_program(name: str) -> list[str]:
+    """The console script `name` next to this Python, else on PATH."""
+    sibling = Path(sys.executable).parent / name
+    if sibling.is_file():
+        return [str(sibling)]
+    found = shutil.which(name)
+    if found:
+        return [found]
+    raise FileNotFoundError(f"cannot find the {name} program (is the project installed?)")
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One process to run in a pane."""
+
+    argv: list[str]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def shell_command(self) -> str:
+        """A `sh -c` command line that replaces the shell with the program (so the pane's pid
+        is the program's pid and signals reach it directly)."""
+        env = [f"{key}={value}" for key, value in sorted(self.env.items())]
+        return "exec " + shlex.join(["env", *env, *self.argv])
+
+
+@dataclass(frozen=True)
+class TestnetCommands:
+    """Builds the server, validation and client commands of one testnet."""
+
+    server_program: Sequence[str]
+    client_program: Sequence[str]
+    state_path: Path
+    data_config_path: Path | None
+    server_port: int
+    run_id: str
+    session: str
+    log_dir: Path | None
+    log_level: str = "info"
+    tui: bool = False
+    device: str = "cpu"
+    first_client_checkpoint: str | None = None
+    checkpoint_dir: Path | None = None
+
+    def validate(self) -> list[str]:
+        argv = [*self.server_program, "validate-config", "--state", str(self.state_path)]
+        if self.data_config_path is not None:
+            argv += ["--data-config", str(self.data_config_path)]
+        return argv
+
+    def server(self) -> ProcessSpec:
+        argv = [
+            *self.server_program,
+            "run",
+            "--state",
+            str(self.state_path),
+            "--server-port",
+            str(self.server_port),
+            "--tui" if self.tui else "--no-tui",
+            "--log-level",
+            self.log_level,
+        ]
+        if self.data_config_path is not None:
+            argv += ["--data-config", str(self.data_config_path)]
+        if not self.tui:
+            argv += ["--log-format", "json"]
+        if self.log_dir is not None:
+            argv += ["--log-file", str(self.log_dir / "server.log")]
+        return ProcessSpec(argv)
+
+    def client(self, client_number: int, log_file: Path | None) -> ProcessSpec:
+        argv = [
+            *self.client_program,
+            "train",
+            "--server-addr",
+            f"127.0.0.1:{self.server_port}",
+            "--run-id",
+            self.run_id,
+            "--device",
+            self.device,
+            "--logs",
+            "tui" if self.tui else "json",
+        ]
+        if log_file is not None:
+            argv += ["--write-log", str(log_file)]
+        if client_number == 1 and self.first_client_checkpoint:
+            checkpoint_dir = self.checkpoint_dir or Path("checkpoints")
+            argv += [
+                "--checkpoint-dir",
+                str(checkpoint_dir),
+                "--hub-repo",
+                self.first_client_checkpoint,
+            ]
+        env = {IDENTITY_ENV: client_secret_hex(self.session, client_number)}
+        return ProcessSpec(argv, env)

@@ -1,0 +1,23 @@
+"""Deterministic client identities for a local testnet.
+
+Client `n` of a testnet session gets the ed25519 seed SHA-256("psyche-local-testnet", session,
+n), so a client that is killed and restarted keeps its id, while two testnets never share ids.
+The seed reaches the client as `RAW_IDENTITY_SECRET_KEY` (64 hex characters).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+IDENTITY_ENV = "RAW_IDENTITY_SECRET_KEY"
+
+
+def client_secret_key(session: str, client_number: int) -> bytes:
+    """The 32-byte ed25519 seed of client `client_number` (1-based) in `session`."""
+    if client_number < 1:
+        raise ValueError(f"client numbers start at 1, got {client_number}")
+    return hashlib.sha256(f"psyche-local-testnet\0{session}\0{client_number}".encode()).digest()
+
+
+def client_secret_hex(session: str, client_number: int) -> str:
+    return client_secret_key(session, client_number).hex()

@@ -1,0 +1,352 @@
+"""Runs a local testnet: validate the config, start the server and N clients in tmux, wait for
+the server port, then attach (or run headless for a while), kill clients at random if asked,
+tear everything down and summarise the clients' logs.
+
+Teardown always happens (normal end, the server exiting, Ctrl-C, SIGTERM/SIGHUP, detach from
+tmux): every pane's program is signalled, waited for, then SIGKILLed, and the private tmux
+server is ended, so no process is left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from psyche_local_testnet.commands import TestnetCommands, default_program
+from psyche_local_testnet.default_config import write_default_state
+from psyche_local_testnet.kills import KILL_SIGNALS, KillScheduler, check_kill_options
+from psyche_local_testnet.summary import (
+    FINISHED_STATE,
+    Summary,
+    log_file_name,
+    parse_log_lines,
+    read_client_logs,
+    summarize,
+)
+from psyche_local_testnet.tmux_session import TmuxTestnetSession
+
+TICK_SECONDS = 0.5
+VICTIM_EXIT_TIMEOUT = 30.0
+TEARDOWN_GRACE = 10.0
+
+
+class TestnetError(RuntimeError):
+    """The testnet could not start; the message says why."""
+
+
+@dataclass
+class TestnetOptions:
+    num_clients: int
+    config_path: Path | None = None
+    server_port: int = 20000
+    tui: bool = True
+    random_kill_num: int | None = None
+    random_kill_interval: float = 120.0
+    allowed_to_kill: list[int] = field(default_factory=list)
+    kill_signal: str = "INT"
+    log_level: str = "info"
+    write_log: bool = False
+    first_client_checkpoint: str | None = None
+    headless: bool = False
+    duration: float | None = None
+    run_dir: Path | None = None
+    device: str = "cpu"
+    startup_timeout: float = 120.0
+    server_program: list[str] | None = None
+    client_program: list[str] | None = None
+
+
+@dataclass
+class _Client:
+    number: int
+    pane_id: str
+    incarnation: int = 0
+
+
+class _LogWatcher:
+    """Follows the client log files as they grow, to notice the run finishing."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._offsets: dict[Path, int] = {}
+        self.finished = False
+
+    def poll(self) -> None:
+        if not self.directory.is_dir():
+            return
+        for path in self.directory.glob("client-*.jsonl"):
+            offset = self._offsets.get(path, 0)
+            try:
+                with path.open("rb") as file:
+                    file.seek(offset)
+                    chunk = file.read()
+            except OSError:
+                continue
+            complete = chunk[: chunk.rfind(b"\n") + 1]
+            self._offsets[path] = offset + len(complete)
+            lines = complete.decode("utf-8", errors="replace").splitlines()
+            if any(r.state == FINISHED_STATE for r in parse_log_lines(lines, 0, 0)):
+                self.finished = True
+
+
+def read_run_id(state_path: Path) -> str:
+    try:
+        document = tomllib.loads(state_path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise TestnetError(f"cannot read {state_path}: {exc}") from exc
+    run_id = document.get("run_id")
+    if not isinstance(run_id, str) or not run_id:
+        raise TestnetError(f"{state_path} has no run_id")
+    return run_id
+
+
+def wait_for_port(
+    port: int, timeout: float, still_starting: Callable[[], bool], host: str = "127.0.0.1"
+) -> None:
+    """Wait until something accepts TCP connections on `port`; fail early if the server dies."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1.0):
+            return
+        if not still_starting():
+            raise TestnetError("the server exited before it opened its port")
+        time.sleep(0.2)
+    raise TestnetError(f"the server did not open port {port} within {timeout:.0f} s")
+
+
+@contextlib.contextmanager
+def _signals_raise_interrupt() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP into KeyboardInterrupt so teardown runs."""
+
+    def handler(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+class Testnet:
+    """One testnet run (see the module doc)."""
+
+    def __init__(self, options: TestnetOptions, echo: Callable[[str], None] = print) -> None:
+        self.options = options
+        self.echo = echo
+        check_kill_options(options.num_clients, options.random_kill_num, options.allowed_to_kill)
+        if options.kill_signal not in KILL_SIGNALS:
+            raise TestnetError(f"--kill-signal must be one of {', '.join(KILL_SIGNALS)}")
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.session = f"psyche-{stamp}-{secrets.token_hex(3)}"
+        self.run_dir = (options.run_dir or Path("local-testnet-runs") / stamp).resolve()
+        self.log_dir = self.run_dir / "logs"
+        self.kills = 0
+        self.clients: list[_Client] = []
+        self.tmux: TmuxTestnetSession | None = None
+        self.server_pane: str | None = None
+        self.stop_reason = ""
+
+    # ------------------------------------------------------------ setup
+
+    def _resolve_config(self) -> tuple[Path, Path | None]:
+        if self.options.config_path is None:
+            state = write_default_state(
+                self.run_dir, self.options.num_clients, self.options.random_kill_num
+            )
+            self.echo(f"using the embedded default run: {state}")
+            return state, None
+        directory = self.options.config_path
+        state = directory / "state.toml"
+        if not state.is_file():
+            raise TestnetError(f"--config-path {directory} has no state.toml")
+        data = directory / "data.toml"
+        return state.resolve(), (data.resolve() if data.is_file() else None)
+
+    def _commands(self) -> TestnetCommands:
+        state, data = self._resolve_config()
+        writes_logs = self.options.write_log or self.options.headless
+        return TestnetCommands(
+            server_program=self.options.server_program or default_program("psyche-server"),
+            client_program=self.options.client_program or default_program("psyche-client"),
+            state_path=state,
+            data_config_path=data,
+            server_port=self.options.server_port,
+            run_id=read_run_id(state),
+            session=self.session,
+            log_dir=self.log_dir if writes_logs else None,
+            log_level=self.options.log_level,
+            tui=self.options.tui and not self.options.headless,
+            device=self.options.device,
+            first_client_checkpoint=self.options.first_client_checkpoint,
+            checkpoint_dir=self.run_dir / "checkpoints",
+        )
+
+    def _validate(self, commands: TestnetCommands) -> None:
+        argv = commands.validate()
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        output = (result.stdout + result.stderr).strip()
+        if output:
+            self.echo(output)
+        if result.returncode != 0:
+            raise TestnetError(f"the configuration is invalid ({' '.join(argv)})")
+
+    def _client_log(self, commands: TestnetCommands, client: _Client) -> Path | None:
+        if commands.log_dir is None:
+            return None
+        return commands.log_dir / log_file_name(client.number, client.incarnation)
+
+    def _client_command(self, commands: TestnetCommands, client: _Client) -> str:
+        return commands.client(client.number, self._client_log(commands, client)).shell_command()
+
+    def _server_alive(self) -> bool:
+        assert self.tmux is not None and self.server_pane is not None
+        return not self.tmux.status(self.server_pane).dead
+
+    # ------------------------------------------------------------ running
+
+    def _kill_and_restart(self, commands: TestnetCommands, numbers: list[int]) -> None:
+        assert self.tmux is not None
+        sig = KILL_SIGNALS[self.options.kill_signal]
+        victims = [c for c in self.clients if c.number in numbers]
+        for client in victims:
+            self.tmux.send_signal(client.pane_id, sig)
+        for client in victims:
+            self.tmux.stop_pane(client.pane_id, sig, VICTIM_EXIT_TIMEOUT)
+            self.kills += 1
+            client.incarnation += 1
+            self.tmux.respawn(client.pane_id, self._client_command(commands, client))
+        self.echo(
+            f"killed and restarted client(s) {', '.join(map(str, numbers))} (SIG{sig.name[3:]})"
+        )
+
+    def _all_clients_dead(self) -> bool:
+        assert self.tmux is not None
+        return all(self.tmux.status(c.pane_id).dead for c in self.clients)
+
+    def _supervise(self, commands: TestnetCommands, attached: subprocess.Popen | None) -> None:
+        options = self.options
+        started = time.monotonic()
+        scheduler = None
+        if options.random_kill_num:
+            scheduler = KillScheduler(
+                options.num_clients,
+                options.random_kill_num,
+                options.random_kill_interval,
+                options.allowed_to_kill,
+                start=started,
+            )
+        watcher = _LogWatcher(self.log_dir) if commands.log_dir is not None else None
+        while True:
+            now = time.monotonic()
+            if attached is not None and attached.poll() is not None:
+                self.stop_reason = "detached from tmux"
+                return
+            if not self._server_alive():
+                self.stop_reason = "the server exited"
+                return
+            if (
+                options.headless
+                and options.duration is not None
+                and now - started >= options.duration
+            ):
+                self.stop_reason = f"ran for {options.duration:g} s"
+                return
+            if watcher is not None:
+                watcher.poll()
+                if watcher.finished and options.headless:
+                    self.stop_reason = "the run finished"
+                    return
+            if scheduler is not None:
+                victims = scheduler.take_victims(now)
+                if victims:
+                    self._kill_and_restart(commands, victims)
+            elif options.headless and self._all_clients_dead():
+                self.stop_reason = "every client exited"
+                return
+            time.sleep(TICK_SECONDS)
+
+    def _save_pane_output(self) -> None:
+        if self.tmux is None:
+            return
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        panes = [("server", self.server_pane)] + [
+            (f"client-{c.number}", c.pane_id) for c in self.clients
+        ]
+        for name, pane_id in panes:
+            if pane_id is None:
+                continue
+            with contextlib.suppress(Exception):
+                (self.log_dir / f"{name}.pane.txt").write_text(self.tmux.capture(pane_id) + "\n")
+
+    def run(self) -> int:
+        """Run the testnet; returns the process exit code."""
+        options = self.options
+        if not options.headless and not sys.stdout.isatty():
+            raise TestnetError("not a terminal: use --headless to run without attaching to tmux")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        commands = self._commands()
+        self._validate(commands)
+        if commands.log_dir is not None:
+            commands.log_dir.mkdir(parents=True, exist_ok=True)
+        self.tmux = TmuxTestnetSession(self.session, "psyche", self.run_dir)
+        summary: Summary | None = None
+        try:
+            with _signals_raise_interrupt():
+                try:
+                    self._start(commands)
+                    attached = None if options.headless else self.tmux.attach()
+                    self._supervise(commands, attached)
+                except KeyboardInterrupt:
+                    self.stop_reason = "interrupted"
+        finally:
+            self._save_pane_output()
+            self.echo(f"stopping the testnet ({self.stop_reason or 'error'})...")
+            self.tmux.close(signal.SIGINT, TEARDOWN_GRACE)
+        if commands.log_dir is not None:
+            summary = summarize(read_client_logs(commands.log_dir), kills=self.kills)
+            for line in summary.render_lines():
+                self.echo(line)
+            self.echo(f"logs: {commands.log_dir}")
+            self.echo(summary.final_line())
+            return 0 if summary.ok else 1
+        self.echo("summary: {}  (no client logs: pass --write-log for a summary)")
+        return 0
+
+    def _start(self, commands: TestnetCommands) -> None:
+        assert self.tmux is not None
+        server = commands.server()
+        self.echo(f"starting server: {' '.join(server.argv)}")
+        self.server_pane = self.tmux.start(server.shell_command(), "server")
+        self.echo(f"waiting for the server on port {self.options.server_port}...")
+        try:
+            wait_for_port(
+                self.options.server_port, self.options.startup_timeout, self._server_alive
+            )
+        except Exception:
+            self.stop_reason = "the server did not start"
+            tail = self.tmux.capture(self.server_pane).strip().splitlines()[-20:]
+            if tail:
+                self.echo("server output:\n  " + "\n  ".join(tail))
+            raise
+        self.echo("server started")
+        for number in range(1, self.options.num_clients + 1):
+            client = _Client(number=number, pane_id="")
+            command = self._client_command(commands, client)
+            if number == 1:
+                spec = commands.client(number, self._client_log(commands, client))
+                self.echo(f"starting client 1: {' '.join(spec.argv)}")
+            client.pane_id = self.tmux.add_pane(command, f"client {number}")
+            self.clients.append(client)
+        self.echo(f"tmux: {' '.join(self.tmux.attach_argv())}")

@@ -1,0 +1,261 @@
+"""Local testnet orchestration with real tmux and stand-in server/client programs.
+
+The stand-ins follow the CLI contract of psyche-server / psyche-client: the server listens on
+--server-port and tells every connecting client when it started; a client derives its step from
+that start time and writes one JSON log line per step to --write-log, so restarted clients rejoin
+at the current step with the same weights hash as everybody else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+TESTNET = Path(sys.executable).parent / "psyche-local-testnet"
+
+FAKE_SERVER = textwrap.dedent(
+    """
+    import socket, sys, time
+    args = sys.argv[1:]
+    if "--die" in args:
+        print("fake server: failing on purpose", flush=True)
+        sys.exit(3)
+    command = next(a for a in args if a in ("validate-config", "run"))
+    state = args[args.index("--state") + 1]
+    if command == "validate-config":
+        if "INVALID" in open(state).read():
+            print("Error found in config: INVALID marker", file=sys.stderr)
+            sys.exit(1)
+        print("Configs are OK!")
+        sys.exit(0)
+    port = int(args[args.index("--server-port") + 1])
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(64)
+    started = time.time()
+    print("fake server listening", port, flush=True)
+    while True:
+        conn, _ = listener.accept()
+        conn.sendall(f"{started}\\n".encode())
+        conn.close()
+    """
+)
+
+FAKE_CLIENT = textwrap.dedent(
+    """
+    import hashlib, json, os, socket, sys, time
+    args = sys.argv[1:]
+    host, port = args[args.index("--server-addr") + 1].split(":")
+    log_path = args[args.index("--write-log") + 1]
+    finish_at = int(args[args.index("--finish-at") + 1]) if "--finish-at" in args else None
+    bad = args[args.index("--bad-log") + 1] if "--bad-log" in args else None
+    secret = bytes.fromhex(os.environ["RAW_IDENTITY_SECRET_KEY"])
+    client_id = hashlib.sha256(secret).hexdigest()[:8]
+    with socket.create_connection((host, int(port)), timeout=5) as conn:
+        started = float(conn.makefile().readline())
+    last = None
+    with open(log_path, "a") as log:
+        while True:
+            step = int((time.time() - started) / 0.1) + 1
+            if step != last:
+                last = step
+                digest = hashlib.sha256(str(step).encode()).hexdigest()
+                if bad and bad in os.path.basename(log_path):
+                    digest = "bad" + digest
+                finished = finish_at is not None and step >= finish_at
+                line = {"msg": "step applied", "client_id": client_id, "epoch": 0, "step": step,
+                        "state": "Finished" if finished else "RoundTrain",
+                        "loss": 5.0 / step, "weights_hash": digest}
+                log.write(json.dumps(line) + "\\n")
+                log.flush()
+                print(json.dumps(line), flush=True)
+                if finished:
+                    sys.exit(0)
+            time.sleep(0.02)
+    """
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def fakes(tmp_path: Path) -> dict[str, str]:
+    server = tmp_path / "fake_server.py"
+    client = tmp_path / "fake_client.py"
+    server.write_text(FAKE_SERVER)
+    client.write_text(FAKE_CLIENT)
+    return {"server": f"{sys.executable} {server}", "client": f"{sys.executable} {client}"}
+
+
+def run_testnet(
+    tmp_path: Path,
+    fakes: dict[str, str],
+    *args: str,
+    client_extra: str = "",
+    server_extra: str = "",
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    argv = [
+        str(TESTNET),
+        "start",
+        "--headless",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--server-port",
+        str(free_port()),
+        "--server-command",
+        f"{fakes['server']} {server_extra}".strip(),
+        "--client-command",
+        f"{fakes['client']} {client_extra}".strip(),
+        "--startup-timeout",
+        "20",
+        *args,
+    ]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def final_summary(result: subprocess.CompletedProcess[str]) -> dict:
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("summary: "), result.stdout + result.stderr
+    return json.loads(last.removeprefix("summary: "))
+
+
+def leftover_processes(marker: Path) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True)
+    return [
+        line for line in out.stdout.splitlines() if str(marker) in line and "ps -eo" not in line
+    ]
+
+
+def test_headless_run_to_the_end(tmp_path: Path, fakes: dict[str, str]) -> None:
+    result = run_testnet(
+        tmp_path, fakes, "--num-clients", "2", "--duration", "30", client_extra="--finish-at 15"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = final_summary(result)
+    assert summary["ok"] and summary["advanced"] and summary["hashes_agree"]
+    assert summary["finished"] and summary["clients_seen"] == 2
+    assert summary["last_step"] >= 15 and summary["loss_end"] < summary["loss_start"]
+    assert "the run finished" in result.stdout
+    # The embedded default config was written and validated.
+    assert (tmp_path / "run" / "state.toml").is_file()
+    assert "Configs are OK!" in result.stdout
+    assert (tmp_path / "run" / "logs" / "server.pane.txt").is_file()
+    assert leftover_processes(tmp_path) == []
+
+
+def test_random_kills_restart_clients_with_the_same_identity(
+    tmp_path: Path, fakes: dict[str, str]
+) -> None:
+    result = run_testnet(
+        tmp_path,
+        fakes,
+        "--num-clients",
+        "3",
+        "--duration",
+        "5",
+        "--random-kill-num",
+        "1",
+        "--random-kill-interval",
+        "1",
+        "--allowed-to-kill",
+        "2,3",
+        "--kill-signal",
+        "KILL",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = final_summary(result)
+    assert summary["kills"] >= 2 and summary["rejoins"] >= 1
+    assert summary["hashes_agree"]
+    logs = tmp_path / "run" / "logs"
+    assert sorted(p.name for p in logs.glob("client-1.*.jsonl")) == ["client-1.0.jsonl"]
+    for number in (2, 3):
+        ids = {
+            json.loads(line)["client_id"]
+            for path in logs.glob(f"client-{number}.*.jsonl")
+            for line in path.read_text().splitlines()
+        }
+        assert len(ids) == 1  # a restarted client keeps its identity
+    restarted = list(logs.glob("client-2.[1-9]*.jsonl")) + list(logs.glob("client-3.[1-9]*.jsonl"))
+    assert restarted
+    assert leftover_processes(tmp_path) == []
+
+
+def test_hash_disagreement_fails_the_run(tmp_path: Path, fakes: dict[str, str]) -> None:
+    result = run_testnet(
+        tmp_path, fakes, "--num-clients", "2", "--duration", "2", client_extra="--bad-log client-2."
+    )
+    assert result.returncode == 1
+    summary = final_summary(result)
+    assert summary["advanced"] and not summary["hashes_agree"] and summary["hash_mismatches"]
+    assert "DISAGREE" in result.stdout
+    assert leftover_processes(tmp_path) == []
+
+
+def test_server_that_dies_is_reported(tmp_path: Path, fakes: dict[str, str]) -> None:
+    # validate-config must pass first: --die only matters for `run`, so use a wrapper config.
+    result = run_testnet(
+        tmp_path, fakes, "--num-clients", "1", "--duration", "5", server_extra="--die"
+    )
+    assert result.returncode == 1
+    assert "error:" in result.stderr
+    assert leftover_processes(tmp_path) == []
+
+
+def test_invalid_config_stops_before_tmux(tmp_path: Path, fakes: dict[str, str]) -> None:
+    config = tmp_path / "cfg"
+    config.mkdir()
+    (config / "state.toml").write_text('run_id = "x"\n# INVALID\n')
+    result = run_testnet(tmp_path, fakes, "--num-clients", "1", "--config-path", str(config))
+    assert result.returncode == 1
+    assert "INVALID marker" in result.stdout + result.stderr
+    assert "configuration is invalid" in result.stderr
+
+
+def test_kill_options_are_checked(tmp_path: Path, fakes: dict[str, str]) -> None:
+    result = run_testnet(
+        tmp_path, fakes, "--num-clients", "2", "--random-kill-num", "3", "--duration", "1"
+    )
+    assert result.returncode == 1
+    assert "--random-kill-num 3" in result.stderr
+
+
+def test_attach_requires_a_terminal(tmp_path: Path, fakes: dict[str, str]) -> None:
+    argv = [
+        str(TESTNET),
+        "start",
+        "--num-clients",
+        "1",
+        "--run-dir",
+        str(tmp_path / "r"),
+        "--server-command",
+        fakes["server"],
+        "--client-command",
+        fakes["client"],
+    ]
+    result = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+        check=False,
+        env={**os.environ},
+    )
+    assert result.returncode == 1
+    assert "--headless" in result.stderr

@@ -1,0 +1,208 @@
+"""Pure parts of the local testnet: summary of client logs, kill schedule, identities,
+command lines and the embedded default config."""
+
+from __future__ import annotations
+
+import json
+import random
+import shlex
+import tomllib
+from pathlib import Path
+
+import pytest
+from psyche_common.config import parse_state, validate_state
+from psyche_common.protocol.identity import Identity
+from psyche_local_testnet.commands import TestnetCommands as Commands
+from psyche_local_testnet.default_config import render_default_state
+from psyche_local_testnet.identities import client_secret_hex, client_secret_key
+from psyche_local_testnet.kills import KillScheduler, check_kill_options
+from psyche_local_testnet.summary import (
+    ClientLogRecord,
+    log_file_name,
+    parse_log_lines,
+    read_client_logs,
+    summarize,
+)
+
+
+def line(step: int, loss: float | None, digest: str | None, **extra: object) -> str:
+    fields = {
+        "client_id": "aa",
+        "epoch": 0,
+        "step": step,
+        "state": "RoundTrain",
+        "loss": loss,
+        "weights_hash": digest,
+        "msg": "step applied",
+        **extra,
+    }
+    return json.dumps(fields)
+
+
+def records(client: int, incarnation: int, lines: list[str]) -> list[ClientLogRecord]:
+    return parse_log_lines(lines, client, incarnation)
+
+
+def test_summary_of_agreeing_clients() -> None:
+    logs = records(1, 0, [line(s, 5.0 - s, f"h{s}") for s in range(1, 6)])
+    logs += records(2, 0, [line(s, 5.2 - s, f"h{s}") for s in range(2, 6)])
+    summary = summarize(logs, kills=0)
+    assert (summary.first_step, summary.last_step) == (1, 5)
+    assert summary.loss_start == pytest.approx(4.0)
+    assert summary.loss_end == pytest.approx((0.0 + 0.2) / 2)
+    assert summary.hash_points_compared == 4  # steps 2..5 have two reporters
+    assert summary.hashes_agree and summary.advanced and summary.ok
+    assert summary.final_line().startswith("summary: {")
+    assert json.loads(summary.final_line().removeprefix("summary: "))["ok"] is True
+
+
+def test_summary_detects_disagreement() -> None:
+    logs = records(1, 0, [line(s, 1.0, f"h{s}") for s in range(1, 4)])
+    logs += records(2, 0, [line(s, 1.0, "x" if s == 2 else f"h{s}") for s in range(1, 4)])
+    summary = summarize(logs)
+    assert summary.hash_mismatches == ["step 2 epoch 0 (step applied)"]
+    assert not summary.hashes_agree and not summary.ok
+    assert any("DISAGREE" in text for text in summary.render_lines())
+
+
+def test_hashes_compared_per_log_statement() -> None:
+    """Different statements at one step may log different hashes (before/after apply)."""
+    logs = records(1, 0, [line(3, None, "before", msg="start"), line(3, 1.0, "after")])
+    logs += records(2, 0, [line(3, None, "before", msg="start"), line(3, 1.0, "after")])
+    summary = summarize(logs)
+    assert summary.hash_points_compared == 2 and summary.hashes_agree
+
+
+def test_summary_without_enough_data_is_not_ok() -> None:
+    one = summarize(records(1, 0, [line(1, 3.0, "h"), line(2, 2.0, "h2")]))
+    assert one.advanced and not one.hashes_agree and not one.ok  # nothing to compare
+    empty = summarize([])
+    assert empty.first_step is None and not empty.advanced and not empty.ok
+    stuck = summarize(records(1, 0, [line(4, 3.0, "h")]) + records(2, 0, [line(4, 3.0, "h")]))
+    assert stuck.hashes_agree and not stuck.advanced and not stuck.ok
+
+
+def test_rejoins_count_restarted_incarnations_that_trained() -> None:
+    logs = records(2, 0, [line(1, 2.0, "a")])
+    logs += records(2, 1, [line(5, 1.0, "b")])  # came back and trained
+    logs += records(3, 1, [json.dumps({"msg": "loading model", "step": 5})])  # came back, no loss
+    assert summarize(logs, kills=2).rejoins == 1
+    assert summarize(logs, kills=2).kills == 2
+
+
+def test_parsing_skips_garbage_and_wrong_types() -> None:
+    lines = [
+        "not json",
+        "[1, 2]",
+        "{broken",
+        line(1, 2.0, "h"),
+        json.dumps({"step": "7", "loss": "high", "weights_hash": 5, "state": "Finished"}),
+    ]
+    parsed = records(1, 0, lines)
+    assert len(parsed) == 2
+    assert parsed[1].step is None and parsed[1].loss is None and parsed[1].weights_hash is None
+    assert summarize(parsed).finished
+
+
+def test_read_client_logs_uses_file_names(tmp_path: Path) -> None:
+    (tmp_path / log_file_name(3, 2)).write_text(line(9, 1.0, "h") + "\n")
+    (tmp_path / "server.log").write_text(line(1, 1.0, "h") + "\n")
+    (tmp_path / "client-x.jsonl").write_text(line(1, 1.0, "h") + "\n")
+    [record] = read_client_logs(tmp_path)
+    assert (record.client_number, record.incarnation, record.step) == (3, 2, 9)
+
+
+def test_kill_scheduler_timing_and_victims() -> None:
+    scheduler = KillScheduler(5, 2, 10.0, allowed=[2, 4, 5], rng=random.Random(1), start=100.0)
+    assert not scheduler.due(105.0) and scheduler.take_victims(105.0) == []
+    victims = scheduler.take_victims(110.0)
+    assert len(victims) == 2 and set(victims) <= {2, 4, 5}
+    assert scheduler.take_victims(115.0) == []
+    assert len(scheduler.take_victims(120.0)) == 2
+    everyone = KillScheduler(3, 3, 1.0, rng=random.Random(0))
+    assert everyone.take_victims(1.0) == [1, 2, 3]
+
+
+def test_kill_options_are_validated() -> None:
+    with pytest.raises(ValueError, match="--random-kill-num 3"):
+        check_kill_options(2, 3, [])
+    with pytest.raises(ValueError, match=r"--random-kill-num 2 .* 1 client"):
+        check_kill_options(4, 2, [3])
+    with pytest.raises(ValueError, match=r"outside 1\.\.3"):
+        check_kill_options(3, 1, [0, 4])
+    check_kill_options(3, None, [])
+    with pytest.raises(ValueError, match="interval"):
+        KillScheduler(3, 1, 0.0)
+
+
+def test_identities_are_deterministic_per_session() -> None:
+    assert client_secret_key("s", 1) == client_secret_key("s", 1)
+    assert client_secret_key("s", 1) != client_secret_key("s", 2)
+    assert client_secret_key("s", 1) != client_secret_key("t", 1)
+    assert len(client_secret_hex("s", 1)) == 64
+    identity = Identity.from_secret_bytes(client_secret_key("s", 1))
+    assert len(identity.public_key) == 32
+    with pytest.raises(ValueError):
+        client_secret_key("s", 0)
+
+
+def make_commands(**overrides: object) -> Commands:
+    values: dict = dict(
+        server_program=["psyche-server"],
+        client_program=["py", "client.py"],
+        state_path=Path("/r/state.toml"),
+        data_config_path=None,
+        server_port=20000,
+        run_id="demo",
+        session="sess",
+        log_dir=Path("/r/logs"),
+    )
+    values.update(overrides)
+    return Commands(**values)
+
+
+def test_command_lines_follow_the_contract() -> None:
+    commands = make_commands(first_client_checkpoint="org/ckpt", checkpoint_dir=Path("/r/ck"))
+    assert commands.validate() == ["psyche-server", "validate-config", "--state", "/r/state.toml"]
+    server = commands.server().argv
+    assert server[:6] == [
+        "psyche-server",
+        "run",
+        "--state",
+        "/r/state.toml",
+        "--server-port",
+        "20000",
+    ]
+    assert "--no-tui" in server and server[server.index("--log-format") + 1] == "json"
+    first = commands.client(1, Path("/r/logs/client-1.0.jsonl"))
+    assert first.argv[:3] == ["py", "client.py", "train"]
+    assert first.argv[first.argv.index("--server-addr") + 1] == "127.0.0.1:20000"
+    assert first.argv[first.argv.index("--hub-repo") + 1] == "org/ckpt"
+    assert first.env["RAW_IDENTITY_SECRET_KEY"] == client_secret_hex("sess", 1)
+    second = commands.client(2, None)
+    assert "--hub-repo" not in second.argv and "--write-log" not in second.argv
+    shell = shlex.split(second.shell_command())
+    assert shell[:2] == ["exec", "env"] and shell[2].startswith("RAW_IDENTITY_SECRET_KEY=")
+
+
+def test_tui_and_data_config_flags() -> None:
+    commands = make_commands(tui=True, data_config_path=Path("/r/data.toml"), log_dir=None)
+    server = commands.server().argv
+    assert "--tui" in server and "--log-format" not in server and "--log-file" not in server
+    assert server[server.index("--data-config") + 1] == "/r/data.toml"
+    assert commands.validate()[-2:] == ["--data-config", "/r/data.toml"]
+    client = commands.client(1, None).argv
+    assert client[client.index("--logs") + 1] == "tui"
+
+
+@pytest.mark.parametrize(("clients", "kills"), [(1, None), (2, None), (3, 1), (8, 3)])
+def test_default_config_is_valid(clients: int, kills: int | None) -> None:
+    text = render_default_state(clients, kills)
+    state = parse_state(tomllib.loads(text))
+    report = validate_state(state, None)
+    assert report.ok, report.errors
+    document = tomllib.loads(text)
+    assert document["model"]["LLM"]["checkpoint"]["Hub"]["repo_id"] == "builtin:llama-2m"
+    assert document["model"]["LLM"]["data_location"] == {"Builtin": "python-stdlib"}
+    assert document["config"]["init_min_clients"] == clients
+    assert document["config"]["min_clients"] == max(1, clients - (kills or 0))
