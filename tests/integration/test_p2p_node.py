@@ -262,7 +262,7 @@ async def test_dead_address_fails_quickly(cluster: Cluster) -> None:
     digest = good.publish_blob(b"data")
     started = time.monotonic()
     assert await fetcher.fetch_blob(digest, [dead_id, good.peer_id]) == b"data"
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 0.9  # refused at once, not a 1 s connect timeout
     with pytest.raises(FetchError, match="cannot connect"):
         await fetcher.fetch_blob(blob_hash(b"nope"), [dead_id])
     unknown = Identity.generate().public_key
