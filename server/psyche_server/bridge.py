@@ -52,12 +52,18 @@ def client_index(coordinator: Any, client_id: bytes) -> int | None:
     return None
 
 
+KICKED_STATES = frozenset({ClientState.Dropped, ClientState.Ejected})
+
+
 def unhealthy_exited_ids(coordinator: Any) -> list[bytes]:
-    """Ids in `exited_clients` whose state is not Healthy (the server kicks them from pending)."""
+    """Ids in `exited_clients` that a health check removed (Dropped/Ejected); the server kicks
+    them from the pending set. Withdrawn clients are not kicked: a disconnect already removed
+    them, and a pause or a zero-witness round must not lock connected clients out of the run
+    (the reference kicks every non-Healthy state; see docs/deviations.md)."""
     return [
         client.id
         for client in coordinator.epoch_state.exited_clients
-        if client.state != ClientState.Healthy
+        if client.state in KICKED_STATES
     ]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,8 @@ class ConnectionLimits:
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
     handshake_timeout: float = 10.0
     max_buffered_send_bytes: int = 32 * 1024 * 1024
+    socket_send_buffer: int | None = None
+    """SO_SNDBUF for accepted sockets (None: the kernel's default)."""
 
 
 class Connection:
@@ -174,6 +177,10 @@ class ConnectionManager:
         peer = writer.get_extra_info("peername")
         remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         limits = self.limits
+        if limits.socket_send_buffer is not None:
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, limits.socket_send_buffer)
         try:
             peer_id = await accept_handshake(
                 reader,

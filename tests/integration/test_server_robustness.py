@@ -1,0 +1,176 @@
+"""Every bad peer ends only its own connection, with a logged reason; honest clients go on."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+from pathlib import Path
+
+import pytest
+from psyche_common.protocol import (
+    Identity,
+    connect_handshake,
+    encode_frame,
+    read_frame,
+    sign_challenge,
+    write_frame,
+)
+from psyche_common.protocol.messages import Join, to_wire
+from psyche_server.connections import ConnectionLimits
+
+from .protocol_client import ProtocolClient
+from .server_harness import poll_until, running_server, write_state
+
+LIMITS = ConnectionLimits(max_frame_size=64 * 1024, handshake_timeout=1.0)
+
+
+async def authenticated_stream(port: int, identity: Identity | None = None):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    await connect_handshake(reader, writer, identity or Identity.generate(), timeout=5)
+    await read_frame(reader, 1 << 24, timeout=5)  # the state sent on connect
+    return reader, writer
+
+
+async def assert_closed(reader: asyncio.StreamReader, timeout: float = 5) -> list[object]:
+    """Read until EOF; returns the frames received before the close."""
+    frames: list[object] = []
+    async with asyncio.timeout(timeout):
+        while True:
+            try:
+                frames.append(await read_frame(reader, 1 << 24))
+            except Exception:
+                return frames
+
+
+async def assert_still_served(honest: ProtocolClient) -> None:
+    seen = honest.states_received
+    await poll_until(lambda: honest.states_received > seen + 1, timeout=5)
+    assert honest.connected
+
+
+def reason_logged(caplog: pytest.LogCaptureFixture, text: str) -> bool:
+    return any(text in record.getMessage() for record in caplog.records)
+
+
+@pytest.fixture
+async def server(tmp_path: Path):
+    state = write_state(tmp_path / "s.toml", init_min_clients=3)
+    async with running_server(state, limits=LIMITS) as app:
+        yield app
+
+
+@pytest.fixture
+async def honest(server) -> ProtocolClient:
+    client = await ProtocolClient(server.port, server.run_id, auto=False).connect()
+    await poll_until(lambda: len(server.pending) == 1)
+    yield client
+    await client.close()
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (struct.pack(">I", 1 << 20), "exceeds the maximum of 65536 bytes"),
+        (struct.pack(">I", 2) + b"\xc1\xc1", "invalid msgpack"),
+        (encode_frame({"type": "Launch", "x": 1}), "unknown message type 'Launch'"),
+        (encode_frame([1, 2, 3]), "a message must be a map"),
+        (encode_frame({"type": "Join", "run_id": 5, "p2p_address": "a:1"}), "Join.run_id"),
+        (encode_frame({"type": "HealthCheck", "checks": [{"id": b"x", "proof": {}}]}), "checks.id"),
+        (encode_frame({"type": "WarmupWitness", "witness": {"proof": 7}}), "WarmupWitness.witness"),
+        (encode_frame({"type": "Checkpoint", "checkpoint": {"Nope": {}}}), "Checkpoint.checkpoint"),
+    ],
+    ids=[
+        "too-large",
+        "bad-msgpack",
+        "unknown-type",
+        "not-a-map",
+        "bad-field",
+        "short-id",
+        "bad-witness",
+        "bad-checkpoint",
+    ],
+)
+async def test_bad_frames_end_only_that_connection(
+    server, honest: ProtocolClient, caplog: pytest.LogCaptureFixture, payload: bytes, reason: str
+) -> None:
+    caplog.set_level(logging.INFO)
+    reader, writer = await authenticated_stream(server.port)
+    writer.write(payload)
+    await writer.drain()
+    await assert_closed(reader)
+    await poll_until(lambda: reason_logged(caplog, reason))
+    await assert_still_served(honest)
+    assert len(server.connections.connections) == 1
+    writer.close()
+
+
+async def test_wrong_run_id_is_rejected_with_reason(server, honest: ProtocolClient, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    intruder = ProtocolClient(server.port, "some-other-run", auto=False)
+    await intruder.connect()
+    await intruder.wait_closed()
+    assert intruder.rejected is not None and "unknown run id 'some-other-run'" in intruder.rejected
+    assert intruder.id not in server.pending
+    assert reason_logged(caplog, "tried to join unknown run")
+    await assert_still_served(honest)
+
+
+async def test_bad_signature_fails_handshake(server, honest: ProtocolClient, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    challenge = (await read_frame(reader, 1 << 20, timeout=5))["challenge"]
+    response = sign_challenge(Identity.generate(), challenge)
+    response["public_key"] = Identity.generate().public_key  # signed by someone else
+    await write_frame(writer, response)
+    assert await assert_closed(reader) == []
+    await poll_until(lambda: reason_logged(caplog, "signature does not verify"))
+    await assert_still_served(honest)
+
+
+async def test_duplicate_identity_is_refused(server, honest: ProtocolClient) -> None:
+    twin = ProtocolClient(server.port, server.run_id, identity=honest.identity, auto=False)
+    await twin.connect(join=False)
+    await twin.wait_closed()
+    assert twin.rejected is not None and "already connected" in twin.rejected
+    await assert_still_served(honest)
+    assert honest.id in server.pending
+
+
+async def test_silent_client_times_out_in_handshake(server, honest: ProtocolClient, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    frames = await assert_closed(reader, timeout=5)
+    assert [f["type"] for f in frames] == ["Challenge"]
+    assert reason_logged(caplog, "no handshake within 1s")
+    await assert_still_served(honest)
+    writer.close()
+
+
+async def test_client_that_stops_reading_is_disconnected(tmp_path: Path, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    limits = ConnectionLimits(
+        max_frame_size=64 * 1024,
+        handshake_timeout=1.0,
+        max_buffered_send_bytes=16 * 1024,
+        socket_send_buffer=4096,
+    )
+    state = write_state(tmp_path / "s.toml", init_min_clients=3)
+    async with running_server(state, limits=limits, tick_interval=0.02) as app:
+        honest = await ProtocolClient(app.port, app.run_id, auto=False).connect()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", app.port))
+        reader, writer = await asyncio.open_connection(sock=sock)
+        stalled = Identity.generate()
+        await connect_handshake(reader, writer, stalled, timeout=5)
+        await write_frame(writer, to_wire(Join(run_id=app.run_id, p2p_address="127.0.0.1:1")))
+        # never read again: the server's bounded queue fills and it drops us
+        await poll_until(lambda: reason_logged(caplog, "peer is not reading"), timeout=30)
+        await poll_until(lambda: stalled.public_key not in app.connections.connections)
+        assert stalled.public_key not in app.pending
+        await assert_still_served(honest)
+        await honest.close()
+        writer.transport.abort()
