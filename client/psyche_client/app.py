@@ -70,8 +70,9 @@ class NodeNetwork:
     async def fetch_blob(self, blob_hash: bytes, size: int, providers: Any) -> bytes:
         return await self.node.fetch_blob(blob_hash, providers, expected_size=size)
 
-    def prune_before(self, step: int) -> None:
-        self.node.forget_before(step)
+    def begin_step(self, step: int) -> None:
+        self.node.set_step(step)
+        self.node.forget_before(step - 2)
 
 
 @dataclass
@@ -242,7 +243,6 @@ class ClientApp:
                 stats=self.stats,
             )
             runner = self.runner
-            finished = asyncio.Event()
 
             async def follow_server() -> None:
                 assert self.link is not None
@@ -256,7 +256,6 @@ class ClientApp:
                         self.shared.clear()
                     await runner.on_state(coordinator)
                     if state == "Finished" and self.options.exit_when_finished:
-                        finished.set()
                         return
 
             async def ticker() -> None:
@@ -266,28 +265,34 @@ class ClientApp:
                     if self.on_snapshot is not None:
                         self.on_snapshot(self)
 
+            tasks = [
+                asyncio.create_task(follow_server(), name="server"),
+                asyncio.create_task(runner.wait_fatal(), name="fatal"),
+                asyncio.create_task(ticker(), name="ticker"),
+            ]
             try:
-                async with asyncio.TaskGroup() as group:
-                    server_task = group.create_task(follow_server())
-                    tick_task = group.create_task(ticker())
-                    fatal_task = group.create_task(runner.wait_fatal())
-                    done, _ = await asyncio.wait(
-                        [server_task, fatal_task], return_when=asyncio.FIRST_COMPLETED
-                    )
-                    for task in (server_task, tick_task, fatal_task):
-                        task.cancel()
-                if fatal_task in done and not fatal_task.cancelled():
-                    exc = fatal_task.result()
-                    if isinstance(exc, DesyncError):
-                        log.error("desync: %s", exc)
-                        return 3
-                    log.error("client failed: %s", exc)
-                    return 2
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            first = next(iter(done))
+            if first.cancelled():
+                return 1
+            error = first.exception()
+            if first.get_name() == "fatal":
+                error = first.result()
+            if error is None:
                 log.info("run finished; exiting")
                 return 0
-            except* ServerLinkError as group_exc:
-                log.error("%s", group_exc.exceptions[0])
+            if isinstance(error, ServerLinkError):
+                log.error("%s", error)
                 return 1
+            if isinstance(error, DesyncError):
+                log.error("desync: %s", error)
+                return 3
+            log.error("client failed: %s", error, exc_info=error)
+            return 2
         finally:
             if self.runner is not None:
                 await self.runner.aclose()
@@ -297,22 +302,29 @@ class ClientApp:
                 await self.node.close()
 
     def _make_fetcher(self) -> Any:
+        """``batch -> samples`` for the run's data_location (provider built on first use)."""
         if self.options.dummy_training_delay_secs is not None:
             return None
-        provider_holder: dict[str, Any] = {}
+        lock = asyncio.Lock()
+        holder: dict[str, Any] = {}
+
+        async def server_provider(address: str, seq_len: int, identity: Any) -> Any:
+            from psyche_common.data.server_client import DataServerProvider
+
+            return DataServerProvider(address, identity)
 
         async def fetch(batch: Any) -> Any:
-            provider = provider_holder.get("provider")
-            if provider is None:
-                from psyche_common.data import make_provider
+            async with lock:
+                if "provider" not in holder:
+                    from psyche_common.data import make_provider
 
-                provider = await make_provider(
-                    self.coordinator.model.data_location,
-                    self.coordinator.model.max_seq_len,
-                    identity=self.identity,
-                )
-                provider_holder["provider"] = provider
-            return await provider.get_samples(batch)
+                    holder["provider"] = await make_provider(
+                        self.coordinator.model.data_location,
+                        self.coordinator.model.max_seq_len,
+                        identity=self.identity,
+                        server_provider=server_provider,
+                    )
+            return await holder["provider"].get_samples(batch)
 
         return fetch
 

@@ -70,7 +70,9 @@ class PeerNetwork(Protocol):
         self, blob_hash: bytes, size: int, providers: Sequence[bytes]
     ) -> bytes: ...
 
-    def prune_before(self, step: int) -> None: ...
+    def begin_step(self, step: int) -> None:
+        """A round of ``step`` starts: count traffic against it, drop blobs before step − 2."""
+        ...
 
 
 class Uplink(Protocol):
@@ -335,7 +337,7 @@ class RoundRunner:
         )
         self.active = "training"
         self.warmup = _WarmupProgress()
-        self.network.prune_before(step - 2)
+        self.network.begin_step(step)
         self.stats.round_started(step)
         log.info(
             "round started",

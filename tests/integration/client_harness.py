@@ -116,7 +116,7 @@ class MemoryEndpoint:
                 return data
         raise ConnectionError(f"no provider holds blob {blob_hash.hex()[:8]}")
 
-    def prune_before(self, step: int) -> None:
+    def begin_step(self, step: int) -> None:
         return None
 
 
