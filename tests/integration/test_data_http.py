@@ -9,6 +9,7 @@ import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -308,3 +309,59 @@ async def test_wrong_token_size_for_remote_file(server: tuple[str, ServerState])
     state.files["/odd.ds"] = b"\0" * 6
     with pytest.raises(DataFileError, match=r"odd\.ds is 6 bytes.*wrong token size"):
         await HttpDataProvider.from_location(SingleUrl(url=f"{base}/odd.ds"), 4, 1, options=FAST)
+
+
+async def test_weighted_http_mixture_from_a_json_url(server: tuple[str, ServerState]) -> None:
+    from psyche_common.data.weighted import load_weighted_http
+
+    base, state = server
+    fills = [[1, 2], [3, 4]]
+    for provider, values in enumerate(fills):
+        for number, value in enumerate(values):
+            state.files[f"/provider_{provider}/{number:03}.ds"] = bytes([value]) * 16
+    config = {
+        "shuffle": "DontShuffle",
+        "providers": [
+            [
+                {
+                    "location": {
+                        "NumberedFiles": {
+                            "url_template": f"{base}/provider_{provider}/{{}}.ds",
+                            "start_index": 0,
+                            "n_left_pad_zeros": 3,
+                            "num_files": 2,
+                        }
+                    },
+                    "token_size_in_bytes": "TwoBytes",
+                    "shuffle": "DontShuffle",
+                },
+                1.0,
+            ]
+            for provider in range(2)
+        ],
+    }
+    state.files["/multi_config.json"] = json.dumps(config).encode()
+    mixture = await load_weighted_http(f"{base}/multi_config.json", 3, FAST)
+    try:
+        assert mixture.num_sequences == 8
+        samples = await mixture.get_samples(BatchId(0, 7))
+        fill_of_row = [int(row[0]) & 0xFF for row in samples]
+        assert fill_of_row == [1, 3, 1, 3, 2, 4, 2, 4]
+        assert samples[0].tolist() == [0x0101] * 3
+        with pytest.raises(DataIndexError, match="index 8 is out of bounds: the mixture has 8"):
+            await mixture.get_samples(BatchId(0, 8))
+    finally:
+        await mixture.aclose()
+
+
+async def test_weighted_http_config_errors(server: tuple[str, ServerState], tmp_path: Path) -> None:
+    from psyche_common.data.weighted import load_weighted_http
+
+    base, state = server
+    state.files["/bad.json"] = b"{not json"
+    with pytest.raises(DataFileError, match="is not JSON"):
+        await load_weighted_http(f"{base}/bad.json", 3, FAST)
+    with pytest.raises(DataFetchError, match="HTTP 404"):
+        await load_weighted_http(f"{base}/missing.json", 3, FAST)
+    with pytest.raises(DataFileError, match="cannot read mixture config"):
+        await load_weighted_http(str(tmp_path / "missing.json"), 3, FAST)
