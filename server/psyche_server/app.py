@@ -358,7 +358,11 @@ class ServerApp:
                 message.type,
                 short_id(client_id),
                 exc,
-                extra={"client": short_id(client_id), "message": message.type, "error": str(exc)},
+                extra={
+                    "client": short_id(client_id),
+                    "message_type": message.type,
+                    "error": str(exc),
+                },
             )
         self.tick(broadcast=False)
         self._broadcast_if_changed()
