@@ -259,3 +259,109 @@ def test_attach_requires_a_terminal(tmp_path: Path, fakes: dict[str, str]) -> No
     )
     assert result.returncode == 1
     assert "--headless" in result.stderr
+
+
+def _wait_for(predicate, timeout: float) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_ctrl_c_tears_everything_down(tmp_path: Path, fakes: dict[str, str]) -> None:
+    import signal
+
+    argv = [
+        str(TESTNET),
+        "start",
+        "--headless",
+        "--num-clients",
+        "2",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--server-port",
+        str(free_port()),
+        "--server-command",
+        fakes["server"],
+        "--client-command",
+        fakes["client"],
+    ]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    logs = tmp_path / "run" / "logs"
+    assert _wait_for(lambda: len(list(logs.glob("client-*.jsonl"))) == 2, 20)
+    assert _wait_for(lambda: all(p.stat().st_size > 0 for p in logs.glob("client-*.jsonl")), 10)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=30)
+    assert "stopping the testnet (interrupted)" in stdout, stdout + stderr
+    assert stdout.strip().splitlines()[-1].startswith("summary: ")
+    assert leftover_processes(tmp_path) == []
+
+
+def test_attached_mode_in_a_terminal(tmp_path: Path, fakes: dict[str, str]) -> None:
+    """With a terminal the testnet attaches to tmux; detaching tears everything down."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    argv = [
+        str(TESTNET),
+        "start",
+        "--no-tui",
+        "--write-log",
+        "--num-clients",
+        "2",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--server-port",
+        str(free_port()),
+        "--server-command",
+        fakes["server"],
+        "--client-command",
+        fakes["client"],
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "TMUX"} | {"TERM": "xterm"}
+    process = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=terminal, env=env)
+    os.close(terminal)
+    output = bytearray()
+
+    def drain() -> None:
+        import select
+
+        while select.select([controller], [], [], 0)[0]:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            output.extend(chunk)
+
+    logs = tmp_path / "run" / "logs"
+
+    def clients_logging() -> bool:
+        drain()
+        files = list(logs.glob("client-*.jsonl"))
+        return len(files) == 2 and all(p.stat().st_size > 0 for p in files)
+
+    try:
+        assert _wait_for(clients_logging, 30), output.decode(errors="replace")
+        import re
+
+        socket_name = re.search(rb"tmux -L (\S+) attach-session", output).group(1).decode()
+        clients = subprocess.run(
+            ["tmux", "-L", socket_name, "list-clients"], capture_output=True, text=True, check=False
+        )
+        assert clients.stdout.strip(), "the testnet did not attach to tmux"
+        subprocess.run(["tmux", "-L", socket_name, "detach-client", "-s", "psyche"], check=True)
+        assert _wait_for(lambda: (drain(), process.poll() is not None)[1], 30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(controller)
+    text = output.decode(errors="replace")
+    assert "stopping the testnet (detached from tmux)" in text
+    assert "summary: " in text
+    assert leftover_processes(tmp_path) == []
