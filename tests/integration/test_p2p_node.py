@@ -208,16 +208,42 @@ async def test_only_corrupt_holders_raise_fetch_error_naming_them(cluster: Clust
     assert digest not in fetcher.blobs
 
 
-async def test_silent_peer_times_out_and_another_peer_serves(cluster: Cluster) -> None:
-    async def accept_and_ignore(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(30)
+class SilentServer:
+    """Accepts TCP connections and never writes a byte (a hung peer)."""
 
-    silent = await asyncio.start_server(accept_and_ignore, "127.0.0.1", 0)
+    def __init__(self) -> None:
+        self.writers: list[asyncio.StreamWriter] = []
+        self.server: asyncio.Server | None = None
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.append(writer)
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for writer in self.writers:
+            writer.close()
+        await self.server.wait_closed()
+
+
+async def start_silent_server() -> SilentServer:
+    silent = SilentServer()
+    silent.server = await asyncio.start_server(silent._accept, "127.0.0.1", 0)
+    return silent
+
+
+async def test_silent_peer_times_out_and_another_peer_serves(cluster: Cluster) -> None:
+    silent = await start_silent_server()
     try:
         silent_id = Identity.generate().public_key
         cluster.members.add(silent_id)
         good, fetcher = await cluster.add(), await cluster.add()
-        cluster.wire({silent_id: f"127.0.0.1:{silent.sockets[0].getsockname()[1]}"})
+        cluster.wire({silent_id: f"127.0.0.1:{silent.port}"})
         digest = good.publish_blob(b"hello" * 1000)
         started = time.monotonic()
         assert await fetcher.fetch_blob(digest, [silent_id, good.peer_id]) == b"hello" * 1000
@@ -227,25 +253,22 @@ async def test_silent_peer_times_out_and_another_peer_serves(cluster: Cluster) -
             await fetcher.fetch_blob(blob_hash(b"other"), [silent_id])
         assert time.monotonic() - started < 3.0  # 2 rounds x 0.5 s read timeout
     finally:
-        silent.close()
+        await silent.stop()
 
 
 async def test_overall_deadline_bounds_a_fetch(cluster: Cluster) -> None:
-    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(30)
-
-    silent = await asyncio.start_server(trickle, "127.0.0.1", 0)
+    silent = await start_silent_server()
     try:
         silent_id = Identity.generate().public_key
         cluster.members.add(silent_id)
         fetcher = await cluster.add(read_timeout=5.0, fetch_deadline=0.3)
-        cluster.wire({silent_id: f"127.0.0.1:{silent.sockets[0].getsockname()[1]}"})
+        cluster.wire({silent_id: f"127.0.0.1:{silent.port}"})
         started = time.monotonic()
         with pytest.raises(FetchError, match="overall deadline"):
             await fetcher.fetch_blob(blob_hash(b"x"), [silent_id])
         assert time.monotonic() - started < 1.5
     finally:
-        silent.close()
+        await silent.stop()
 
 
 def free_port() -> int:
