@@ -84,12 +84,14 @@ class SimulatedRun:
         start: int = 1_000_000,
         via_wire: bool = False,
         witness_probability: float = 1.0,
+        warmup_probability: float = 1.0,
     ) -> None:
         self.coord = coord
         self.rng = rng
         self.now = start
         self.via_wire = via_wire
         self.witness_probability = witness_probability
+        self.warmup_probability = warmup_probability
         self.clients: dict[bytes, SimClient] = {}
         self.pending: dict[bytes, None] = {}
         self.rounds: dict[tuple[int, int], RoundRecord] = {}
@@ -172,6 +174,8 @@ class SimulatedRun:
         for client in self._members(view):
             if not client.acting or client.warmed_epoch == view.epoch_state.start_timestamp:
                 continue
+            if self.rng.random() > self.warmup_probability:
+                continue  # still loading the model
             index = view.client_index(client.id)
             witness = Witness(WitnessProof(position=index, index=index, witness=False))
             self.coord.warmup_witness(client.id, witness, self.now, self.seed())
