@@ -471,3 +471,16 @@ async def test_oversized_or_stalled_transfers_fail_cleanly(cluster: Cluster) -> 
             await conn.send({"type": "GetParameter", "name": "w"})
             await receive_bytes(conn, max_size=2**30, read_timeout=0.3)
     assert time.monotonic() - started < 2
+
+
+async def test_fetched_blob_takes_the_step_of_its_announcement(cluster: Cluster) -> None:
+    a, b = await cluster.add(), await cluster.add()
+    announcement = announce_blob(a, b"result bytes", step=9)
+    await a.announce(announcement)
+    await b.fetch_blob(announcement.blob_hash, [a.peer_id])  # no step given
+    b.forget_before(9)
+    assert announcement.blob_hash in b.blobs
+    b.forget_before(10)
+    assert announcement.blob_hash not in b.blobs
+    a.forget_before(10)  # the announcer's own published blob too
+    assert announcement.blob_hash not in a.blobs

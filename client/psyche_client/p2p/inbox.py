@@ -4,7 +4,8 @@
 (`announcements.verify_announcement`), signer is a member, not seen before — and only then
 hands the announcement to the app's callback. The de-duplication memory is bounded (oldest
 ids are forgotten first). The node also `remember`s its own announcements so echoes of them
-are ignored.
+are ignored. It also remembers which step each announced blob belongs to, so a fetched blob
+is tagged with its step (and pruned with it) even when the caller does not say.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from psyche_common.protocol import short_id
 from .announcements import (
     Announcement,
     AnnouncementError,
+    ResultAnnouncement,
     from_wire,
     message_id,
     verify_announcement,
@@ -41,6 +43,11 @@ class AnnouncementInbox:
         self.callback = callback
         self._max_seen = max_seen
         self._seen: OrderedDict[bytes, None] = OrderedDict()
+        self._blob_steps: OrderedDict[bytes, int] = OrderedDict()
+
+    def announced_step(self, blob_hash: bytes) -> int | None:
+        """The step a result announcement gave for `blob_hash`, if one was seen."""
+        return self._blob_steps.get(blob_hash)
 
     def remember(self, announcement: Announcement) -> bool:
         """Record an announcement's id; False when it was already known."""
@@ -51,6 +58,10 @@ class AnnouncementInbox:
         self._seen[key] = None
         while len(self._seen) > self._max_seen:
             self._seen.popitem(last=False)
+        if isinstance(announcement, ResultAnnouncement):
+            self._blob_steps[announcement.blob_hash] = announcement.step
+            while len(self._blob_steps) > self._max_seen:
+                self._blob_steps.popitem(last=False)
         return True
 
     async def receive(self, from_peer: bytes, wire: Any) -> tuple[str, str]:

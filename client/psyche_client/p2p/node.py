@@ -228,14 +228,17 @@ class P2PNode:
         deadline: float | None = None,
     ) -> bytes:
         """Hash-checked bytes of `blob_hash` from any of `candidates` (peer ids); the blob is
-        then stored (tagged with `step`, default: the step given to `set_step`) and re-served.
+        then stored and re-served, tagged with `step` (default: the step of the announcement
+        that named this blob, else the step given to `set_step`) so `forget_before` drops it.
         Raises `FetchError` (its `failures` name every peer tried)."""
         held = self.blobs.get(blob_hash)
         if held is not None:
             return held
         task = self._inflight.get(blob_hash)
         if task is None:
-            step = self._step if step is None else step
+            if step is None:
+                announced = self._inbox.announced_step(blob_hash)
+                step = self._step if announced is None else announced
             coro = self._fetch_blob(blob_hash, list(candidates), expected_size, step, deadline)
             task = asyncio.ensure_future(coro)
             self._inflight[blob_hash] = task
