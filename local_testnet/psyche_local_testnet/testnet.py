@@ -110,6 +110,12 @@ def read_run_id(state_path: Path) -> str:
     return run_id
 
 
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1.0):
+        return True
+    return False
+
+
 def wait_for_port(
     port: int, timeout: float, still_starting: Callable[[], bool], host: str = "127.0.0.1"
 ) -> None:
@@ -326,6 +332,12 @@ class Testnet:
 
     def _start(self, commands: TestnetCommands) -> None:
         assert self.tmux is not None
+        if port_in_use(self.options.server_port):
+            self.stop_reason = "the server port is taken"
+            raise TestnetError(
+                f"port {self.options.server_port} is already in use (another testnet or server?); "
+                "pick another with --server-port"
+            )
         server = commands.server()
         self.echo(f"starting server: {' '.join(server.argv)}")
         self.server_pane = self.tmux.start(server.shell_command(), "server")

@@ -365,3 +365,29 @@ def test_attached_mode_in_a_terminal(tmp_path: Path, fakes: dict[str, str]) -> N
     assert "stopping the testnet (detached from tmux)" in text
     assert "summary: " in text
     assert leftover_processes(tmp_path) == []
+
+
+def test_port_already_in_use_is_refused(tmp_path: Path, fakes: dict[str, str]) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        argv = [
+            str(TESTNET),
+            "start",
+            "--headless",
+            "--num-clients",
+            "1",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--server-port",
+            str(port),
+            "--server-command",
+            fakes["server"],
+            "--client-command",
+            fakes["client"],
+        ]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 1
+    assert f"port {port} is already in use" in result.stderr
+    assert leftover_processes(tmp_path) == []
