@@ -35,7 +35,7 @@ def write_state(
     round_witness_time: int = 1,
     epoch_time: int = 30,
     total_steps: int = 100,
-    waiting_for_members_extra_time: int = 0,
+    waiting_for_members_extra_time: int = 1,
     data_location: Any = "Dummy",
     max_seq_len: int = 16,
 ) -> Path:

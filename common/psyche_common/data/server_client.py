@@ -2,8 +2,11 @@
 { Server = "host:port" }`), authenticating with the client's ed25519 identity.
 
 One connection, one request in flight (a lock), reconnecting on demand. A `NotInThisRound`
-rejection and network failures are retryable (the client may not be in the broadcast state yet);
-`OutOfRange` / `DataError` / `TooLarge` are permanent. Retries follow `RetryPolicy`.
+rejection and network failures are retryable `DataFetchError`s (the client may not be in the
+broadcast state yet); `OutOfRange` raises `DataIndexError`; `DataError` / `TooLarge` are permanent.
+By default each call makes one attempt (callers wrap it in `get_samples_with_retries`, as the
+reference's data fetcher does); pass a `RetryPolicy` to retry inside the provider.
+`data_server_provider_factory` plugs it into `make_provider(server_provider=...)`.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class DataServerProvider:
         self,
         address: str,
         identity: Identity,
+        seq_len: int | None = None,
         *,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
@@ -57,13 +61,20 @@ class DataServerProvider:
         self.port = int(port)
         self.identity = identity
         self.timeout = timeout
-        self.retry = retry or RetryPolicy()
+        self.seq_len = seq_len
+        self.retry = retry or RetryPolicy(attempts=1)
         self.max_frame_size = max_frame_size
         self._lock = asyncio.Lock()
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
+    @property
+    def num_sequences(self) -> int | None:
+        return None  # only the server knows
+
     async def get_samples(self, batch: BatchId) -> np.ndarray:
         """`(len(batch), seq_len)` int64 tokens of samples `batch.start..=batch.end`."""
+        if self.retry.attempts == 1:
+            return await self._request(batch)  # errors keep their `retryable` flag
         return await retry_async(
             lambda: self._request(batch), self.retry, f"data server {self.address} {batch}"
         )
@@ -128,8 +139,23 @@ class DataServerProvider:
             if reply.reason == "OutOfRange":
                 raise DataIndexError(message)
             raise DataFetchError(message, retryable=False)
+        if self.seq_len is not None and reply.seq_len != self.seq_len:
+            raise DataFetchError(
+                f"data server {self.address} serves sequences of {reply.seq_len} tokens, "
+                f"but this run's max_seq_len is {self.seq_len}",
+                retryable=False,
+            )
         tokens = np.frombuffer(reply.tokens, dtype="<i4").reshape(len(batch), reply.seq_len)
         return tokens.astype(np.int64)
 
     def __repr__(self) -> str:
         return f"DataServerProvider({self.address!r})"
+
+
+async def data_server_provider_factory(
+    address: str, seq_len: int, identity: Identity
+) -> DataServerProvider:
+    """`ServerProviderFactory` for `psyche_common.data.make_provider(server_provider=...)`."""
+    if identity is None:
+        raise ValueError("the TCP data server needs the client's identity to authenticate")
+    return DataServerProvider(address, identity, seq_len)

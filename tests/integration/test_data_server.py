@@ -1,0 +1,121 @@
+"""The TCP data server: serves epoch members, rejects others, turns provider errors into replies."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+from psyche_common.assignment import BatchId
+from psyche_common.coordinator import RunState
+from psyche_common.data import DataFetchError, DataIndexError, make_provider
+from psyche_common.data.local import LocalDataProvider
+from psyche_common.data.server_client import DataServerProvider, data_server_provider_factory
+from psyche_common.protocol import Identity
+from psyche_server.app import ServerOptions
+from psyche_server.data_server import DataServer
+from psyche_server.runner import RunRequest, StartupError, build_app
+
+from .protocol_client import start_clients
+from .server_harness import poll_until, running_server, write_state
+
+SEQ_LEN = 8
+
+
+class FlakyProvider:
+    """Wraps a provider; sample 13 makes it raise an unexpected error."""
+
+    def __init__(self, inner: LocalDataProvider) -> None:
+        self.inner = inner
+        self.num_sequences = inner.num_sequences
+
+    async def get_samples(self, batch: BatchId) -> np.ndarray:
+        if 13 in batch:
+            raise RuntimeError("disk on fire")
+        return await self.inner.get_samples(batch)
+
+
+@pytest.fixture
+def token_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "tokens"
+    directory.mkdir()
+    np.arange(40 * SEQ_LEN + 3, dtype="<u2").tofile(directory / "part0.bin")
+    return directory
+
+
+async def test_data_server_serves_members_and_rejects_others(
+    tmp_path: Path, token_dir: Path
+) -> None:
+    local = LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN, bytes(range(32)))
+    data_server = DataServer(FlakyProvider(local), "127.0.0.1", 0)
+    state = write_state(
+        tmp_path / "s.toml",
+        init_min_clients=2,
+        warmup_time=30,
+        data_location={"Server": "127.0.0.1:0"},
+    )
+    async with running_server(state, data_server=data_server) as app:
+        outsider = DataServerProvider(f"127.0.0.1:{data_server.port}", Identity.generate(), SEQ_LEN)
+        with pytest.raises(DataFetchError, match="NotInThisRound") as info:
+            await outsider.get_samples(BatchId(0, 1))
+        assert info.value.retryable
+
+        clients = await start_clients(2, app.port, app.run_id, auto=False)
+        await poll_until(lambda: app.run_state == RunState.Warmup)
+        member = await data_server_provider_factory(
+            f"127.0.0.1:{data_server.port}", SEQ_LEN, clients[0].identity
+        )
+        samples = await member.get_samples(BatchId(0, 3))
+        assert samples.dtype == np.int64 and samples.shape == (4, SEQ_LEN)
+        np.testing.assert_array_equal(samples, local.read(BatchId(0, 3)))
+
+        with pytest.raises(DataIndexError, match="OutOfRange"):
+            await member.get_samples(BatchId(38, 45))
+        with pytest.raises(DataFetchError, match=r"DataError.*disk on fire") as info:
+            await member.get_samples(BatchId(12, 14))
+        assert not info.value.retryable
+        # the server survived and still serves, on the same connection
+        np.testing.assert_array_equal(
+            await member.get_samples(BatchId(20, 20)), local.read(BatchId(20, 20))
+        )
+        assert data_server.served[clients[0].id] == 5
+        assert data_server.provided_samples == 5
+        # the outsider is still refused while a run is going on
+        with pytest.raises(DataFetchError, match="NotInThisRound"):
+            await outsider.get_samples(BatchId(0, 0))
+        await asyncio.gather(member.close(), outsider.close(), *(c.close() for c in clients))
+
+
+async def test_make_provider_plugs_in_the_data_server_client(
+    tmp_path: Path, token_dir: Path
+) -> None:
+    local = LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN)
+    data_server = DataServer(local, "127.0.0.1", 0)
+    state = write_state(tmp_path / "s.toml", init_min_clients=1, warmup_time=30)
+    async with running_server(state, data_server=data_server) as app:
+        clients = await start_clients(1, app.port, app.run_id, auto=False)
+        await poll_until(lambda: app.run_state == RunState.Warmup)
+        provider = await make_provider(
+            {"Server": f"127.0.0.1:{data_server.port}"},
+            SEQ_LEN,
+            identity=clients[0].identity,
+            server_provider=data_server_provider_factory,
+        )
+        np.testing.assert_array_equal(
+            await provider.get_samples(BatchId(2, 4)), local.read(BatchId(2, 4))
+        )
+        await provider.close()
+        await clients[0].close()
+
+
+def test_server_data_location_needs_data_config(tmp_path: Path, token_dir: Path) -> None:
+    state = write_state(tmp_path / "s.toml", data_location={"Server": "127.0.0.1:0"})
+    with pytest.raises(StartupError, match="no --data-config passed"):
+        build_app(RunRequest(state, ServerOptions()))
+    data_toml = tmp_path / "data.toml"
+    data_toml.write_text(
+        f'dir = "tokens"\ntoken_size = "TwoBytes"\nseq_len = {SEQ_LEN}\nshuffle_seed = {list(range(32))}\n'
+    )
+    app = build_app(RunRequest(state, ServerOptions(), data_config_path=data_toml))
+    assert app.data_server is not None and app.data_server.total_samples == 40
