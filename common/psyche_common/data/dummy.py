@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from psyche_common.data.errors import DataIndexError
 
 if TYPE_CHECKING:

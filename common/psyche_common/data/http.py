@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from psyche_common.config.data_location import Gcp, HttpData, NumberedFiles, SingleUrl
 from psyche_common.config.enums import TokenSize
 from psyche_common.data.errors import DataFetchError, DataFileError

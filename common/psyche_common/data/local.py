@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from psyche_common.config.enums import TokenSize
 from psyche_common.data.token_files import (
     TokenSequences,

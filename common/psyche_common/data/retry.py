@@ -18,6 +18,7 @@ from psyche_common.data.errors import DataFetchError
 
 if TYPE_CHECKING:
     import numpy as np
+
     from psyche_common.assignment import BatchId
     from psyche_common.data.provider import DataProvider
 

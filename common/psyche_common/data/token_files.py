@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from psyche_common.config.data_location import DontShuffle, SeededShuffle
 from psyche_common.config.enums import TokenSize
 from psyche_common.data.errors import DataFileError, DataIndexError
