@@ -91,3 +91,18 @@ def test_unknown_builtin_corpus(tmp_path: Path) -> None:
         DataFileError, match="unknown builtin corpus 'nope'; available: python-stdlib"
     ):
         BuiltinDataProvider("nope", 64, tmp_path)
+
+
+def test_concurrent_builds_never_leave_a_partial_file(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    source = tmp_path / "src"
+    source.mkdir()
+    for index in range(20):
+        (source / f"m{index:02}.py").write_bytes(bytes([65 + index]) * 5000)
+    destination = tmp_path / "cache" / "corpus.bin"
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda _: build_python_stdlib(destination, source), range(8)))
+    tokens = np.fromfile(destination, dtype="<u2")
+    assert len(tokens) == 100_000 and tokens[0] == 65 and tokens[-1] == 84
+    assert [p.name for p in destination.parent.iterdir()] == ["corpus.bin"]

@@ -188,3 +188,19 @@ def test_sequence_table_description_in_errors() -> None:
     table = SequenceTable([4], 2, description="http://h/x.ds")
     with pytest.raises(DataIndexError, match=r"index 2 .* 2 sequences .*http://h/x\.ds"):
         table.locate(2)
+
+
+def test_mmap_failure_falls_back_only_when_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_tokens(tmp_path / "a.bin", [5, 6, 7])
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(np, "memmap", refuse)
+    monkeypatch.delenv("ALLOW_FAIL_MMAP", raising=False)
+    with pytest.raises(DataFileError, match=r"cannot memory-map token file .*a\.bin"):
+        open_token_file(path, TokenSize.TWO_BYTES)
+    monkeypatch.setenv("ALLOW_FAIL_MMAP", "yes")
+    assert open_token_file(path, TokenSize.TWO_BYTES).tolist() == [5, 6, 7]
