@@ -1,0 +1,129 @@
+"""`psyche-server run` as a subprocess: the listening line, JSON logs, clean SIGTERM/SIGINT,
+save at epoch end → kill → restart from the saved file → the run resumes where it was."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from psyche_common.config import load_state
+from psyche_common.coordinator import RunState
+
+from .protocol_client import ProtocolClient, start_clients
+from .server_harness import poll_until, write_state
+
+LISTENING = re.compile(r"psyche-server listening on ([0-9.]+):(\d+)")
+
+
+class ServerProcess:
+    def __init__(self, process: asyncio.subprocess.Process, port: int, stderr_path: Path) -> None:
+        self.process = process
+        self.port = port
+        self.stderr_path = stderr_path
+
+    async def stop(self, signum: int = signal.SIGTERM, timeout: float = 10) -> int:
+        self.process.send_signal(signum)
+        return await asyncio.wait_for(self.process.wait(), timeout)
+
+
+async def start_server(tmp_path: Path, *args: str, name: str = "server") -> ServerProcess:
+    stderr_path = tmp_path / f"{name}.stderr"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "psyche_server",
+        "run",
+        "--no-tui",
+        "--tick-interval",
+        "0.1",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=stderr_path.open("wb"),
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stdout is not None
+    line = await asyncio.wait_for(process.stdout.readline(), 30)
+    match = LISTENING.search(line.decode())
+    if match is None:
+        await process.wait()
+        raise AssertionError(f"no listening line: {line!r}; stderr: {stderr_path.read_text()}")
+    return ServerProcess(process, int(match.group(2)), stderr_path)
+
+
+async def test_missing_data_config_exits_with_clear_error(tmp_path: Path) -> None:
+    state = write_state(tmp_path / "s.toml", data_location={"Server": "127.0.0.1:0"})
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "psyche_server",
+        "run",
+        "--no-tui",
+        "--state",
+        str(state),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 1
+    assert b"no --data-config passed" in stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_listening_line_json_logs_and_clean_shutdown(tmp_path: Path, signum: int) -> None:
+    state = write_state(tmp_path / "s.toml", init_min_clients=2)
+    server = await start_server(tmp_path, "--state", str(state), "--log-format", "json")
+    run_id = load_state(state).run_id
+    client = await ProtocolClient(server.port, run_id, auto=False).connect()
+    await client.wait_for(lambda c: c.run_state == RunState.WaitingForMembers, timeout=10)
+    assert await server.stop(signum) == 0
+    await client.wait_closed()
+    lines = [json.loads(line) for line in server.stderr_path.read_text().splitlines() if line]
+    assert any(entry["msg"].startswith("coordinator listening") for entry in lines)
+    joined = [e for e in lines if e["msg"].startswith(client.short_id + " joined")]
+    assert joined and joined[0]["client"] == client.short_id
+    assert lines[-1]["msg"] == "server stopped"
+
+
+async def test_save_kill_restart_resumes(tmp_path: Path) -> None:
+    save_dir = tmp_path / "saved"
+    state = write_state(
+        tmp_path / "s.toml",
+        init_min_clients=2,
+        global_batch_size=2,
+        epoch_time=3,
+        warmup_time=1,
+        max_round_train_time=2,
+    )
+    run_id = load_state(state).run_id
+    server = await start_server(tmp_path, "--state", str(state), "--save-state-dir", str(save_dir))
+    clients = await start_clients(2, server.port, run_id)
+    await clients[0].wait_for(lambda c: c.progress.epoch == 1, timeout=40)
+    saved = await poll_until(lambda: sorted(save_dir.glob("*.toml")), timeout=10)
+    assert await server.stop(signal.SIGKILL) == -signal.SIGKILL  # a crash, not a shutdown
+    for c in clients:
+        await c.close()
+
+    saved_state = load_state(saved[0])
+    assert saved_state.progress.epoch == 1
+    assert saved_state.progress.step >= 3
+    assert saved[0].name == f"{run_id}-step{saved_state.progress.step - 1}.toml"
+    assert saved_state.run_state.value == "WaitingForMembers"
+
+    restarted = await start_server(tmp_path, "--state", str(saved[0]), name="restarted")
+    clients = await start_clients(2, restarted.port, run_id)
+    first = await clients[0].wait_for(lambda c: c.run_state == RunState.Warmup, timeout=20)
+    assert first.progress.epoch == 1
+    assert first.progress.step == saved_state.progress.step
+    assert first.progress.epoch_start_data_index == saved_state.progress.epoch_start_data_index
+    # nobody from before the restart can serve the model: P2P fell back to Hub (as the reference: Dummy → P2P → Hub)
+    assert first.model.checkpoint.kind == "Hub"
+    await clients[0].wait_for(lambda c: c.progress.epoch == 2, timeout=40)
+    assert await restarted.stop() == 0
+    for c in clients:
+        await c.close()
