@@ -63,8 +63,17 @@ async def test_server_location_uses_the_injected_client() -> None:
         {"Server": "127.0.0.1:20001"}, 16, identity="me", server_provider=connect
     )
     assert calls == [("127.0.0.1:20001", 16, "me")] and provider.seq_len == 16
-    with pytest.raises(DataFileError, match="needs a TCP data-server client"):
+    with pytest.raises(ValueError, match="needs the client's identity"):
         await make_provider({"Server": "127.0.0.1:20001"}, 16)
+
+
+async def test_server_location_defaults_to_the_data_server_client() -> None:
+    from psyche_common.data.server_client import DataServerProvider
+    from psyche_common.protocol import Identity
+
+    provider = await make_provider({"Server": "127.0.0.1:20001"}, 16, identity=Identity.generate())
+    assert isinstance(provider, DataServerProvider)
+    await provider.close()
 
 
 async def test_builtin_and_preprocessed(tmp_path: Path) -> None:

@@ -3,8 +3,8 @@
 A provider turns a ``BatchId`` (inclusive global sample indices) into an int64 array of shape
 ``(end - start + 1, seq_len)``. ``make_provider`` builds one from a ``data_location`` (the
 config model, or its TOML form such as ``"Dummy"`` or ``{"Local": "/data"}``). The TCP data
-server's client lives with the protocol code, so ``Server`` locations are built by the
-``server_provider`` callable the caller passes in.
+server's client (``server_client.DataServerProvider``) is the default for ``Server``
+locations; a caller may inject another through ``server_provider``.
 """
 
 from __future__ import annotations
@@ -120,8 +120,8 @@ async def make_provider(
 ) -> DataProvider:
     """A provider for ``location`` serving samples of ``seq_len`` tokens.
 
-    ``identity`` is handed to ``server_provider`` for ``Server`` locations (the data server
-    authenticates clients with their key); ``cache_dir`` overrides ``$PSYCHE_CACHE_DIR`` for
+    ``identity`` is handed to ``server_provider`` (default: ``DataServerProvider``) for ``Server``
+    locations (the data server authenticates clients with their key); ``cache_dir`` overrides ``$PSYCHE_CACHE_DIR`` for
     builtin corpora.
     """
     if seq_len <= 0:
@@ -133,10 +133,9 @@ async def make_provider(
         return DummyDataProvider(seq_len)
     if isinstance(parsed, ServerData):
         if server_provider is None:
-            raise DataFileError(
-                f"data_location Server = {parsed.address!r} needs a TCP data-server client; "
-                "pass server_provider= to make_provider"
-            )
+            from psyche_common.data.server_client import data_server_provider_factory
+
+            server_provider = data_server_provider_factory
         return await server_provider(parsed.address, seq_len, identity)
     if isinstance(parsed, LocalData):
         return await asyncio.to_thread(_local_provider, parsed.path, seq_len)
