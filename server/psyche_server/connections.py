@@ -137,6 +137,7 @@ class ConnectionManager:
         self._writers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._server: asyncio.Server | None = None
         self.rejected_connections = 0
+        self.protocol_violations = 0
 
     async def start(self, host: str, port: int) -> int:
         """Bind and start accepting; returns the bound port."""
@@ -259,10 +260,12 @@ class ConnectionManager:
             except ConnectionClosed:
                 conn.close("peer closed the connection")
             except CloseConnection as exc:
+                self.protocol_violations += 1
                 if exc.send_rejection:
                     conn.send(to_wire(Rejected(reason=exc.reason)))
                 conn.close(exc.reason)
             except ProtocolError as exc:
+                self.protocol_violations += 1
                 conn.close(f"protocol violation: {exc}")
             except (OSError, asyncio.IncompleteReadError) as exc:
                 conn.close(f"connection error: {exc!r}")
