@@ -30,7 +30,7 @@ class Box(Static):
     """
 
     def __init__(self, title: str, *, id: str | None = None) -> None:
-        super().__init__("", id=id)
+        super().__init__("", id=id, markup=False)
         self.border_title = title
 
 

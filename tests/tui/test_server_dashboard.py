@@ -1,0 +1,123 @@
+"""The server dashboard, driven headless with Textual's pilot."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+from psyche_common.coordinator import RunState
+from psyche_common.data.local import LocalDataProvider
+from psyche_server.app import ServerApp, ServerOptions
+from psyche_server.data_server import DataServer
+from psyche_server.tui.app import ServerDashboard
+from psyche_server.tui.view_model import build_view, run_state_text
+from textual.widgets import Static, TabbedContent
+
+from tests.integration.server_harness import load_coordinator, write_state
+
+
+def text_of(dashboard: ServerDashboard, widget_id: str) -> str:
+    return str(dashboard.query_one(f"#{widget_id}", Static).render())
+
+
+async def make_server(tmp_path: Path, data_server: DataServer | None = None) -> ServerApp:
+    state = write_state(tmp_path / "s.toml", init_min_clients=2, warmup_time=7)
+    app = ServerApp(
+        load_coordinator(state), ServerOptions(host="127.0.0.1"), data_server=data_server
+    )
+    await app.start()
+    return app
+
+
+async def test_tabs_keys_pause_resume_and_quit(tmp_path: Path) -> None:
+    server = await make_server(tmp_path)
+    dashboard = ServerDashboard(server, refresh_interval=0.05)
+    try:
+        async with dashboard.run_test(size=(140, 40)) as pilot:
+            await pilot.pause()
+            assert text_of(dashboard, "address") == server.address
+            assert text_of(dashboard, "run-id") == server.run_id
+            assert text_of(dashboard, "run-state") == "Waiting for 2 members"
+            assert text_of(dashboard, "pause-hint") == "Ctrl + P to pause"
+            assert "Clients: 0 (0 exited)" in text_of(dashboard, "coordinator-info")
+
+            tabs = dashboard.query_one(TabbedContent)
+            for key, tab in (
+                ("2", "coordinator"),
+                ("3", "data"),
+                ("4", "logs"),
+                ("1", "dashboard"),
+            ):
+                await pilot.press(key)
+                assert tabs.active == tab
+            await pilot.press("9")  # beyond the tabs: ignored
+            assert tabs.active == "dashboard"
+
+            await pilot.press("2")
+            assert "Model checkpoint: Dummy" in text_of(dashboard, "coord-config")
+            await pilot.press("3")
+            assert "no data :(" in text_of(dashboard, "data-stats")
+
+            await pilot.press("ctrl+p")
+            await pilot.pause(0.1)
+            assert server.run_state == RunState.Paused
+            assert text_of(dashboard, "pause-hint") == "Ctrl + P to resume"
+            assert text_of(dashboard, "run-state") == "Paused"
+            await pilot.press("ctrl+p")
+            await pilot.pause(0.1)
+            assert server.run_state == RunState.WaitingForMembers
+
+            logging.getLogger("psyche.server").warning("a line for the Logs tab")
+            await pilot.press("4")
+            await pilot.pause(0.15)
+            assert any("a line for the Logs tab" in line for line in dashboard.log_buffer.lines)
+
+            await pilot.press("q")
+        assert dashboard.return_code is not None or not dashboard.is_running
+    finally:
+        await server.close()
+
+
+async def test_pending_pause_and_countdowns(tmp_path: Path) -> None:
+    server = await make_server(tmp_path)
+    try:
+        coordinator = server.coordinator
+        for key in (b"\x01" * 32, b"\x02" * 32):
+            server.pending[key] = None
+        coordinator.tick(list(server.pending), 1000, 7)
+        assert coordinator.run_state == RunState.Warmup
+        assert run_state_text(coordinator, 2, 1003) == "Warmup (4s remaining)"
+        assert run_state_text(coordinator, 2, 2000) == "Warmup (0s remaining)"
+        coordinator.tick(list(server.pending), 1008, 7)
+        assert coordinator.run_state == RunState.RoundTrain
+        server.toggle_pause()
+        view = build_view(server, 1009)
+        assert view.pause_hint == "Pending pause..."
+        assert view.run_state == "Training"
+        assert view.next_round_clients == ["01010101", "02020202"]
+        assert view.clients_line == "Clients: 2 (0 exited)"
+    finally:
+        await server.close()
+
+
+async def test_data_server_tab(tmp_path: Path) -> None:
+    token_dir = tmp_path / "tokens"
+    token_dir.mkdir()
+    np.arange(10 * 16 + 1, dtype="<u2").tofile(token_dir / "a.bin")
+    data_server = DataServer(LocalDataProvider(token_dir, "TwoBytes", 16), "127.0.0.1", 0)
+    server = await make_server(tmp_path, data_server)
+    data_server.served[b"\xab" * 32] = 4
+    dashboard = ServerDashboard(server, refresh_interval=0.05)
+    try:
+        async with dashboard.run_test(size=(140, 40)) as pilot:
+            await pilot.press("3")
+            await pilot.pause(0.1)
+            assert text_of(dashboard, "data-stats") == "Total samples: 10\nProvided samples: 4"
+            assert f"[{'ab' * 32}]: 4" in text_of(dashboard, "data-clients")
+            assert "Clients: 1" in text_of(dashboard, "data-state")
+            assert dashboard.last_view is not None and dashboard.last_view.data is not None
+            assert dashboard.last_view.data.fraction_given_out == 0.4
+            await pilot.press("q")
+    finally:
+        await server.close()

@@ -1,0 +1,54 @@
+"""Weights-hash majority bookkeeping and the saved-state file (pure parts of the server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from psyche_common.config import load_state
+from psyche_common.coordinator import RunState
+from psyche_server.consistency import WeightsHashTracker
+from psyche_server.persistence import save_state, saved_state_name
+
+from tests.integration.server_harness import load_coordinator, write_state
+
+A, B, C, D = (bytes([i]) * 32 for i in range(4))
+H1, H2 = b"\x11" * 32, b"\x22" * 32
+
+
+def test_majority_and_outliers() -> None:
+    tracker = WeightsHashTracker(max_steps=2)
+    assert tracker.latest() is None
+    assert tracker.record(5, A, H1).divergent == frozenset()
+    tie = tracker.record(5, B, H2)
+    assert tie.majority is None and tie.divergent == frozenset()  # 1 vs 1: nobody to blame
+    verdict = tracker.record(5, C, H1)
+    assert verdict.majority == H1 and verdict.divergent == {B} and verdict.reports == 3
+    tracker.record(5, B, H1)  # a later report from the same client replaces the earlier one
+    assert tracker.verdict(5).divergent == frozenset()
+    tracker.record(6, D, H2)
+    tracker.record(7, D, H2)
+    assert 5 not in tracker.reports  # only the last max_steps steps are kept
+    assert tracker.latest() is not None and tracker.latest().step == 7
+
+
+def test_saved_state_resumes_progress_with_fresh_membership(tmp_path: Path) -> None:
+    coordinator = load_coordinator(
+        write_state(tmp_path / "s.toml", run_id="run/x", init_min_clients=1)
+    )
+    coordinator.tick([A], 100, 1)
+    assert coordinator.run_state == RunState.Warmup
+    coordinator.progress.step = 9
+    coordinator.progress.epoch = 2
+    coordinator.progress.epoch_start_data_index = 77
+    path = save_state(coordinator, tmp_path / "saved")
+    assert path.name == saved_state_name("run/x", 8) == "run_x-step8.toml"
+    assert coordinator.run_state == RunState.Warmup  # the live coordinator is untouched
+    saved = load_state(path)
+    assert saved.run_id == "run/x"
+    assert (saved.progress.epoch, saved.progress.step, saved.progress.epoch_start_data_index) == (
+        2,
+        9,
+        77,
+    )
+    assert saved.run_state.value == "WaitingForMembers"
+    assert not list((tmp_path / "saved").glob(".*"))  # no temporary file left behind
