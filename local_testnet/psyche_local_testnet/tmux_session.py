@@ -202,8 +202,19 @@ class TmuxTestnetSession:
             if _alive(pid):
                 _signal_group(pid, signal.SIGKILL)
             _kill_group_leftovers(pid)
+        socket_path = self._socket_path()
         with contextlib.suppress(Exception):  # the server may already be gone
             self._server.cmd("kill-server")
+        if socket_path is not None:  # tmux leaves its socket file behind
+            with contextlib.suppress(OSError):
+                socket_path.unlink()
+
+    def _socket_path(self) -> Path | None:
+        try:
+            out = self._tmux("display-message", "-p", "#{socket_path}")
+        except Exception:
+            return None
+        return Path(out[0]) if out and out[0] else None
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> bool:

@@ -142,6 +142,16 @@ def leftover_processes(marker: Path) -> list[str]:
     ]
 
 
+def tmux_socket_left(output: str) -> bool:
+    """Whether the testnet's private tmux socket file still exists."""
+    import re
+
+    match = re.search(r"tmux -L (\S+) attach-session", output)
+    assert match, output
+    directory = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}"
+    return (directory / match.group(1)).exists()
+
+
 def test_headless_run_to_the_end(tmp_path: Path, fakes: dict[str, str]) -> None:
     result = run_testnet(
         tmp_path, fakes, "--num-clients", "2", "--duration", "30", client_extra="--finish-at 15"
@@ -157,6 +167,7 @@ def test_headless_run_to_the_end(tmp_path: Path, fakes: dict[str, str]) -> None:
     assert "Configs are OK!" in result.stdout
     assert (tmp_path / "run" / "logs" / "server.pane.txt").is_file()
     assert leftover_processes(tmp_path) == []
+    assert not tmux_socket_left(result.stdout)
 
 
 def test_random_kills_restart_clients_with_the_same_identity(
