@@ -226,16 +226,16 @@ class Testnet:
         assert self.tmux is not None
         sig = KILL_SIGNALS[self.options.kill_signal]
         victims = [c for c in self.clients if c.number in numbers]
-        for client in victims:
-            self.tmux.send_signal(client.pane_id, sig)
-        for client in victims:
-            self.tmux.stop_pane(client.pane_id, sig, VICTIM_EXIT_TIMEOUT)
-            self.kills += 1
+        signalled = [(c, self.tmux.send_signal(c.pane_id, sig)) for c in victims]
+        for client, pid in signalled:
+            if pid is None:
+                self.echo(f"client {client.number} had already exited; restarting it")
+            else:
+                self.tmux.await_exit(client.pane_id, pid, VICTIM_EXIT_TIMEOUT)
+                self.kills += 1
             client.incarnation += 1
             self.tmux.respawn(client.pane_id, self._client_command(commands, client))
-        self.echo(
-            f"killed and restarted client(s) {', '.join(map(str, numbers))} (SIG{sig.name[3:]})"
-        )
+        self.echo(f"killed and restarted client(s) {', '.join(map(str, numbers))} ({sig.name})")
 
     def _all_clients_dead(self) -> bool:
         assert self.tmux is not None

@@ -137,12 +137,12 @@ class TmuxTestnetSession:
         exit_status = int(parts[2]) if len(parts) > 2 and parts[2].lstrip("-").isdigit() else None
         return PaneStatus(dead=dead, pid=pid, exit_status=exit_status)
 
-    def send_signal(self, pane_id: str, sig: signal.Signals) -> bool:
-        """Send `sig` to the pane's process group; False when nothing is running there."""
+    def send_signal(self, pane_id: str, sig: signal.Signals) -> int | None:
+        """Send `sig` to the pane's process group; returns its pid, None if nothing runs there."""
         status = self.status(pane_id)
         if status.dead or status.pid is None:
-            return False
-        return _signal_group(status.pid, sig)
+            return None
+        return status.pid if _signal_group(status.pid, sig) else None
 
     def wait_dead(self, pane_id: str, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -152,16 +152,13 @@ class TmuxTestnetSession:
             time.sleep(0.1)
         return self.status(pane_id).dead
 
-    def stop_pane(self, pane_id: str, sig: signal.Signals, grace: float) -> None:
-        """Signal the pane's program, wait for it to exit, SIGKILL it after `grace` seconds."""
-        status = self.status(pane_id)
-        if status.dead or status.pid is None:
-            return
-        _signal_group(status.pid, sig)
+    def await_exit(self, pane_id: str, pid: int, grace: float) -> None:
+        """Wait for a signalled pane program to exit; SIGKILL it after `grace` seconds, then
+        SIGKILL whatever is left of its process group."""
         if not self.wait_dead(pane_id, grace):
-            _signal_group(status.pid, signal.SIGKILL)
+            _signal_group(pid, signal.SIGKILL)
             self.wait_dead(pane_id, 5.0)
-        _kill_group_leftovers(status.pid)
+        _kill_group_leftovers(pid)
 
     def respawn(self, pane_id: str, command: str) -> None:
         self._tmux("respawn-pane", "-k", "-t", pane_id, command)
