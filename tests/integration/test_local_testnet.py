@@ -402,3 +402,12 @@ def test_port_already_in_use_is_refused(tmp_path: Path, fakes: dict[str, str]) -
     assert result.returncode == 1
     assert f"port {port} is already in use" in result.stderr
     assert leftover_processes(tmp_path) == []
+
+
+def test_headless_stops_when_every_client_exited(tmp_path: Path, fakes: dict[str, str]) -> None:
+    fakes = {**fakes, "client": f"{sys.executable} -c pass"}
+    result = run_testnet(tmp_path, fakes, "--num-clients", "2", "--duration", "60", timeout=40)
+    assert result.returncode == 1
+    assert "stopping the testnet (every client exited)" in result.stdout
+    assert final_summary(result)["ok"] is False
+    assert leftover_processes(tmp_path) == []
