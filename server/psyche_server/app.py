@@ -90,7 +90,7 @@ class ServerApp:
         self.stats = ServerStats()
         self.port: int | None = None
         self._last_state_frame: bytes | None = None
-        self._state_changed = asyncio.Event()
+        self._last_wire: dict[str, Any] | None = None
         coordinator.reset_ephemeral()
         self.original_warmup_time = int(coordinator.config.warmup_time)
         if self.options.init_warmup_time is not None:
@@ -236,32 +236,34 @@ class ServerApp:
         ids = dict.fromkeys([*members, *self.pending])
         return {cid: self.p2p_addresses[cid] for cid in ids if cid in self.p2p_addresses}
 
-    def state_frame(self) -> bytes:
+    def state_frame(self, wire: dict[str, Any] | None = None) -> bytes:
         return encode_frame(
             {
                 "type": "CoordinatorState",
-                "coordinator": self.coordinator.to_wire(),
+                "coordinator": self.coordinator.to_wire() if wire is None else wire,
                 "peers": self.peers(),
             }
         )
 
-    def broadcast(self) -> bytes:
+    def broadcast(self, wire: dict[str, Any] | None = None) -> bytes:
         """Send the current state to every connection (and to the data server)."""
-        frame = self.state_frame()
+        wire = self.coordinator.to_wire() if wire is None else wire
+        frame = self.state_frame(wire)
+        self._last_wire = wire
         self._last_state_frame = frame
         self.connections.broadcast_frame(frame)
         self.stats.broadcasts += 1
         self.stats.last_broadcast_bytes = len(frame)
         if self.data_server is not None:
             self.data_server.update_state(self.coordinator)
-        self._state_changed.set()
-        self._state_changed = asyncio.Event()
         return frame
 
     def _broadcast_if_changed(self) -> None:
-        frame = self.state_frame()
-        if frame != self._last_state_frame:
-            self.broadcast()
+        """Broadcast now when the coordinator changed; a change of the peer list alone (a Join)
+        goes out with the next tick, as in the reference, so N joins cost no N broadcasts."""
+        wire = self.coordinator.to_wire()
+        if wire != self._last_wire:
+            self.broadcast(wire)
 
     # ------------------------------------------------------------------ pause / resume
 
@@ -318,7 +320,8 @@ class ServerApp:
         now = self.now()
         if isinstance(message, Join):
             self._on_join(conn, message)
-            self.tick()
+            self.tick(broadcast=False)
+            self._broadcast_if_changed()
             return
         try:
             if isinstance(message, WarmupWitness):
