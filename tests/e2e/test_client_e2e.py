@@ -1,0 +1,110 @@
+"""End-to-end: a real server and real client processes on loopback.
+
+Protocol-level scenarios use the dummy backend (`--dummy-training-delay-secs`); the real
+training scenario trains builtin:llama-tiny on CPU with DisTrO.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.client_run import Cluster, applied_hashes, losses, wait_for, write_state
+
+pytestmark = pytest.mark.timeout(400)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    made: list[Cluster] = []
+
+    def make(**state) -> Cluster:
+        c = Cluster(tmp_path, write_state(tmp_path / "state.toml", **state))
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.stop()
+
+
+def assert_same_hashes(procs, min_common: int) -> list[int]:
+    tables = [applied_hashes(p) for p in procs]
+    common = sorted(set.intersection(*(set(t) for t in tables)))
+    assert len(common) >= min_common, f"only {len(common)} common applied steps"
+    for step in common:
+        assert len({t[step] for t in tables}) == 1, f"weights differ at step {step}"
+    return common
+
+
+def test_real_training_three_clients_loss_decreases_identical_weights(cluster) -> None:
+    c = cluster(total_steps=12, epoch_time=600)
+    c.start_server()
+    clients = [c.start_client() for _ in range(3)]
+    wait_for(
+        lambda: all(p.popen.poll() is not None for p in clients),
+        300,
+        "all clients to finish the run",
+        c.diagnostics,
+    )
+    assert [p.popen.returncode for p in clients] == [0, 0, 0], c.diagnostics()
+    common = assert_same_hashes(clients, min_common=8)
+    assert common[-1] >= 11
+    for proc in clients:
+        by_step = losses(proc)
+        steps = sorted(by_step)
+        first = sum(by_step[s] for s in steps[:3]) / 3
+        last = sum(by_step[s] for s in steps[-3:]) / 3
+        assert last < first - 0.3, f"{proc.name}: loss {first:.3f} -> {last:.3f}"
+
+
+def test_sigkill_mid_round_does_not_stall_the_run(cluster) -> None:
+    c = cluster(total_steps=14, epoch_time=600, max_round_train_time=6, init_min_clients=3)
+    c.start_server()
+    clients = [c.start_client(dummy_delay=0.3) for _ in range(3)]
+    wait_for(lambda: len(applied_hashes(clients[0])) >= 2, 120, "training to start", c.diagnostics)
+    victim = clients[2]
+    victim.kill(signal.SIGKILL)
+    survivors = clients[:2]
+    wait_for(
+        lambda: all(p.popen.poll() is not None for p in survivors),
+        200,
+        "the survivors to finish the run",
+        c.diagnostics,
+    )
+    assert [p.popen.returncode for p in survivors] == [0, 0], c.diagnostics()
+    common = assert_same_hashes(survivors, min_common=8)
+    assert common[-1] >= 13
+
+
+@pytest.mark.slow
+def test_late_joiner_fetches_model_peer_to_peer_and_trains_identically(cluster) -> None:
+    c = cluster(total_steps=40, epoch_time=20, cooldown_time=4, init_min_clients=3)
+    c.start_server()
+    first = [c.start_client() for _ in range(3)]
+    wait_for(
+        lambda: len(applied_hashes(first[0])) >= 1, 150, "the first epoch to train", c.diagnostics
+    )
+    joiner = c.start_client()
+    wait_for(
+        lambda: joiner.events("model fetched peer-to-peer"),
+        200,
+        "the joiner to fetch the model",
+        c.diagnostics,
+    )
+    fetched = joiner.events("model fetched peer-to-peer")[0]
+    assert fetched["bytes"] > 0
+    wait_for(
+        lambda: len(applied_hashes(joiner)) >= 3, 150, "the joiner to apply steps", c.diagnostics
+    )
+    joined = applied_hashes(joiner)
+    for proc in first:
+        theirs = applied_hashes(proc)
+        for step, value in joined.items():
+            if step in theirs:
+                assert theirs[step] == value, f"joiner differs from {proc.name} at {step}"
+    # the model it fetched is the one the others held at the end of the first epoch
+    epoch0_last = max(s for s in applied_hashes(first[0]) if s < min(joined))
+    assert fetched["weights_hash"] == applied_hashes(first[0])[epoch0_last]
