@@ -1,0 +1,297 @@
+"""Coordinator server benchmark; prints exactly one JSON object on stdout.
+
+A real `psyche-server run` subprocess on loopback (uvloop, 500 ms ticks) with N connected
+protocol clients in this process: `min(N, 256)` of them join (the run enters a long Warmup with
+them as members, so the state carries 256 clients and peers), the rest only connect and listen.
+Measured per N:
+- `bytes_per_broadcast`: size of one state frame as received;
+- `broadcast_latency_ms`: a member sends a warmup witness (which changes the state, so the
+  server ticks and broadcasts at once); latency = time from that send until each client holds
+  the new state (p50 / p99 / max over clients, median over several probes);
+- `server_cpu_ms_per_tick`: the server process's user+system CPU over an idle window divided by
+  the broadcasts received in it (one per tick).
+Baseline: the same measurements with 16 clients in the same run; `ratios_vs_baseline` divides.
+The latency includes this process reading every socket in turn (one Python event loop for all
+clients), so it is an upper bound on what the server alone adds. CPU is sampled in 10 ms kernel
+ticks over ~10 server ticks, so small values are coarse.
+
+Usage: .venv/bin/python bench/server.py [--sizes 256,1000] [--probes 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+from psyche_common.committee import WitnessProof
+from psyche_common.coordinator.types import Witness
+from psyche_common.protocol import (
+    Identity,
+    connect_handshake,
+    decode_payload,
+    read_frame_bytes,
+    write_frame,
+)
+from psyche_common.protocol.messages import Join, WarmupWitness, to_wire
+
+BASELINE_CLIENTS = 16
+MAX_MEMBERS = 256
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def state_document(members: int) -> dict[str, Any]:
+    return {
+        "run_id": "bench",
+        "run_state": "WaitingForMembers",
+        "config": {
+            "warmup_time": 3600,
+            "cooldown_time": 5,
+            "max_round_train_time": 10,
+            "round_witness_time": 2,
+            "epoch_time": 7200,
+            "waiting_for_members_extra_time": 1,
+            "total_steps": 1000,
+            "init_min_clients": members,
+            "min_clients": 1,
+            "witness_nodes": 0,
+            "verification_percent": 0,
+            "global_batch_size_start": 256,
+            "global_batch_size_end": 256,
+            "global_batch_size_warmup_tokens": 0,
+        },
+        "model": {
+            "LLM": {
+                "architecture": "HfLlama",
+                "data_type": "Pretraining",
+                "max_seq_len": 128,
+                "cold_start_warmup_steps": 0,
+                "data_location": "Dummy",
+                "checkpoint": {"Dummy": {"repo_id": "dummy"}},
+                "lr_schedule": {
+                    "Constant": {"base_lr": 1e-4, "warmup_steps": 0, "warmup_init_lr": 0.0}
+                },
+                "optimizer": "Dummy",
+            }
+        },
+    }
+
+
+def process_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+class BenchClient:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.identity = Identity.generate()
+        self.frames = 0
+        self.last: bytes = b""
+        self.changed_at: list[float] = []  # receipt times of frames that differ from the last
+        self.bytes_last = 0
+
+    async def connect(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        await connect_handshake(self.reader, self.writer, self.identity, timeout=30)
+        self.task = asyncio.create_task(self.read_loop())
+
+    async def read_loop(self) -> None:
+        try:
+            while True:
+                frame = await read_frame_bytes(self.reader, 1 << 26)
+                now = time.perf_counter()
+                self.frames += 1
+                self.bytes_last = len(frame) + 4
+                if frame != self.last:
+                    self.last = frame
+                    self.changed_at.append(now)
+        except Exception:
+            return
+
+    async def send(self, message: Any) -> None:
+        await write_frame(self.writer, to_wire(message))
+
+    def close(self) -> None:
+        self.writer.transport.abort()
+        self.task.cancel()
+
+
+async def start_server(state_path: Path) -> tuple[asyncio.subprocess.Process, int]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "psyche_server",
+        "run",
+        "--no-tui",
+        "--state",
+        str(state_path),
+        "--log-level",
+        "warning",
+        "--host",
+        "127.0.0.1",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+    match = re.search(r"listening on [0-9.]+:(\d+)", line)
+    if match is None:
+        raise RuntimeError(f"server did not start: {line!r}")
+    return process, int(match.group(1))
+
+
+async def wait_until(predicate: Any, timeout: float) -> None:
+    deadline = time.perf_counter() + timeout
+    while not predicate():
+        if time.perf_counter() > deadline:
+            raise TimeoutError("benchmark condition not reached")
+        await asyncio.sleep(0.01)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def measure(n_clients: int, probes: int, workdir: Path) -> dict[str, Any]:
+    members = min(n_clients, MAX_MEMBERS)
+    state_path = workdir / f"state-{n_clients}.toml"
+    state_path.write_text(tomli_w.dumps(state_document(members)))
+    process, port = await start_server(state_path)
+    clients: list[BenchClient] = []
+    try:
+        for start in range(0, n_clients, 100):
+            batch = [BenchClient(port) for _ in range(start, min(n_clients, start + 100))]
+            await asyncio.gather(*(c.connect() for c in batch))
+            clients.extend(batch)
+        for index, client in enumerate(clients[:members]):
+            await client.send(Join(run_id="bench", p2p_address=f"127.0.0.1:{20000 + index}"))
+        # all members in Warmup, and every client has the state with all of them
+        await wait_until(
+            lambda: all(len(c.changed_at) >= 1 and c.bytes_last > 0 for c in clients), 60
+        )
+        await asyncio.sleep(1.5)
+        first = clients[0]
+        await wait_until(lambda: first.frames > 0, 10)
+
+        # idle ticks: CPU per tick
+        frames_before = first.frames
+        cpu_before = process_cpu_seconds(process.pid)
+        await asyncio.sleep(5.0)
+        cpu_after = process_cpu_seconds(process.pid)
+        ticks = max(1, first.frames - frames_before)
+        cpu_ms_per_tick = 1000 * (cpu_after - cpu_before) / ticks
+        bytes_per_broadcast = first.bytes_last
+
+        # latency probes: distinct members send a warmup witness each
+        member_ids = [
+            entry[0]
+            for entry in decode_payload(first.last)["coordinator"]["epoch_state"]["clients"]
+        ]
+        by_id = {c.identity.public_key: c for c in clients}
+        latencies: list[dict[str, float]] = []
+        for probe in range(probes):
+            await asyncio.sleep(0.25)  # land between ticks
+            counts = [len(c.changed_at) for c in clients]
+            sender = by_id[member_ids[probe]]
+            witness = Witness(proof=WitnessProof(probe, probe, False))
+            started = time.perf_counter()
+            await sender.send(WarmupWitness(witness=witness.to_wire()))
+            await wait_until(
+                lambda counts=counts: all(
+                    len(c.changed_at) > k for c, k in zip(clients, counts, strict=True)
+                ),
+                30,
+            )
+            delays = [
+                1000 * (c.changed_at[k] - started) for c, k in zip(clients, counts, strict=True)
+            ]
+            latencies.append(
+                {
+                    "p50": percentile(delays, 0.5),
+                    "p99": percentile(delays, 0.99),
+                    "max": max(delays),
+                }
+            )
+        return {
+            "clients": n_clients,
+            "members": members,
+            "bytes_per_broadcast": bytes_per_broadcast,
+            "broadcast_latency_ms": {
+                key: round(statistics.median(p[key] for p in latencies), 3)
+                for key in ("p50", "p99", "max")
+            },
+            "server_cpu_ms_per_tick": round(cpu_ms_per_tick, 3),
+            "ticks_measured": ticks,
+        }
+    finally:
+        for client in clients:
+            client.close()
+        process.terminate()
+        await asyncio.wait_for(process.wait(), 30)
+
+
+async def main_async(sizes: list[int], probes: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        baseline = await measure(BASELINE_CLIENTS, probes, workdir)
+        results = {str(n): await measure(n, probes, workdir) for n in sizes}
+    ratios = {
+        size: {
+            "latency_max": round(
+                r["broadcast_latency_ms"]["max"]
+                / max(1e-9, baseline["broadcast_latency_ms"]["max"]),
+                2,
+            ),
+            "latency_p50": round(
+                r["broadcast_latency_ms"]["p50"]
+                / max(1e-9, baseline["broadcast_latency_ms"]["p50"]),
+                2,
+            ),
+            "cpu_per_tick": round(
+                r["server_cpu_ms_per_tick"] / max(1e-9, baseline["server_cpu_ms_per_tick"]), 2
+            ),
+            "bytes_per_broadcast": round(
+                r["bytes_per_broadcast"] / baseline["bytes_per_broadcast"], 2
+            ),
+        }
+        for size, r in results.items()
+    }
+    return {
+        "benchmark": "server",
+        "tick_interval_s": 0.5,
+        "baseline": baseline,
+        "results": results,
+        "ratios_vs_baseline": ratios,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="256,1000")
+    parser.add_argument("--probes", type=int, default=5)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    try:
+        import uvloop
+
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:
+        runner = asyncio.Runner()
+    with runner:
+        report = runner.run(main_async(sizes, args.probes))
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
