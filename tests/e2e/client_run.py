@@ -146,7 +146,7 @@ class Cluster:
             env=self.env(),
         )
         self.server = Proc("server", popen, log)
-        wait_for(lambda: _port_open(self.port), 30, "server port")
+        wait_for(lambda: _port_open(self.port), 30, "server port", self.diagnostics)
         return self.server
 
     def start_client(self, *extra: str, dummy_delay: float | None = None) -> Proc:

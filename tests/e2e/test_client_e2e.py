@@ -81,7 +81,7 @@ def test_sigkill_mid_round_does_not_stall_the_run(cluster) -> None:
 
 @pytest.mark.slow
 def test_late_joiner_fetches_model_peer_to_peer_and_trains_identically(cluster) -> None:
-    c = cluster(total_steps=40, epoch_time=20, cooldown_time=4, init_min_clients=3)
+    c = cluster(total_steps=40, warmup_time=20, epoch_time=30, cooldown_time=4)
     c.start_server()
     first = [c.start_client() for _ in range(3)]
     wait_for(
