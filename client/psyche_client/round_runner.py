@@ -621,6 +621,7 @@ class RoundRunner:
                     "this client's weights would differ from its peers'"
                 )
             results.append(payload)
+            self.stats.applied_senders.add(candidate.sender)
         if results:
             async with self._model_lock:
                 await asyncio.to_thread(self.backend.apply, step, results)

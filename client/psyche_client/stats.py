@@ -19,6 +19,7 @@ WINDOW = 16
 class ClientStats:
     losses: list[tuple[int, float]] = field(default_factory=list)
     weights_hashes: dict[int, bytes] = field(default_factory=dict)
+    applied_senders: set[bytes] = field(default_factory=set)
     step_durations: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     train_durations: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     results_announced: int = 0

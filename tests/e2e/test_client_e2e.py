@@ -108,3 +108,51 @@ def test_late_joiner_fetches_model_peer_to_peer_and_trains_identically(cluster) 
     # the model it fetched is the one the others held at the end of the first epoch
     epoch0_last = max(s for s in applied_hashes(first[0]) if s < min(joined))
     assert fetched["weights_hash"] == applied_hashes(first[0])[epoch0_last]
+
+
+async def test_corrupted_blobs_are_detected_and_never_applied(cluster) -> None:
+    """Three in-process clients (real P2P nodes, dummy backend) against a real server; one
+    client's node serves every blob with a flipped byte. Its own results can be fetched from
+    nobody else, so no witness quorum sees them and they are never applied; honest clients
+    keep identical weights and finish the run."""
+    import asyncio
+
+    from psyche_client.app import ClientApp, ClientOptions
+    from psyche_common.protocol import Identity
+
+    c = cluster(total_steps=10, witness_nodes=0, max_round_train_time=8)
+    c.start_server()
+    apps = []
+    for _ in range(3):
+        options = ClientOptions(
+            server_addr=f"127.0.0.1:{c.port}",
+            run_id="e2e-run",
+            identity=Identity.generate(),
+            bind_p2p_interface="127.0.0.1",
+            advertise_host="127.0.0.1",
+            dummy_training_delay_secs=0.1,
+        )
+        apps.append(ClientApp(options))
+    bad = apps[0]
+    store = bad.node.blobs
+    honest_get = store.get
+
+    def corrupt_get(digest: bytes) -> bytes | None:
+        data = honest_get(digest)
+        return None if data is None else bytes([data[0] ^ 0xFF]) + data[1:]
+
+    store.get = corrupt_get  # type: ignore[method-assign]
+    codes = await asyncio.wait_for(asyncio.gather(*(app.run() for app in apps)), 300)
+    assert codes[1:] == [0, 0]
+    honest = apps[1:]
+    assert sum(app.node.stats.downloads.corrupt for app in honest) > 0
+    tables = [app.stats.weights_hashes for app in honest]
+    common = sorted(set(tables[0]) & set(tables[1]))
+    assert len(common) >= 5
+    assert all(tables[0][s] == tables[1][s] for s in common)
+    bad_id = bad.identity.public_key
+    for app in honest:
+        runner = app.runner
+        assert runner is not None and runner.fatal is None
+        assert bad_id not in app.stats.applied_senders
+        assert len(app.stats.applied_senders) == 2
