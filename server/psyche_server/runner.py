@@ -93,6 +93,12 @@ def build_app(request: RunRequest) -> ServerApp:
 async def run_app(app: ServerApp, tui: bool) -> None:
     """Start `app`, announce the port, and serve until a signal (or the dashboard) stops it."""
     stop = asyncio.Event()
+    log_buffer = None
+    if tui:
+        from .tui.log_buffer import LogBuffer
+
+        log_buffer = LogBuffer()  # collects from the start, shown in the Logs tab
+        logging.getLogger().addHandler(log_buffer)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -113,7 +119,7 @@ async def run_app(app: ServerApp, tui: bool) -> None:
     if tui:
         from .tui.app import ServerDashboard
 
-        dashboard = ServerDashboard(app)
+        dashboard = ServerDashboard(app, log_buffer=log_buffer)
 
         async def run_dashboard() -> None:
             try:
@@ -129,6 +135,8 @@ async def run_app(app: ServerApp, tui: bool) -> None:
             dashboard.exit()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(dashboard_task, 5)
+        if log_buffer is not None:
+            logging.getLogger().removeHandler(log_buffer)
         log.info("server stopped")
 
 

@@ -38,6 +38,7 @@ class ServerDashboard(App[None]):
     TITLE = "psyche-server"
     ENABLE_COMMAND_PALETTE = False
     CSS = """
+    #top { height: auto; }
     #top > Box { width: 1fr; }
     .column { width: 1fr; }
     #data-gauge { margin: 1 1; }
