@@ -22,23 +22,17 @@ from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.types import ACTIVE_STATES, RunState
 from psyche_common.protocol import encode_frame, short_id
 from psyche_common.protocol.messages import (
-    Checkpoint,
-    HealthCheck,
     Join,
-    WarmupWitness,
-    Witness,
     parse_client_message,
 )
 
 from .bridge import (
     client_index,
-    parse_checkpoint,
-    parse_health_checks,
-    parse_witness,
     unhealthy_exited_ids,
 )
+from .client_messages import apply_client_message, reported_weights
 from .connections import CloseConnection, Connection, ConnectionLimits, ConnectionManager
-from .consistency import WeightsHashTracker
+from .consistency import WeightsHashMonitor
 from .persistence import save_state
 
 log = logging.getLogger("psyche.server")
@@ -85,8 +79,7 @@ class ServerApp:
         # joined, not kicked; insertion order = join order
         self.pending: dict[bytes, None] = {}
         self.p2p_addresses: dict[bytes, str] = {}
-        self.weights = WeightsHashTracker()
-        self._flagged_divergence: set[tuple[int, bytes]] = set()
+        self.weights = WeightsHashMonitor()
         self.stats = ServerStats()
         self.port: int | None = None
         self._last_state_frame: bytes | None = None
@@ -317,56 +310,27 @@ class ServerApp:
     async def _on_message(self, conn: Connection, message: Any) -> None:
         self.stats.messages += 1
         client_id = conn.peer_id
-        now = self.now()
         if isinstance(message, Join):
             self._on_join(conn, message)
-            self.tick(broadcast=False)
-            self._broadcast_if_changed()
-            return
-        try:
-            if isinstance(message, WarmupWitness):
-                witness = parse_witness("WarmupWitness", message.witness)
-                self.coordinator.warmup_witness(client_id, witness, now, secrets.randbits(64))
-            elif isinstance(message, Witness):
-                witness = parse_witness("Witness", message.witness)
-                self._record_weights(
-                    client_id, message.metadata.step, message.metadata.weights_hash
+        else:
+            report = reported_weights(message)
+            if report is not None:
+                self.weights.record(report[0], client_id, report[1])
+            try:
+                apply_client_message(self.coordinator, client_id, message, self.now())
+            except CoordinatorError as exc:
+                self.stats.coordinator_errors += 1
+                log.warning(
+                    "%s from %s refused: %s",
+                    message.type,
+                    short_id(client_id),
+                    exc,
+                    extra={
+                        "client": short_id(client_id),
+                        "message_type": message.type,
+                        "error": str(exc),
+                    },
                 )
-                self.coordinator.witness(client_id, witness, now)
-            elif isinstance(message, HealthCheck):
-                if message.weights_hash is not None and message.step is not None:
-                    self._record_weights(client_id, message.step, message.weights_hash)
-                if message.checks:
-                    dropped = self.coordinator.health_check(client_id, parse_health_checks(message))
-                    log.info(
-                        "health check from %s dropped %d client(s)",
-                        short_id(client_id),
-                        dropped,
-                        extra={"client": short_id(client_id), "dropped": dropped},
-                    )
-            elif isinstance(message, Checkpoint):
-                checkpoint = parse_checkpoint(message.checkpoint)
-                index = client_index(self.coordinator, client_id)
-                if index is None:
-                    log.warning(
-                        "checkpoint from %s, which is not a client of this epoch",
-                        short_id(client_id),
-                    )
-                else:
-                    self.coordinator.checkpoint(client_id, index, checkpoint)
-        except CoordinatorError as exc:
-            self.stats.coordinator_errors += 1
-            log.warning(
-                "%s from %s refused: %s",
-                message.type,
-                short_id(client_id),
-                exc,
-                extra={
-                    "client": short_id(client_id),
-                    "message_type": message.type,
-                    "error": str(exc),
-                },
-            )
         self.tick(broadcast=False)
         self._broadcast_if_changed()
 
@@ -393,26 +357,4 @@ class ServerApp:
                 message.p2p_address,
                 message.client_version,
                 extra={"client": short_id(client_id), "p2p_address": message.p2p_address},
-            )
-
-    def _record_weights(self, client_id: bytes, step: int, weights_hash: bytes | None) -> None:
-        if weights_hash is None:
-            return
-        verdict = self.weights.record(step, client_id, weights_hash)
-        for outlier in verdict.divergent:
-            if (step, outlier) in self._flagged_divergence:
-                continue
-            self._flagged_divergence.add((step, outlier))
-            log.warning(
-                "weights of %s at step %d differ from the majority (%d reports)",
-                short_id(outlier),
-                step,
-                verdict.reports,
-                extra={
-                    "event": "weights_divergence",
-                    "client": short_id(outlier),
-                    "step": step,
-                    "weights_hash": self.weights.reports[step][outlier].hex(),
-                    "majority_hash": verdict.majority.hex() if verdict.majority else None,
-                },
             )

@@ -3,8 +3,11 @@ flags any client whose hash differs from the majority at that step (pure bookkee
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
+
+log = logging.getLogger("psyche.server.consistency")
 
 
 @dataclass(frozen=True)
@@ -56,3 +59,38 @@ class WeightsHashTracker:
         for step in self.reports:
             flagged |= self.verdict(step).divergent
         return frozenset(flagged)
+
+
+class WeightsHashMonitor:
+    """A tracker that logs each (step, client) found to disagree with the majority once."""
+
+    def __init__(self, tracker: WeightsHashTracker | None = None) -> None:
+        self.tracker = tracker or WeightsHashTracker()
+        self._flagged: set[tuple[int, bytes]] = set()
+
+    def record(self, step: int, client_id: bytes, weights_hash: bytes) -> StepVerdict:
+        verdict = self.tracker.record(step, client_id, weights_hash)
+        oldest = min(self.tracker.reports)
+        self._flagged = {(s, c) for s, c in self._flagged if s >= oldest}
+        for outlier in sorted(verdict.divergent - {c for s, c in self._flagged if s == step}):
+            self._flagged.add((step, outlier))
+            log.warning(
+                "weights of %s at step %d differ from the majority (%d reports)",
+                outlier[:4].hex(),
+                step,
+                verdict.reports,
+                extra={
+                    "event": "weights_divergence",
+                    "client": outlier[:4].hex(),
+                    "step": step,
+                    "weights_hash": self.tracker.reports[step][outlier].hex(),
+                    "majority_hash": verdict.majority.hex() if verdict.majority else None,
+                },
+            )
+        return verdict
+
+    def latest(self) -> StepVerdict | None:
+        return self.tracker.latest()
+
+    def divergent_clients(self) -> frozenset[bytes]:
+        return self.tracker.divergent_clients()

@@ -52,3 +52,17 @@ def test_saved_state_resumes_progress_with_fresh_membership(tmp_path: Path) -> N
     )
     assert saved.run_state.value == "WaitingForMembers"
     assert not list((tmp_path / "saved").glob(".*"))  # no temporary file left behind
+
+
+def test_monitor_logs_each_outlier_once(caplog) -> None:
+    from psyche_server.consistency import WeightsHashMonitor
+
+    caplog.set_level("WARNING")
+    monitor = WeightsHashMonitor(WeightsHashTracker(max_steps=3))
+    for client in (A, B):
+        monitor.record(1, client, H1)
+    monitor.record(1, C, H2)
+    monitor.record(1, D, H1)  # C is still the outlier: not logged again
+    flagged = [r for r in caplog.records if getattr(r, "event", "") == "weights_divergence"]
+    assert [r.client for r in flagged] == [C[:4].hex()]
+    assert monitor.divergent_clients() == {C}

@@ -1,0 +1,64 @@
+"""Applying a validated client message to the coordinator (no I/O, no connection state).
+
+`apply_client_message` converts the message's nested wire dicts (`bridge`) and calls the matching
+coordinator method. It raises `CoordinatorError` when the coordinator refuses (the caller logs
+it; the sender stays connected) and `InvalidMessage` when a nested structure is malformed (the
+caller ends the connection). `Join` is handled by the app (it changes the pending set, not the
+coordinator).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+from psyche_common.protocol import short_id
+from psyche_common.protocol.messages import Checkpoint, HealthCheck, WarmupWitness, Witness
+
+from .bridge import client_index, parse_checkpoint, parse_health_checks, parse_witness
+
+log = logging.getLogger("psyche.server")
+
+
+def apply_client_message(coordinator: Any, client_id: bytes, message: Any, now: int) -> None:
+    if isinstance(message, WarmupWitness):
+        witness = parse_witness("WarmupWitness", message.witness)
+        coordinator.warmup_witness(client_id, witness, now, secrets.randbits(64))
+    elif isinstance(message, Witness):
+        coordinator.witness(client_id, parse_witness("Witness", message.witness), now)
+    elif isinstance(message, HealthCheck):
+        if message.checks:
+            dropped = coordinator.health_check(client_id, parse_health_checks(message))
+            log.info(
+                "health check from %s dropped %d client(s)",
+                short_id(client_id),
+                dropped,
+                extra={"client": short_id(client_id), "dropped": dropped},
+            )
+    elif isinstance(message, Checkpoint):
+        checkpoint = parse_checkpoint(message.checkpoint)
+        index = client_index(coordinator, client_id)
+        if index is None:
+            log.warning(
+                "checkpoint from %s, which is not a client of this epoch", short_id(client_id)
+            )
+        else:
+            coordinator.checkpoint(client_id, index, checkpoint)
+            log.info(
+                "checkpoint from %s: now %s",
+                short_id(client_id),
+                coordinator.model.checkpoint,
+                extra={"client": short_id(client_id)},
+            )
+    else:
+        raise TypeError(f"not a coordinator message: {type(message).__name__}")
+
+
+def reported_weights(message: Any) -> tuple[int, bytes] | None:
+    """The (step, weights hash) a message reports, if any."""
+    if isinstance(message, Witness) and message.metadata.weights_hash is not None:
+        return message.metadata.step, message.metadata.weights_hash
+    if isinstance(message, HealthCheck) and None not in (message.step, message.weights_hash):
+        return message.step, message.weights_hash  # type: ignore[return-value]
+    return None
