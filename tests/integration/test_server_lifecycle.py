@@ -98,3 +98,27 @@ async def test_divergent_weights_are_flagged(tmp_path: Path, caplog) -> None:
         records = [r for r in caplog.records if getattr(r, "event", None) == "weights_divergence"]
         assert records and records[0].client == odd.short_id
         await asyncio.gather(*(c.close() for c in [odd, *others]))
+
+
+async def test_init_warmup_time_applies_until_the_run_is_active(tmp_path: Path) -> None:
+    state = write_state(tmp_path / "s.toml", init_min_clients=2, warmup_time=60)
+    async with running_server(state, init_warmup_time=1) as app:
+        assert app.coordinator.config.warmup_time == 1
+        clients = await start_clients(2, app.port, app.run_id, auto=False)
+        await poll_until(lambda: app.run_state == RunState.RoundTrain, timeout=10)
+        assert app.coordinator.config.warmup_time == 60  # restored once active
+        await asyncio.gather(*(c.close() for c in clients))
+
+
+async def test_no_withdraw_on_disconnect(tmp_path: Path) -> None:
+    state = write_state(tmp_path / "s.toml", init_min_clients=2, warmup_time=30)
+    async with running_server(state, withdraw_on_disconnect=False) as app:
+        clients = await start_clients(2, app.port, app.run_id, auto=False)
+        await poll_until(lambda: app.run_state == RunState.Warmup)
+        clients[1].abort()
+        await poll_until(lambda: len(app.pending) == 1)
+        await asyncio.sleep(0.5)
+        assert app.run_state == RunState.Warmup
+        assert all(c.state == ClientState.Healthy for c in app.coordinator.epoch_state.clients)
+        assert len(app.coordinator.epoch_state.clients) == 2
+        await clients[0].close()
