@@ -10,7 +10,10 @@ import struct
 import pytest
 import torch
 import transformers
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from psyche_client.distro import (
+    DistroOptimizer,
     DistroResult,
     DistroSettings,
     ResultDecodeError,
@@ -199,3 +202,35 @@ def test_rejects_non_canonical_varint() -> None:
     padded = data[:30] + bytes([0x83, 0x00]) + data[31:]
     with pytest.raises(ResultDecodeError, match="shortest"):
         DistroResult.decode(padded, optimizer.layout)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    shapes=st.lists(
+        st.one_of(
+            st.tuples(st.integers(1, 40)),
+            st.tuples(st.integers(1, 30), st.integers(1, 30)),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    chunk=st.integers(1, 20),
+    topk=st.integers(1, 50),
+    one_bit=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_roundtrip_any_layout(
+    shapes: list[tuple[int, ...]], chunk: int, topk: int, one_bit: bool, seed: int
+) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    params = [
+        (f"p{i}", torch.nn.Parameter(torch.randn(shape, generator=gen)))
+        for i, shape in enumerate(shapes)
+    ]
+    settings_ = DistroSettings(0.9, topk, chunk, one_bit)
+    optimizer = DistroOptimizer(params, settings_)
+    for _, p in params:
+        p.grad = torch.randn(p.shape, generator=gen)
+    result = optimizer.generate(0.1, 9, BatchId(3, 5), 1).transmit
+    assert result.payload_bytes() == optimizer.layout.payload_bytes()
+    assert DistroResult.decode(result.encode(), optimizer.layout) == result
