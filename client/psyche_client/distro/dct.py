@@ -43,6 +43,16 @@ class DctTransform:
             raise ValueError(f"compression_chunk must be >= 1, got {target_chunk}")
         self.target_chunk = target_chunk
         self._bases: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
+        self._xshapes: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+    def xshape(self, shape: Sequence[int]) -> tuple[int, ...]:
+        """`encoded_shape(shape, target_chunk)`, cached per shape."""
+        key = tuple(int(d) for d in shape)
+        cached = self._xshapes.get(key)
+        if cached is None:
+            cached = encoded_shape(key, self.target_chunk)
+            self._xshapes[key] = cached
+        return cached
 
     def basis(self, n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         key = (n, dtype, device)
@@ -54,7 +64,7 @@ class DctTransform:
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """DCT of every tile of `x`; returns shape `encoded_shape(x.shape, target_chunk)`."""
-        xshape = encoded_shape(x.shape, self.target_chunk)
+        xshape = self.xshape(x.shape)
         if x.dim() >= 2:
             *lead, rows_over, cols_over, n1, n2 = xshape
             f1 = self.basis(n1, x.dtype, x.device)
@@ -68,7 +78,7 @@ class DctTransform:
 
     def decode(self, encoded: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
         """Inverse of `encode`: from `encoded_shape(shape)` back to `shape`."""
-        xshape = encoded_shape(shape, self.target_chunk)
+        xshape = self.xshape(shape)
         if tuple(encoded.shape) != xshape:
             raise ValueError(
                 f"encoded tensor has shape {tuple(encoded.shape)}, expected {xshape} "
