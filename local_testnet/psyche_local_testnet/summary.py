@@ -6,7 +6,9 @@ start, 1 the first restart after a kill, ...). A line is one JSON object; the fi
 skipped.
 
 Weights hashes are compared between clients for the same (epoch, step, msg): the same log
-statement at the same step must report the same weights on every client.
+statement at the same step must report the same weights on every client. The run counts as
+finished when a client line has `state` "Finished" or the server's JSON log has a run-state
+change with `new_state` "Finished".
 """
 
 from __future__ import annotations
@@ -79,6 +81,25 @@ def parse_log_line(line: str, client_number: int, incarnation: int) -> ClientLog
         weights_hash=_str(data.get("weights_hash")),
         msg=_str(data.get("msg")),
     )
+
+
+def line_reports_finished(line: str) -> bool:
+    """Whether a JSON log line (client or server) says the run reached Finished."""
+    text = line.strip()
+    if '"Finished"' not in text:
+        return False
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and FINISHED_STATE in (data.get("state"), data.get("new_state"))
+
+
+def server_log_reports_finished(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        return any(line_reports_finished(line) for line in lines)
 
 
 def parse_log_lines(
@@ -182,8 +203,11 @@ def _mean(values: list[float]) -> float | None:
     return sum(finite) / len(finite) if finite else None
 
 
-def summarize(records: Iterable[ClientLogRecord], kills: int = 0) -> Summary:
-    """Aggregate client log records into a Summary (see the module doc for the rules)."""
+def summarize(
+    records: Iterable[ClientLogRecord], kills: int = 0, server_finished: bool = False
+) -> Summary:
+    """Aggregate client log records into a Summary (see the module doc for the rules);
+    `server_finished` says the server logged the run reaching Finished."""
     records = list(records)
     losses: dict[int, list[float]] = defaultdict(list)
     hashes: dict[tuple[int | None, int, str | None], dict[str, set[int]]] = defaultdict(
@@ -221,5 +245,5 @@ def summarize(records: Iterable[ClientLogRecord], kills: int = 0) -> Summary:
         hash_points_compared=compared,
         hash_mismatches=mismatches,
         clients_seen=len({r.client_number for r in records}),
-        finished=any(r.state == FINISHED_STATE for r in records),
+        finished=server_finished or any(r.state == FINISHED_STATE for r in records),
     )

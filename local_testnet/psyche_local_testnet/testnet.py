@@ -26,11 +26,11 @@ from psyche_local_testnet.commands import TestnetCommands, default_program
 from psyche_local_testnet.default_config import write_default_state
 from psyche_local_testnet.kills import KILL_SIGNALS, KillScheduler, check_kill_options
 from psyche_local_testnet.summary import (
-    FINISHED_STATE,
     Summary,
+    line_reports_finished,
     log_file_name,
-    parse_log_lines,
     read_client_logs,
+    server_log_reports_finished,
     summarize,
 )
 from psyche_local_testnet.tmux_session import TmuxTestnetSession
@@ -84,7 +84,7 @@ class _LogWatcher:
     def poll(self) -> None:
         if not self.directory.is_dir():
             return
-        for path in self.directory.glob("client-*.jsonl"):
+        for path in [*self.directory.glob("client-*.jsonl"), self.directory / "server.log"]:
             offset = self._offsets.get(path, 0)
             try:
                 with path.open("rb") as file:
@@ -95,7 +95,7 @@ class _LogWatcher:
             complete = chunk[: chunk.rfind(b"\n") + 1]
             self._offsets[path] = offset + len(complete)
             lines = complete.decode("utf-8", errors="replace").splitlines()
-            if any(r.state == FINISHED_STATE for r in parse_log_lines(lines, 0, 0)):
+            if any(line_reports_finished(line) for line in lines):
                 self.finished = True
 
 
@@ -321,7 +321,11 @@ class Testnet:
             self.echo(f"stopping the testnet ({self.stop_reason or 'error'})...")
             self.tmux.close(signal.SIGINT, TEARDOWN_GRACE)
         if commands.log_dir is not None:
-            summary = summarize(read_client_logs(commands.log_dir), kills=self.kills)
+            summary = summarize(
+                read_client_logs(commands.log_dir),
+                kills=self.kills,
+                server_finished=server_log_reports_finished(commands.log_dir / "server.log"),
+            )
             for line in summary.render_lines():
                 self.echo(line)
             self.echo(f"logs: {commands.log_dir}")

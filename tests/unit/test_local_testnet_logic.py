@@ -18,9 +18,11 @@ from psyche_local_testnet.identities import client_secret_hex, client_secret_key
 from psyche_local_testnet.kills import KillScheduler, check_kill_options
 from psyche_local_testnet.summary import (
     ClientLogRecord,
+    line_reports_finished,
     log_file_name,
     parse_log_lines,
     read_client_logs,
+    server_log_reports_finished,
     summarize,
 )
 
@@ -206,3 +208,18 @@ def test_default_config_is_valid(clients: int, kills: int | None) -> None:
     assert document["model"]["LLM"]["data_location"] == {"Builtin": "python-stdlib"}
     assert document["config"]["init_min_clients"] == clients
     assert document["config"]["min_clients"] == max(1, clients - (kills or 0))
+
+
+def test_finished_is_read_from_client_and_server_lines(tmp_path: Path) -> None:
+    server_log = tmp_path / "server.log"
+    server_log.write_text(
+        json.dumps({"msg": "run state RoundWitness -> Cooldown", "new_state": "Cooldown"}) + "\n"
+    )
+    assert not server_log_reports_finished(server_log)
+    with server_log.open("a") as log:
+        log.write(json.dumps({"msg": "run state Cooldown -> Finished", "new_state": "Finished"}))
+    assert server_log_reports_finished(server_log)
+    assert not server_log_reports_finished(tmp_path / "missing.log")
+    assert line_reports_finished('{"state": "Finished", "step": 9}')
+    assert not line_reports_finished('{"msg": "Finished soon", "state": "RoundTrain"}')
+    assert summarize([], server_finished=True).finished
