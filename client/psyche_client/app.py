@@ -96,6 +96,7 @@ class ClientApp:
         self.stats = ClientStats()
         self.shared = SharedModel()
         self.members: set[bytes] = set()
+        self.peer_addresses: dict[bytes, str] = {}
         self.coordinator: Any = None
         self.on_snapshot = on_snapshot
         self.model_download_progress: tuple[int, int] | None = None
@@ -251,6 +252,7 @@ class ClientApp:
                     self.coordinator = coordinator
                     self.members = {c.id for c in coordinator.epoch_state.clients}
                     self.node.set_peers(update.peers)
+                    self.peer_addresses = update.peers
                     state = run_state_name(coordinator)
                     if state == "RoundTrain" and runner.active != "training":
                         self.shared.clear()

@@ -1,0 +1,184 @@
+"""Pure snapshot of a running client for the dashboard (no Textual imports here).
+
+`build_view(app, bandwidth)` reads the client app, its runner, stats, P2P node and the last
+coordinator state and returns plain values; the dashboard only renders them. Tests build a
+`ClientView` directly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from psyche_common.protocol import short_id
+
+
+@dataclass(frozen=True)
+class DownloadRow:
+    label: str
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class PeerRow:
+    short_id: str
+    address: str
+    latency: float | None
+    bytes_received: int
+    bytes_sent: int
+
+
+@dataclass(frozen=True)
+class ClientView:
+    client_id: str = ""
+    run_state: str = "Connecting"
+    status: str = "Connecting"
+    epoch: int = 0
+    step: int = 0
+    height: int = 0
+    losses: tuple[tuple[int, float], ...] = ()
+    last_loss: float | None = None
+    tokens_per_sec: float = 0.0
+    efficiency: float = 0.0
+    global_batch_tokens: int = 0
+    total_tokens: int = 0
+    my_batches: tuple[str, ...] = ()
+    batches_left: int = 0
+    role: str = "-"
+    weights_hash: str = ""
+    bytes_up_step: int = 0
+    bytes_down_step: int = 0
+    clients: tuple[str, ...] = ()
+    data_source: str = ""
+    checkpoint: str = ""
+    peers: tuple[PeerRow, ...] = ()
+    downloads: tuple[DownloadRow, ...] = ()
+    bandwidth: tuple[float, ...] = ()
+    corrupt_blobs: int = 0
+
+
+@dataclass
+class BandwidthMeter:
+    """Download bytes/s sampled once a second, last 60 samples."""
+
+    samples: deque[float] = field(default_factory=lambda: deque(maxlen=60))
+    _last_total: int | None = None
+    _last_time: float | None = None
+
+    def sample(self, total_received: int, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        if self._last_total is not None and self._last_time is not None:
+            elapsed = now - self._last_time
+            if elapsed < 1.0:
+                return
+            self.samples.append(max(0, total_received - self._last_total) / elapsed)
+        self._last_total = total_received
+        self._last_time = now
+
+
+def format_count(value: float, unit: str = "") -> str:
+    for suffix in ("", "K", "M", "B", "T"):
+        if abs(value) < 1000 or suffix == "T":
+            text = f"{value:.0f}" if suffix == "" else f"{value:.1f}{suffix}"
+            return f"{text}{unit}"
+        value /= 1000
+    return f"{value}{unit}"
+
+
+def format_bytes(value: float) -> str:
+    for suffix in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or suffix == "GiB":
+            return f"{value:.0f} {suffix}" if suffix == "B" else f"{value:.1f} {suffix}"
+        value /= 1024
+    return f"{value} B"
+
+
+def _role(runner: Any) -> str:
+    round_ = getattr(runner, "current", None)
+    if round_ is None:
+        return "-"
+    roles = round_.roles
+    parts = ["Trainer" if roles.is_trainer else "Idle"]
+    if roles.is_witness:
+        parts.append("Witness")
+    return " + ".join(parts)
+
+
+def build_view(app: Any, bandwidth: BandwidthMeter) -> ClientView:
+    """Snapshot a `ClientApp` (duck-typed so tests can pass stand-ins)."""
+    coordinator = app.coordinator
+    runner = app.runner
+    stats = app.stats
+    node = app.node
+    bandwidth.sample(node.stats.total_received)
+    traffic = node.stats.current()
+    round_ = getattr(runner, "current", None)
+    state = str(coordinator.run_state) if coordinator is not None else "Connecting"
+    status = state
+    if coordinator is not None and state == "RoundTrain" and round_ is not None:
+        status = f"Training ({round_.batches_left} batches left)"
+    peers = []
+    for peer_id in node.known_peers():
+        peer_stats = node.stats.peers.get(peer_id)
+        peers.append(
+            PeerRow(
+                short_id(peer_id),
+                app.peer_addresses.get(peer_id, "?"),
+                node.health.latency.get(peer_id),
+                peer_stats.bytes_received if peer_stats else 0,
+                peer_stats.bytes_sent if peer_stats else 0,
+            )
+        )
+    downloads = []
+    for candidate_round in (getattr(runner, "previous", None), round_):
+        if candidate_round is None:
+            continue
+        for data_hash, task in candidate_round.downloads.items():
+            if task.done():
+                continue
+            announcement = candidate_round.announcements.get(data_hash)
+            size = announcement.size if announcement is not None else 0
+            downloads.append(DownloadRow(f"result {data_hash.hex()[:12]}", 0, size))
+    if app.model_download_progress is not None:
+        done, total = app.model_download_progress
+        if done < total:
+            downloads.append(DownloadRow("model parameters", done, total))
+    weights = stats.weights_hashes[max(stats.weights_hashes)] if stats.weights_hashes else b""
+    clients: tuple[str, ...] = ()
+    data_source = checkpoint = ""
+    height = 0
+    if coordinator is not None:
+        clients = tuple(short_id(c.id) for c in coordinator.epoch_state.clients)
+        data_source = str(coordinator.model.data_location)
+        checkpoint = str(coordinator.model.checkpoint)
+        height = coordinator.current_round().height
+    return ClientView(
+        client_id=short_id(app.identity.public_key),
+        run_state=state,
+        status=status,
+        epoch=stats.epoch,
+        step=stats.step,
+        height=height,
+        losses=tuple(stats.losses[-200:]),
+        last_loss=stats.last_loss,
+        tokens_per_sec=stats.tokens_per_sec,
+        efficiency=stats.efficiency,
+        global_batch_tokens=stats.global_batch_tokens,
+        total_tokens=stats.total_tokens,
+        my_batches=tuple(str(b) for b in round_.roles.my_batches) if round_ else (),
+        batches_left=round_.batches_left if round_ else 0,
+        role=_role(runner),
+        weights_hash=weights.hex()[:16],
+        bytes_up_step=traffic.bytes_sent,
+        bytes_down_step=traffic.bytes_received,
+        clients=clients,
+        data_source=data_source,
+        checkpoint=checkpoint,
+        peers=tuple(peers),
+        downloads=tuple(downloads),
+        bandwidth=tuple(bandwidth.samples),
+        corrupt_blobs=node.stats.downloads.corrupt,
+    )

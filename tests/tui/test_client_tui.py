@@ -1,0 +1,122 @@
+"""The client dashboard, driven with Textual's pilot (no client process: views are given)."""
+
+from __future__ import annotations
+
+import logging
+
+from psyche_client.tui.app import ClientDashboard, LogLines
+from psyche_client.tui.view import BandwidthMeter, ClientView, DownloadRow, PeerRow
+from textual.widgets import RichLog, Static, TabbedContent
+
+
+def sample_view() -> ClientView:
+    return ClientView(
+        client_id="ab12cd34",
+        run_state="RoundTrain",
+        status="Training (1 batches left)",
+        epoch=1,
+        step=12,
+        height=4,
+        losses=((10, 4.5), (11, 4.1), (12, 3.9)),
+        last_loss=3.9,
+        tokens_per_sec=2048.0,
+        efficiency=0.75,
+        global_batch_tokens=2048,
+        total_tokens=24576,
+        my_batches=("B[96, 97]",),
+        batches_left=1,
+        role="Trainer + Witness",
+        weights_hash="00112233aabbccdd",
+        bytes_up_step=9000,
+        bytes_down_step=27000,
+        clients=("ab12cd34", "ffee0011"),
+        data_source="Builtin(python-stdlib)",
+        checkpoint="Hub builtin:llama-tiny",
+        peers=(PeerRow("ffee0011", "127.0.0.1:4000", 0.002, 27000, 9000),),
+        downloads=(DownloadRow("model parameters", 5, 20),),
+        bandwidth=(100.0, 2000.0, 500.0),
+        corrupt_blobs=1,
+    )
+
+
+def static_text(app: ClientDashboard, selector: str) -> str:
+    return str(app.query_one(selector, Static).render())
+
+
+async def test_tabs_show_the_view_and_switch_with_keys() -> None:
+    lines = LogLines()
+    app = ClientDashboard(client=None, log_lines=lines)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.render_view(sample_view())
+        await pilot.pause()
+        text = static_text(app, "#client-stats")
+        assert "Training (1 batches left)" in text and "Step: 12" in text
+        assert "Loss: 3.900" in text and "75%" in text and "00112233aabbccdd" in text
+        await pilot.press("2")
+        assert app.query_one(TabbedContent).active == "coordinator"
+        coordinator = static_text(app, "#coordinator-text")
+        assert "Clients: 2" in coordinator and "builtin:llama-tiny" in coordinator
+        await pilot.press("3")
+        assert app.query_one(TabbedContent).active == "network"
+        network = static_text(app, "#network-text")
+        assert "ffee0011 (127.0.0.1:4000)" in network and "[ 25.0%] 5/20" in network
+        lines.emit(logging.LogRecord("psyche.client", logging.INFO, "x", 1, "hello log", (), None))
+        app.refresh_view()
+        await pilot.press("4")
+        assert app.query_one(TabbedContent).active == "logs"
+        assert app.query_one("#log", RichLog).lines
+
+
+def test_bandwidth_meter_samples_once_a_second() -> None:
+    meter = BandwidthMeter()
+    meter.sample(0, now=0.0)
+    meter.sample(500, now=0.5)  # too early: ignored
+    meter.sample(2000, now=1.0)
+    meter.sample(2000, now=2.0)
+    assert list(meter.samples) == [2000.0, 0.0]
+
+
+async def test_dashboard_follows_a_live_run(tmp_path) -> None:
+    """A real server process and two in-process dummy clients, one shown in the dashboard."""
+    import asyncio
+
+    from psyche_client.app import ClientApp, ClientOptions
+    from psyche_common.protocol import Identity
+
+    from tests.e2e.client_run import Cluster, write_state
+
+    cluster = Cluster(
+        tmp_path, write_state(tmp_path / "state.toml", init_min_clients=2, total_steps=6)
+    )
+    cluster.start_server()
+    try:
+        apps = [
+            ClientApp(
+                ClientOptions(
+                    server_addr=f"127.0.0.1:{cluster.port}",
+                    run_id="e2e-run",
+                    identity=Identity.generate(),
+                    bind_p2p_interface="127.0.0.1",
+                    advertise_host="127.0.0.1",
+                    dummy_training_delay_secs=0.1,
+                )
+            )
+            for _ in range(2)
+        ]
+        other = asyncio.create_task(apps[1].run())
+        dashboard = ClientDashboard(apps[0], LogLines())
+        async with dashboard.run_test(size=(120, 40)) as pilot:
+            for _ in range(600):
+                await pilot.pause(0.1)
+                if dashboard.view.step >= 4 and dashboard.view.losses:
+                    break
+            view = dashboard.view
+            assert view.step >= 4, view
+            assert view.clients and len(view.clients) == 2
+            assert view.weights_hash
+            assert "Step:" in static_text(dashboard, "#client-stats")
+            assert len(view.peers) == 1
+        other.cancel()
+        await asyncio.gather(other, return_exceptions=True)
+    finally:
+        cluster.stop()
