@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,33 @@ class ConnectionLimits:
     max_buffered_send_bytes: int = 32 * 1024 * 1024
     socket_send_buffer: int | None = None
     """SO_SNDBUF for accepted sockets (None: the kernel's default)."""
+    max_connections: int = 4096
+    """Open sockets (authenticated or still in their handshake) beyond which new ones are dropped."""
+    messages_per_second: float = 100.0
+    message_burst: int = 500
+    """Token bucket per connection: a peer that sends faster than this is disconnected."""
+
+
+class RateLimiter:
+    """A token bucket: `allow()` is False once the peer exceeds `rate` messages/s beyond `burst`."""
+
+    def __init__(
+        self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._last = clock()
+
+    def allow(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
+        self._last = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
 
 
 class Connection:
@@ -168,6 +196,15 @@ class ConnectionManager:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._writers) >= self.limits.max_connections:
+            self.rejected_connections += 1
+            log.warning(
+                "%s: refusing a connection: %d connections open (limit)",
+                self.name,
+                len(self._writers),
+            )
+            writer.transport.abort()
+            return
         self._writers[task] = writer
         try:
             await self._serve(reader, writer)
@@ -252,9 +289,15 @@ class ConnectionManager:
                     log.exception("%s: disconnect handler failed for %s", self.name, conn)
 
     async def _read_loop(self, conn: Connection, reader: asyncio.StreamReader) -> None:
+        limiter = RateLimiter(self.limits.messages_per_second, self.limits.message_burst)
         while not conn.closed:
             try:
                 raw = await read_frame(reader, self.limits.max_frame_size)
+                if not limiter.allow():
+                    raise CloseConnection(
+                        f"more than {self.limits.messages_per_second:g} messages/s "
+                        f"(burst {self.limits.message_burst})"
+                    )
                 message = self._parse(raw)
                 await self._on_message(conn, message)
             except ConnectionClosed:

@@ -71,6 +71,13 @@ _existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
     help="seconds a new connection has to authenticate",
 )
 @click.option(
+    "--max-connections",
+    type=click.IntRange(1),
+    default=4096,
+    show_default=True,
+    help="open connections beyond which new ones are dropped",
+)
+@click.option(
     "--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True
 )
 @click.option("--log-level", default="info", show_default=True)
@@ -92,6 +99,7 @@ def run(
     tick_interval: float,
     max_frame_size: int,
     handshake_timeout: float,
+    max_connections: int,
     log_format: str,
     log_level: str,
     log_file: Path | None,
@@ -112,7 +120,11 @@ def run(
         init_warmup_time=init_warmup_time,
         withdraw_on_disconnect=withdraw_on_disconnect,
         tick_interval=tick_interval,
-        limits=ConnectionLimits(max_frame_size=max_frame_size, handshake_timeout=handshake_timeout),
+        limits=ConnectionLimits(
+            max_frame_size=max_frame_size,
+            handshake_timeout=handshake_timeout,
+            max_connections=max_connections,
+        ),
     )
     request = RunRequest(state_path, options, data_config, tui=use_tui)
     raise SystemExit(run_blocking(request))

@@ -127,3 +127,28 @@ async def test_save_kill_restart_resumes(tmp_path: Path) -> None:
     assert await restarted.stop() == 0
     for c in clients:
         await c.close()
+
+
+async def test_port_in_use_exits_with_clear_error(tmp_path: Path) -> None:
+    state = write_state(tmp_path / "s.toml")
+    blocker = await asyncio.start_server(lambda r, w: None, "0.0.0.0", 0)
+    port = blocker.sockets[0].getsockname()[1]
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "psyche_server",
+            "run",
+            "--no-tui",
+            "--state",
+            str(state),
+            "--server-port",
+            str(port),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, stderr = await asyncio.wait_for(process.communicate(), 30)
+        assert process.returncode == 1
+        assert f"cannot listen on 0.0.0.0:{port}".encode() in stderr
+    finally:
+        blocker.close()

@@ -174,3 +174,38 @@ async def test_client_that_stops_reading_is_disconnected(tmp_path: Path, caplog)
         await assert_still_served(honest)
         await honest.close()
         writer.transport.abort()
+
+
+async def test_flooding_client_is_disconnected(tmp_path: Path, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    limits = ConnectionLimits(handshake_timeout=1.0, messages_per_second=20, message_burst=50)
+    state = write_state(tmp_path / "s.toml", init_min_clients=3)
+    async with running_server(state, limits=limits) as app:
+        honest = await ProtocolClient(app.port, app.run_id, auto=False).connect()
+        reader, writer = await authenticated_stream(app.port)
+        report = {"type": "HealthCheck", "checks": [], "step": 1, "weights_hash": bytes(32)}
+        frame = encode_frame(report)
+        for _ in range(200):
+            writer.write(frame)
+        await writer.drain()
+        frames = await assert_closed(reader)
+        assert frames[-1]["type"] == "Rejected" and "messages/s" in frames[-1]["reason"]
+        await assert_still_served(honest)
+        await honest.close()
+
+
+async def test_connection_limit(tmp_path: Path, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    limits = ConnectionLimits(handshake_timeout=2.0, max_connections=3)
+    state = write_state(tmp_path / "s.toml", init_min_clients=3)
+    async with running_server(state, limits=limits) as app:
+        honest = await ProtocolClient(app.port, app.run_id, auto=False).connect()
+        idle = [await asyncio.open_connection("127.0.0.1", app.port) for _ in range(2)]
+        await asyncio.sleep(0.2)
+        reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
+        assert await assert_closed(reader) == []
+        assert reason_logged(caplog, "connections open (limit)")
+        await assert_still_served(honest)
+        for _, w in [*idle, (reader, writer)]:
+            w.close()
+        await honest.close()
