@@ -97,6 +97,11 @@ async def test_pending_pause_and_countdowns(tmp_path: Path) -> None:
         assert view.run_state == "Training"
         assert view.next_round_clients == ["01010101", "02020202"]
         assert view.clients_line == "Clients: 2 (0 exited)"
+        coordinator.withdraw(1)
+        coordinator.move_clients_to_exited(0)
+        view = build_view(server, 1010)
+        assert view.exited_clients == ["02020202 Withdrawn at height 0"]
+        assert view.clients_this_round == ["01010101 Healthy"]
     finally:
         await server.close()
 

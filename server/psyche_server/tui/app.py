@@ -76,6 +76,7 @@ class ServerDashboard(App[None]):
                     with Vertical(classes="column"):
                         yield Box("Coordinator info", id="coordinator-info")
                         yield Box("Clients this round", id="this-round")
+                        yield Box("Exited this epoch", id="exited")
             with TabPane("[2] Coordinator", id="coordinator"), Horizontal():
                 with Vertical(classes="column"):
                     yield Box("Run state", id="coord-run-state")
@@ -131,6 +132,7 @@ class ServerDashboard(App[None]):
             ),
         )
         self._set("this-round", "\n".join(view.clients_this_round) or "(none)")
+        self._set("exited", "\n".join(view.exited_clients) or "(none)")
         self._set("coord-run-state", view.run_state)
         self._set("coord-clients", "\n".join(view.clients_this_round) or "(none)")
         self._set("coord-config", "\n".join(view.config_lines))

@@ -58,6 +58,7 @@ class DashboardView:
     checkpoint: str
     weights_line: str
     clients_this_round: list[str]
+    exited_clients: list[str]
     config_lines: list[str]
     round_lines: list[str]
     data: DataView | None = None
@@ -141,6 +142,10 @@ def build_view(app: Any, now: int) -> DashboardView:
         checkpoint=str(coordinator.model.checkpoint),
         weights_line=_weights_line(app),
         clients_this_round=clients_this_round,
+        exited_clients=[
+            f"{short_id(c.id)} {c.state.name} at height {c.exited_height}"
+            for c in epoch_state.exited_clients
+        ],
         config_lines=config_lines,
         round_lines=round_lines,
         data=data,
