@@ -42,7 +42,10 @@ def assert_same_hashes(procs, min_common: int) -> list[int]:
 def test_real_training_three_clients_loss_decreases_identical_weights(cluster) -> None:
     c = cluster(total_steps=12, epoch_time=600)
     c.start_server()
-    clients = [c.start_client() for _ in range(3)]
+    checkpoints = c.tmp / "checkpoints"
+    clients = [c.start_client("--checkpoint-dir", str(checkpoints))] + [
+        c.start_client() for _ in range(2)
+    ]
     wait_for(
         lambda: all(p.popen.poll() is not None for p in clients),
         300,
@@ -58,6 +61,14 @@ def test_real_training_three_clients_loss_decreases_identical_weights(cluster) -
         first = sum(by_step[s] for s in steps[:3]) / 3
         last = sum(by_step[s] for s in steps[-3:]) / 3
         assert last < first - 0.3, f"{proc.name}: loss {first:.3f} -> {last:.3f}"
+    # the checkpoint written at cooldown loads with transformers and holds the final weights
+    from psyche_client.trainer import weights_digest
+    from transformers import AutoModelForCausalLM
+
+    saved = sorted(checkpoints.glob("e2e-run-step*"))
+    assert saved, f"no checkpoint in {checkpoints}"
+    model = AutoModelForCausalLM.from_pretrained(saved[-1])
+    assert weights_digest(model).hex() == applied_hashes(clients[0])[common[-1]]
 
 
 def test_sigkill_mid_round_does_not_stall_the_run(cluster) -> None:
