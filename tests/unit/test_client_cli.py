@@ -1,0 +1,74 @@
+"""`psyche-client` command line: help texts, identity sources, checkpoint retention."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+from psyche_client.app import _prune_checkpoints
+from psyche_client.cli import main
+from psyche_common.protocol import Identity
+
+TRAIN_FLAGS = [
+    "--server-addr",
+    "--run-id",
+    "--identity-secret-key-path",
+    "--bind-p2p-port",
+    "--bind-p2p-interface",
+    "--device",
+    "--micro-batch-size",
+    "--checkpoint-dir",
+    "--hub-repo",
+    "--logs",
+    "--write-log",
+    "--write-gradients-dir",
+    "--max-concurrent-parameter-requests",
+    "--max-concurrent-downloads",
+    "--dummy-training-delay-secs",
+]
+
+
+def test_train_help_explains_every_flag() -> None:
+    result = CliRunner().invoke(main, ["train", "--help"], terminal_width=200)
+    assert result.exit_code == 0
+    helps = {opt: param.help for param in main.commands["train"].params for opt in param.opts}
+    for flag in TRAIN_FLAGS:
+        assert flag in result.output, flag
+        assert helps.get(flag) and len(helps[flag]) > 20, f"{flag} has no explanation"
+
+
+def test_show_identity_from_file_and_env(tmp_path: Path) -> None:
+    identity = Identity.generate()
+    key = tmp_path / "key"
+    identity.save(key)
+    runner = CliRunner()
+    out = runner.invoke(main, ["show-identity", "-i", str(key)])
+    assert out.exit_code == 0 and identity.public_key.hex() in out.output
+    env = {"RAW_IDENTITY_SECRET_KEY": identity.secret_bytes().hex()}
+    out = runner.invoke(main, ["show-identity"], env=env)
+    assert identity.public_key.hex() in out.output
+    bad = runner.invoke(main, ["show-identity"], env={"RAW_IDENTITY_SECRET_KEY": "zz"})
+    assert bad.exit_code != 0 and "RAW_IDENTITY_SECRET_KEY" in bad.output
+
+
+def test_hub_repo_needs_checkpoint_dir() -> None:
+    result = CliRunner().invoke(
+        main, ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x", "--hub-repo", "a/b"]
+    )
+    assert result.exit_code != 0 and "--checkpoint-dir" in result.output
+
+
+def test_check_estimates_the_example_state(repo_root: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["check", "--state", str(repo_root / "state.toml.example"), "--device", "cpu"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "fits" in result.output
+
+
+def test_prune_keeps_the_newest_steps(tmp_path: Path) -> None:
+    for step in (3, 10, 7, 12):
+        (tmp_path / f"run-step{step}").mkdir()
+    (tmp_path / "other-step1").mkdir()
+    _prune_checkpoints(tmp_path, "run", 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other-step1", "run-step10", "run-step12"]

@@ -1,0 +1,79 @@
+"""The client's server connection against a scripted loopback server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from psyche_client.server_link import ServerLink, ServerLinkError, parse_server_addr
+from psyche_common.protocol import Identity, accept_handshake, read_frame, write_frame
+from psyche_common.protocol.messages import parse_client_message
+
+
+async def scripted_server(script):
+    received: list = []
+
+    async def handle(reader, writer):
+        peer = await accept_handshake(reader, writer)
+        received.append(("peer", peer))
+        received.append(parse_client_message(await read_frame(reader)))
+        await script(reader, writer, received)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, port, received
+
+
+def state(n: int) -> dict:
+    return {"type": "CoordinatorState", "coordinator": {"n": n}, "peers": {b"k" * 32: "1.2.3.4:5"}}
+
+
+async def test_join_dedup_and_messages() -> None:
+    async def script(reader, writer, received):
+        for frame in (state(1), state(1), state(2)):
+            await write_frame(writer, frame)
+        received.append(parse_client_message(await read_frame(reader, timeout=5)))
+        received.append(parse_client_message(await read_frame(reader, timeout=5)))
+        writer.close()
+
+    server, port, received = await scripted_server(script)
+    identity = Identity.generate()
+    async with server:
+        link = await ServerLink.connect(f"127.0.0.1:{port}", identity, "run-x", "127.0.0.1:999")
+        updates = []
+        with pytest.raises(ServerLinkError, match="connection lost"):
+            async for update in link.states():
+                updates.append(update)
+                if len(updates) == 2:
+                    await link.send_health_check([], 3, b"\x01" * 32)
+                    await link.send_checkpoint({"Hub": {"repo_id": "a/b", "revision": None}})
+        await link.close()
+    assert [u.coordinator["n"] for u in updates] == [1, 2]  # the repeated state is dropped
+    assert updates[0].peers == {b"k" * 32: "1.2.3.4:5"}
+    assert received[0] == ("peer", identity.public_key)
+    join = received[1]
+    assert join.run_id == "run-x" and join.p2p_address == "127.0.0.1:999"
+    assert received[2].type == "HealthCheck" and received[2].step == 3
+    assert received[3].type == "Checkpoint"
+
+
+async def test_rejection_is_reported_with_its_reason() -> None:
+    async def script(reader, writer, received):
+        await write_frame(writer, {"type": "Rejected", "reason": "wrong run id"})
+        writer.close()
+
+    server, port, _ = await scripted_server(script)
+    async with server:
+        link = await ServerLink.connect(f"127.0.0.1:{port}", Identity.generate(), "r", "h:1")
+        with pytest.raises(ServerLinkError, match="wrong run id"):
+            async for _ in link.states():
+                pass
+        await link.close()
+
+
+async def test_unreachable_server_and_bad_address() -> None:
+    with pytest.raises(ServerLinkError, match="cannot connect"):
+        await ServerLink.connect("127.0.0.1:1", Identity.generate(), "r", "h:1", timeout=2)
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        parse_server_addr("localhost")
+    assert parse_server_addr("[::1]:80") == ("::1", 80)
