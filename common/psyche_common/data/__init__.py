@@ -2,7 +2,7 @@
 
 A provider serves ``get_samples(BatchId) -> int64 array (len(batch), seq_len)``; build one from
 a config ``data_location`` with ``make_provider``. Modules: ``token_files`` (memory-mapped
-reader and sequence table), ``local``, ``http`` (+ ``http_client``), ``weighted``, ``dummy``,
+reader), ``sequence_index`` (sequence table and seeded shuffle), ``local``, ``http`` (+ ``http_client``), ``weighted``, ``dummy``,
 ``builtin`` (python-stdlib corpus), ``preprocessed`` (parquet), ``retry``, ``tokenize`` and
 ``cli``. Nothing here imports torch.
 """

@@ -15,11 +15,11 @@ import click
 
 from psyche_common.data.errors import DataError
 from psyche_common.data.provider import TOKENIZE_METADATA
+from psyche_common.data.sequence_index import parse_shuffle
 from psyche_common.data.token_files import (
     DATA_FILE_EXTENSIONS,
     TokenSequences,
     list_token_files,
-    parse_shuffle,
     parse_token_size,
 )
 

@@ -24,13 +24,8 @@ from psyche_common.config.data_location import Gcp, HttpData, NumberedFiles, Sin
 from psyche_common.config.enums import TokenSize
 from psyche_common.data.errors import DataFetchError, DataFileError
 from psyche_common.data.http_client import HttpOptions, HttpSession
-from psyche_common.data.token_files import (
-    DATA_FILE_EXTENSIONS,
-    SequenceTable,
-    parse_shuffle,
-    parse_token_size,
-    token_dtype,
-)
+from psyche_common.data.sequence_index import SequenceTable, parse_shuffle
+from psyche_common.data.token_files import DATA_FILE_EXTENSIONS, parse_token_size, token_dtype
 
 if TYPE_CHECKING:
     from psyche_common.assignment import BatchId

@@ -17,12 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from psyche_common.config.enums import TokenSize
-from psyche_common.data.token_files import (
-    TokenSequences,
-    list_token_files,
-    parse_shuffle,
-    parse_token_size,
-)
+from psyche_common.data.sequence_index import parse_shuffle
+from psyche_common.data.token_files import TokenSequences, list_token_files, parse_token_size
 
 if TYPE_CHECKING:
     from psyche_common.assignment import BatchId

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from psyche_common.data.errors import DataFileError
-from psyche_common.data.token_files import parse_shuffle, shuffled_order
+from psyche_common.data.sequence_index import parse_shuffle, shuffled_order
 
 if TYPE_CHECKING:
     import pyarrow as pa

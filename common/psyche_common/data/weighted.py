@@ -35,7 +35,7 @@ from psyche_common.data.errors import DataFileError, DataIndexError
 from psyche_common.data.http import HttpDataProvider, first_error, resolve_location
 from psyche_common.data.http_client import HttpOptions, HttpSession
 from psyche_common.data.provider import DataProvider
-from psyche_common.data.token_files import parse_shuffle, shuffled_order
+from psyche_common.data.sequence_index import parse_shuffle, shuffled_order
 
 
 def mixture_index(
