@@ -13,7 +13,6 @@ cut into ``seq_len`` sequences and shuffled with a fixed seed (``BUILTIN_SHUFFLE
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import os
@@ -22,16 +21,16 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from psyche_common.config.enums import TokenSize
 from psyche_common.data.errors import DataFileError
-from psyche_common.data.token_files import TokenSequences, open_token_file
-
-if TYPE_CHECKING:
-    from psyche_common.assignment import BatchId
+from psyche_common.data.token_files import (
+    TokenSequences,
+    TokenSequencesProvider,
+    open_token_file,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +126,7 @@ def python_stdlib_splits(
     return split_tokens(python_stdlib_tokens(cache_dir))
 
 
-class BuiltinDataProvider:
+class BuiltinDataProvider(TokenSequencesProvider):
     """Shuffled ``seq_len`` sequences of a builtin corpus's train (or validation) split."""
 
     def __init__(
@@ -151,16 +150,6 @@ class BuiltinDataProvider:
         self.sequences = TokenSequences(
             [tokens], [f"builtin:{name}/{split}"], seq_len, BUILTIN_SHUFFLE_SEED
         )
-
-    @property
-    def num_sequences(self) -> int:
-        return self.sequences.num_sequences
-
-    def read(self, batch: BatchId) -> np.ndarray:
-        return self.sequences.read(batch.start, batch.end)
-
-    async def get_samples(self, batch: BatchId) -> np.ndarray:
-        return await asyncio.to_thread(self.read, batch)
 
     def __repr__(self) -> str:
         return f"BuiltinDataProvider({self.name!r}, seq_len={self.seq_len})"

@@ -7,26 +7,26 @@ into ``seq_len`` sequences and optionally shuffled with a 32-byte seed (see ``to
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from psyche_common.config.enums import TokenSize
 from psyche_common.data.sequence_index import parse_shuffle
-from psyche_common.data.token_files import TokenSequences, list_token_files, parse_token_size
-
-if TYPE_CHECKING:
-    from psyche_common.assignment import BatchId
+from psyche_common.data.token_files import (
+    TokenSequences,
+    TokenSequencesProvider,
+    list_token_files,
+    parse_token_size,
+)
 
 logger = logging.getLogger(__name__)
 
 
-class LocalDataProvider:
+class LocalDataProvider(TokenSequencesProvider):
     """Sequences from the token files of ``directory``.
 
     ``shuffle`` is anything ``parse_shuffle`` accepts: None / "DontShuffle", 32 seed bytes, a
@@ -57,17 +57,6 @@ class LocalDataProvider:
             seq_len,
             extra={"files": len(self.files), "bytes": total_bytes},
         )
-
-    @property
-    def num_sequences(self) -> int:
-        return self.sequences.num_sequences
-
-    def read(self, batch: BatchId) -> np.ndarray:
-        """Synchronous ``get_samples`` (memory-mapped reads)."""
-        return self.sequences.read(batch.start, batch.end)
-
-    async def get_samples(self, batch: BatchId) -> np.ndarray:
-        return await asyncio.to_thread(self.read, batch)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         return iter(self.sequences)

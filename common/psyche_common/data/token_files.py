@@ -12,11 +12,12 @@ of :mod:`psyche_common.data.sequence_index` (whose names are re-exported here).
 from __future__ import annotations
 
 import ast
+import asyncio
 import os
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from psyche_common.data.sequence_index import (
     shuffled_order,
 )
 
+if TYPE_CHECKING:
+    from psyche_common.assignment import BatchId
+
 DATA_FILE_EXTENSIONS: tuple[str, ...] = (".npy", ".bin", ".ds")
 NUMPY_MAGIC = b"\x93NUMPY"
 _ALLOW_FAIL_MMAP_VALUES = {"1", "true", "yes"}
@@ -40,6 +44,7 @@ __all__ = [
     "SHUFFLE_SEED_BYTES",
     "SequenceTable",
     "TokenSequences",
+    "TokenSequencesProvider",
     "list_token_files",
     "open_token_file",
     "parse_shuffle",
@@ -231,3 +236,21 @@ class TokenSequences:
 
     def __len__(self) -> int:
         return self.num_sequences
+
+
+class TokenSequencesProvider:
+    """The provider methods shared by every provider that serves a ``sequences`` attribute
+    (local token files, builtin corpora): reads are memory-mapped, run in a worker thread."""
+
+    sequences: TokenSequences
+
+    @property
+    def num_sequences(self) -> int:
+        return self.sequences.num_sequences
+
+    def read(self, batch: BatchId) -> np.ndarray:
+        """Synchronous ``get_samples``: sequences ``batch.start..batch.end`` (inclusive)."""
+        return self.sequences.read(batch.start, batch.end)
+
+    async def get_samples(self, batch: BatchId) -> np.ndarray:
+        return await asyncio.to_thread(self.read, batch)
