@@ -20,8 +20,8 @@ import numpy as np
 import pydantic
 
 from psyche_common.config.data_location import (
+    DATA_LOCATION_VARIANTS,
     AnyDataLocation,
-    BuiltinData,
     DataLocation,
     DummyData,
     HttpData,
@@ -64,16 +64,7 @@ _LOCATION_ADAPTER: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(DataLocation
 
 def parse_data_location(location: Any) -> AnyDataLocation:
     """The config model of a data location given as a model or in TOML form."""
-    if isinstance(
-        location,
-        DummyData
-        | ServerData
-        | LocalData
-        | HttpData
-        | WeightedHttpData
-        | PreprocessedData
-        | BuiltinData,
-    ):
+    if isinstance(location, DATA_LOCATION_VARIANTS):
         return location
     try:
         return _LOCATION_ADAPTER.validate_python(location)
