@@ -145,6 +145,10 @@ class PreprocessedData(Variant):
         return f"preprocessed parquet {self.url}"
 
 
+BUILTIN_DATASETS: tuple[str, ...] = ("python-stdlib",)
+"""Names of the `{ Builtin = ... }` corpora the data providers know."""
+
+
 class BuiltinData(Variant):
     """Our addition: a corpus built on the client from local files (e.g. `python-stdlib`)."""
 

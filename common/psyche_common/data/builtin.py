@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from psyche_common.config.data_location import BUILTIN_DATASETS
 from psyche_common.config.enums import TokenSize
 from psyche_common.data.errors import DataFileError
 from psyche_common.data.token_files import (
@@ -35,7 +36,6 @@ from psyche_common.data.token_files import (
 logger = logging.getLogger(__name__)
 
 PYTHON_STDLIB = "python-stdlib"
-BUILTIN_CORPORA: tuple[str, ...] = (PYTHON_STDLIB,)
 BUILTIN_VOCAB_SIZE = 256
 VALIDATION_FRACTION = 0.05
 BUILTIN_SHUFFLE_SEED = hashlib.sha256(b"psyche builtin corpus shuffle").digest()
@@ -136,9 +136,9 @@ class BuiltinDataProvider(TokenSequencesProvider):
         cache_dir: str | os.PathLike[str] | None = None,
         split: str = "train",
     ) -> None:
-        if name not in BUILTIN_CORPORA:
+        if name not in BUILTIN_DATASETS:
             raise DataFileError(
-                f"unknown builtin corpus {name!r}; available: {', '.join(BUILTIN_CORPORA)}"
+                f"unknown builtin corpus {name!r}; available: {', '.join(BUILTIN_DATASETS)}"
             )
         if split not in ("train", "validation"):
             raise DataFileError(f"split must be 'train' or 'validation', got {split!r}")
