@@ -387,6 +387,7 @@ class RoundRunner:
                 await self._publish(round_, batch, output)
         round_.training_done = True
         round_.training_finished_at = time.monotonic()
+        self._poke()
         loss = round_.mean_loss()
         log.info(
             "trained step" if round_.losses else "round without training",
@@ -482,6 +483,7 @@ class RoundRunner:
             if announcement.sender_id not in round_.finished_from:
                 round_.finished_from.add(announcement.sender_id)
                 round_.witness.record_announcement(announcement.data_hash)
+                self._poke()
 
     def _round_for_step(self, step: int) -> RoundState | None:
         for round_ in (self.current, self.previous):
@@ -583,6 +585,7 @@ class RoundRunner:
                 continue
             round_.witness.record_verified(announcement.sender_id, batch, announcement.data_hash)
             round_.payloads[announcement.data_hash] = decoded
+            self._poke()
             return
         log.warning("giving up on the result for %s", batch, extra=self._fields())
         round_.failed.add(announcement.data_hash)
@@ -685,6 +688,12 @@ class RoundRunner:
             witness_wire(proof, participant, broadcast, merkle), metadata
         )
         log.info("sent witness", extra=self._fields(fallback=fallback))
+
+    def _poke(self) -> None:
+        """Something the Finished/witness conditions depend on changed: check them now rather
+        than at the next 500 ms tick (saves up to half a second per round)."""
+        if self.active == "training":
+            self._spawn(self._training_tick())
 
     async def _training_tick(self) -> None:
         round_ = self.current

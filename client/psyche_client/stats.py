@@ -20,6 +20,9 @@ class ClientStats:
     losses: list[tuple[int, float]] = field(default_factory=list)
     weights_hashes: dict[int, bytes] = field(default_factory=dict)
     applied_senders: set[bytes] = field(default_factory=set)
+    trained_rounds: list[tuple[int, float, float, int]] = field(default_factory=list)
+    """(step, round start, training end, tokens) of every round this client trained in
+    (monotonic seconds; the last 1000)."""
     step_durations: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     train_durations: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     results_announced: int = 0
@@ -60,6 +63,16 @@ class ClientStats:
             del self.losses[:-1000]
         if round_.training_finished_at is not None:
             self.train_durations.append(round_.training_finished_at - round_.started_at)
+            if round_.tokens_trained:
+                self.trained_rounds.append(
+                    (
+                        round_.step,
+                        round_.started_at,
+                        round_.training_finished_at,
+                        round_.tokens_trained,
+                    )
+                )
+                del self.trained_rounds[:-1000]
         if self._last_round_end is not None:
             self.step_durations.append(now - self._last_round_end)
         self._last_round_end = now
