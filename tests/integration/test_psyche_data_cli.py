@@ -60,3 +60,13 @@ def test_tokenize_then_inspect(tmp_path: Path) -> None:
     assert tokenized.stdout == b"" and b"wrote 10 tokens" in tokenized.stderr
     shown = run("inspect", str(tmp_path / "out"), "--seq-len", "5", "--index", "1")
     assert shown.stdout == b"53 54 55 56 57\n"
+
+
+def test_unreadable_metadata_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "tokens.bin").write_bytes(bytes(range(16)))
+    (tmp_path / "metadata.json").write_text("{not json")
+    result = run("info", str(tmp_path), "--seq-len", "2")
+    assert result.returncode == 1 and result.stdout == b""
+    assert f"unreadable {tmp_path / 'metadata.json'}".encode() in result.stderr
+    explicit = run("info", str(tmp_path), "--seq-len", "2", "--token-size", "2")
+    assert explicit.returncode == 0, explicit.stderr.decode()

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 import click
 
 from psyche_common.data.errors import DataError
-from psyche_common.data.provider import TOKENIZE_METADATA
+from psyche_common.data.provider import recorded_token_size
 from psyche_common.data.sequence_index import parse_shuffle
 from psyche_common.data.token_files import (
     DATA_FILE_EXTENSIONS,
@@ -60,21 +60,11 @@ def _token_files(path: Path) -> tuple[list[Path], Path]:
     return [path], path.parent
 
 
-def _default_token_size(directory: Path) -> int:
-    metadata = directory / TOKENIZE_METADATA
-    if metadata.is_file():
-        try:
-            return int(json.loads(metadata.read_text())["token_size"])
-        except (ValueError, KeyError, OSError):
-            return 2
-    return 2
-
-
 def _open_sequences(
     path: Path, seq_len: int, token_size: int | None, seed: bytes | None
 ) -> TokenSequences:
     files, directory = _token_files(path)
-    size = parse_token_size(token_size or _default_token_size(directory))
+    size = parse_token_size(token_size or recorded_token_size(directory))
     return TokenSequences.from_files(files, size, seq_len, seed, str(path))
 
 
@@ -86,11 +76,32 @@ def main() -> None:
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--seq-len", type=click.IntRange(min=1), required=True, help="Tokens per sequence.")
-@click.option("--index", type=click.IntRange(min=0), required=True, help="Sequence to print.")
-@click.option("--tokenizer", type=click.Path(path_type=Path), help="tokenizer.json to decode with.")
-@click.option("--token-size", type=click.Choice(["2", "4"]), help="Bytes per token [default: 2].")
-@click.option("--shuffle-seed", help="Seeded order: 64 hex digits or 32 comma-separated ints.")
-@click.option("--no-shuffle", is_flag=True, help="File order (the default without a seed).")
+@click.option(
+    "--index",
+    type=click.IntRange(min=0),
+    required=True,
+    help="Index of the sequence to print (0-based, in the seeded order when a seed is given).",
+)
+@click.option(
+    "--tokenizer",
+    type=click.Path(path_type=Path),
+    help="tokenizer.json to decode the tokens to text with (default: print the token ids).",
+)
+@click.option(
+    "--token-size",
+    type=click.Choice(["2", "4"]),
+    help="Bytes per token (default: as recorded in metadata.json by `tokenize`, else 2).",
+)
+@click.option(
+    "--shuffle-seed",
+    help="Read the sequences in the seeded shuffled order of this seed: 64 hex digits or 32 "
+    "comma-separated integers 0-255 (data.toml's shuffle_seed).",
+)
+@click.option(
+    "--no-shuffle",
+    is_flag=True,
+    help="Ignore --shuffle-seed and read in file order (the default without a seed).",
+)
 @click.option(
     "--keep-special-tokens", is_flag=True, help="Decode special tokens too (default: skip them)."
 )
@@ -132,7 +143,11 @@ def _decoder(path: Path) -> Any:
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--seq-len", type=click.IntRange(min=1), required=True, help="Tokens per sequence.")
-@click.option("--token-size", type=click.Choice(["2", "4"]), help="Bytes per token [default: 2].")
+@click.option(
+    "--token-size",
+    type=click.Choice(["2", "4"]),
+    help="Bytes per token (default: as recorded in metadata.json by `tokenize`, else 2).",
+)
 def info(path: Path, seq_len: int, token_size: str | None) -> None:
     """Print the files, token and sequence counts of PATH as one JSON object."""
     try:
@@ -150,10 +165,29 @@ def info(path: Path, seq_len: int, token_size: str | None) -> None:
 
 @main.command()
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--output", "-o", type=click.Path(path_type=Path), required=True, help="Output dir.")
-@click.option("--tokenizer", type=click.Path(path_type=Path), help="tokenizer.json (else bytes).")
-@click.option("--token-size", type=click.Choice(["2", "4"]), help="Default: fits the vocabulary.")
-@click.option("--text-field", default="text", show_default=True, help="jsonl/parquet text field.")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Directory for the token files and metadata.json (created if missing).",
+)
+@click.option(
+    "--tokenizer",
+    type=click.Path(path_type=Path),
+    help="tokenizer.json to encode with (default: raw UTF-8 bytes, vocabulary 256).",
+)
+@click.option(
+    "--token-size",
+    type=click.Choice(["2", "4"]),
+    help="Bytes per output token (default: the smallest that fits the vocabulary).",
+)
+@click.option(
+    "--text-field",
+    default="text",
+    show_default=True,
+    help="Field holding the text in jsonl and parquet inputs.",
+)
 @click.option("--eos-token", help="End-of-document token to append (default: auto-detected).")
 @click.option("--no-eos", is_flag=True, help="Do not append an end-of-document token.")
 @click.option(

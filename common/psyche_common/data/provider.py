@@ -72,8 +72,10 @@ def parse_data_location(location: Any) -> AnyDataLocation:
         raise DataFileError(f"invalid data_location {location!r}: {exc}") from None
 
 
-def _local_token_size(directory: Path) -> str:
-    """Token size recorded by ``psyche-data tokenize`` in the directory, else TwoBytes."""
+def recorded_token_size(directory: Path) -> str:
+    """Token size recorded by ``psyche-data tokenize`` in the directory, else TwoBytes.
+
+    Raises ``DataFileError`` naming the file when its ``metadata.json`` cannot be read."""
     metadata = directory / TOKENIZE_METADATA
     if metadata.is_file():
         try:
@@ -97,7 +99,7 @@ def _local_provider(path_text: str, seq_len: int) -> DataProvider:
                 f"{path} has seq_len {config.seq_len} but the model's max_seq_len is {seq_len}"
             )
         return LocalDataProvider(config.dir, config.token_size, seq_len, config.shuffle_seed_bytes)
-    return LocalDataProvider(path, _local_token_size(path), seq_len)
+    return LocalDataProvider(path, recorded_token_size(path), seq_len)
 
 
 async def make_provider(
