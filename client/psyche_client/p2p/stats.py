@@ -13,15 +13,9 @@ from dataclasses import dataclass, field
 
 
 @dataclass
-class StepTraffic:
-    """Bytes sent and received while the node was at one step."""
+class Traffic:
+    """Bytes sent and received: during one step, or with one peer."""
 
-    bytes_sent: int = 0
-    bytes_received: int = 0
-
-
-@dataclass
-class PeerTraffic:
     bytes_sent: int = 0
     bytes_received: int = 0
 
@@ -39,10 +33,12 @@ class DownloadCounters:
 
 @dataclass
 class TransferStats:
+    """Traffic per step (the last `keep_steps`), per peer and in total; download outcomes."""
+
     keep_steps: int = 64
     step: int = 0
-    _steps: OrderedDict[int, StepTraffic] = field(default_factory=OrderedDict)
-    peers: dict[bytes, PeerTraffic] = field(default_factory=dict)
+    _steps: OrderedDict[int, Traffic] = field(default_factory=OrderedDict)
+    peers: dict[bytes, Traffic] = field(default_factory=dict)
     downloads: DownloadCounters = field(default_factory=DownloadCounters)
     total_sent: int = 0
     total_received: int = 0
@@ -52,10 +48,10 @@ class TransferStats:
         self.step = step
         self._traffic(step)
 
-    def _traffic(self, step: int) -> StepTraffic:
+    def _traffic(self, step: int) -> Traffic:
         traffic = self._steps.get(step)
         if traffic is None:
-            traffic = self._steps[step] = StepTraffic()
+            traffic = self._steps[step] = Traffic()
             while len(self._steps) > self.keep_steps:
                 self._steps.popitem(last=False)
         return traffic
@@ -64,20 +60,20 @@ class TransferStats:
         self._traffic(self.step).bytes_sent += count
         self.total_sent += count
         if peer_id is not None:
-            self.peers.setdefault(peer_id, PeerTraffic()).bytes_sent += count
+            self.peers.setdefault(peer_id, Traffic()).bytes_sent += count
 
     def record_received(self, peer_id: bytes | None, count: int) -> None:
         self._traffic(self.step).bytes_received += count
         self.total_received += count
         if peer_id is not None:
-            self.peers.setdefault(peer_id, PeerTraffic()).bytes_received += count
+            self.peers.setdefault(peer_id, Traffic()).bytes_received += count
 
-    def for_step(self, step: int) -> StepTraffic:
+    def for_step(self, step: int) -> Traffic:
         """Traffic recorded at `step` (zeros when none or already forgotten)."""
-        return self._steps.get(step, StepTraffic())
+        return self._steps.get(step, Traffic())
 
-    def current(self) -> StepTraffic:
+    def current(self) -> Traffic:
         return self.for_step(self.step)
 
-    def steps(self) -> dict[int, StepTraffic]:
+    def steps(self) -> dict[int, Traffic]:
         return dict(self._steps)
