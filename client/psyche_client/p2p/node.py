@@ -59,6 +59,8 @@ class AnnounceReport:
 
 
 class P2PNode:
+    """One client's P2P endpoint: `start()`, then announce, publish and fetch; `close()`."""
+
     def __init__(
         self,
         identity: Identity,
@@ -179,7 +181,7 @@ class P2PNode:
         Never raises for a peer's failure; the report says which peers got it."""
         wire = {"type": "Announce", "announcement": to_wire(announcement)}
         self._inbox.remember(announcement)
-        targets = [p for p in (self.known_peers() if peer_ids is None else peer_ids)]
+        targets = self.known_peers() if peer_ids is None else list(peer_ids)
         report = AnnounceReport()
 
         async def push(peer_id: bytes) -> None:
