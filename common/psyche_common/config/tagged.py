@@ -9,6 +9,7 @@ form and `Variant.to_toml()` writes it back.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from typing import Annotated, Any, ClassVar, Union
 
@@ -66,7 +67,8 @@ def _to_toml_value(value: Any) -> Any:
     return value
 
 
-def _untagger(what: str, variants: tuple[type[Variant], ...]):
+def _untagger(what: str, variants: tuple[type[Variant], ...]) -> Callable[[Any], Any]:
+    """The before-validator that turns the TOML form of a `what` into one of `variants`."""
     by_tag = {variant.tag(): variant for variant in variants}
     expected = ", ".join(by_tag)
 

@@ -9,6 +9,7 @@ ignores ``Range``) fail at once with a ``DataFetchError`` naming the URL.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -52,7 +53,7 @@ def _http_error(method: str, url: str, error: urllib.error.HTTPError) -> DataFet
     )
 
 
-def _open(request: urllib.request.Request, timeout: float):
+def _open(request: urllib.request.Request, timeout: float) -> http.client.HTTPResponse:
     method, url = request.get_method(), request.full_url
     try:
         return urllib.request.urlopen(request, timeout=timeout)
@@ -69,7 +70,9 @@ def _open(request: urllib.request.Request, timeout: float):
         raise DataFetchError(f"{method} {url} failed: {exc}") from None
 
 
-def _read_exact(response, length: int, method: str, url: str, timeout: float) -> bytes:
+def _read_exact(
+    response: http.client.HTTPResponse, length: int, method: str, url: str, timeout: float
+) -> bytes:
     try:
         body = response.read(length)
     except TimeoutError:
