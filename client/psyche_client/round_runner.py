@@ -612,6 +612,7 @@ class RoundRunner:
                 extra=self._fields(),
             )
         results = []
+        cold_start_steps = _cold_start_filter(coordinator)
         for batch, candidate in plan.apply:
             task = source.downloads.get(candidate.data_hash)
             if task is not None and not task.done():
@@ -623,6 +624,17 @@ class RoundRunner:
                     f"{candidate.sender[:4].hex()}) could not be downloaded and verified; "
                     "this client's weights would differ from its peers'"
                 )
+            nonce = getattr(payload, "trainer_nonce", None)
+            if nonce is not None and nonce < cold_start_steps:
+                log.info(
+                    "not applying %s of step %d: its trainer is in its cold start (nonce %d < %d)",
+                    batch,
+                    source.step,
+                    nonce,
+                    cold_start_steps,
+                    extra=self._fields(),
+                )
+                continue
             results.append(payload)
             self.stats.applied_senders.add(candidate.sender)
         if results:
@@ -746,6 +758,14 @@ class RoundRunner:
         assert self.backend is not None and self.on_cooldown is not None
         async with self._model_lock:
             await self.on_cooldown(coordinator, self.backend)
+
+
+def _cold_start_filter(coordinator: Any) -> int:
+    """Results whose trainer nonce is below this are skipped (P2P checkpoints only, §2.9)."""
+    checkpoint = coordinator.model.checkpoint
+    if getattr(checkpoint, "kind", "") in ("P2P", "P2PGcs"):
+        return int(coordinator.model.cold_start_warmup_steps)
+    return 0
 
 
 def _write_file(path: Path, data: bytes) -> None:
