@@ -67,6 +67,27 @@ async def test_tabs_show_the_view_and_switch_with_keys() -> None:
         assert app.query_one("#log", RichLog).lines
 
 
+def test_run_state_text() -> None:
+    from types import SimpleNamespace
+
+    from psyche_client.tui.view import run_state_text
+
+    config = SimpleNamespace(min_clients=3, warmup_time=30, cooldown_time=5)
+
+    def coordinator(state: str, started: int, clients: int = 1):
+        return SimpleNamespace(
+            run_state=state,
+            run_state_start_unix_timestamp=started,
+            config=config,
+            epoch_state=SimpleNamespace(clients=[object()] * clients),
+        )
+
+    assert run_state_text(coordinator("WaitingForMembers", 0), 10) == "Waiting for 2 members"
+    assert run_state_text(coordinator("Warmup", 100), 110) == "Warmup (20s remaining)"
+    assert run_state_text(coordinator("Cooldown", 100), 110) == "Cooldown (0s remaining)"
+    assert run_state_text(coordinator("RoundWitness", 0), 1) == "Witnessing"
+
+
 def test_bandwidth_meter_samples_once_a_second() -> None:
     meter = BandwidthMeter()
     meter.sample(0, now=0.0)

@@ -107,6 +107,22 @@ def _role(runner: Any) -> str:
     return " + ".join(parts)
 
 
+def run_state_text(coordinator: Any, now: int) -> str:
+    """The reference's "Run state" box: `Waiting for N members`, `Warmup (Xs remaining)`,
+    `Training`, `Witnessing`, `Cooldown (Xs remaining)`, `Finished`, `Paused`."""
+    name = str(coordinator.run_state)
+    elapsed = now - coordinator.run_state_start_unix_timestamp
+    config = coordinator.config
+    if name == "WaitingForMembers":
+        missing = max(0, config.min_clients - len(coordinator.epoch_state.clients))
+        return f"Waiting for {missing} members"
+    if name == "Warmup":
+        return f"Warmup ({max(0, config.warmup_time - elapsed)}s remaining)"
+    if name == "Cooldown":
+        return f"Cooldown ({max(0, config.cooldown_time - elapsed)}s remaining)"
+    return {"RoundTrain": "Training", "RoundWitness": "Witnessing"}.get(name, name)
+
+
 def build_view(app: Any, bandwidth: BandwidthMeter) -> ClientView:
     """Snapshot a `ClientApp` (duck-typed so tests can pass stand-ins)."""
     coordinator = app.coordinator
@@ -151,6 +167,7 @@ def build_view(app: Any, bandwidth: BandwidthMeter) -> ClientView:
     data_source = checkpoint = ""
     height = 0
     if coordinator is not None:
+        state = run_state_text(coordinator, int(time.time()))
         clients = tuple(short_id(c.id) for c in coordinator.epoch_state.clients)
         data_source = str(coordinator.model.data_location)
         checkpoint = str(coordinator.model.checkpoint)
