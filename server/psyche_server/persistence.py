@@ -9,12 +9,11 @@ cursor with a fresh membership.
 from __future__ import annotations
 
 import copy
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import tomli_w
+from psyche_common.atomic_file import atomic_writer
 
 
 def saved_state_name(run_id: str, last_step: int) -> str:
@@ -33,17 +32,9 @@ def state_toml_document(coordinator: Any) -> dict[str, Any]:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    """Write `text` (UTF-8) to `path` so that a crash never leaves a partial state file."""
+    with atomic_writer(path) as handle:
+        handle.write(text.encode("utf-8"))
 
 
 def save_state(coordinator: Any, save_dir: Path) -> Path:

@@ -18,12 +18,12 @@ import logging
 import os
 import platform
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from psyche_common.atomic_file import atomic_writer
 from psyche_common.config.data_location import BUILTIN_DATASETS
 from psyche_common.config.enums import TokenSize
 from psyche_common.data.errors import DataFileError
@@ -78,23 +78,12 @@ def _iter_corpus_bytes(files: list[Path]) -> Iterator[bytes]:
 
 def build_python_stdlib(destination: Path, root: Path | None = None) -> Path:
     """Write the corpus to ``destination`` atomically (temporary file, then rename)."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
     files = python_stdlib_files(root)
     if not files:
         raise DataFileError(f"no *.py files found under {root or stdlib_root()}")
-    descriptor, temporary = tempfile.mkstemp(
-        dir=destination.parent, prefix=f".{destination.name}.", suffix=".tmp"
-    )
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            for chunk in _iter_corpus_bytes(files):
-                handle.write(np.frombuffer(chunk, dtype=np.uint8).astype("<u2").tobytes())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, destination)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with atomic_writer(destination) as handle:
+        for chunk in _iter_corpus_bytes(files):
+            handle.write(np.frombuffer(chunk, dtype=np.uint8).astype("<u2").tobytes())
     logger.info("built the %s corpus from %d files at %s", PYTHON_STDLIB, len(files), destination)
     return destination
 
