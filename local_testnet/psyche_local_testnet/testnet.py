@@ -145,12 +145,34 @@ def _signals_raise_interrupt() -> Iterator[None]:
             signal.signal(s, h)
 
 
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """Teardown must not be cut short by a second Ctrl-C, SIGTERM or a closing terminal."""
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in signals}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _safe_echo(echo: Callable[[str], None]) -> Callable[[str], None]:
+    """`echo` that ignores a vanished terminal (EIO/EPIPE), so teardown always completes."""
+
+    def say(text: str) -> None:
+        with contextlib.suppress(OSError):
+            echo(text)
+
+    return say
+
+
 class Testnet:
     """One testnet run (see the module doc)."""
 
     def __init__(self, options: TestnetOptions, echo: Callable[[str], None] = print) -> None:
         self.options = options
-        self.echo = echo
+        self.echo = _safe_echo(echo)
         check_kill_options(options.num_clients, options.random_kill_num, options.allowed_to_kill)
         if options.kill_signal not in KILL_SIGNALS:
             raise TestnetError(f"--kill-signal must be one of {', '.join(KILL_SIGNALS)}")
@@ -317,9 +339,10 @@ class Testnet:
                 except KeyboardInterrupt:
                     self.stop_reason = "interrupted"
         finally:
-            self._save_pane_output()
-            self.echo(f"stopping the testnet ({self.stop_reason or 'error'})...")
-            self.tmux.close(signal.SIGINT, TEARDOWN_GRACE)
+            with _signals_ignored():
+                self._save_pane_output()
+                self.echo(f"stopping the testnet ({self.stop_reason or 'error'})...")
+                self.tmux.close(signal.SIGINT, TEARDOWN_GRACE)
         if commands.log_dir is not None:
             summary = summarize(
                 read_client_logs(commands.log_dir),
@@ -365,4 +388,6 @@ class Testnet:
                 self.echo(f"starting client 1: {' '.join(spec.argv)}")
             client.pane_id = self.tmux.add_pane(command, f"client {number}")
             self.clients.append(client)
+        # Another terminal can watch the panes with `tmux -L $(cat RUN_DIR/tmux-socket) attach`.
+        (self.run_dir / "tmux-socket").write_text(self.tmux.socket_name + "\n", encoding="utf-8")
         self.echo(f"tmux: {' '.join(self.tmux.attach_argv())}")

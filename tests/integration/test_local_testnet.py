@@ -142,6 +142,15 @@ def leftover_processes(marker: Path) -> list[str]:
     ]
 
 
+def tmux_server_alive(run_dir: Path) -> bool:
+    """Whether the testnet's private tmux server (named in RUN_DIR/tmux-socket) still runs."""
+    socket_name = (run_dir / "tmux-socket").read_text().strip()
+    probe = subprocess.run(
+        ["tmux", "-L", socket_name, "list-sessions"], capture_output=True, text=True, check=False
+    )
+    return probe.returncode == 0
+
+
 def tmux_socket_left(output: str) -> bool:
     """Whether the testnet's private tmux socket file still exists."""
     import re
@@ -315,6 +324,7 @@ def test_ctrl_c_tears_everything_down(tmp_path: Path, fakes: dict[str, str]) -> 
 def test_attached_mode_in_a_terminal(tmp_path: Path, fakes: dict[str, str]) -> None:
     """With a terminal the testnet attaches to tmux; detaching tears everything down."""
     import pty
+    import signal
 
     controller, terminal = pty.openpty()
     argv = [
@@ -358,10 +368,12 @@ def test_attached_mode_in_a_terminal(tmp_path: Path, fakes: dict[str, str]) -> N
         return len(files) == 2 and all(p.stat().st_size > 0 for p in files)
 
     try:
-        assert _wait_for(clients_logging, 30), output.decode(errors="replace")
-        import re
-
-        socket_name = re.search(rb"tmux -L (\S+) attach-session", output).group(1).decode()
+        assert _wait_for(clients_logging, 60), (
+            f"{output.decode(errors='replace')}\nlogs: {sorted(p.name for p in logs.glob('*'))}"
+        )
+        # tmux may flush the terminal's pending output when it attaches, so the printed attach
+        # command can be lost here: the run directory names the socket too.
+        socket_name = (tmp_path / "run" / "tmux-socket").read_text().strip()
         clients = subprocess.run(
             ["tmux", "-L", socket_name, "list-clients"], capture_output=True, text=True, check=False
         )
@@ -369,13 +381,17 @@ def test_attached_mode_in_a_terminal(tmp_path: Path, fakes: dict[str, str]) -> N
         subprocess.run(["tmux", "-L", socket_name, "detach-client", "-s", "psyche"], check=True)
         assert _wait_for(lambda: (drain(), process.poll() is not None)[1], 30)
     finally:
-        if process.poll() is None:
-            process.kill()
+        if process.poll() is None:  # a failed check: let the launcher tear down, then kill it
+            process.send_signal(signal.SIGTERM)
+            _wait_for(lambda: (drain(), process.poll() is not None)[1], 30)
+            if process.poll() is None:
+                process.kill()
         os.close(controller)
     text = output.decode(errors="replace")
     assert "stopping the testnet (detached from tmux)" in text
     assert "summary: " in text
     assert leftover_processes(tmp_path) == []
+    assert not tmux_server_alive(tmp_path / "run")
 
 
 def test_port_already_in_use_is_refused(tmp_path: Path, fakes: dict[str, str]) -> None:
@@ -411,3 +427,54 @@ def test_headless_stops_when_every_client_exited(tmp_path: Path, fakes: dict[str
     assert "stopping the testnet (every client exited)" in result.stdout
     assert final_summary(result)["ok"] is False
     assert leftover_processes(tmp_path) == []
+
+
+def test_closing_the_terminal_tears_everything_down(tmp_path: Path, fakes: dict[str, str]) -> None:
+    """SIGHUP from a closed terminal: teardown must finish although nothing can be printed."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    argv = [
+        str(TESTNET),
+        "start",
+        "--no-tui",
+        "--num-clients",
+        "2",
+        "--write-log",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--server-port",
+        str(free_port()),
+        "--server-command",
+        fakes["server"],
+        "--client-command",
+        fakes["client"],
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "TMUX"} | {"TERM": "xterm"}
+    process = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=terminal, env=env)
+    os.close(terminal)
+    logs = tmp_path / "run" / "logs"
+
+    def drain_and_check() -> bool:
+        import select
+
+        while select.select([controller], [], [], 0)[0]:
+            try:
+                if not os.read(controller, 65536):
+                    break
+            except OSError:
+                break
+        files = list(logs.glob("client-*.jsonl"))
+        return len(files) == 2 and all(p.stat().st_size > 0 for p in files)
+
+    try:
+        assert _wait_for(drain_and_check, 60)
+    finally:
+        os.close(controller)  # the terminal goes away: the launcher gets SIGHUP
+    try:
+        process.wait(timeout=40)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert _wait_for(lambda: leftover_processes(tmp_path) == [], 10), leftover_processes(tmp_path)
+    assert not tmux_server_alive(tmp_path / "run")
