@@ -149,7 +149,9 @@ class Cluster:
         wait_for(lambda: _port_open(self.port), 30, "server port", self.diagnostics)
         return self.server
 
-    def start_client(self, *extra: str, dummy_delay: float | None = None) -> Proc:
+    def start_client(
+        self, *extra: str, dummy_delay: float | None = None, run_id: str = "e2e-run"
+    ) -> Proc:
         index = len(self.clients)
         log = self.tmp / f"client{index}.log"
         args = [
@@ -158,7 +160,7 @@ class Cluster:
             "--server-addr",
             f"127.0.0.1:{self.port}",
             "--run-id",
-            "e2e-run",
+            run_id,
             "--device",
             "cpu",
             "--logs",

@@ -167,3 +167,25 @@ async def test_corrupted_blobs_are_detected_and_never_applied(cluster) -> None:
         assert runner is not None and runner.fatal is None
         assert bad_id not in app.stats.applied_senders
         assert len(app.stats.applied_senders) == 2
+
+
+@pytest.mark.slow
+def test_state_toml_example_trains_as_shipped(tmp_path: Path, repo_root: Path) -> None:
+    """The shipped state.toml.example: one server, three clients, CPU, no network; the first
+    applied steps have identical weights on every client and the loss falls."""
+    c = Cluster(tmp_path, repo_root / "state.toml.example")
+    try:
+        c.start_server()
+        clients = [c.start_client(run_id="tiny-cpu-demo") for _ in range(3)]
+        wait_for(
+            lambda: all(len(applied_hashes(p)) >= 6 for p in clients),
+            600,
+            "six applied steps on every client",
+            c.diagnostics,
+        )
+        assert_same_hashes(clients, min_common=6)
+        by_step = losses(clients[0])
+        steps = sorted(by_step)
+        assert by_step[steps[-1]] < by_step[steps[0]]
+    finally:
+        c.stop()
