@@ -235,6 +235,7 @@ def rejoined_incarnations(lines: list[LogLine]) -> dict[tuple[int, int], set[str
 
 def check_chaos(run: ChaosRun, plan: ChaosPlan) -> None:
     summary, where = run.summary, f"\nsummary: {run.summary}\nlauncher output:\n{run.output}"
+    print(f"chaos summary: {summary}")
     assert summary["kills"] >= plan.min_kills, "too few kills happened" + where
 
     # The run never stalls: steps advance, with no long gap, until the end of the run.
