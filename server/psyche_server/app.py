@@ -14,8 +14,6 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
@@ -31,35 +29,13 @@ from .bridge import (
     unhealthy_exited_ids,
 )
 from .client_messages import apply_client_message, reported_weights
-from .connections import CloseConnection, Connection, ConnectionLimits, ConnectionManager
+from .connections import CloseConnection, Connection, ConnectionManager
 from .consistency import WeightsHashMonitor
+from .options import ServerOptions, ServerStats
 from .persistence import save_state
+from .roster import ClientRoster
 
 log = logging.getLogger("psyche.server")
-
-
-@dataclass
-class ServerOptions:
-    """Everything `psyche-server run` can set (defaults match the reference)."""
-
-    host: str = "0.0.0.0"
-    port: int = 0
-    save_state_dir: Path | None = None
-    init_warmup_time: int | None = None
-    withdraw_on_disconnect: bool = True
-    tick_interval: float = 0.5
-    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
-    data_host: str = "0.0.0.0"
-
-
-@dataclass
-class ServerStats:
-    ticks: int = 0
-    broadcasts: int = 0
-    last_broadcast_bytes: int = 0
-    messages: int = 0
-    coordinator_errors: int = 0
-    saved_states: list[Path] = field(default_factory=list)
 
 
 class ServerApp:
@@ -76,9 +52,7 @@ class ServerApp:
         self.options = options or ServerOptions()
         self.clock = clock
         self.data_server = data_server
-        # joined, not kicked; insertion order = join order
-        self.pending: dict[bytes, None] = {}
-        self.p2p_addresses: dict[bytes, str] = {}
+        self.roster = ClientRoster()
         self.weights = WeightsHashMonitor()
         self.stats = ServerStats()
         self.port: int | None = None
@@ -98,6 +72,11 @@ class ServerApp:
         )
 
     # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def pending(self) -> dict[bytes, None]:
+        """Clients the coordinator is ticked with (joined, not kicked; in join order)."""
+        return self.roster.pending
 
     @property
     def run_id(self) -> str:
@@ -153,14 +132,12 @@ class ServerApp:
         return int(self.clock())
 
     def kick_unhealthy_clients(self) -> None:
-        for client_id in unhealthy_exited_ids(self.coordinator):
-            if client_id in self.pending:
-                del self.pending[client_id]
-                log.info(
-                    "removed unhealthy client %s from the pending set",
-                    short_id(client_id),
-                    extra={"client": short_id(client_id)},
-                )
+        for client_id in self.roster.kick(unhealthy_exited_ids(self.coordinator)):
+            log.info(
+                "removed unhealthy client %s from the pending set",
+                short_id(client_id),
+                extra={"client": short_id(client_id)},
+            )
 
     def tick(self, broadcast: bool = True) -> None:
         """One server tick: kick the unhealthy, tick the coordinator, save, broadcast."""
@@ -225,9 +202,7 @@ class ServerApp:
 
     def peers(self) -> dict[bytes, str]:
         """P2P addresses of every epoch member and every pending client we know one for."""
-        members = [client.id for client in self.coordinator.epoch_state.clients]
-        ids = dict.fromkeys([*members, *self.pending])
-        return {cid: self.p2p_addresses[cid] for cid in ids if cid in self.p2p_addresses}
+        return self.roster.peers(client.id for client in self.coordinator.epoch_state.clients)
 
     def state_frame(self, wire: dict[str, Any] | None = None) -> bytes:
         return encode_frame(
@@ -289,8 +264,7 @@ class ServerApp:
 
     def _on_disconnect(self, conn: Connection) -> None:
         client_id = conn.peer_id
-        self.pending.pop(client_id, None)
-        self.p2p_addresses.pop(client_id, None)
+        self.roster.leave(client_id)
         if not self.options.withdraw_on_disconnect:
             return
         index = client_index(self.coordinator, client_id)
@@ -346,10 +320,7 @@ class ServerApp:
             raise CloseConnection(
                 f"unknown run id {message.run_id!r}: this server coordinates {self.run_id!r}"
             )
-        first = client_id not in self.pending
-        self.pending[client_id] = None
-        self.p2p_addresses[client_id] = message.p2p_address
-        if first:
+        if self.roster.join(client_id, message.p2p_address):
             log.info(
                 "%s joined run %r (p2p %s, version %r)",
                 short_id(client_id),

@@ -1,0 +1,34 @@
+"""What `psyche-server run` can set (`ServerOptions`) and the counters a running server keeps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .connections import ConnectionLimits
+
+
+@dataclass
+class ServerOptions:
+    """Everything `psyche-server run` can set (defaults match the reference)."""
+
+    host: str = "0.0.0.0"
+    port: int = 0
+    save_state_dir: Path | None = None
+    init_warmup_time: int | None = None
+    withdraw_on_disconnect: bool = True
+    tick_interval: float = 0.5
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    data_host: str = "0.0.0.0"
+
+
+@dataclass
+class ServerStats:
+    """Counters of a running server (shown by the dashboard, read by tests and benchmarks)."""
+
+    ticks: int = 0
+    broadcasts: int = 0
+    last_broadcast_bytes: int = 0
+    messages: int = 0
+    coordinator_errors: int = 0
+    saved_states: list[Path] = field(default_factory=list)

@@ -1,0 +1,44 @@
+"""Who the server knows: clients waiting for the next epoch and where peers reach them (no I/O).
+
+The pending set is what the coordinator is ticked with (clients that joined and were not kicked
+since, in join order); the address book holds each connected client's P2P address, which goes
+out with every state broadcast so peers can fetch each other's results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class ClientRoster:
+    """The pending set and the P2P address book of the connected clients."""
+
+    def __init__(self) -> None:
+        self.pending: dict[bytes, None] = {}
+        """Joined and not kicked; insertion order = join order."""
+        self.p2p_addresses: dict[bytes, str] = {}
+
+    def join(self, client_id: bytes, p2p_address: str) -> bool:
+        """Record a Join (a repeated Join updates the address); True the first time."""
+        first = client_id not in self.pending
+        self.pending[client_id] = None
+        self.p2p_addresses[client_id] = p2p_address
+        return first
+
+    def leave(self, client_id: bytes) -> None:
+        """Forget a client that disconnected."""
+        self.pending.pop(client_id, None)
+        self.p2p_addresses.pop(client_id, None)
+
+    def kick(self, client_ids: Iterable[bytes]) -> list[bytes]:
+        """Remove these clients from the pending set (their address stays while they are
+        connected); returns the ones that were pending."""
+        kicked = [client_id for client_id in client_ids if client_id in self.pending]
+        for client_id in kicked:
+            del self.pending[client_id]
+        return kicked
+
+    def peers(self, member_ids: Iterable[bytes]) -> dict[bytes, str]:
+        """P2P addresses of the given epoch members and of every pending client we know one for."""
+        ids = dict.fromkeys([*member_ids, *self.pending])
+        return {cid: self.p2p_addresses[cid] for cid in ids if cid in self.p2p_addresses}

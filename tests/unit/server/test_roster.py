@@ -1,0 +1,36 @@
+"""`ClientRoster`: the pending set (join order) and the P2P address book."""
+
+from __future__ import annotations
+
+from psyche_server.roster import ClientRoster
+
+A, B, C = b"a" * 32, b"b" * 32, b"c" * 32
+
+
+def test_join_keeps_join_order_and_reports_only_the_first_join() -> None:
+    roster = ClientRoster()
+    assert roster.join(B, "10.0.0.2:1")
+    assert roster.join(A, "10.0.0.1:1")
+    assert not roster.join(B, "10.0.0.2:2")  # a repeated Join updates the address
+    assert list(roster.pending) == [B, A]
+    assert roster.p2p_addresses[B] == "10.0.0.2:2"
+
+
+def test_kick_keeps_the_address_and_leave_forgets_both() -> None:
+    roster = ClientRoster()
+    roster.join(A, "h:1")
+    roster.join(B, "h:2")
+    assert roster.kick([C, A]) == [A]
+    assert list(roster.pending) == [B]
+    assert roster.p2p_addresses == {A: "h:1", B: "h:2"}
+    roster.leave(B)
+    assert roster.pending == {} and roster.p2p_addresses == {A: "h:1"}
+
+
+def test_peers_lists_members_then_pending_with_known_addresses_only() -> None:
+    roster = ClientRoster()
+    roster.join(A, "h:1")
+    roster.join(B, "h:2")
+    roster.kick([A])
+    assert roster.peers([A, C]) == {A: "h:1"} | {B: "h:2"}
+    assert list(roster.peers([A, C])) == [A, B]
