@@ -12,12 +12,11 @@ from __future__ import annotations
 import contextlib
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -25,9 +24,17 @@ from pathlib import Path
 from psyche_local_testnet.commands import TestnetCommands, default_program
 from psyche_local_testnet.default_config import write_default_state
 from psyche_local_testnet.kills import KILL_SIGNALS, KillScheduler, check_kill_options
+from psyche_local_testnet.lifecycle import (
+    FinishWatcher,
+    ServerStartError,
+    port_in_use,
+    safe_echo,
+    signals_ignored,
+    signals_raise_interrupt,
+    wait_for_port,
+)
 from psyche_local_testnet.summary import (
     Summary,
-    line_reports_finished,
     log_file_name,
     read_client_logs,
     server_log_reports_finished,
@@ -73,32 +80,6 @@ class _Client:
     incarnation: int = 0
 
 
-class _LogWatcher:
-    """Follows the client log files as they grow, to notice the run finishing."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self._offsets: dict[Path, int] = {}
-        self.finished = False
-
-    def poll(self) -> None:
-        if not self.directory.is_dir():
-            return
-        for path in [*self.directory.glob("client-*.jsonl"), self.directory / "server.log"]:
-            offset = self._offsets.get(path, 0)
-            try:
-                with path.open("rb") as file:
-                    file.seek(offset)
-                    chunk = file.read()
-            except OSError:
-                continue
-            complete = chunk[: chunk.rfind(b"\n") + 1]
-            self._offsets[path] = offset + len(complete)
-            lines = complete.decode("utf-8", errors="replace").splitlines()
-            if any(line_reports_finished(line) for line in lines):
-                self.finished = True
-
-
 def read_run_id(state_path: Path) -> str:
     try:
         document = tomllib.loads(state_path.read_text(encoding="utf-8"))
@@ -110,69 +91,12 @@ def read_run_id(state_path: Path) -> str:
     return run_id
 
 
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1.0):
-        return True
-    return False
-
-
-def wait_for_port(
-    port: int, timeout: float, still_starting: Callable[[], bool], host: str = "127.0.0.1"
-) -> None:
-    """Wait until something accepts TCP connections on `port`; fail early if the server dies."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1.0):
-            return
-        if not still_starting():
-            raise TestnetError("the server exited before it opened its port")
-        time.sleep(0.2)
-    raise TestnetError(f"the server did not open port {port} within {timeout:.0f} s")
-
-
-@contextlib.contextmanager
-def _signals_raise_interrupt() -> Iterator[None]:
-    """Turn SIGTERM and SIGHUP into KeyboardInterrupt so teardown runs."""
-
-    def handler(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
-@contextlib.contextmanager
-def _signals_ignored() -> Iterator[None]:
-    """Teardown must not be cut short by a second Ctrl-C, SIGTERM or a closing terminal."""
-    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in signals}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
-def _safe_echo(echo: Callable[[str], None]) -> Callable[[str], None]:
-    """`echo` that ignores a vanished terminal (EIO/EPIPE), so teardown always completes."""
-
-    def say(text: str) -> None:
-        with contextlib.suppress(OSError):
-            echo(text)
-
-    return say
-
-
 class Testnet:
     """One testnet run (see the module doc)."""
 
     def __init__(self, options: TestnetOptions, echo: Callable[[str], None] = print) -> None:
         self.options = options
-        self.echo = _safe_echo(echo)
+        self.echo = safe_echo(echo)
         check_kill_options(options.num_clients, options.random_kill_num, options.allowed_to_kill)
         if options.kill_signal not in KILL_SIGNALS:
             raise TestnetError(f"--kill-signal must be one of {', '.join(KILL_SIGNALS)}")
@@ -275,7 +199,7 @@ class Testnet:
                 options.allowed_to_kill,
                 start=started,
             )
-        watcher = _LogWatcher(self.log_dir) if commands.log_dir is not None else None
+        watcher = FinishWatcher(self.log_dir) if commands.log_dir is not None else None
         while True:
             now = time.monotonic()
             if attached is not None and attached.poll() is not None:
@@ -331,7 +255,7 @@ class Testnet:
         self.tmux = TmuxTestnetSession(self.session, "psyche", self.run_dir)
         summary: Summary | None = None
         try:
-            with _signals_raise_interrupt():
+            with signals_raise_interrupt():
                 try:
                     self._start(commands)
                     attached = None if options.headless else self.tmux.attach()
@@ -339,7 +263,7 @@ class Testnet:
                 except KeyboardInterrupt:
                     self.stop_reason = "interrupted"
         finally:
-            with _signals_ignored():
+            with signals_ignored():
                 self._save_pane_output()
                 self.echo(f"stopping the testnet ({self.stop_reason or 'error'})...")
                 self.tmux.close(signal.SIGINT, TEARDOWN_GRACE)
@@ -373,12 +297,12 @@ class Testnet:
             wait_for_port(
                 self.options.server_port, self.options.startup_timeout, self._server_alive
             )
-        except Exception:
+        except ServerStartError as exc:
             self.stop_reason = "the server did not start"
             tail = self.tmux.capture(self.server_pane).strip().splitlines()[-20:]
             if tail:
                 self.echo("server output:\n  " + "\n  ".join(tail))
-            raise
+            raise TestnetError(str(exc)) from None
         self.echo("server started")
         for number in range(1, self.options.num_clients + 1):
             client = _Client(number=number, pane_id="")
