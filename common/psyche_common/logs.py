@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 LogFormat = Literal["console", "json"]
+LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
+"""The level names CLIs accept for `--log-level` (any case)."""
 
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 _STANDARD_RECORD_FIELDS = frozenset(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
+from typing import cast
 
 import click
-from psyche_common.logs import setup_logging
+from psyche_common.logs import LOG_LEVELS, LogFormat, setup_logging
 
 from .app import ServerOptions
 from .connections import ConnectionLimits
@@ -16,7 +18,13 @@ _existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 @click.command("run")
-@click.option("--state", "state_path", type=_existing_file, required=True, help="state.toml")
+@click.option(
+    "--state",
+    "state_path",
+    type=_existing_file,
+    required=True,
+    help="the run's state.toml (or a state file written by --save-state-dir, to resume)",
+)
 @click.option(
     "-s",
     "--server-port",
@@ -47,7 +55,11 @@ _existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
     help="warmup time (s) until the run first becomes active",
 )
 @click.option(
-    "--withdraw-on-disconnect/--no-withdraw-on-disconnect", default=True, show_default=True
+    "--withdraw-on-disconnect/--no-withdraw-on-disconnect",
+    default=True,
+    show_default=True,
+    help="withdraw a client from the epoch when its connection drops (off: it stays a member "
+    "until the coordinator's health checks remove it)",
 )
 @click.option(
     "--tick-interval",
@@ -78,14 +90,25 @@ _existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
     help="open connections beyond which new ones are dropped",
 )
 @click.option(
-    "--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True
+    "--log-format",
+    type=click.Choice(["console", "json"]),
+    default="console",
+    show_default=True,
+    help="console: human-readable lines; json: one JSON object per line (ts, level, logger, msg "
+    "and structured fields)",
 )
-@click.option("--log-level", default="info", show_default=True)
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="info",
+    show_default=True,
+    help="lowest level logged",
+)
 @click.option(
     "--log-file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="append logs to this file",
+    help="append logs to this file instead of stderr (with the dashboard: as well as its Logs tab)",
 )
 def run(
     state_path: Path,
@@ -104,15 +127,13 @@ def run(
     log_level: str,
     log_file: Path | None,
 ) -> None:
-    """Run the coordinator server for the run described by STATE."""
-    import sys
-
+    """Run the coordinator server for the run described by --state."""
     use_tui = sys.stdout.isatty() if tui is None else tui
     if use_tui and log_file is None:
         # The dashboard owns the terminal: logs go only to its Logs tab.
         logging.getLogger().setLevel(log_level.upper())
     else:
-        setup_logging(log_format, log_level, file=log_file)  # type: ignore[arg-type]
+        setup_logging(cast(LogFormat, log_format), log_level, file=log_file)
     options = ServerOptions(
         host=host,
         port=server_port,
