@@ -14,13 +14,10 @@ import asyncio
 import contextlib
 import logging
 import socket
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from psyche_common.protocol import (
-    DEFAULT_MAX_FRAME_SIZE,
     ConnectionClosed,
     ProtocolError,
     accept_handshake,
@@ -29,6 +26,16 @@ from psyche_common.protocol import (
     short_id,
 )
 from psyche_common.protocol.messages import Rejected, to_wire
+
+from .limits import ConnectionLimits, RateLimiter
+
+__all__ = [
+    "CloseConnection",
+    "Connection",
+    "ConnectionLimits",
+    "ConnectionManager",
+    "RateLimiter",
+]
 
 log = logging.getLogger("psyche.server.connections")
 
@@ -40,42 +47,6 @@ class CloseConnection(Exception):
         super().__init__(reason)
         self.reason = reason
         self.send_rejection = send_rejection
-
-
-@dataclass(frozen=True)
-class ConnectionLimits:
-    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
-    handshake_timeout: float = 10.0
-    max_buffered_send_bytes: int = 32 * 1024 * 1024
-    socket_send_buffer: int | None = None
-    """SO_SNDBUF for accepted sockets (None: the kernel's default)."""
-    max_connections: int = 4096
-    """Open sockets (authenticated or still in their handshake) beyond which new ones are dropped."""
-    messages_per_second: float = 100.0
-    message_burst: int = 500
-    """Token bucket per connection: a peer that sends faster than this is disconnected."""
-
-
-class RateLimiter:
-    """A token bucket: `allow()` is False once the peer exceeds `rate` messages/s beyond `burst`."""
-
-    def __init__(
-        self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.rate = rate
-        self.burst = burst
-        self._clock = clock
-        self._tokens = float(burst)
-        self._last = clock()
-
-    def allow(self) -> bool:
-        now = self._clock()
-        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
-        self._last = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True
 
 
 class Connection:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .connections import ConnectionLimits
+from .limits import ConnectionLimits
 
 
 @dataclass

@@ -11,7 +11,7 @@ import click
 from psyche_common.logs import LOG_LEVELS, LogFormat, setup_logging
 
 from .app import ServerOptions
-from .connections import ConnectionLimits
+from .limits import ConnectionLimits
 from .runner import RunRequest, run_blocking
 
 _existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
