@@ -56,21 +56,26 @@ async def start_server(tmp_path: Path, *args: str, name: str = "server") -> Serv
     return ServerProcess(process, int(match.group(2)), stderr_path)
 
 
-async def test_missing_data_config_exits_with_clear_error(tmp_path: Path) -> None:
-    state = write_state(tmp_path / "s.toml", data_location={"Server": "127.0.0.1:0"})
+async def failed_start_stderr(*args: str) -> bytes:
+    """Run `psyche-server run --no-tui ARGS`, expect exit status 1, return its stderr."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "psyche_server",
         "run",
         "--no-tui",
-        "--state",
-        str(state),
+        *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     _, stderr = await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode == 1
+    return stderr
+
+
+async def test_missing_data_config_exits_with_clear_error(tmp_path: Path) -> None:
+    state = write_state(tmp_path / "s.toml", data_location={"Server": "127.0.0.1:0"})
+    stderr = await failed_start_stderr("--state", str(state))
     assert b"no --data-config passed" in stderr
 
 
@@ -134,21 +139,7 @@ async def test_port_in_use_exits_with_clear_error(tmp_path: Path) -> None:
     blocker = await asyncio.start_server(lambda r, w: None, "0.0.0.0", 0)
     port = blocker.sockets[0].getsockname()[1]
     try:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "psyche_server",
-            "run",
-            "--no-tui",
-            "--state",
-            str(state),
-            "--server-port",
-            str(port),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        _, stderr = await asyncio.wait_for(process.communicate(), 30)
-        assert process.returncode == 1
+        stderr = await failed_start_stderr("--state", str(state), "--server-port", str(port))
         assert f"cannot listen on 0.0.0.0:{port}".encode() in stderr
     finally:
         blocker.close()
