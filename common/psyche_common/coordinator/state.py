@@ -189,12 +189,6 @@ class Coordinator:
     def batch_size_at(self, data_index: int) -> int:
         return get_batch_size(self.config, data_index * self.model.max_seq_len)
 
-    def current_batch_size(self) -> int:
-        """`get_target_global_batch_size` of the current round (or the epoch start)."""
-        if self.run_state in (RunState.RoundTrain, RunState.RoundWitness, RunState.Cooldown):
-            return self.batch_size_at(self.current_round().data_index)
-        return self.batch_size_at(self.progress.epoch_start_data_index)
-
     def trainer_health_score(self, client_id: bytes, round_witnesses: Sequence[Witness]) -> int:
         """How many witnesses saw `client_id`'s results (participant bloom of SHA-256(id))."""
         key = hashlib.sha256(client_id).digest()
