@@ -24,7 +24,8 @@ from psyche_client.p2p.config import P2PConfig
 from psyche_client.p2p.manifest import ModelManifest, parameter_info
 from psyche_client.p2p.model_share import ModelShareError, download_model
 from psyche_client.p2p.node import P2PNode
-from psyche_client.round_runner import DesyncError, RoundRunner, RunnerOptions, run_state_name
+from psyche_client.pipeline_io import DesyncError, RunnerOptions, run_state_name
+from psyche_client.round_runner import RoundRunner
 from psyche_client.server_link import ServerLink, ServerLinkError
 from psyche_client.stats import ClientStats
 

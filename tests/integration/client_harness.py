@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from psyche_client.backend import DummyBackend
-from psyche_client.round_runner import RoundRunner, RunnerOptions
+from psyche_client.pipeline_io import RunnerOptions
+from psyche_client.round_runner import RoundRunner
 from psyche_common.committee import CommitteeProof
 from psyche_common.config.loading import parse_state
 from psyche_common.coordinator import Coordinator, CoordinatorError, Witness
