@@ -57,6 +57,8 @@ class BatchId:
 
 
 class BatchSizeConfig(Protocol):
+    """The batch-size ramp settings of a `[config]` (`CoordinatorConfig` has them)."""
+
     global_batch_size_start: int
     global_batch_size_end: int
     global_batch_size_warmup_tokens: int
@@ -82,12 +84,16 @@ def get_batch_size(config: BatchSizeConfig, tokens: int) -> int:
 
 
 class RoundLike(Protocol):
+    """What the assignment reads from a coordinator round."""
+
     data_index: int
     random_seed: int
     tie_breaker_tasks: int
 
 
 class ClientLike(Protocol):
+    """An epoch member: only its 32-byte id matters here."""
+
     id: bytes
 
 

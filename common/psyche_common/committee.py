@@ -25,6 +25,8 @@ class CommitteeSelectionError(ValueError):
 
 
 class Committee(enum.IntEnum):
+    """A node's role in a round (the reference's numbering)."""
+
     TieBreaker = 0
     Verifier = 1
     Trainer = 2
@@ -32,6 +34,8 @@ class Committee(enum.IntEnum):
 
 @dataclass(frozen=True)
 class CommitteeProof:
+    """Where a node sits in the committee permutation: its committee, position and index."""
+
     committee: Committee
     position: int
     index: int
@@ -55,6 +59,8 @@ class CommitteeProof:
 
 @dataclass(frozen=True)
 class WitnessProof:
+    """Where a node sits in the witness permutation, and whether that makes it a witness."""
+
     position: int
     index: int
     witness: bool
@@ -86,6 +92,8 @@ def _wire_int(data: dict[str, Any], key: str, what: str) -> int:
 
 
 class HasId(Protocol):
+    """Anything with a 32-byte client id (epoch members)."""
+
     id: bytes
 
 
@@ -95,6 +103,8 @@ def seed32_from_u64(seed: int) -> bytes:
 
 @dataclass(frozen=True)
 class CommitteeSelection:
+    """The committee and witness selection of one round, derived from its random seed."""
+
     tie_breaker_nodes: int
     verifier_nodes: int
     witness_nodes: int

@@ -30,6 +30,8 @@ log = logging.getLogger("psyche.server.data")
 
 
 class SampleProvider(Protocol):
+    """What the data server serves from: a data provider with a known number of sequences."""
+
     num_sequences: int
 
     async def get_samples(self, batch: BatchId) -> np.ndarray: ...

@@ -31,6 +31,8 @@ class StartupError(Exception):
 
 @dataclass
 class RunRequest:
+    """Everything `psyche-server run` was asked to start."""
+
     state_path: Path
     options: ServerOptions
     data_config_path: Path | None = None

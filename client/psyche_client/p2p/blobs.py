@@ -21,6 +21,8 @@ def blob_hash(data: bytes | bytearray | memoryview) -> bytes:
 
 @dataclass(frozen=True)
 class StoredBlob:
+    """A blob's bytes and the training step it belongs to (None: kept until removed)."""
+
     data: bytes
     step: int | None
 

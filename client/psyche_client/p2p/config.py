@@ -15,6 +15,8 @@ MIB = 1024 * KIB
 
 @dataclass(frozen=True)
 class P2PConfig:
+    """Settings of one `P2PNode`; every field has a default (see the module docstring)."""
+
     bind_host: str = "0.0.0.0"
     """Interface the listener binds ("0.0.0.0" = all IPv4 interfaces)."""
     port: int = 0

@@ -33,6 +33,8 @@ AnnouncementCallback = Callable[[Announcement, bytes], Awaitable[None] | None]
 
 
 class AnnouncementInbox:
+    """Checks and de-duplicates pushed announcements before the app's callback sees them."""
+
     def __init__(
         self,
         is_member: Callable[[bytes], bool],

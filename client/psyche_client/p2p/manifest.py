@@ -26,6 +26,8 @@ class ManifestError(ValueError):
 
 @dataclass(frozen=True)
 class ParameterInfo:
+    """One parameter of a shared model: name, dtype, shape, byte size and SHA-256."""
+
     name: str
     dtype: str
     shape: tuple[int, ...]
@@ -44,6 +46,8 @@ class ParameterInfo:
 
 @dataclass(frozen=True)
 class ModelManifest:
+    """What a peer offers for download: the step and epoch, every parameter, config and tokenizer."""
+
     step: int
     epoch: int
     parameters: tuple[ParameterInfo, ...]

@@ -53,6 +53,8 @@ class ManifestVote:
 
 @dataclass
 class ModelDownload:
+    """A finished model download: the agreed manifest, the parameters and who served what."""
+
     manifest: ModelManifest
     parameters: dict[str, bytes]
     sources: dict[str, bytes]

@@ -26,6 +26,8 @@ class RemoteError(ProtocolError):
 
 @dataclass(frozen=True)
 class Received:
+    """Bytes read from a chunked answer, with the SHA-256 computed while reading."""
+
     data: bytes
     sha256: bytes
 

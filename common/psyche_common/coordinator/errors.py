@@ -7,6 +7,8 @@ import re
 
 
 class ErrorKind(enum.Enum):
+    """The reference's `CoordinatorError` variants."""
+
     NoActiveRound = 0
     InvalidWitness = 1
     InvalidRunState = 2

@@ -22,6 +22,8 @@ MERKLE_ROOT_LEN = 32
 
 
 class RunState(enum.IntEnum):
+    """The run's state machine (the reference's numbering)."""
+
     Uninitialized = 0
     WaitingForMembers = 1
     Warmup = 2
@@ -56,6 +58,8 @@ ACTIVE_STATES = frozenset({RunState.RoundTrain, RunState.RoundWitness, RunState.
 
 
 class ClientState(enum.IntEnum):
+    """An epoch member's standing: healthy, or how it left the epoch."""
+
     Healthy = 0
     Dropped = 1
     Withdrawn = 2

@@ -198,6 +198,8 @@ class ShardWriter:
 
 @dataclass(frozen=True)
 class TokenizeSummary:
+    """What `tokenize_files` wrote: the token files, document and token counts, token size."""
+
     files: list[Path]
     documents: int
     tokens: int

@@ -21,6 +21,8 @@ RejectReason = Literal["NotInThisRound", "OutOfRange", "DataError", "TooLarge"]
 
 
 class RequestTrainingData(_Message):
+    """Client → data server: samples `start..end` (inclusive) of the current round."""
+
     type: Literal["RequestTrainingData"] = "RequestTrainingData"
     start: NonNegInt
     end: NonNegInt
@@ -35,6 +37,8 @@ class RequestTrainingData(_Message):
 
 
 class TrainingData(_Message):
+    """Data server → client: the samples as little-endian int32 tokens, row-major."""
+
     type: Literal["TrainingData"] = "TrainingData"
     start: NonNegInt
     end: NonNegInt
@@ -53,6 +57,8 @@ class TrainingData(_Message):
 
 
 class RequestRejected(_Message):
+    """Data server → client: why a request was refused (`reason`, with a `detail` text)."""
+
     type: Literal["RequestRejected"] = "RequestRejected"
     start: NonNegInt
     end: NonNegInt

@@ -35,6 +35,9 @@ class Box(Static):
 
 
 class ServerDashboard(App[None]):
+    """The `psyche-server run` dashboard (Dashboard, Coordinator, Data server and Logs tabs;
+    Ctrl+P pauses or resumes the run)."""
+
     TITLE = "psyche-server"
     ENABLE_COMMAND_PALETTE = False
     CSS = """

@@ -46,6 +46,8 @@ def pause_hint(coordinator: Any) -> str:
 
 @dataclass
 class DashboardView:
+    """The text the dashboard shows, computed from the server without any widget."""
+
     address: str
     run_id: str
     pause_hint: str
@@ -66,6 +68,8 @@ class DashboardView:
 
 @dataclass
 class DataView:
+    """The Data server tab: samples served so far out of the data's total, per client."""
+
     total_samples: int
     provided_samples: int
     per_client: list[str] = field(default_factory=list)
