@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
 from psyche_common.assignment import BatchId
 from psyche_common.data.dummy import DummyDataProvider
 from psyche_common.data.errors import DataFileError, DataIndexError
-from psyche_common.data.weighted import WeightedDataProvider, mixture_index, parse_weighted_config
+from psyche_common.data.weighted import (
+    WeightedDataProvider,
+    load_weighted_http,
+    mixture_index,
+    parse_weighted_config,
+)
 
 SEED = bytes(range(32))
 
@@ -163,3 +169,10 @@ def test_parse_weighted_config_forms() -> None:
 def test_parse_weighted_config_errors(document: dict[str, object], message: str) -> None:
     with pytest.raises(DataFileError, match=message):
         parse_weighted_config(document)
+
+
+async def test_an_invalid_mixture_config_names_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "mixture.json"
+    config.write_text('{"shuffle": "DontShuffle", "providers": []}')
+    with pytest.raises(DataFileError, match=f"mixture config {config}: 'providers' must be"):
+        await load_weighted_http(str(config), 4)

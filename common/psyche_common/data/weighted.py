@@ -197,7 +197,10 @@ async def load_weighted_http(
             document = json.loads(raw)
         except ValueError as exc:
             raise DataFileError(f"mixture config {config_location} is not JSON: {exc}") from None
-        sources, weights, shuffle = parse_weighted_config(document)
+        try:
+            sources, weights, shuffle = parse_weighted_config(document)
+        except DataFileError as exc:
+            raise DataFileError(f"mixture config {config_location}: {exc}") from None
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(resolve_location(s.location, session)) for s in sources]
