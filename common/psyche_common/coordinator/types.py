@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from psyche_common.bloom import WITNESS_BLOOM_KEYS, Bloom
+from psyche_common.client_id import CLIENT_ID_LEN, short_id
 from psyche_common.committee import WitnessProof
 
 MAX_CLIENTS = 256
 MAX_WITNESSES = 32
 NUM_STORED_ROUNDS = 4
-CLIENT_ID_LEN = 32
 MERKLE_ROOT_LEN = 32
 
 
@@ -67,11 +67,6 @@ class ClientState(enum.IntEnum):
 
     def __str__(self) -> str:
         return self.name
-
-
-def short_id(client_id: bytes) -> str:
-    """Display form of a client id: its first 4 bytes in hex."""
-    return client_id[:4].hex()
 
 
 def check_client_id(value: Any, what: str) -> bytes:

@@ -13,14 +13,11 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from psyche_common.client_id import short_id
+
 PUBLIC_KEY_SIZE = 32
 SECRET_KEY_SIZE = 32
 SIGNATURE_SIZE = 64
-
-
-def short_id(public_key: bytes) -> str:
-    """Display form of a client id: the first 4 bytes in hex (8 characters)."""
-    return bytes(public_key[:4]).hex()
 
 
 class Identity:
