@@ -74,7 +74,16 @@ def test_real_training_three_clients_loss_decreases_identical_weights(cluster) -
 def test_sigkill_mid_round_does_not_stall_the_run(cluster) -> None:
     c = cluster(total_steps=14, epoch_time=600, max_round_train_time=6, init_min_clients=3)
     c.start_server()
-    clients = [c.start_client(dummy_delay=0.3) for _ in range(3)]
+    gradients, log_file = c.tmp / "gradients", c.tmp / "client0-copy.log"
+    clients = [
+        c.start_client(
+            "--write-gradients-dir",
+            str(gradients),
+            "--write-log",
+            str(log_file),
+            dummy_delay=0.3,
+        )
+    ] + [c.start_client(dummy_delay=0.3) for _ in range(2)]
     wait_for(lambda: len(applied_hashes(clients[0])) >= 2, 120, "training to start", c.diagnostics)
     victim = clients[2]
     victim.kill(signal.SIGKILL)
@@ -88,6 +97,9 @@ def test_sigkill_mid_round_does_not_stall_the_run(cluster) -> None:
     assert [p.popen.returncode for p in survivors] == [0, 0], c.diagnostics()
     common = assert_same_hashes(survivors, min_common=8)
     assert common[-1] >= 13
+    written = list(gradients.glob("result-*-step*-batch*.bin"))
+    assert len(written) >= 8 and all(p.stat().st_size == 64 for p in written)
+    assert '"applied step"' in log_file.read_text()
 
 
 @pytest.mark.slow
