@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from psyche_common.shuffle import compute_shuffled_index, shuffled_positions
+from psyche_common.wire_checks import wire_map, wire_uint
 
 MAX_WITNESSES = 32
 U64_MAX = (1 << 64) - 1
@@ -45,15 +46,14 @@ class CommitteeProof:
 
     @classmethod
     def from_wire(cls, data: Any) -> CommitteeProof:
-        if not isinstance(data, dict):
-            raise ValueError("committee proof must be a map")
-        committee = _wire_int(data, "committee", "committee proof")
+        data = wire_map(data, "committee proof")
+        committee = wire_uint(data, "committee", "committee proof")
         if committee not in Committee._value2member_map_:
-            raise ValueError(f"committee proof: unknown committee {committee}")
+            raise ValueError(f"committee proof.committee: unknown committee {committee}")
         return cls(
             Committee(committee),
-            _wire_int(data, "position", "committee proof"),
-            _wire_int(data, "index", "committee proof"),
+            wire_uint(data, "position", "committee proof"),
+            wire_uint(data, "index", "committee proof"),
         )
 
 
@@ -70,25 +70,17 @@ class WitnessProof:
 
     @classmethod
     def from_wire(cls, data: Any) -> WitnessProof:
-        if not isinstance(data, dict):
-            raise ValueError("witness proof must be a map")
+        data = wire_map(data, "witness proof")
         witness = data.get("witness")
         if isinstance(witness, int):  # a u8 in the reference; accept 0/1 as well as bools
             witness = bool(witness)
         if not isinstance(witness, bool):
-            raise ValueError("witness proof: 'witness' must be a bool")
+            raise ValueError(f"witness proof.witness must be a bool, got {witness!r:.80}")
         return cls(
-            _wire_int(data, "position", "witness proof"),
-            _wire_int(data, "index", "witness proof"),
+            wire_uint(data, "position", "witness proof"),
+            wire_uint(data, "index", "witness proof"),
             witness,
         )
-
-
-def _wire_int(data: dict[str, Any], key: str, what: str) -> int:
-    value = data.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{what}: '{key}' must be a non-negative integer, got {value!r}")
-    return value
 
 
 class HasId(Protocol):

@@ -14,6 +14,7 @@ from typing import Any
 from psyche_common.bloom import WITNESS_BLOOM_KEYS, Bloom
 from psyche_common.client_id import CLIENT_ID_LEN, short_id
 from psyche_common.committee import WitnessProof
+from psyche_common.wire_checks import wire_list, wire_map, wire_uint
 
 MAX_CLIENTS = 256
 MAX_WITNESSES = 32
@@ -73,26 +74,6 @@ def check_client_id(value: Any, what: str) -> bytes:
     if not isinstance(value, bytes | bytearray) or len(value) != CLIENT_ID_LEN:
         raise ValueError(f"{what} must be {CLIENT_ID_LEN} bytes, got {value!r:.80}")
     return bytes(value)
-
-
-def wire_uint(data: dict[str, Any], key: str, what: str) -> int:
-    value = data.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{what}.{key} must be a non-negative integer, got {value!r:.80}")
-    return value
-
-
-def wire_map(data: Any, what: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise ValueError(f"{what} must be a map, got {type(data).__name__}")
-    return data
-
-
-def wire_list(data: dict[str, Any], key: str, what: str) -> list[Any]:
-    value = data.get(key)
-    if not isinstance(value, list | tuple):
-        raise ValueError(f"{what}.{key} must be a list, got {type(value).__name__}")
-    return list(value)
 
 
 @dataclass(eq=False)

@@ -16,14 +16,8 @@ from pydantic import ValidationError
 from psyche_common.config import CoordinatorConfig, LLMConfig, StateFile
 from psyche_common.config import Progress as ConfigProgress
 from psyche_common.config import RunState as ConfigRunState
-from psyche_common.coordinator.types import (
-    ClientState,
-    EpochState,
-    Progress,
-    RunState,
-    wire_map,
-    wire_uint,
-)
+from psyche_common.coordinator.types import ClientState, EpochState, Progress, RunState
+from psyche_common.wire_checks import wire_map, wire_uint
 
 if TYPE_CHECKING:
     from psyche_common.coordinator.state import Coordinator
