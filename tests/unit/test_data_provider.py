@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -95,14 +94,3 @@ async def test_invalid_locations() -> None:
         parse_data_location(42)
     with pytest.raises(DataFileError, match="sequence length must be positive"):
         await make_provider("Dummy", 0)
-
-
-def test_psyche_common_data_does_not_import_torch() -> None:
-    import subprocess
-
-    code = (
-        "import sys, psyche_common.data, psyche_common.data.cli, psyche_common.data.weighted, "
-        "psyche_common.data.preprocessed, psyche_common.data.builtin, psyche_common.data.tokenize; "
-        "sys.exit(3 if 'torch' in sys.modules else 0)"
-    )
-    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
