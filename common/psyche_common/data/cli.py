@@ -29,6 +29,9 @@ def _fail(message: str) -> NoReturn:
     sys.exit(1)
 
 
+_SEED_OPTION = "'--shuffle-seed'"
+
+
 def _parse_seed(text: str) -> bytes:
     """A seed as 64 hex digits or 32 comma-separated integers (data.toml's shuffle_seed)."""
     cleaned = text.strip().strip("[]")
@@ -36,16 +39,20 @@ def _parse_seed(text: str) -> bytes:
         try:
             values = [int(v) for v in cleaned.split(",") if v.strip()]
         except ValueError:
-            raise click.BadParameter(f"not a list of integers: {text!r}") from None
+            raise click.BadParameter(
+                f"not a list of integers: {text!r}", param_hint=_SEED_OPTION
+            ) from None
     else:
         try:
             values = list(bytes.fromhex(cleaned))
         except ValueError:
-            raise click.BadParameter("expected 64 hex digits or 32 integers 0-255") from None
+            raise click.BadParameter(
+                "expected 64 hex digits or 32 integers 0-255", param_hint=_SEED_OPTION
+            ) from None
     try:
         seed = parse_shuffle(values)
     except DataError as exc:
-        raise click.BadParameter(str(exc)) from None
+        raise click.BadParameter(str(exc), param_hint=_SEED_OPTION) from None
     assert seed is not None
     return seed
 
