@@ -5,6 +5,10 @@
    batch shapes trained by a bare PyTorch loop (forward/backward + AdamW) in this process.
    The client figure is wall-clock over the steady rounds (the first two are skipped), so it
    includes everything a run costs: waiting for states, apply, DisTrO, witness phase.
+   `client_training_share_of_wall` (round start → training done, over wall time) is the
+   load-independent part: the rest is protocol time (RoundWitness lasts ≥ round_witness_time,
+   ticks are 0.5 s). On a shared, loaded machine the two tokens/s figures are noisy; the
+   baseline is measured before and after the client run and averaged.
 2. Late-joiner model fetch: seconds to fetch a ~20M-parameter model's bytes peer-to-peer
    (`psyche_client.p2p.benchmark`, 3 serving peers, hash-checked parameters) vs a raw
    loopback socket copy of the same bytes.
