@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from psyche_common.protocol import Identity
 from psyche_client.backend import DummyBackend, TrainingBackend
 from psyche_client.p2p.config import P2PConfig
 from psyche_client.p2p.manifest import ModelManifest, parameter_info
-from psyche_client.p2p.model_share import ModelShareError, download_model
+from psyche_client.p2p.model_share import ModelShareError, download_model, poll_manifests
 from psyche_client.p2p.node import P2PNode
 from psyche_client.pipeline_io import DesyncError, RunnerOptions, run_state_name
 from psyche_client.round_runner import RoundRunner
@@ -135,16 +136,25 @@ class ClientApp:
         else:
             from psyche_client.distro_backend import DistroBackend
 
+            peer_config = await self._peer_config(peers) if from_peers else None
             backend = await asyncio.to_thread(
                 DistroBackend.load,
                 coordinator,
                 device=self.options.device,
                 micro_batch_size=self.options.micro_batch_size,
                 from_peers=from_peers,
+                peer_config=peer_config,
             )
         if from_peers:
             await self._download_from_peers(backend, peers)
         return backend
+
+    async def _peer_config(self, peers: list[bytes]) -> dict[str, Any] | None:
+        """The model config a majority of peers shares (None when they share none)."""
+        vote = await poll_manifests(self.node, peers)
+        if not vote.manifest.config_json:
+            return None
+        return json.loads(vote.manifest.config_json)
 
     async def _download_from_peers(self, backend: Any, peers: list[bytes]) -> None:
         log.info("fetching the model from %d peer(s)", len(peers))
@@ -177,6 +187,7 @@ class ClientApp:
             step=step,
             epoch=coordinator.progress.epoch,
             parameters=[parameter_info(n, dtype, shape, data) for n, dtype, shape, data in entries],
+            config_json=await asyncio.to_thread(backend.config_json),
         )
         self.shared.parameters = {name: data for name, _, _, data in entries}
         self.shared.manifest = manifest

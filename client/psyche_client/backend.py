@@ -71,6 +71,10 @@ class TrainingBackend(Protocol):
 
     def save_checkpoint(self, directory: str) -> None: ...
 
+    def config_json(self) -> str:
+        """The model config as JSON, shared with late joiners ("" when there is none)."""
+        ...
+
 
 class DummyBackend:
     """A stand-in model: sleeps ``delay_secs`` per batch; weights are a 32-byte hash chain."""
@@ -130,6 +134,9 @@ class DummyBackend:
         if weights is None or len(weights) != 32:
             raise ValueError("peer model has no 32-byte 'dummy.weights' parameter")
         self.weights = weights
+
+    def config_json(self) -> str:
+        return ""
 
     def save_checkpoint(self, directory: str) -> None:
         import pathlib

@@ -9,6 +9,7 @@ the announced step/batch and the signed commitment before anything uses them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from psyche_client.device import resolve_device
 from psyche_client.distro.result import ResultDecodeError
 from psyche_client.model_io import (
     ModelInfo,
+    build_model_from_config,
     load_model,
     load_parameter_bytes,
     model_parameters_manifest,
@@ -48,23 +50,43 @@ class DistroBackend:
 
     @classmethod
     def load(
-        cls, coordinator: Any, *, device: str, micro_batch_size: int, from_peers: bool = False
+        cls,
+        coordinator: Any,
+        *,
+        device: str,
+        micro_batch_size: int,
+        from_peers: bool = False,
+        peer_config: dict[str, Any] | None = None,
     ) -> DistroBackend:
-        """Build the model for the coordinator's run (weights from peers come later via
-        `load_parameters` when ``from_peers``: the local build only provides the shapes)."""
+        """Build the model for the coordinator's run. With ``peer_config`` (the config a peer
+        majority shared) the model is built from it and its weights come later from
+        `load_parameters`; otherwise it is loaded from the checkpoint's repository (and, when
+        ``from_peers``, its weights are replaced by the peers' afterwards)."""
         torch.manual_seed(RNG_SEED)
         llm = coordinator.model
         checkpoint = llm.checkpoint
-        repo_id = getattr(checkpoint, "repo_id", None)
-        if not repo_id:
-            raise ValueError(f"checkpoint {checkpoint!r} names no model repository")
         torch_device = resolve_device(device)
-        model, info = load_model(
-            repo_id,
-            getattr(checkpoint, "revision", None),
-            device=torch_device,
-            dtype=torch.float32,
-        )
+        if peer_config is not None:
+            model = build_model_from_config(peer_config, device=torch_device)
+            info = ModelInfo(
+                source="p2p",
+                kind="p2p",
+                seeded=False,
+                seed=None,
+                path=None,
+                config=peer_config,
+                num_parameters=sum(p.numel() for p in model.parameters()),
+            )
+        else:
+            repo_id = getattr(checkpoint, "repo_id", None)
+            if not repo_id:
+                raise ValueError(f"checkpoint {checkpoint!r} names no model repository")
+            model, info = load_model(
+                repo_id,
+                getattr(checkpoint, "revision", None),
+                device=torch_device,
+                dtype=torch.float32,
+            )
         trainer = Trainer(
             model, llm.optimizer, device=torch_device, micro_batch_size=micro_batch_size
         )
@@ -138,6 +160,10 @@ class DistroBackend:
             raise ValueError(f"peer model does not match: missing {missing}, unexpected {extra}")
         for name, data in parameters.items():
             load_parameter_bytes(model, name, data)
+
+    def config_json(self) -> str:
+        """The model config shared with late joiners (JSON)."""
+        return json.dumps(self.info.config, sort_keys=True)
 
     def save_checkpoint(self, directory: str) -> None:
         save_checkpoint(self.trainer.model, directory, extra_files=self.info.extra_files)

@@ -102,7 +102,10 @@ class RoundRunner(ResultExchange, ApplyAndWitness):
         self.active = "warmup"
         log.info(
             "model ready",
-            extra=self._fields(weights_hash=backend.weights_hash().hex()),
+            extra=self._fields(
+                weights_hash=backend.weights_hash().hex(),
+                model_source=getattr(getattr(backend, "info", None), "kind", "dummy"),
+            ),
         )
         if self.coordinator is not None and self._in_clients(self.coordinator):
             await self._transition(self.coordinator, run_state_name(self.coordinator))

@@ -119,6 +119,8 @@ def test_late_joiner_fetches_model_peer_to_peer_and_trains_identically(cluster) 
     )
     fetched = joiner.events("model fetched peer-to-peer")[0]
     assert fetched["bytes"] > 0
+    wait_for(lambda: joiner.events("model ready"), 60, "the joiner's model", c.diagnostics)
+    assert joiner.events("model ready")[0]["model_source"] == "p2p"  # config from peers too
     wait_for(
         lambda: len(applied_hashes(joiner)) >= 3, 150, "the joiner to apply steps", c.diagnostics
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -64,7 +65,10 @@ def test_parameters_round_trip_through_export() -> None:
     a = DistroBackend.load(coordinator, device="cpu", micro_batch_size=2)
     a.train(1, BatchId(0, 1), np.ones((2, 16), dtype=np.int64), lambda: False)
     entries = a.export_parameters()
-    b = DistroBackend.load(coordinator, device="cpu", micro_batch_size=2)
+    b = DistroBackend.load(
+        coordinator, device="cpu", micro_batch_size=2, peer_config=json.loads(a.config_json())
+    )
+    assert b.info.kind == "p2p"
     with torch.no_grad():
         for p in b.trainer.model.parameters():
             p.add_(1.0)
