@@ -72,3 +72,15 @@ def test_prune_keeps_the_newest_steps(tmp_path: Path) -> None:
     (tmp_path / "other-step1").mkdir()
     _prune_checkpoints(tmp_path, "run", 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other-step1", "run-step10", "run-step12"]
+
+
+def test_bind_interface_by_address_name_or_prefix() -> None:
+    import click
+    import pytest
+    from psyche_client.cli import _interface_address
+
+    assert _interface_address("10.1.2.3") == "10.1.2.3"
+    assert _interface_address("lo") == "127.0.0.1"
+    assert _interface_address("l*") == "127.0.0.1"
+    with pytest.raises(click.BadParameter, match="no IPv4 interface"):
+        _interface_address("no-such-if0")
