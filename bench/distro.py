@@ -105,8 +105,8 @@ def measure_convergence(steps: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=100, help="convergence run length")
-    parser.add_argument("--timing-iters", type=int, default=3, help="timed steps (x4 peers)")
+    parser.add_argument("--steps", type=int, default=80, help="convergence run length")
+    parser.add_argument("--timing-iters", type=int, default=2, help="timed steps (x4 peers)")
     parser.add_argument("--batch", type=int, default=4, help="sequences per client step")
     parser.add_argument("--seq-len", type=int, default=256)
     args = parser.parse_args()
