@@ -9,9 +9,10 @@ records the error that ends the client (`wait_fatal`).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from psyche_common.protocol import Identity
@@ -34,11 +35,43 @@ log = logging.getLogger("psyche.client")
 
 @dataclass
 class WarmupProgress:
-    """Warmup readiness: who sent warmup Finished, when we last sent ours, our witness."""
+    """Our side of one Warmup: when we last sent our warmup Finished, and our witness."""
 
-    finished_from: set[bytes] = field(default_factory=set)
     sent_finished_at: float | None = None
     sent_witness: bool = False
+
+
+WARMUP_TAG_DOMAIN = b"psyche-py/warmup/v1\x00"
+KEPT_WARMUP_TAGS = 4
+
+
+def warmup_tag(coordinator: Any) -> bytes:
+    """Names one Warmup: the epoch's start time and step, which every client reads alike.
+
+    Warmup Finished announcements carry it (as their Merkle root) so that each epoch's
+    announcement differs: ed25519 signatures are deterministic, and an identical message
+    would be dropped by the peers' de-duplication in every epoch after the first.
+    """
+    start = int(coordinator.epoch_state.start_timestamp)
+    step = int(coordinator.progress.step)
+    return hashlib.sha256(
+        WARMUP_TAG_DOMAIN + start.to_bytes(8, "big") + step.to_bytes(4, "big")
+    ).digest()
+
+
+class WarmupReadiness:
+    """Who announced a finished warmup, per warmup tag (announcements may arrive early)."""
+
+    def __init__(self) -> None:
+        self._senders: dict[bytes, set[bytes]] = {}
+
+    def record(self, tag: bytes, sender: bytes) -> None:
+        self._senders.setdefault(tag, set()).add(sender)
+        while len(self._senders) > KEPT_WARMUP_TAGS:
+            del self._senders[next(iter(self._senders))]
+
+    def senders(self, tag: bytes) -> set[bytes]:
+        return set(self._senders.get(tag, ()))
 
 
 class RunnerBase:
@@ -70,6 +103,7 @@ class RunnerBase:
         self.current: RoundState | None = None
         self.previous: RoundState | None = None
         self.warmup = WarmupProgress()
+        self.warmup_ready = WarmupReadiness()
         self.fatal: BaseException | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._round_tasks: set[asyncio.Task[Any]] = set()

@@ -67,7 +67,7 @@ class ResultExchange(RunnerBase):
             log.warning("dropped announcement: %s", exc, extra=self._fields())
             return
         if isinstance(announcement, FinishedAnnouncement) and announcement.warmup:
-            self.warmup.finished_from.add(announcement.sender_id)
+            self.warmup_ready.record(announcement.broadcast_merkle, announcement.sender_id)
             return
         if self.backend is None or self.coordinator is None:
             return

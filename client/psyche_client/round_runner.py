@@ -29,10 +29,9 @@ from psyche_client.p2p.announcements import (
 from psyche_client.pipeline_io import empty_witness_wire, run_state_name
 from psyche_client.roles import derive_round_roles
 from psyche_client.round_apply import ApplyAndWitness
-from psyche_client.round_base import WarmupProgress
+from psyche_client.round_base import WarmupProgress, warmup_tag
 from psyche_client.round_exchange import ResultExchange
 from psyche_client.round_state import RoundState
-from psyche_client.witness_builder import EMPTY_MERKLE_ROOT
 
 TICK_INTERVAL = 0.5
 DATA_FETCH_ATTEMPTS = 7
@@ -120,17 +119,21 @@ class RoundRunner(ResultExchange, ApplyAndWitness):
         if index is None:
             return
         progress = self.warmup
+        tag = warmup_tag(coordinator)
         if (
             progress.sent_finished_at is None
             or now - progress.sent_finished_at >= WARMUP_REBROADCAST_INTERVAL
         ):
             announcement = make_finished_announcement(
-                self.identity, step=0, warmup=True, broadcast_merkle=EMPTY_MERKLE_ROOT
+                self.identity,
+                step=coordinator.progress.step,
+                warmup=True,
+                broadcast_merkle=tag,
             )
-            progress.finished_from.add(self.me)
+            self.warmup_ready.record(tag, self.me)
             progress.sent_finished_at = now
             await self.network.announce(announcement)
-        if not progress.sent_witness and set(self._client_ids()) <= progress.finished_from:
+        if not progress.sent_witness and set(self._client_ids()) <= self.warmup_ready.senders(tag):
             progress.sent_witness = True
             proof = WitnessProof(position=index, index=index, witness=False)
             await self.uplink.send_warmup_witness(empty_witness_wire(proof))

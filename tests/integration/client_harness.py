@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from psyche_client.backend import DummyBackend
+from psyche_client.p2p.announcements import message_id
 from psyche_client.pipeline_io import RunnerOptions
 from psyche_client.round_runner import RoundRunner
 from psyche_common.committee import CommitteeProof
@@ -70,10 +71,15 @@ def make_coordinator(
 
 
 class MemoryNetwork:
-    """Shared blob store + announcement fan-out; `corrupt_from` peers serve damaged blobs."""
+    """Shared blob store + announcement fan-out; `corrupt_from` peers serve damaged blobs.
+
+    Like the real P2P inbox, each receiver drops an announcement it has already seen
+    (same `message_id`), so identical re-sent messages are delivered once.
+    """
 
     def __init__(self) -> None:
         self.runners: dict[bytes, RoundRunner] = {}
+        self.seen: dict[bytes, set[bytes]] = {}  # receiver -> message ids delivered
         self.blobs: dict[bytes, dict[bytes, bytes]] = {}  # holder -> hash -> data
         self.corrupt_from: set[bytes] = set()
         self.dead: set[bytes] = set()
@@ -92,8 +98,13 @@ class MemoryEndpoint:
     async def announce(self, announcement: Any) -> None:
         if self.me in self.hub.dead:
             return
+        key = message_id(announcement)
         for peer, runner in list(self.hub.runners.items()):
-            if peer != self.me and peer not in self.hub.dead:
+            if peer == self.me or peer in self.hub.dead:
+                continue
+            seen = self.hub.seen.setdefault(peer, set())
+            if key not in seen:
+                seen.add(key)
                 asyncio.get_running_loop().call_soon(runner.on_announcement, announcement)
 
     def publish_blob(self, data: bytes, step: int) -> bytes:
@@ -131,6 +142,7 @@ class FakeUplink:
         self.server.call(lambda c: c.witness(self.me, Witness.from_wire(witness), self.server.now))
 
     async def send_warmup_witness(self, witness: dict[str, Any]) -> None:
+        self.server.warmup_witnesses.append((self.server.coordinator.progress.epoch, self.me))
         self.server.call(
             lambda c: c.warmup_witness(
                 self.me, Witness.from_wire(witness), self.server.now, self.server.seed()
@@ -160,6 +172,7 @@ class FakeServer:
     hashes: dict[int, dict[bytes, bytes]] = field(default_factory=dict)
     witness_hashes: list[tuple[bytes, int, bytes]] = field(default_factory=list)
     accusations: list[tuple[bytes, list[bytes]]] = field(default_factory=list)
+    warmup_witnesses: list[tuple[int, bytes]] = field(default_factory=list)  # (epoch, sender)
     errors: list[str] = field(default_factory=list)
     dirty: bool = False
 

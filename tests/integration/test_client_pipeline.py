@@ -67,3 +67,18 @@ async def test_corrupt_relay_is_skipped_and_dead_client_is_accused() -> None:
         assert runner.fatal is None
     for runner in runners:
         await runner.aclose()
+
+
+@pytest.mark.timeout(120)
+async def test_every_epoch_warmup_ends_by_warmup_witness() -> None:
+    """Regression: a client's warmup Finished message was identical in every epoch, so the
+    peers' de-duplication dropped it after epoch 0 and later Warmups ran to their timeout."""
+    server = FakeServer(make_coordinator(epoch_time=8, total_steps=40))
+    hub = MemoryNetwork()
+    runners = [add_client(server, hub) for _ in range(3)]
+    await run_until(server, lambda: server.coordinator.progress.epoch >= 3)
+    epochs_with_witness = {epoch for epoch, _ in server.warmup_witnesses}
+    assert {0, 1, 2} <= epochs_with_witness, server.warmup_witnesses
+    for runner in runners:
+        assert runner.fatal is None
+        await runner.aclose()
