@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-all lint format bench demo clean
+.PHONY: install test test-all lint format bench demo demo-headless tmux clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PY_SYS) -m venv $(VENV)
@@ -14,10 +14,18 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-test: $(STAMP)
+# tmux runs the local testnet (demo, testnet tests); installed from the system's packages if absent.
+tmux:
+	@command -v tmux >/dev/null 2>&1 || { \
+	  echo "tmux not found: installing it with apt-get" >&2; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq tmux >/dev/null; } || { \
+	  echo "tmux is required: install it with your package manager" >&2; exit 1; }
+
+test: $(STAMP) tmux
 	$(PY) -m pytest -m "not slow" -q
 
-test-all: $(STAMP)
+test-all: $(STAMP) tmux
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
@@ -31,8 +39,17 @@ format: $(STAMP)
 bench: $(STAMP)
 	@for b in bench/*.py; do echo "== $$b" >&2; $(PY) $$b || exit 1; done
 
-demo: $(STAMP)
-	$(VENV)/bin/psyche-local-testnet start --num-clients 3
+# In a terminal: attaches to tmux (detach with Ctrl-b d to stop). Without one (CI, scripts):
+# runs headless for a few minutes and prints the summary.
+demo: $(STAMP) tmux
+	@if [ -t 0 ] && [ -t 1 ]; then \
+	  $(VENV)/bin/psyche-local-testnet start --num-clients 3; \
+	else \
+	  $(MAKE) --no-print-directory demo-headless; \
+	fi
+
+demo-headless: $(STAMP) tmux
+	$(VENV)/bin/psyche-local-testnet start --num-clients 3 --headless --duration 240
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
