@@ -9,7 +9,6 @@ successful epoch end; and runs the optional TCP data server. `serve(stop)` runs 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
@@ -37,6 +36,26 @@ from .roster import ClientRoster
 
 log = logging.getLogger("psyche.server")
 
+TIMEOUT_TICK_MARGIN = 0.002
+"""Seconds after a timeout's unix second begins that the extra tick runs (clock jitter)."""
+
+
+def state_timeout_deadline(coordinator: Any) -> int | None:
+    """The first unix second at which the current state's `check_timeout` can pass: its
+    start plus its duration, and never its start second itself (`now != start`)."""
+    config = coordinator.config
+    durations = {
+        RunState.WaitingForMembers: config.waiting_for_members_extra_time,
+        RunState.Warmup: config.warmup_time,
+        RunState.RoundTrain: config.max_round_train_time,
+        RunState.RoundWitness: config.round_witness_time,
+        RunState.Cooldown: config.cooldown_time,
+    }
+    duration = durations.get(RunState(coordinator.run_state))
+    if duration is None:
+        return None
+    return int(coordinator.run_state_start_unix_timestamp) + max(int(duration), 1)
+
 
 class ServerApp:
     """The running server. Create, `await start()`, then `await serve(stop_event)`."""
@@ -58,6 +77,7 @@ class ServerApp:
         self.port: int | None = None
         self._last_state_frame: bytes | None = None
         self._last_wire: dict[str, Any] | None = None
+        self._state_changed = asyncio.Event()
         coordinator.reset_ephemeral()
         self.original_warmup_time = int(coordinator.config.warmup_time)
         if self.options.init_warmup_time is not None:
@@ -105,7 +125,12 @@ class ServerApp:
         return self.port
 
     async def serve(self, stop: asyncio.Event) -> None:
-        """Tick every `tick_interval` seconds (missed ticks are skipped) until `stop` is set."""
+        """Tick every `tick_interval` seconds (missed ticks are skipped) until `stop` is set.
+
+        Between two grid ticks the server also ticks at the moment the current state's timeout
+        can first fire (`seconds_until_timeout`, re-read whenever the state changes), so a
+        state ends as soon as the coordinator's integer-second rules allow instead of up to
+        one interval later; such an extra tick broadcasts only when it changed the state."""
         interval = self.options.tick_interval
         loop = asyncio.get_running_loop()
         next_tick = loop.time()
@@ -113,13 +138,60 @@ class ServerApp:
             while not stop.is_set():
                 self.tick()
                 next_tick += interval
-                now = loop.time()
-                if next_tick < now:
-                    next_tick = now + interval  # skip missed ticks, no catch-up
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=next_tick - now)
+                if next_tick < loop.time():
+                    next_tick = loop.time() + interval  # skip missed ticks, no catch-up
+                ticked_early_at: tuple[int, int] | None = None
+                while not stop.is_set():
+                    self._state_changed.clear()
+                    remaining = next_tick - loop.time()
+                    if remaining <= 0:
+                        break
+                    early = self.seconds_until_timeout()
+                    if early is None or early >= remaining or ticked_early_at == self._state_key():
+                        await self._sleep(stop, remaining)  # at most one early tick per state
+                    elif not await self._sleep(stop, early):
+                        ticked_early_at = self._state_key()
+                        self.tick(broadcast=False)
+                        self._broadcast_if_changed()
         finally:
             await self.close()
+
+    async def _sleep(self, stop: asyncio.Event, seconds: float) -> bool:
+        """Sleep until ``seconds`` pass, ``stop`` is set or the state changes; True unless the
+        time simply passed."""
+        waiters = [
+            asyncio.ensure_future(stop.wait()),
+            asyncio.ensure_future(self._state_changed.wait()),
+        ]
+        try:
+            done, _ = await asyncio.wait(
+                waiters, timeout=max(0.0, seconds), return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        return bool(done)
+
+    def seconds_until_timeout(self) -> float | None:
+        """Seconds until the current state's timeout can first pass `check_timeout` (a little
+        after that unix second begins), or None when there is none ahead."""
+        deadline = state_timeout_deadline(self.coordinator)
+        if deadline is None:
+            return None
+        remaining = deadline + TIMEOUT_TICK_MARGIN - self.clock()
+        return remaining if remaining > 0 else None
+
+    def _state_key(self) -> tuple[int, int]:
+        return (
+            int(self.coordinator.run_state),
+            int(self.coordinator.run_state_start_unix_timestamp),
+        )
+
+    def _note_state_change(self, before: tuple[int, int]) -> None:
+        """Wake the tick loop when the state (or its start) changed, so it re-reads the
+        state's timeout."""
+        if self._state_key() != before:
+            self._state_changed.set()
 
     async def close(self) -> None:
         await self.connections.close()
@@ -141,6 +213,7 @@ class ServerApp:
 
     def tick(self, broadcast: bool = True) -> None:
         """One server tick: kick the unhealthy, tick the coordinator, save, broadcast."""
+        key = self._state_key()
         self.kick_unhealthy_clients()
         before = (self.run_state, int(self.coordinator.progress.epoch))
         try:
@@ -168,6 +241,7 @@ class ServerApp:
             )
         if result is not None and result.epoch_ended:
             self._on_epoch_end(result.success)
+        self._note_state_change(key)
         self.post_state_change(broadcast)
 
     def _on_epoch_end(self, success: bool) -> None:
@@ -242,6 +316,7 @@ class ServerApp:
     def toggle_pause(self) -> str:
         """Ctrl+P: resume when Paused, otherwise pause (deferred to cooldown when active)."""
         now = self.now()
+        key = self._state_key()
         try:
             if self.run_state == RunState.Paused:
                 self.coordinator.resume(now)
@@ -253,6 +328,7 @@ class ServerApp:
             log.warning("pause/resume refused: %s", exc)
             return f"refused: {exc}"
         log.info("run %s", action, extra={"action": action})
+        self._note_state_change(key)
         self.post_state_change(broadcast=True)
         return action
 
@@ -283,6 +359,7 @@ class ServerApp:
 
     async def _on_message(self, conn: Connection, message: Any) -> None:
         self.stats.messages += 1
+        key = self._state_key()
         client_id = conn.peer_id
         if isinstance(message, Join):
             self._on_join(conn, message)
@@ -306,6 +383,7 @@ class ServerApp:
                     },
                 )
         self.tick(broadcast=False)
+        self._note_state_change(key)
         self._broadcast_if_changed()
 
     def _on_join(self, conn: Connection, message: Join) -> None:
