@@ -92,9 +92,7 @@ class DistroBackend:
             model, llm.optimizer, device=torch_device, micro_batch_size=micro_batch_size
         )
         bounds = coordinator.get_cold_start_warmup_bounds()
-        backend = cls(trainer, info, llm.lr_schedule, bounds)
-        backend.weights_hash()  # hashed here (a worker thread), not first on the event loop
-        return backend
+        return cls(trainer, info, llm.lr_schedule, bounds)
 
     def begin_round(self, coordinator: Any) -> None:
         """Refresh what changes per epoch (the cold-start bounds)."""
