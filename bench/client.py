@@ -1,14 +1,28 @@
 """Client benchmark: prints one JSON object.
 
-1. Training throughput: tokens/s of one client in a 1-client run (real `psyche-server`
-   process, in-process `ClientApp`, DisTrO, builtin:llama-2m on CPU) vs the same model and
-   batch shapes trained by a bare PyTorch loop (forward/backward + AdamW) in this process.
-   The client figure is wall-clock over the steady rounds (the first two are skipped), so it
-   includes everything a run costs: waiting for states, apply, DisTrO, witness phase.
-   `client_training_share_of_wall` (round start → training done, over wall time) is the
-   load-independent part: the rest is protocol time (RoundWitness lasts ≥ round_witness_time,
-   ticks are 0.5 s). On a shared, loaded machine the two tokens/s figures are noisy; the
-   baseline is measured before and after the client run and averaged.
+1. Training throughput: tokens/s of one client in a 1-client run (a real `psyche-server`
+   process, an in-process `ClientApp`, DisTrO, CPU) vs the same model, data, batch and
+   micro-batches trained by a bare PyTorch loop (forward/backward, clipping, AdamW). The
+   machine is shared and its load drifts by 2x within minutes, so the bare loop runs in a
+   separate process *at the same time* as the client run, each side with the same number of
+   torch threads (default 1), and its tokens/s is taken over its steps inside the client's
+   measured window. The client figure is wall-clock over the steady rounds (the first two are
+   skipped: model load, first apply), from the start of the first to the start of the round
+   after the last, so it includes everything a run costs: apply, data fetch, DisTrO
+   generate/encode/decode, waiting for states, the witness phase. The reported ratio is the
+   median over `--repeats` client runs.
+
+   The configuration is chosen the way Psyche rounds are meant to be used: one step's compute
+   (several seconds here) much longer than the fixed protocol overhead of a round (the
+   RoundWitness phase lasts until the first unix second >= its start + `round_witness_time`,
+   at least the next second: ~0.5 s on average with `round_witness_time` = 1). The JSON says
+   both.
+
+   Every round is broken down (medians over rounds) from timers wrapped around the client's
+   own calls: apply of round h-2, data fetch, forward/backward, DisTrO generate (clip +
+   momentum + DCT + top-k), encode + commitment, decode of results, weights hashing,
+   training done -> RoundWitness, RoundWitness -> next RoundTrain (the wait for the timeout
+   second, and the server's tick latency after it).
 2. Late-joiner model fetch: seconds to fetch a ~20M-parameter model's bytes peer-to-peer
    (`psyche_client.p2p.benchmark`, 3 serving peers, hash-checked parameters) vs a raw
    loopback socket copy of the same bytes.
@@ -16,50 +30,243 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
+import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 MODEL = "builtin:llama-2m"
-SEQ_LEN = 256
-BATCH = 32
-MICRO_BATCH = 8
-STEPS = 8
+DATA = "python-stdlib"
+ROUND_WITNESS_TIME = 1
 
 
-def bare_loop_tokens_per_sec(steps: int = 6) -> float:
+@dataclass(frozen=True)
+class Shape:
+    batch: int
+    seq_len: int
+    micro_batch: int
+
+
+def progress(message: str) -> None:
+    print(f"[bench/client] {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------- baseline
+
+
+def bare_worker(shape: Shape, out: Path) -> None:
+    """The baseline, run as a separate process next to the client run: the same model, data
+    and micro-batching trained by a plain loop with AdamW, forever (the parent kills it); one
+    ``start end`` line (monotonic seconds, system-wide on Linux) per step goes to ``out``."""
     from psyche_client.model_io import load_model
+    from psyche_common.assignment import BatchId
+    from psyche_common.data.builtin import BuiltinDataProvider
 
     model, _ = load_model(MODEL, device="cpu", dtype=torch.float32)
-    vocab = model.config.vocab_size
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    rng = np.random.default_rng(0)
-    times = []
-    for _ in range(steps):
-        tokens = torch.from_numpy(rng.integers(0, vocab, (BATCH, SEQ_LEN)))
-        started = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        for micro in torch.split(tokens, MICRO_BATCH):
-            loss = model(input_ids=micro, labels=micro).loss * (micro.shape[0] / BATCH)
-            loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        times.append(time.perf_counter() - started)
-    steady = times[1:]
-    return BATCH * SEQ_LEN * len(steady) / sum(steady)
+    provider = BuiltinDataProvider(DATA, shape.seq_len, None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95))
+    with out.open("a") as log:
+        step = 0
+        while True:
+            batch = BatchId(step * shape.batch, (step + 1) * shape.batch - 1)
+            started = time.monotonic()
+            tokens = torch.from_numpy(provider.read(batch).astype("int64"))
+            optimizer.zero_grad(set_to_none=True)
+            for micro in torch.split(tokens, shape.micro_batch):
+                loss = model(input_ids=micro, labels=micro).loss
+                float(loss.detach())  # the client reads every micro-batch's loss too
+                (loss * (micro.shape[0] / shape.batch)).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            log.write(f"{started} {time.monotonic()}\n")
+            log.flush()
+            step += 1
 
 
-def client_run_tokens_per_sec(tmp: Path) -> dict[str, float]:
+def start_bare_worker(shape: Shape, threads: int, out: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    command = [sys.executable, __file__, "--bare-worker", str(out), "--threads", str(threads)]
+    command += ["--batch", str(shape.batch), "--seq-len", str(shape.seq_len)]
+    command += ["--micro-batch", str(shape.micro_batch)]
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+
+
+def bare_in_window(out: Path, shape: Shape, start: float, end: float) -> dict[str, float]:
+    """Baseline tokens/s over its steps that ran entirely inside the client's window."""
+    steps = []
+    for line in out.read_text().splitlines():
+        a, b = (float(x) for x in line.split())
+        if a >= start and b <= end:
+            steps.append(b - a)
+    if len(steps) < 2:
+        raise RuntimeError(f"only {len(steps)} baseline steps inside the client's window")
+    return {
+        "tokens_per_sec": shape.batch * shape.seq_len * len(steps) / sum(steps),
+        "step_seconds": statistics.median(steps),
+        "steps": len(steps),
+    }
+
+
+# ---------------------------------------------------------------------------- instrumentation
+
+
+@dataclass
+class Probe:
+    """Timers wrapped around the client's calls (any thread); events in monotonic seconds."""
+
+    intervals: list[tuple[str, float, float]] = field(default_factory=list)
+    states: list[tuple[float, float, str, int, int]] = field(default_factory=list)
+    """(monotonic, wall, state, step, run_state_start_unix_timestamp) of each state change."""
+
+    def timed(self, kind: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.monotonic()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.intervals.append((kind, started, time.monotonic()))
+
+        return wrapper
+
+    def timed_async(self, kind: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.monotonic()
+            try:
+                return await function(*args, **kwargs)
+            finally:
+                self.intervals.append((kind, started, time.monotonic()))
+
+        return wrapper
+
+
+def install_probe(probe: Probe) -> Callable[[], None]:
+    """Wrap the client's methods with timers; returns the function that unwraps them."""
+    from psyche_client import distro_backend, round_runner, trainer
+    from psyche_client.pipeline_io import run_state_name
+
+    backend = distro_backend.DistroBackend
+    runner = round_runner.RoundRunner
+    originals: list[tuple[Any, str, Any]] = []
+
+    def patch(owner: Any, name: str, replacement: Any) -> None:
+        originals.append((owner, name, owner.__dict__[name]))
+        setattr(owner, name, replacement)
+
+    patch(backend, "train", probe.timed("backend_train", backend.train))
+    patch(backend, "apply", probe.timed("apply", backend.apply))
+    patch(backend, "decode", probe.timed("decode", backend.decode))
+    patch(backend, "weights_hash", probe.timed("weights_hash", backend.weights_hash))
+    patch(runner, "_fetch", probe.timed_async("data_fetch", runner._fetch))
+    train = trainer.Trainer.train
+
+    def trainer_train(self: Any, *args: Any, **kwargs: Any) -> Any:
+        output = train(self, *args, **kwargs)
+        end = time.monotonic()
+        generate_start = end - output.optimizer_seconds
+        probe.intervals.append(
+            ("forward_backward", generate_start - output.forward_backward_seconds, generate_start)
+        )
+        probe.intervals.append(("distro_generate", generate_start, end))
+        return output
+
+    patch(trainer.Trainer, "train", trainer_train)
+    on_state = runner.on_state
+
+    async def observed_on_state(self: Any, coordinator: Any) -> None:
+        probe.states.append(
+            (
+                time.monotonic(),
+                time.time(),
+                run_state_name(coordinator),
+                int(coordinator.progress.step),
+                int(coordinator.run_state_start_unix_timestamp),
+            )
+        )
+        await on_state(self, coordinator)
+
+    patch(runner, "on_state", observed_on_state)
+
+    def restore() -> None:
+        for owner, name, original in reversed(originals):
+            setattr(owner, name, original)
+
+    return restore
+
+
+def round_breakdown(probe: Probe, trained: list[tuple[int, float, float, int]]) -> dict[str, Any]:
+    """Per trained round (RoundTrain S arrival → RoundTrain S+1 arrival): medians of where
+    the wall time went."""
+    starts = {step: mono for mono, _, state, step, _ in probe.states if state == "RoundTrain"}
+    witness = {
+        step: (mono, wall, begun)
+        for mono, wall, state, step, begun in probe.states
+        if state == "RoundWitness"
+    }
+    next_train_wall = {
+        step: wall for _, wall, state, step, _ in probe.states if state == "RoundTrain"
+    }
+    rows = []
+    for step, _, training_done, _ in trained:
+        if step not in starts or step + 1 not in starts or step not in witness:
+            continue
+        start, end = starts[step], starts[step + 1]
+
+        def spent(kind: str, start: float = start, end: float = end) -> float:
+            return sum(b - a for k, a, b in probe.intervals if k == kind and start <= a < end)
+
+        witness_mono, witness_wall, witness_begun = witness[step]
+        earliest_tick = witness_begun + max(ROUND_WITNESS_TIME, 1)  # check_timeout semantics
+        forward_backward = spent("forward_backward")
+        generate = spent("distro_generate")
+        backend_train = spent("backend_train")
+        rows.append(
+            {
+                "round_wall": end - start,
+                "apply_previous_results": spent("apply"),
+                "data_fetch": spent("data_fetch"),
+                "forward_backward": forward_backward,
+                "distro_generate": generate,
+                "encode_and_commitment": backend_train - forward_backward - generate,
+                "decode_results": spent("decode"),
+                "weights_hash": spent("weights_hash"),
+                "round_start_to_training_done": training_done - start,
+                "training_done_to_round_witness": witness_mono - training_done,
+                "round_witness_phase": end - witness_mono,
+                "round_witness_waiting_for_timeout_second": max(0.0, earliest_tick - witness_wall),
+                "tick_latency_after_timeout": next_train_wall[step + 1] - earliest_tick,
+            }
+        )
+    if not rows:
+        raise RuntimeError("no complete round to break down")
+    breakdown = {key: round(statistics.median(r[key] for r in rows), 3) for key in rows[0]}
+    breakdown["protocol_overhead"] = round(
+        statistics.median(
+            r["round_wall"] - r["forward_backward"] - r["distro_generate"] for r in rows
+        ),
+        3,
+    )
+    return breakdown
+
+
+# ---------------------------------------------------------------------------- client run
+
+
+def client_run(tmp: Path, shape: Shape, steps: int) -> dict[str, Any]:
     from psyche_client.app import ClientApp, ClientOptions
     from psyche_common.protocol import Identity
 
@@ -68,15 +275,17 @@ def client_run_tokens_per_sec(tmp: Path) -> dict[str, float]:
     state = write_state(
         tmp / "state.toml",
         init_min_clients=1,
-        total_steps=STEPS + 1,
-        batch=BATCH,
-        seq_len=SEQ_LEN,
-        max_round_train_time=60,
+        total_steps=steps + 1,
+        batch=shape.batch,
+        seq_len=shape.seq_len,
+        max_round_train_time=120,
         warmup_time=60,
     )
     text = state.read_text().replace("min_clients = 2", "min_clients = 1")
     text = text.replace('repo_id = "builtin:llama-tiny"', f'repo_id = "{MODEL}"')
     state.write_text(text)
+    probe = Probe()
+    restore = install_probe(probe)
     cluster = Cluster(tmp, state)
     cluster.start_server()
     try:
@@ -88,7 +297,7 @@ def client_run_tokens_per_sec(tmp: Path) -> dict[str, float]:
                 bind_p2p_interface="127.0.0.1",
                 advertise_host="127.0.0.1",
                 device="cpu",
-                micro_batch_size=MICRO_BATCH,
+                micro_batch_size=shape.micro_batch,
             )
         )
         code = asyncio.run(app.run())
@@ -96,16 +305,26 @@ def client_run_tokens_per_sec(tmp: Path) -> dict[str, float]:
             raise RuntimeError(f"client exited with {code}:\n{cluster.diagnostics()}")
     finally:
         cluster.stop()
+        restore()
     rounds = app.stats.trained_rounds[2:]
     if len(rounds) < 2:
         raise RuntimeError(f"only {len(app.stats.trained_rounds)} trained rounds")
-    wall = rounds[-1][2] - rounds[0][1]
+    # wall time: from the first measured round's start to the start of the round after the
+    # last measured one (every round pays its whole protocol time)
+    last_step = rounds[-1][0]
+    end = next(
+        (mono for mono, _, s, step, _ in probe.states if s == "RoundTrain" and step > last_step),
+        None,
+    )
+    if end is None:  # the last measured round led to Cooldown: end at its RoundWitness end
+        end = max(mono for mono, _, s, _, _ in probe.states if s == "Cooldown")
+    wall = end - rounds[0][1]
     tokens = sum(r[3] for r in rounds)
-    compute = sum(r[2] - r[1] for r in rounds)
     return {
         "tokens_per_sec": tokens / wall,
-        "training_share_of_wall": compute / wall,
+        "window": (rounds[0][1], end),
         "rounds": len(rounds),
+        "breakdown": round_breakdown(probe, rounds),
     }
 
 
@@ -126,32 +345,84 @@ def joiner_fetch() -> dict[str, float]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=64, help="global batch (samples/step)")
+    parser.add_argument("--seq-len", type=int, default=256)
+    parser.add_argument("--micro-batch", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=6, help="trained steps per client run")
+    parser.add_argument("--repeats", type=int, default=3, help="client runs (median ratio)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of each side")
+    parser.add_argument("--skip-fetch", action="store_true", help="skip the joiner fetch")
+    parser.add_argument("--bare-worker", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    shape = Shape(args.batch, args.seq_len, args.micro_batch)
+    torch.set_num_threads(args.threads)
+    if args.bare_worker is not None:
+        bare_worker(shape, args.bare_worker)
+        return
     logging.disable(logging.WARNING)
-    torch.set_num_threads(2)
-    # the machine is shared and noisy: measure the baseline before and after the client run
-    # and compare with their mean (both are reported)
-    bare_before = bare_loop_tokens_per_sec()
-    with tempfile.TemporaryDirectory() as tmp:
-        client = client_run_tokens_per_sec(Path(tmp))
-    bare_after = bare_loop_tokens_per_sec()
-    bare = (bare_before + bare_after) / 2
-    fetch = joiner_fetch()
-    print(
-        json.dumps(
+    repeats = []
+    for index in range(args.repeats):
+        progress(f"repeat {index + 1}/{args.repeats}: 1-client run next to the bare loop")
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "bare.log"
+            worker = start_bare_worker(shape, args.threads, out)
+            try:
+                client = client_run(Path(tmp), shape, args.steps)
+            finally:
+                worker.terminate()
+                worker.wait(30)
+            bare = bare_in_window(out, shape, *client["window"])
+        breakdown = client["breakdown"]
+        repeats.append(
             {
-                "model": MODEL,
-                "tokens_per_step": BATCH * SEQ_LEN,
-                "bare_pytorch_tokens_per_sec": round(bare, 1),
-                "bare_before_after": [round(bare_before, 1), round(bare_after, 1)],
+                "bare_tokens_per_sec": round(bare["tokens_per_sec"], 1),
+                "bare_step_seconds": round(bare["step_seconds"], 3),
+                "bare_steps_in_window": bare["steps"],
                 "client_tokens_per_sec": round(client["tokens_per_sec"], 1),
-                "client_over_bare": round(client["tokens_per_sec"] / bare, 3),
-                "client_training_share_of_wall": round(client["training_share_of_wall"], 3),
+                "client_over_bare": round(client["tokens_per_sec"] / bare["tokens_per_sec"], 3),
+                "client_forward_backward_share_of_wall": round(
+                    breakdown["forward_backward"] / breakdown["round_wall"], 3
+                ),
                 "client_rounds_measured": client["rounds"],
-                "joiner_fetch": fetch,
-                "joiner_fetch_ratio_p2p_over_raw": fetch["ratio_p2p_over_raw"],
+                "client_round_breakdown_seconds": breakdown,
             }
         )
-    )
+        progress(json.dumps(repeats[-1]))
+    median = statistics.median(r["client_over_bare"] for r in repeats)
+    typical = min(repeats, key=lambda r: abs(r["client_over_bare"] - median))
+    breakdown = typical["client_round_breakdown_seconds"]
+    result: dict[str, Any] = {
+        "model": MODEL,
+        "data": DATA,
+        "batch": shape.batch,
+        "seq_len": shape.seq_len,
+        "micro_batch": shape.micro_batch,
+        "tokens_per_step": shape.batch * shape.seq_len,
+        "torch_threads": args.threads,
+        "round_witness_time": ROUND_WITNESS_TIME,
+        "baseline": (
+            "a bare PyTorch loop (same model, data, batch, micro-batches, clipping; AdamW) in a "
+            "separate process running at the same time as the client run, each side with "
+            f"{args.threads} torch thread(s); tokens/s over its steps inside the client's "
+            "measured window, so both see the same machine load"
+        ),
+        "differences_from_baseline": (
+            "client: DisTrO (lookahead, generate, encode, decode and apply of its own result), "
+            "data via the provider, and the coordinator protocol; baseline: one AdamW step"
+        ),
+        "client_over_bare": median,
+        "client_over_bare_per_repeat": [r["client_over_bare"] for r in repeats],
+        "step_compute_seconds": breakdown["forward_backward"],
+        "protocol_overhead_seconds_per_step": breakdown["protocol_overhead"],
+        "typical_repeat": typical,
+    }
+    if not args.skip_fetch:
+        progress("late-joiner fetch")
+        fetch = joiner_fetch()
+        result["joiner_fetch"] = fetch
+        result["joiner_fetch_ratio_p2p_over_raw"] = fetch["ratio_p2p_over_raw"]
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
