@@ -384,6 +384,10 @@ def main() -> None:
                 "client_forward_backward_share_of_wall": round(
                     breakdown["forward_backward"] / breakdown["round_wall"], 3
                 ),
+                # the same work timed on both sides at the same moment: 1.0 = equally fast
+                "bare_step_over_client_forward_backward": round(
+                    bare["step_seconds"] / breakdown["forward_backward"], 3
+                ),
                 "client_rounds_measured": client["rounds"],
                 "client_round_breakdown_seconds": breakdown,
             }
