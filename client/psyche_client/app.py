@@ -183,10 +183,14 @@ class ClientApp:
     async def _cooldown(self, coordinator: Any, backend: TrainingBackend) -> None:
         step = coordinator.progress.step
         entries = await asyncio.to_thread(backend.export_parameters)
+        # hashing every parameter's bytes is a full pass over the model: not on the event loop
+        infos = await asyncio.to_thread(
+            lambda: [parameter_info(n, dtype, shape, data) for n, dtype, shape, data in entries]
+        )
         manifest = ModelManifest.build(
             step=step,
             epoch=coordinator.progress.epoch,
-            parameters=[parameter_info(n, dtype, shape, data) for n, dtype, shape, data in entries],
+            parameters=infos,
             config_json=await asyncio.to_thread(backend.config_json),
         )
         self.shared.parameters = {name: data for name, _, _, data in entries}
