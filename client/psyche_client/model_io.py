@@ -1,4 +1,4 @@
-"""Model I/O for the client: loading, seeded initialisation, hashing, checkpoints, raw parameters.
+"""Loading the client's model: sources, preset configs and seeded initialisation.
 
 A checkpoint `repo_id` (the `source` of `load_model`) is resolved in this order:
   1. an existing local directory: Hugging Face format, `config.json` plus weights
@@ -11,23 +11,61 @@ Seeded weights do not depend on the global torch RNG or the device: every parame
 the CPU from its own `torch.Generator`, seeded from (seed, parameter name), so every machine
 builds bit-identical weights; `weights_hash` proves it. Parameters are always visited in
 ascending name order (the order DisTrO and the hash use).
+
+Hashing and raw parameter bytes live in `psyche_client.model_params`, checkpoint saving and
+the Hub upload in `psyche_client.model_checkpoint`; both are re-exported here so
+`psyche_client.model_io` stays the one import for model I/O.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
 from psyche_client.device import resolve_device
+from psyche_client.model_checkpoint import (
+    TOKENIZER_FILE_PATTERNS,
+    CheckpointUploadError,
+    save_checkpoint,
+    upload_to_hub,
+)
+from psyche_client.model_params import (
+    ParameterEntry,
+    count_parameters,
+    load_parameter_bytes,
+    model_parameters_manifest,
+    parameter_bytes,
+    weights_hash,
+)
+
+__all__ = [
+    "BUILTIN_PREFIX",
+    "DEFAULT_SEED",
+    "CheckpointUploadError",
+    "ModelInfo",
+    "ModelLoadError",
+    "ParameterEntry",
+    "build_model_from_config",
+    "builtin_config",
+    "config_from_dict",
+    "count_parameters",
+    "list_builtin_presets",
+    "load_model",
+    "load_parameter_bytes",
+    "model_parameters_manifest",
+    "parameter_bytes",
+    "save_checkpoint",
+    "seeded_init_",
+    "upload_to_hub",
+    "weights_hash",
+]
 
 DEFAULT_SEED = 1337
 BUILTIN_PREFIX = "builtin:"
@@ -39,7 +77,6 @@ EXTRA_FILE_PATTERNS = (
     "tokenizer.model",
     "special_tokens_map.json",
 )
-TOKENIZER_FILE_PATTERNS = ("tokenizer*.json", "tokenizer.model", "special_tokens_map.json")
 HUB_ALLOW_PATTERNS = ["*.json", "*.safetensors", "tokenizer.model"]
 
 
@@ -66,19 +103,6 @@ class ModelInfo:
         return tuple(
             p for p in self.extra_files if any(p.match(pat) for pat in TOKENIZER_FILE_PATTERNS)
         )
-
-
-class CheckpointUploadError(RuntimeError):
-    """A checkpoint upload to the Hub failed; the message names the directory and repo."""
-
-
-class ParameterEntry(NamedTuple):
-    """One row of a model's parameter manifest."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    sha256: str
 
 
 # ---------------------------------------------------------------- presets and configs
@@ -202,7 +226,13 @@ def _snapshot(source: str, revision: str | None) -> Path:
 
 
 def _load_directory(
-    directory: Path, source: str, kind: str, revision: str | None, seed: int, device, dtype
+    directory: Path,
+    source: str,
+    kind: str,
+    revision: str | None,
+    seed: int,
+    device: torch.device | str,
+    dtype: torch.dtype,
 ) -> tuple[PreTrainedModel, ModelInfo]:
     config_path = directory / "config.json"
     if not config_path.is_file():
@@ -272,135 +302,3 @@ def load_model(
         model, info = _load_directory(directory, source, "hub", revision, seed, device, dtype)
     model.train()
     return model, info
-
-
-# ---------------------------------------------------------------- hashing and raw parameters
-
-
-def count_parameters(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-def _sorted_parameters(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-    return sorted(model.named_parameters(), key=lambda item: item[0])
-
-
-def _raw_view(tensor: torch.Tensor) -> memoryview:
-    cpu = tensor.detach().to("cpu").contiguous()
-    return memoryview(cpu.reshape(-1).view(torch.uint8).numpy())
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def weights_hash(model: torch.nn.Module) -> str:
-    """SHA-256 (hex) over every parameter in ascending name order: for each one the name, the
-    dtype, the shape and the raw little-endian bytes, each length-prefixed."""
-    digest = hashlib.sha256()
-    for name, param in _sorted_parameters(model):
-        for part in (name.encode(), _dtype_name(param.dtype).encode()):
-            digest.update(len(part).to_bytes(4, "little"))
-            digest.update(part)
-        digest.update(len(param.shape).to_bytes(4, "little"))
-        for dim in param.shape:
-            digest.update(int(dim).to_bytes(8, "little"))
-        raw = _raw_view(param)
-        digest.update(len(raw).to_bytes(8, "little"))
-        digest.update(raw)
-    return digest.hexdigest()
-
-
-def model_parameters_manifest(model: torch.nn.Module) -> list[ParameterEntry]:
-    """(name, dtype, shape, sha256 of the raw bytes) of every parameter, in name order."""
-    return [
-        ParameterEntry(
-            name=name,
-            dtype=_dtype_name(param.dtype),
-            shape=tuple(int(d) for d in param.shape),
-            sha256=hashlib.sha256(_raw_view(param)).hexdigest(),
-        )
-        for name, param in _sorted_parameters(model)
-    ]
-
-
-def _parameter(model: torch.nn.Module, name: str) -> torch.Tensor:
-    try:
-        return model.get_parameter(name)
-    except AttributeError as exc:
-        raise KeyError(f"model has no parameter named {name!r}") from exc
-
-
-def parameter_bytes(model: torch.nn.Module, name: str) -> bytes:
-    """The raw contiguous CPU bytes of one parameter (native little-endian layout)."""
-    return bytes(_raw_view(_parameter(model, name)))
-
-
-@torch.no_grad()
-def load_parameter_bytes(model: torch.nn.Module, name: str, data: bytes) -> None:
-    """Overwrite one parameter from `parameter_bytes` output of an identically shaped model."""
-    param = _parameter(model, name)
-    expected = param.numel() * param.element_size()
-    if len(data) != expected:
-        raise ValueError(
-            f"parameter {name}: got {len(data)} bytes, expected {expected} "
-            f"({_dtype_name(param.dtype)} {tuple(param.shape)})"
-        )
-    raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    values = raw.view(param.dtype).reshape(param.shape)
-    param.copy_(values.to(param.device))
-
-
-# ---------------------------------------------------------------- checkpoints
-
-
-def _copy_tokenizer(tokenizer_path: Path, directory: Path) -> None:
-    if tokenizer_path.is_dir():
-        for pattern in TOKENIZER_FILE_PATTERNS:
-            for file in tokenizer_path.glob(pattern):
-                if file.is_file():
-                    shutil.copy2(file, directory / file.name)
-    elif tokenizer_path.is_file():
-        shutil.copy2(tokenizer_path, directory / tokenizer_path.name)
-    else:
-        raise FileNotFoundError(f"tokenizer {tokenizer_path} does not exist")
-
-
-def save_checkpoint(
-    model: PreTrainedModel,
-    directory: str | Path,
-    tokenizer_path: str | Path | None = None,
-    extra_files: Iterable[str | Path] = (),
-) -> Path:
-    """Write `model` as a Hugging Face safetensors directory (config.json + weights) that
-    `AutoModelForCausalLM.from_pretrained` loads back; copy the tokenizer (a file, or the
-    tokenizer files of a directory) and any extra files that are not written already."""
-    target = Path(directory)
-    target.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(target))
-    if tokenizer_path is not None:
-        _copy_tokenizer(Path(tokenizer_path), target)
-    for extra in extra_files:
-        extra_path = Path(extra)
-        if not (target / extra_path.name).exists():
-            shutil.copy2(extra_path, target / extra_path.name)
-    return target
-
-
-def upload_to_hub(
-    directory: str | Path, repo_id: str, token: str | None, commit_message: str | None = None
-) -> str:
-    """Upload a checkpoint directory as one commit; returns the commit id (the revision)."""
-    from huggingface_hub import HfApi
-
-    api = HfApi(token=token)
-    message = commit_message or f"upload {Path(directory).name}"
-    try:
-        commit = api.upload_folder(
-            folder_path=str(directory), repo_id=repo_id, commit_message=message
-        )
-    except Exception as exc:
-        raise CheckpointUploadError(
-            f"could not upload {directory} to the Hub repo {repo_id}: {exc}"
-        ) from exc
-    return str(commit.oid)
