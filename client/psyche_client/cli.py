@@ -292,23 +292,23 @@ def _add_file_log(path: Path) -> None:
 def check(state_path: Path, micro_batch_size: int, device: str) -> None:
     """Estimate memory and DisTrO traffic of a run for this machine (no download of weights
     when the model is a builtin preset or a local directory)."""
-    import json
-
     from psyche_common.config import load_state
 
     from psyche_client.estimate import estimate_run
-    from psyche_client.model_io import builtin_config
+    from psyche_client.model_io import ModelLoadError, load_model_config
 
     state = load_state(state_path)
-    repo_id = state.model.checkpoint.repo_id if hasattr(state.model.checkpoint, "repo_id") else ""
-    if repo_id.startswith("builtin:"):
-        model_config = builtin_config(repo_id.removeprefix("builtin:"))
-    elif repo_id and (Path(repo_id) / "config.json").is_file():
-        model_config = json.loads((Path(repo_id) / "config.json").read_text())
-    else:
-        from huggingface_hub import hf_hub_download
-
-        model_config = json.loads(Path(hf_hub_download(repo_id, "config.json")).read_text())
+    checkpoint = state.model.checkpoint
+    repo_id = getattr(checkpoint, "repo_id", None)
+    if repo_id is None:
+        raise click.ClickException(
+            f"{state_path}: model.LLM.checkpoint is {checkpoint}, which names no model "
+            "(check needs a Hub, Dummy or P2P checkpoint with a repo_id)"
+        )
+    try:
+        model_config = load_model_config(repo_id, getattr(checkpoint, "revision", None))
+    except ModelLoadError as exc:
+        raise click.ClickException(f"{state_path}: model.LLM.checkpoint: {exc}") from exc
     estimate = estimate_run(state.model, model_config, micro_batch_size, device)
     click.echo(estimate.render())
     if estimate.fits is False:

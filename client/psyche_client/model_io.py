@@ -58,6 +58,7 @@ __all__ = [
     "count_parameters",
     "list_builtin_presets",
     "load_model",
+    "load_model_config",
     "load_parameter_bytes",
     "model_parameters_manifest",
     "parameter_bytes",
@@ -225,6 +226,34 @@ def _snapshot(source: str, revision: str | None) -> Path:
     return Path(path)
 
 
+def _read_config(config_path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"cannot read {config_path}: {exc}") from exc
+
+
+def load_model_config(source: str, revision: str | None = None) -> dict[str, Any]:
+    """The config.json dict of a model source, resolved like `load_model` (local directory,
+    `builtin:NAME`, Hub repo) but without building the model or fetching its weights."""
+    local = Path(source).expanduser()
+    if local.is_dir():
+        return _read_config(local / "config.json")
+    if source.startswith(BUILTIN_PREFIX):
+        return builtin_config(source.removeprefix(BUILTIN_PREFIX))
+    from huggingface_hub import hf_hub_download
+
+    try:
+        path = hf_hub_download(source, "config.json", revision=revision)
+    except Exception as exc:  # network, auth, missing repo, invalid id: all end the same way
+        at = f"@{revision}" if revision else ""
+        raise ModelLoadError(
+            f"could not download config.json of {source}{at} from the Hugging Face Hub: {exc}; "
+            "pass a local directory"
+        ) from exc
+    return _read_config(Path(path))
+
+
 def _load_directory(
     directory: Path,
     source: str,
@@ -237,10 +266,7 @@ def _load_directory(
     config_path = directory / "config.json"
     if not config_path.is_file():
         raise ModelLoadError(f"model directory {directory} has no config.json")
-    try:
-        config_dict = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ModelLoadError(f"cannot read {config_path}: {exc}") from exc
+    config_dict = _read_config(config_path)
     hf_config = config_from_dict(config_dict)
     _check_supported(hf_config, source)
     seeded = not _has_weights(directory)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
 from click.testing import CliRunner
 from psyche_client.app import _prune_checkpoints
 from psyche_client.cli import main
@@ -84,3 +85,10 @@ def test_bind_interface_by_address_name_or_prefix() -> None:
     assert _interface_address("l*") == "127.0.0.1"
     with pytest.raises(click.BadParameter, match="no IPv4 interface"):
         _interface_address("no-such-if0")
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    for name, command in main.commands.items():
+        for param in command.params:
+            if isinstance(param, click.Option) and not param.hidden:
+                assert param.help, f"{name} {param.opts[0]} has no help text"

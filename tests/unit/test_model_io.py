@@ -229,3 +229,16 @@ def test_resolve_device() -> None:
         resolve_device("tpu")
     with pytest.raises(DeviceError, match="cuda:N"):
         resolve_device("cuda:x")
+
+
+def test_load_model_config_resolves_like_load_model(tmp_path: Path, monkeypatch) -> None:
+    assert model_io.load_model_config("builtin:llama-tiny") == builtin_config("llama-tiny")
+    (tmp_path / "config.json").write_text(json.dumps(builtin_config("llama-tiny")))
+    assert model_io.load_model_config(str(tmp_path)) == builtin_config("llama-tiny")
+
+    def offline(*args, **kwargs):
+        raise OSError("offline")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    with pytest.raises(ModelLoadError, match=r"config\.json of someone/model@main"):
+        model_io.load_model_config("someone/model", "main")
