@@ -32,24 +32,43 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--num-clients", type=click.IntRange(1), required=True, help="clients to start")
+@click.option(
+    "--num-clients",
+    type=click.IntRange(1),
+    required=True,
+    help="number of clients to start, each in its own tmux pane with its own identity",
+)
 @click.option(
     "--config-path",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=None,
     help="directory with state.toml (and optional data.toml); default: the embedded demo run",
 )
-@click.option("--server-port", type=click.IntRange(1, 65535), default=20000, show_default=True)
-@click.option("--tui/--no-tui", default=True, show_default=True, help="server and client TUIs")
 @click.option(
-    "--random-kill-num", type=click.IntRange(1), default=None, help="clients killed per interval"
+    "--server-port",
+    type=click.IntRange(1, 65535),
+    default=20000,
+    show_default=True,
+    help="TCP port the coordinator server listens on; the clients connect to 127.0.0.1:PORT",
+)
+@click.option(
+    "--tui/--no-tui",
+    default=True,
+    show_default=True,
+    help="show the server and client dashboards in tmux (--no-tui: JSON log lines)",
+)
+@click.option(
+    "--random-kill-num",
+    type=click.IntRange(1),
+    default=None,
+    help="kill this many random clients every --random-kill-interval and restart them (default: no kills)",
 )
 @click.option(
     "--random-kill-interval",
     type=click.FloatRange(min=0.1),
     default=120.0,
     show_default=True,
-    help="seconds between kills",
+    help="seconds between two rounds of random kills",
 )
 @click.option(
     "--allowed-to-kill",
@@ -62,32 +81,71 @@ def main() -> None:
     type=click.Choice(sorted(KILL_SIGNALS)),
     default="INT",
     show_default=True,
-    help="INT = graceful stop, KILL = crash",
+    help="signal sent to killed clients: INT = graceful stop (like Ctrl-C), TERM = terminate, "
+    "KILL = crash",
 )
-@click.option("--log", "log_level", default="info", show_default=True, help="log level")
-@click.option("--write-log", is_flag=True, help="clients and server also log to RUN_DIR/logs")
+@click.option(
+    "--log",
+    "log_level",
+    default="info",
+    show_default=True,
+    help="the server's --log-level (debug, info, warning, error)",
+)
+@click.option(
+    "--write-log",
+    is_flag=True,
+    help="the server and every client also log to files in RUN_DIR/logs",
+)
 @click.option(
     "--first-client-checkpoint",
     default=None,
     metavar="REPO",
-    help="client 1 saves checkpoints and uploads them to this Hub repo",
+    help="client 1 saves a checkpoint every epoch and uploads it to this Hugging Face repo",
 )
 @click.option(
-    "--headless", is_flag=True, help="do not attach; stop after --duration or at the run's end"
+    "--headless",
+    is_flag=True,
+    help="do not attach to tmux; stop after --duration or when the run ends",
 )
 @click.option(
-    "--duration", type=click.FloatRange(min=0), default=None, help="seconds to run when headless"
+    "--duration",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="with --headless: stop after this many seconds (default: at the run's end)",
 )
-@click.option("--device", default="cpu", show_default=True, help="clients' --device")
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    help="the clients' --device: auto, cpu, cuda or cuda:N",
+)
 @click.option(
     "--run-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="where the config, logs and checkpoints go (default: ./local-testnet-runs/<time>)",
 )
-@click.option("--startup-timeout", type=click.FloatRange(min=1), default=120.0, show_default=True)
-@click.option("--server-command", callback=_program, default=None, hidden=True)
-@click.option("--client-command", callback=_program, default=None, hidden=True)
+@click.option(
+    "--startup-timeout",
+    type=click.FloatRange(min=1),
+    default=120.0,
+    show_default=True,
+    help="seconds to wait for the server to accept connections before giving up",
+)
+@click.option(
+    "--server-command",
+    callback=_program,
+    default=None,
+    hidden=True,
+    help="testing: the server program (shell words) instead of psyche-server",
+)
+@click.option(
+    "--client-command",
+    callback=_program,
+    default=None,
+    hidden=True,
+    help="testing: the client program (shell words) instead of psyche-client",
+)
 def start(
     num_clients: int,
     config_path: Path | None,
@@ -108,7 +166,7 @@ def start(
     server_command: list[str] | None,
     client_command: list[str] | None,
 ) -> None:
-    """Start the server and NUM_CLIENTS clients in tmux; the summary is the last line."""
+    """Start the server and --num-clients clients in tmux; the summary is the last line."""
     options = TestnetOptions(
         num_clients=num_clients,
         config_path=config_path,

@@ -223,3 +223,12 @@ def test_finished_is_read_from_client_and_server_lines(tmp_path: Path) -> None:
     assert line_reports_finished('{"state": "Finished", "step": 9}')
     assert not line_reports_finished('{"msg": "Finished soon", "state": "RoundTrain"}')
     assert summarize([], server_finished=True).finished
+
+
+def test_every_start_option_has_help_text() -> None:
+    import click
+    from psyche_local_testnet.cli import main
+
+    for param in main.commands["start"].params:
+        if isinstance(param, click.Option):
+            assert param.help, f"start {param.opts[0]} has no help text"
