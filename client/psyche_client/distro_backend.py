@@ -26,8 +26,8 @@ from psyche_client.model_io import (
     build_model_from_config,
     load_model,
     load_parameter_bytes,
-    model_parameters_manifest,
-    parameter_bytes,
+    parameter_names,
+    raw_parameters,
     save_checkpoint,
 )
 from psyche_client.trainer import Trainer, TrainingCancelled
@@ -156,15 +156,11 @@ class DistroBackend:
         return self._weights_digest
 
     def export_parameters(self) -> list[tuple[str, str, tuple[int, ...], bytes]]:
-        model = self.trainer.model
-        return [
-            (entry.name, entry.dtype, tuple(entry.shape), parameter_bytes(model, entry.name))
-            for entry in model_parameters_manifest(model)
-        ]
+        return raw_parameters(self.trainer.model)
 
     def load_parameters(self, parameters: dict[str, bytes]) -> None:
         model = self.trainer.model
-        expected = {entry.name for entry in model_parameters_manifest(model)}
+        expected = parameter_names(model)
         if set(parameters) != expected:
             missing = sorted(expected - set(parameters))[:3]
             extra = sorted(set(parameters) - expected)[:3]

@@ -42,6 +42,8 @@ from psyche_client.model_params import (
     load_parameter_bytes,
     model_parameters_manifest,
     parameter_bytes,
+    parameter_names,
+    raw_parameters,
     weights_hash,
 )
 
@@ -62,6 +64,8 @@ __all__ = [
     "load_parameter_bytes",
     "model_parameters_manifest",
     "parameter_bytes",
+    "parameter_names",
+    "raw_parameters",
     "save_checkpoint",
     "seeded_init_",
     "upload_to_hub",

@@ -69,6 +69,25 @@ def model_parameters_manifest(model: torch.nn.Module) -> list[ParameterEntry]:
     ]
 
 
+def raw_parameters(model: torch.nn.Module) -> list[tuple[str, str, tuple[int, ...], bytes]]:
+    """(name, dtype, shape, raw bytes) of every parameter, in name order; unlike
+    `model_parameters_manifest` it hashes nothing."""
+    return [
+        (
+            name,
+            _dtype_name(param.dtype),
+            tuple(int(d) for d in param.shape),
+            bytes(_raw_view(param)),
+        )
+        for name, param in _sorted_parameters(model)
+    ]
+
+
+def parameter_names(model: torch.nn.Module) -> set[str]:
+    """The names of every parameter of `model`."""
+    return {name for name, _ in model.named_parameters()}
+
+
 def _parameter(model: torch.nn.Module, name: str) -> torch.Tensor:
     try:
         return model.get_parameter(name)

@@ -242,3 +242,14 @@ def test_load_model_config_resolves_like_load_model(tmp_path: Path, monkeypatch)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
     with pytest.raises(ModelLoadError, match=r"config\.json of someone/model@main"):
         model_io.load_model_config("someone/model", "main")
+
+
+def test_raw_parameters_match_the_manifest_without_hashing() -> None:
+    model = build_model_from_config(builtin_config("llama-tiny"), seed=3)
+    rows = model_io.raw_parameters(model)
+    manifest = model_parameters_manifest(model)
+    assert [(name, dtype, shape) for name, dtype, shape, _ in rows] == [
+        (entry.name, entry.dtype, entry.shape) for entry in manifest
+    ]
+    assert all(data == parameter_bytes(model, name) for name, _, _, data in rows)
+    assert model_io.parameter_names(model) == {entry.name for entry in manifest}
