@@ -187,7 +187,13 @@ class ResultExchange(RunnerBase):
             round_.payloads[announcement.data_hash] = decoded
             self._poke()
             return
-        log.warning("giving up on the result for %s", batch, extra=self._fields())
+        log.warning(
+            "giving up on the result for %s from %s after %d attempts",
+            batch,
+            announcement.sender_id[:4].hex(),
+            DOWNLOAD_RETRIES + 1,
+            extra=self._fields(),
+        )
         round_.failed.add(announcement.data_hash)
 
     async def _rebroadcast(self, now: float) -> None:
