@@ -33,7 +33,6 @@ from psyche_client.round_base import WarmupProgress, warmup_tag
 from psyche_client.round_exchange import ResultExchange
 from psyche_client.round_state import RoundState
 
-TICK_INTERVAL = 0.5
 DATA_FETCH_ATTEMPTS = 7
 WARMUP_REBROADCAST_INTERVAL = 2.0
 
