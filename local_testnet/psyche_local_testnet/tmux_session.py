@@ -69,12 +69,25 @@ class TmuxTestnetSession:
         if status.pid is not None:
             self.pids_started.add(status.pid)
 
+    def _open_window(self, *create: str, command: str) -> str:
+        """Run a tmux command that creates a window (`new-session`, `new-window`) running
+        `command`; record the window and return its pane id."""
+        out = self._tmux(*create, "-P", "-F", "#{window_id} #{pane_id}", command)
+        window_id, pane_id = out[0].split()
+        self._windows.append((window_id, [pane_id]))
+        return pane_id
+
+    def _titled(self, pane_id: str, title: str) -> str:
+        self._tmux("select-pane", "-t", pane_id, "-T", title)
+        self._remember_pid(pane_id)
+        return pane_id
+
     # ------------------------------------------------------------ panes
 
     def start(self, command: str, title: str) -> str:
         """Create the session; its first pane runs `command`. Returns the pane id."""
         width, height = WINDOW_SIZE
-        out = self._tmux(
+        pane_id = self._open_window(
             "new-session",
             "-d",
             "-s",
@@ -85,16 +98,9 @@ class TmuxTestnetSession:
             str(width),
             "-y",
             str(height),
-            "-P",
-            "-F",
-            "#{window_id} #{pane_id}",
-            command,
+            command=command,
         )
-        window_id, pane_id = out[0].split()
-        self._windows.append((window_id, [pane_id]))
-        self._tmux("select-pane", "-t", pane_id, "-T", title)
-        self._remember_pid(pane_id)
-        return pane_id
+        return self._titled(pane_id, title)
 
     def add_pane(self, command: str, title: str) -> str:
         """Run `command` in a new pane (a new window when the last one is full)."""
@@ -102,20 +108,15 @@ class TmuxTestnetSession:
             raise TmuxError("the tmux session has not been started")
         window_id, panes = self._windows[-1]
         if len(panes) >= PANES_PER_WINDOW:
-            out = self._tmux(
+            pane_id = self._open_window(
                 "new-window",
                 "-d",
                 "-t",
                 self.session_name,
                 "-n",
                 f"clients-{len(self._windows)}",
-                "-P",
-                "-F",
-                "#{window_id} #{pane_id}",
-                command,
+                command=command,
             )
-            window_id, pane_id = out[0].split()
-            self._windows.append((window_id, [pane_id]))
         else:
             out = self._tmux(
                 "split-window", "-d", "-t", window_id, "-P", "-F", "#{pane_id}", command
@@ -123,9 +124,7 @@ class TmuxTestnetSession:
             pane_id = out[0].strip()
             panes.append(pane_id)
             self._tmux("select-layout", "-t", window_id, "tiled")
-        self._tmux("select-pane", "-t", pane_id, "-T", title)
-        self._remember_pid(pane_id)
-        return pane_id
+        return self._titled(pane_id, title)
 
     def status(self, pane_id: str) -> PaneStatus:
         out = self._tmux(
