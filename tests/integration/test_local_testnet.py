@@ -110,23 +110,42 @@ def run_testnet(
     server_extra: str = "",
     timeout: float = 60,
 ) -> subprocess.CompletedProcess[str]:
-    argv = [
+    argv = start_argv(
+        tmp_path,
+        fakes,
+        "--headless",
+        "--startup-timeout",
+        "20",
+        *args,
+        client_extra=client_extra,
+        server_extra=server_extra,
+    )
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def start_argv(
+    tmp_path: Path,
+    fakes: dict[str, str],
+    *args: str,
+    client_extra: str = "",
+    server_extra: str = "",
+    port: int | None = None,
+) -> list[str]:
+    """`psyche-local-testnet start ARGS` with the fake server and clients, in tmp_path/run, on
+    `port` (default: a free one)."""
+    return [
         str(TESTNET),
         "start",
-        "--headless",
         "--run-dir",
         str(tmp_path / "run"),
         "--server-port",
-        str(free_port()),
+        str(free_port() if port is None else port),
         "--server-command",
         f"{fakes['server']} {server_extra}".strip(),
         "--client-command",
         f"{fakes['client']} {client_extra}".strip(),
-        "--startup-timeout",
-        "20",
         *args,
     ]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def final_summary(result: subprocess.CompletedProcess[str]) -> dict:
@@ -295,21 +314,7 @@ def _wait_for(predicate, timeout: float) -> bool:
 def test_ctrl_c_tears_everything_down(tmp_path: Path, fakes: dict[str, str]) -> None:
     import signal
 
-    argv = [
-        str(TESTNET),
-        "start",
-        "--headless",
-        "--num-clients",
-        "2",
-        "--run-dir",
-        str(tmp_path / "run"),
-        "--server-port",
-        str(free_port()),
-        "--server-command",
-        fakes["server"],
-        "--client-command",
-        fakes["client"],
-    ]
+    argv = start_argv(tmp_path, fakes, "--headless", "--num-clients", "2")
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     logs = tmp_path / "run" / "logs"
     assert _wait_for(lambda: len(list(logs.glob("client-*.jsonl"))) == 2, 20)
@@ -327,22 +332,7 @@ def test_attached_mode_in_a_terminal(tmp_path: Path, fakes: dict[str, str]) -> N
     import signal
 
     controller, terminal = pty.openpty()
-    argv = [
-        str(TESTNET),
-        "start",
-        "--no-tui",
-        "--write-log",
-        "--num-clients",
-        "2",
-        "--run-dir",
-        str(tmp_path / "run"),
-        "--server-port",
-        str(free_port()),
-        "--server-command",
-        fakes["server"],
-        "--client-command",
-        fakes["client"],
-    ]
+    argv = start_argv(tmp_path, fakes, "--no-tui", "--write-log", "--num-clients", "2")
     env = {k: v for k, v in os.environ.items() if k != "TMUX"} | {"TERM": "xterm"}
     process = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=terminal, env=env)
     os.close(terminal)
@@ -399,21 +389,7 @@ def test_port_already_in_use_is_refused(tmp_path: Path, fakes: dict[str, str]) -
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        argv = [
-            str(TESTNET),
-            "start",
-            "--headless",
-            "--num-clients",
-            "1",
-            "--run-dir",
-            str(tmp_path / "run"),
-            "--server-port",
-            str(port),
-            "--server-command",
-            fakes["server"],
-            "--client-command",
-            fakes["client"],
-        ]
+        argv = start_argv(tmp_path, fakes, "--headless", "--num-clients", "1", port=port)
         result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
     assert result.returncode == 1
     assert f"port {port} is already in use" in result.stderr
@@ -434,22 +410,7 @@ def test_closing_the_terminal_tears_everything_down(tmp_path: Path, fakes: dict[
     import pty
 
     controller, terminal = pty.openpty()
-    argv = [
-        str(TESTNET),
-        "start",
-        "--no-tui",
-        "--num-clients",
-        "2",
-        "--write-log",
-        "--run-dir",
-        str(tmp_path / "run"),
-        "--server-port",
-        str(free_port()),
-        "--server-command",
-        fakes["server"],
-        "--client-command",
-        fakes["client"],
-    ]
+    argv = start_argv(tmp_path, fakes, "--no-tui", "--num-clients", "2", "--write-log")
     env = {k: v for k, v in os.environ.items() if k != "TMUX"} | {"TERM": "xterm"}
     process = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=terminal, env=env)
     os.close(terminal)
