@@ -11,9 +11,15 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import click
 from psyche_common.protocol import Identity
+
+if TYPE_CHECKING:
+    from psyche_common.logs import LogFormat
+
+    from psyche_client.app import ClientOptions
 
 IDENTITY_ENV = "RAW_IDENTITY_SECRET_KEY"
 
@@ -238,31 +244,34 @@ def _is_loopback_server(server_addr: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1")
 
 
-def _run(options: object, logs: str, write_log: Path | None) -> int:
+def _run(options: ClientOptions, logs: str, write_log: Path | None) -> int:
     import logging
 
     from psyche_common.logs import setup_logging
 
     from psyche_client.app import ClientApp
 
+    if write_log is not None:
+        _add_file_log(write_log)
     if logs == "tui":
         from psyche_client.tui.app import run_dashboard
 
-        return run_dashboard(options, write_log)
-    setup_logging(logs, logging.INFO)  # type: ignore[arg-type]
-    if write_log is not None:
-        _add_file_log(write_log)
+        return run_dashboard(options)
+    setup_logging(cast("LogFormat", logs), logging.INFO)
     try:
         import uvloop
 
-        return uvloop.run(ClientApp(options).run())  # type: ignore[arg-type]
+        run_loop = uvloop.run
     except ImportError:
-        return asyncio.run(ClientApp(options).run())  # type: ignore[arg-type]
+        run_loop = asyncio.run
+    try:
+        return run_loop(ClientApp(options).run())
     except KeyboardInterrupt:
         return 130
 
 
 def _add_file_log(path: Path) -> None:
+    """Also append every log record to `path`, one JSON object per line."""
     import logging
 
     from psyche_common.logs import JsonLineFormatter

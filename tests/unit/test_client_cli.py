@@ -92,3 +92,34 @@ def test_every_option_of_every_command_has_help() -> None:
         for param in command.params:
             if isinstance(param, click.Option) and not param.hidden:
                 assert param.help, f"{name} {param.opts[0]} has no help text"
+
+
+def test_write_log_gets_the_json_lines(tmp_path: Path) -> None:
+    import logging
+
+    log_file = tmp_path / "client.jsonl"
+    root = logging.getLogger()
+    before = list(root.handlers)
+    try:
+        result = CliRunner().invoke(
+            main,
+            [
+                "train",
+                "--server-addr",
+                "127.0.0.1:1",
+                "--run-id",
+                "x",
+                "--logs",
+                "json",
+                "--write-log",
+                str(log_file),
+                "--dummy-training-delay-secs",
+                "0.1",
+            ],
+        )
+    finally:
+        for handler in [h for h in root.handlers if h not in before]:
+            root.removeHandler(handler)
+            handler.close()
+    assert result.exit_code == 1, result.output
+    assert "cannot connect to server 127.0.0.1:1" in log_file.read_text()

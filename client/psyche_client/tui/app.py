@@ -1,6 +1,6 @@
 """The client dashboard (Textual): Client, Coordinator, Network and Logs tabs.
 
-`run_dashboard(options, write_log)` runs the client inside the Textual app (a worker on the
+`run_dashboard(options)` runs the client inside the Textual app (a worker on the
 same event loop) and returns its exit code. Keys: 1–4 switch tabs, q quits.
 """
 
@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from psyche_common.logs import ConsoleFormatter
 from textual.app import App, ComposeResult
@@ -25,6 +24,9 @@ from psyche_client.tui.view import (
     format_bytes,
     format_count,
 )
+
+if TYPE_CHECKING:
+    from psyche_client.app import ClientOptions
 
 REFRESH_SECONDS = 0.15
 
@@ -174,21 +176,14 @@ class ClientDashboard(App[int]):
         bw_plot.refresh()
 
 
-def run_dashboard(options: Any, write_log: Path | None) -> int:
-    """Run the client under the dashboard; logs go to the Logs tab (and ``write_log``)."""
-    from psyche_common.logs import JsonLineFormatter
-
+def run_dashboard(options: ClientOptions) -> int:
+    """Run the client under the dashboard; its logs go to the Logs tab."""
     from psyche_client.app import ClientApp
 
     root = logging.getLogger()
     root.setLevel(logging.INFO)
     lines = LogLines()
     root.addHandler(lines)
-    if write_log is not None:
-        write_log.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(write_log, encoding="utf-8")
-        handler.setFormatter(JsonLineFormatter())
-        root.addHandler(handler)
     dashboard = ClientDashboard(ClientApp(options), lines)
     result = dashboard.run()
     return int(result if result is not None else dashboard.exit_code)
