@@ -3,7 +3,8 @@
 `run_client(options)` connects to the server, starts the P2P node, loads the model when the
 first Warmup lists us (checkpoint from the Hub / a local directory / a builtin preset, or
 peer-to-peer after the first epoch), follows the coordinator until the run is Finished or the
-connection drops, and shares/saves the model at every Cooldown. It returns the exit code.
+connection drops, and shares/saves the model at every Cooldown (`psyche_client.cooldown`).
+It returns the exit code.
 """
 
 from __future__ import annotations
@@ -14,16 +15,16 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from psyche_common.protocol import Identity
 
 from psyche_client.backend import DummyBackend, TrainingBackend
+from psyche_client.cooldown import SharedModel, save_checkpoint, upload_checkpoint
 from psyche_client.p2p.config import P2PConfig
-from psyche_client.p2p.manifest import ModelManifest, parameter_info
-from psyche_client.p2p.model_share import ModelShareError, download_model, poll_manifests
+from psyche_client.p2p.model_share import download_model, poll_manifests
 from psyche_client.p2p.node import P2PNode
 from psyche_client.pipeline_io import DesyncError, RunnerOptions, run_state_name
 from psyche_client.round_runner import RoundRunner
@@ -77,19 +78,10 @@ class NodeNetwork:
         self.node.forget_before(step - 2)
 
 
-@dataclass
-class SharedModel:
-    """What this client serves to late joiners between a Cooldown and the next round."""
-
-    manifest: ModelManifest | None = None
-    parameters: dict[str, bytes] = field(default_factory=dict)
-
-    def clear(self) -> None:
-        self.manifest = None
-        self.parameters = {}
-
-
 class ClientApp:
+    """One client: owns its P2P node, server link, round runner, statistics and the model it
+    shares after a Cooldown; `run()` returns the process exit code."""
+
     def __init__(
         self, options: ClientOptions, on_snapshot: Callable[[ClientApp], None] | None = None
     ):
@@ -162,10 +154,7 @@ class ClientApp:
         def progress(done: int, total: int) -> None:
             self.model_download_progress = (done, total)
 
-        try:
-            download = await download_model(self.node, peers, on_progress=progress)
-        except ModelShareError:
-            raise
+        download = await download_model(self.node, peers, on_progress=progress)
         await asyncio.to_thread(backend.load_parameters, download.parameters)
         log.info(
             "model fetched peer-to-peer",
@@ -182,19 +171,7 @@ class ClientApp:
 
     async def _cooldown(self, coordinator: Any, backend: TrainingBackend) -> None:
         step = coordinator.progress.step
-        entries = await asyncio.to_thread(backend.export_parameters)
-        # hashing every parameter's bytes is a full pass over the model: not on the event loop
-        infos = await asyncio.to_thread(
-            lambda: [parameter_info(n, dtype, shape, data) for n, dtype, shape, data in entries]
-        )
-        manifest = ModelManifest.build(
-            step=step,
-            epoch=coordinator.progress.epoch,
-            parameters=infos,
-            config_json=await asyncio.to_thread(backend.config_json),
-        )
-        self.shared.parameters = {name: data for name, _, _, data in entries}
-        self.shared.manifest = manifest
+        await self.shared.share(backend, step, coordinator.progress.epoch)
         log.info(
             "model shared for late joiners",
             extra={
@@ -206,33 +183,21 @@ class ClientApp:
         directory = self.options.checkpoint_dir
         if directory is None:
             return
-        target = directory / f"{self.options.run_id}-step{step - 1}"
-        await asyncio.to_thread(backend.save_checkpoint, str(target))
-        await asyncio.to_thread(
-            _prune_checkpoints, directory, self.options.run_id, self.options.keep_checkpoints
+        target = await save_checkpoint(
+            backend, directory, self.options.run_id, step - 1, self.options.keep_checkpoints
         )
-        log.info("checkpoint saved to %s", target)
         if self.options.hub_repo:
-            from psyche_client.model_io import upload_to_hub
-
-            revision = await asyncio.to_thread(
-                upload_to_hub,
-                target,
-                self.options.hub_repo,
-                os.environ.get("HF_TOKEN"),
-                f"step {step - 1}",
+            revision = await upload_checkpoint(
+                target, self.options.hub_repo, os.environ.get("HF_TOKEN"), step - 1
             )
             assert self.link is not None
             await self.link.send_checkpoint(
                 {"Hub": {"repo_id": self.options.hub_repo, "revision": revision}}
             )
-            log.info("checkpoint uploaded to %s@%s", self.options.hub_repo, revision)
 
     # ------------------------------------------------------------------ main loop
 
     async def run(self) -> int:
-        from psyche_common.coordinator import Coordinator
-
         await self.node.start()
         try:
             try:
@@ -259,34 +224,10 @@ class ClientApp:
                 on_cooldown=self._cooldown,
                 stats=self.stats,
             )
-            runner = self.runner
-
-            async def follow_server() -> None:
-                assert self.link is not None
-                async for update in self.link.states():
-                    coordinator = Coordinator.from_wire(update.coordinator)
-                    self.coordinator = coordinator
-                    self.members = {c.id for c in coordinator.epoch_state.clients}
-                    self.node.set_peers(update.peers)
-                    self.peer_addresses = update.peers
-                    state = run_state_name(coordinator)
-                    if state == "RoundTrain" and runner.active != "training":
-                        self.shared.clear()
-                    await runner.on_state(coordinator)
-                    if state == "Finished" and self.options.exit_when_finished:
-                        return
-
-            async def ticker() -> None:
-                while True:
-                    await asyncio.sleep(TICK_INTERVAL)
-                    await runner.tick()
-                    if self.on_snapshot is not None:
-                        self.on_snapshot(self)
-
             tasks = [
-                asyncio.create_task(follow_server(), name="server"),
-                asyncio.create_task(runner.wait_fatal(), name="fatal"),
-                asyncio.create_task(ticker(), name="ticker"),
+                asyncio.create_task(self._follow_server(self.link, self.runner), name="server"),
+                asyncio.create_task(self.runner.wait_fatal(), name="fatal"),
+                asyncio.create_task(self._tick_forever(self.runner), name="ticker"),
             ]
             try:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -294,23 +235,7 @@ class ClientApp:
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
-            first = next(iter(done))
-            if first.cancelled():
-                return 1
-            error = first.exception()
-            if first.get_name() == "fatal":
-                error = first.result()
-            if error is None:
-                log.info("run finished; exiting")
-                return 0
-            if isinstance(error, ServerLinkError):
-                log.error("%s", error)
-                return 1
-            if isinstance(error, DesyncError):
-                log.error("desync: %s", error)
-                return 3
-            log.error("client failed: %s", error, exc_info=error)
-            return 2
+            return _exit_code(next(iter(done)))
         finally:
             if self.runner is not None:
                 await self.runner.aclose()
@@ -318,6 +243,31 @@ class ClientApp:
                 await self.link.close()
             with contextlib.suppress(Exception):
                 await self.node.close()
+
+    async def _follow_server(self, link: ServerLink, runner: RoundRunner) -> None:
+        """Feed every new coordinator state to the runner; return when the run is Finished
+        (with `exit_when_finished`)."""
+        from psyche_common.coordinator import Coordinator
+
+        async for update in link.states():
+            coordinator = Coordinator.from_wire(update.coordinator)
+            self.coordinator = coordinator
+            self.members = {c.id for c in coordinator.epoch_state.clients}
+            self.node.set_peers(update.peers)
+            self.peer_addresses = update.peers
+            state = run_state_name(coordinator)
+            if state == "RoundTrain" and runner.active != "training":
+                self.shared.clear()
+            await runner.on_state(coordinator)
+            if state == "Finished" and self.options.exit_when_finished:
+                return
+
+    async def _tick_forever(self, runner: RoundRunner) -> None:
+        while True:
+            await asyncio.sleep(TICK_INTERVAL)
+            await runner.tick()
+            if self.on_snapshot is not None:
+                self.on_snapshot(self)
 
     def _make_fetcher(self) -> Any:
         """``batch -> samples`` for the run's data_location (provider built on first use)."""
@@ -347,17 +297,25 @@ class ClientApp:
         return fetch
 
 
-def _prune_checkpoints(directory: Path, run_id: str, keep: int) -> None:
-    """Keep the newest ``keep`` ``{run_id}-step{N}`` directories."""
-    import shutil
-
-    steps = []
-    for path in directory.glob(f"{run_id}-step*"):
-        suffix = path.name.removeprefix(f"{run_id}-step")
-        if path.is_dir() and suffix.isdigit():
-            steps.append((int(suffix), path))
-    for _, path in sorted(steps)[:-keep] if keep > 0 else []:
-        shutil.rmtree(path, ignore_errors=True)
+def _exit_code(first: asyncio.Task[Any]) -> int:
+    """The exit code for the task that ended the client first (logging why): 0 the run
+    finished, 1 the server link failed, 2 the client failed, 3 its weights desynchronized."""
+    if first.cancelled():
+        return 1
+    error = first.exception()
+    if first.get_name() == "fatal":
+        error = first.result()
+    if error is None:
+        log.info("run finished; exiting")
+        return 0
+    if isinstance(error, ServerLinkError):
+        log.error("%s", error)
+        return 1
+    if isinstance(error, DesyncError):
+        log.error("desync: %s", error)
+        return 3
+    log.error("client failed: %s", error, exc_info=error)
+    return 2
 
 
 async def run_client(options: ClientOptions) -> int:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 from click.testing import CliRunner
-from psyche_client.app import _prune_checkpoints
 from psyche_client.cli import main
+from psyche_client.cooldown import prune_checkpoints
 from psyche_common.protocol import Identity
 
 TRAIN_FLAGS = [
@@ -71,7 +71,7 @@ def test_prune_keeps_the_newest_steps(tmp_path: Path) -> None:
     for step in (3, 10, 7, 12):
         (tmp_path / f"run-step{step}").mkdir()
     (tmp_path / "other-step1").mkdir()
-    _prune_checkpoints(tmp_path, "run", 2)
+    prune_checkpoints(tmp_path, "run", 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other-step1", "run-step10", "run-step12"]
 
 
