@@ -19,8 +19,10 @@ the Hub upload in `psyche_client.model_checkpoint`; both are re-exported here so
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -214,19 +216,27 @@ def _extra_files(directory: Path) -> tuple[Path, ...]:
     return tuple(sorted(found))
 
 
+@contextlib.contextmanager
+def _hub_download(what: str, revision: str | None) -> Iterator[None]:
+    """Any failure inside (network, auth, missing repo, invalid id: all end the same way)
+    becomes a `ModelLoadError` saying `what` could not be downloaded."""
+    try:
+        yield
+    except Exception as exc:
+        at = f"@{revision}" if revision else ""
+        raise ModelLoadError(
+            f"could not download {what}{at} from the Hugging Face Hub: {exc}; "
+            "pass a local directory"
+        ) from exc
+
+
 def _snapshot(source: str, revision: str | None) -> Path:
     from huggingface_hub import snapshot_download
 
-    try:
+    with _hub_download(source, revision):
         path = snapshot_download(
             repo_id=source, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS
         )
-    except Exception as exc:  # network, auth, missing repo, invalid id: all end the same way
-        at = f"@{revision}" if revision else ""
-        raise ModelLoadError(
-            f"could not download {source}{at} from the Hugging Face Hub: {exc}; "
-            "pass a local directory"
-        ) from exc
     return Path(path)
 
 
@@ -247,14 +257,8 @@ def load_model_config(source: str, revision: str | None = None) -> dict[str, Any
         return builtin_config(source.removeprefix(BUILTIN_PREFIX))
     from huggingface_hub import hf_hub_download
 
-    try:
+    with _hub_download(f"config.json of {source}", revision):
         path = hf_hub_download(source, "config.json", revision=revision)
-    except Exception as exc:  # network, auth, missing repo, invalid id: all end the same way
-        at = f"@{revision}" if revision else ""
-        raise ModelLoadError(
-            f"could not download config.json of {source}{at} from the Hugging Face Hub: {exc}; "
-            "pass a local directory"
-        ) from exc
     return _read_config(Path(path))
 
 
