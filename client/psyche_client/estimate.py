@@ -26,6 +26,7 @@ from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from psyche_client.device import resolve_device
 from psyche_client.model_io import config_from_dict
+from psyche_client.units import format_bytes
 
 FIT_MARGIN = 0.9  # use at most this share of the free memory
 
@@ -163,14 +164,6 @@ def activation_bytes(
     return blocks + logits + tokens * hidden * elem
 
 
-def _format_bytes(count: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(count) < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    raise AssertionError("unreachable")
-
-
 @dataclass(frozen=True)
 class Estimate:
     """What one client needs for a run, and whether it fits the local device."""
@@ -209,20 +202,20 @@ class Estimate:
             ("micro-batch", f"{self.micro_batch_size} x {self.max_seq_len} tokens"),
             ("optimizer", self.optimizer),
         ]
-        rows += [(f"memory: {label}", _format_bytes(size)) for label, size in self.memory]
-        rows.append(("memory: total (approx.)", _format_bytes(self.total_bytes)))
-        free = "unknown" if self.free_bytes is None else _format_bytes(self.free_bytes)
+        rows += [(f"memory: {label}", format_bytes(size)) for label, size in self.memory]
+        rows.append(("memory: total (approx.)", format_bytes(self.total_bytes)))
+        free = "unknown" if self.free_bytes is None else format_bytes(self.free_bytes)
         rows.append((f"free on {self.device}", free))
         verdict = {True: "yes", False: "NO", None: "unknown"}[self.fits]
         rows.append(("fits", verdict))
         if self.distro_result_bytes is not None:
-            rows.append(("DisTrO upload per step", _format_bytes(self.distro_result_bytes)))
+            rows.append(("DisTrO upload per step", format_bytes(self.distro_result_bytes)))
             download = self.distro_download_bytes_per_step
             if download is not None:
                 rows.append(
                     (
                         f"DisTrO download per step ({self.num_clients} clients)",
-                        _format_bytes(download),
+                        format_bytes(download),
                     )
                 )
         width = max(len(label) for label, _ in rows)

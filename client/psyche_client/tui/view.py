@@ -14,6 +14,8 @@ from typing import Any
 
 from psyche_common.protocol import short_id
 
+from psyche_client.units import format_bytes as format_bytes  # re-exported for the dashboard
+
 
 @dataclass(frozen=True)
 class DownloadRow:
@@ -86,14 +88,6 @@ def format_count(value: float, unit: str = "") -> str:
             return f"{text}{unit}"
         value /= 1000
     return f"{value}{unit}"
-
-
-def format_bytes(value: float) -> str:
-    for suffix in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or suffix == "GiB":
-            return f"{value:.0f} {suffix}" if suffix == "B" else f"{value:.1f} {suffix}"
-        value /= 1024
-    return f"{value} B"
 
 
 def _role(runner: Any) -> str:
