@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from psyche_common.client_id import short_id
 from psyche_common.protocol import Identity
 
 from psyche_client.backend import DummyBackend, TrainingBackend
@@ -159,11 +160,11 @@ class ClientApp:
         log.info(
             "model fetched peer-to-peer",
             extra={
-                "client_id": self.identity.public_key[:4].hex(),
+                "client_id": self.identity.short_id,
                 "parameters": len(download.parameters),
                 "bytes": sum(len(v) for v in download.parameters.values()),
                 "weights_hash": backend.weights_hash().hex(),
-                "corrupt_peers": [p[:4].hex() for p in download.corrupt_peers],
+                "corrupt_peers": [short_id(p) for p in download.corrupt_peers],
             },
         )
 
@@ -175,7 +176,7 @@ class ClientApp:
         log.info(
             "model shared for late joiners",
             extra={
-                "client_id": self.identity.public_key[:4].hex(),
+                "client_id": self.identity.short_id,
                 "step": step,
                 "weights_hash": backend.weights_hash().hex(),
             },

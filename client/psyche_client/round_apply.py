@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from psyche_common.bloom import Bloom
+from psyche_common.client_id import short_id
 from psyche_common.committee import Committee
 from psyche_common.coordinator.quorum import witness_quorum
 
@@ -62,7 +63,7 @@ class ApplyAndWitness(RunnerBase):
             if payload is None:
                 raise DesyncError(
                     f"the consensus result for {batch} of step {source.step} (from "
-                    f"{candidate.sender[:4].hex()}) could not be downloaded and verified; "
+                    f"{short_id(candidate.sender)}) could not be downloaded and verified; "
                     "this client's weights would differ from its peers'"
                 )
             nonce = getattr(payload, "trainer_nonce", None)
@@ -115,7 +116,7 @@ class ApplyAndWitness(RunnerBase):
             assert self.backend is not None
             log.warning(
                 "health check: accusing %s",
-                [client_id[:4].hex() for client_id, _ in accused],
+                [short_id(client_id) for client_id, _ in accused],
                 extra=self._fields(),
             )
             await self.uplink.send_health_check(

@@ -15,6 +15,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
+from psyche_common.client_id import short_id
 from psyche_common.protocol import Identity
 
 from psyche_client.backend import TrainingBackend
@@ -137,7 +138,7 @@ class RunnerBase:
         return self.fatal
 
     def _fields(self, **extra: Any) -> dict[str, Any]:
-        fields: dict[str, Any] = {"client_id": self.me[:4].hex()}
+        fields: dict[str, Any] = {"client_id": short_id(self.me)}
         if self.coordinator is not None:
             fields.update(
                 epoch=self.coordinator.progress.epoch,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from psyche_common.assignment import BatchId
+from psyche_common.client_id import short_id
 from psyche_common.committee import Committee
 
 from psyche_client.consensus import Candidate
@@ -52,7 +53,7 @@ class ResultExchange(RunnerBase):
         if self.options.write_gradients_dir is not None:
             directory = self.options.write_gradients_dir
             name = (
-                f"result-{self.me[:4].hex()}-step{round_.step}-batch{batch.start}-{batch.end}.bin"
+                f"result-{short_id(self.me)}-step{round_.step}-batch{batch.start}-{batch.end}.bin"
             )
             await asyncio.to_thread(_write_file, directory / name, output.payload)
         round_.own_announcements.append(announcement)
@@ -105,7 +106,7 @@ class ResultExchange(RunnerBase):
             log.warning(
                 "result for %s from %s, which is not its trainer",
                 batch,
-                announcement.sender_id[:4].hex(),
+                short_id(announcement.sender_id),
                 extra=self._fields(),
             )
             return
@@ -164,7 +165,7 @@ class ResultExchange(RunnerBase):
                 log.warning(
                     "result for %s from %s rejected: %s",
                     batch,
-                    announcement.sender_id[:4].hex(),
+                    short_id(announcement.sender_id),
                     exc,
                     extra=self._fields(),
                 )
@@ -175,7 +176,7 @@ class ResultExchange(RunnerBase):
                 log.warning(
                     "download of %s from %s failed (%s); retry in %.0fs",
                     batch,
-                    announcement.sender_id[:4].hex(),
+                    short_id(announcement.sender_id),
                     exc,
                     delay,
                     extra=self._fields(),
@@ -190,7 +191,7 @@ class ResultExchange(RunnerBase):
         log.warning(
             "giving up on the result for %s from %s after %d attempts",
             batch,
-            announcement.sender_id[:4].hex(),
+            short_id(announcement.sender_id),
             DOWNLOAD_RETRIES + 1,
             extra=self._fields(),
         )
