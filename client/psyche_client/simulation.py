@@ -16,16 +16,15 @@ API: `load_stdlib_corpus(valid_fraction=0.05) -> Corpus`, `prototype_llama_confi
 from __future__ import annotations
 
 import copy
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 import transformers
 from psyche_common.assignment import BatchId
+from psyche_common.data.builtin import python_stdlib_files
 from psyche_common.lr_schedule import lr_at
 
 from psyche_client.distro import DistroResult, DistroSettings
@@ -47,12 +46,10 @@ class Corpus:
 
 
 def load_stdlib_corpus(valid_fraction: float = 0.05) -> Corpus:
-    """Every stdlib `*.py` (site-packages excluded), sorted by path, concatenated as bytes."""
-    root = Path(os.path.dirname(os.__file__))
-    files = sorted(
-        str(p) for p in root.rglob("*.py") if "site-packages" not in p.relative_to(root).parts
-    )
-    data = np.frombuffer(b"".join(Path(f).read_bytes() for f in files), dtype=np.uint8)
+    """Every stdlib `*.py` (site-packages excluded), sorted by path, concatenated as bytes:
+    the files of the `python-stdlib` data provider, split here by `valid_fraction`."""
+    files = python_stdlib_files()
+    data = np.frombuffer(b"".join(path.read_bytes() for path in files), dtype=np.uint8)
     cut = int(len(data) * (1.0 - valid_fraction))
     return Corpus(train=data[:cut], valid=data[cut:])
 
