@@ -160,7 +160,6 @@ class RoundRunner(ResultExchange, ApplyAndWitness):
         self.active = "training"
         self.warmup = WarmupProgress()
         self.network.begin_step(step)
-        self.stats.round_started(step)
         log.info(
             "round started",
             extra=self._fields(
@@ -244,7 +243,7 @@ class RoundRunner(ResultExchange, ApplyAndWitness):
     def _finish_training(self, round_: RoundState) -> None:
         if not round_.training_done:
             round_.cancelled = True
-        self.stats.round_finished(round_, self.coordinator)
+        self.stats.round_finished(round_)
 
     def _start_witness(self) -> None:
         self.active = "witness"

@@ -12,6 +12,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from psyche_common.assignment import round_batch_size
+
 WINDOW = 16
 
 
@@ -34,28 +36,18 @@ class ClientStats:
     global_batch_tokens: int = 0
     total_tokens: int = 0
     _last_round_end: float | None = None
-    _round_start: float | None = None
 
     def observe_state(self, coordinator: Any) -> None:
         self.step = coordinator.progress.step
         self.epoch = coordinator.progress.epoch
-        state = coordinator.run_state
-        self.run_state = str(state)
+        self.run_state = str(coordinator.run_state)
         round_ = coordinator.current_round()
         seq_len = coordinator.model.max_seq_len
         if round_ is not None:
             self.total_tokens = round_.data_index * seq_len
-        try:
-            from psyche_common.assignment import round_batch_size
+        self.global_batch_tokens = round_batch_size(coordinator, round_) * seq_len
 
-            self.global_batch_tokens = round_batch_size(coordinator, round_) * seq_len
-        except Exception:
-            pass
-
-    def round_started(self, step: int) -> None:
-        self._round_start = time.monotonic()
-
-    def round_finished(self, round_: Any, coordinator: Any) -> None:
+    def round_finished(self, round_: Any) -> None:
         now = time.monotonic()
         loss = round_.mean_loss()
         if loss is not None:
