@@ -218,7 +218,6 @@ class ClientApp:
                 self._load_backend,
                 self._make_fetcher(),
                 RunnerOptions(
-                    run_id=self.options.run_id,
                     write_gradients_dir=self.options.write_gradients_dir,
                     needs_data=self.options.dummy_training_delay_secs is None,
                 ),

@@ -7,7 +7,6 @@ of a witness.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,6 @@ from psyche_common.committee import WitnessProof
 
 from psyche_client.backend import TrainingBackend
 from psyche_client.witness_builder import EMPTY_MERKLE_ROOT
-
-log = logging.getLogger("psyche.client")
 
 
 class DesyncError(RuntimeError):
@@ -64,7 +61,9 @@ CooldownHook = Callable[[Any, TrainingBackend], Awaitable[None]]
 
 @dataclass
 class RunnerOptions:
-    run_id: str
+    """Knobs of the round pipeline: retry delays, where to write own results, and whether
+    batches need data (False with the dummy backend)."""
+
     fetch_retry_delay: float = 2.0
     download_backoff: float = 2.0
     write_gradients_dir: Path | None = None
@@ -77,8 +76,9 @@ def run_state_name(coordinator: Any) -> str:
     return str(state)
 
 
-def empty_witness_wire(proof: WitnessProof, merkle: bytes = EMPTY_MERKLE_ROOT) -> dict[str, Any]:
-    return witness_wire(proof, Bloom(), Bloom(), merkle)
+def empty_witness_wire(proof: WitnessProof) -> dict[str, Any]:
+    """A witness that attests nothing (empty blooms, empty Merkle root): the warmup witness."""
+    return witness_wire(proof, Bloom(), Bloom(), EMPTY_MERKLE_ROOT)
 
 
 def witness_wire(

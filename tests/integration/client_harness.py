@@ -221,7 +221,7 @@ def add_client(server: FakeServer, hub: MemoryNetwork, delay: float = 0.0) -> Ro
         FakeUplink(server, me),
         load,
         None,
-        RunnerOptions(run_id="pipeline-test", download_backoff=0.01, needs_data=False),
+        RunnerOptions(download_backoff=0.01, needs_data=False),
     )
     hub.runners[me] = runner
     server.runners[me] = runner

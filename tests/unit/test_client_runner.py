@@ -62,7 +62,7 @@ def make_runner() -> tuple[RoundRunner, RecordingUplink]:
         uplink,
         load,
         None,
-        RunnerOptions(run_id="t", download_backoff=0.0, needs_data=False),
+        RunnerOptions(download_backoff=0.0, needs_data=False),
     )
     runner.backend = DummyBackend(0.0)
     return runner, uplink
