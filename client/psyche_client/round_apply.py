@@ -97,7 +97,9 @@ class ApplyAndWitness(RunnerBase):
         )
         await self.uplink.send_health_check([], step, weights)
 
-    async def _send_health_checks(self, prior: RoundState, coordinator: Any) -> None:
+    async def _send_health_checks(self, coordinator: Any) -> None:
+        """As a witness of the previous round: accuse its trainers that too few witnesses
+        saw participating."""
         previous_round = coordinator.previous_round()
         selection = selection_for_round(coordinator, previous_round)
         if previous_round is None or selection is None or coordinator.current_round().height < 2:

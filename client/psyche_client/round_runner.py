@@ -149,7 +149,7 @@ class RoundRunner(ResultExchange, ApplyAndWitness):
         if prior is not None and prior.height > 0 and self.previous is not None:
             apply_task = self._spawn(self._apply(self.previous, coordinator, step))
         if prior is not None and prior.height > 0 and prior.roles.is_witness:
-            self._spawn(self._send_health_checks(prior, coordinator))
+            self._spawn(self._send_health_checks(coordinator))
         self.backend.begin_round(coordinator)
         have_training = coordinator.epoch_state.last_step == 0
         roles = derive_round_roles(coordinator, self.me, have_training)

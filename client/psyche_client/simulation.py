@@ -102,9 +102,6 @@ class RunReport:
     decode_seconds: float = 0.0
     seconds: float = 0.0
 
-    def train_tail(self, n: int = 10) -> float:
-        return float(np.mean(self.train_losses[-n:]))
-
 
 def run_adamw(
     corpus: Corpus,
