@@ -142,8 +142,10 @@ class ClientDashboard(App[int]):
 
     def refresh_view(self) -> None:
         if self.client is not None:
-            self.view = build_view(self.client, self.bandwidth)
-            self.render_view(self.view)
+            view = build_view(self.client, self.bandwidth)
+            if view != self.view:  # redrawing the plots costs event-loop time the client shares
+                self.view = view
+                self.render_view(view)
         if self.log_lines is not None:
             log = self.query_one("#log", RichLog)
             for line in self.log_lines.drain():
