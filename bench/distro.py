@@ -23,7 +23,7 @@ import time
 import numpy as np
 import torch
 from psyche_client.distro import DistroSettings
-from psyche_client.model_io import load_model
+from psyche_client.model_io import count_parameters, load_model
 from psyche_client.simulation import load_stdlib_corpus, run_adamw, run_distro
 from psyche_client.trainer import Trainer
 from psyche_common.assignment import BatchId
@@ -36,12 +36,14 @@ SETTINGS = DistroSettings(
     clip_grad_norm=1.0,
 )
 PEERS = 4
+CONVERGENCE_BATCH = 8  # sequences per step, split over the peers
+CONVERGENCE_SEQ_LEN = 256
 
 
 def measure_20m(iters: int, batch: int, seq_len: int) -> dict[str, object]:
     model, _ = load_model("builtin:llama-20m", device="cpu", dtype=torch.float32)
     trainer = Trainer(model, SETTINGS, device="cpu", micro_batch_size=batch)
-    params = sum(p.numel() for p in trainer.model.parameters())
+    params = count_parameters(trainer.model)
     vocab = trainer.model.config.vocab_size
     rng = np.random.default_rng(0)
     fwd_bwd, encode, decode = [], [], []
@@ -89,13 +91,14 @@ def measure_20m(iters: int, batch: int, seq_len: int) -> dict[str, object]:
 
 def measure_convergence(steps: int) -> dict[str, float]:
     corpus = load_stdlib_corpus()
-    adamw = run_adamw(corpus, steps, lr=1e-3)
-    distro = run_distro(corpus, steps, lr=3e-3, peers=PEERS)
+    shape = {"batch": CONVERGENCE_BATCH, "seq_len": CONVERGENCE_SEQ_LEN}
+    adamw = run_adamw(corpus, steps, lr=1e-3, **shape)
+    distro = run_distro(corpus, steps, lr=3e-3, peers=PEERS, **shape)
     if not distro.replicas_identical:
         raise SystemExit("DisTrO replicas diverged during the convergence run")
     return {
         "steps": steps,
-        "tokens": steps * 8 * 256,
+        "tokens": steps * CONVERGENCE_BATCH * CONVERGENCE_SEQ_LEN,
         "initial_val_loss": adamw.initial_val,
         "adamw_val_loss": adamw.final_val,
         "distro_val_loss": distro.final_val,
@@ -108,7 +111,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=80, help="convergence run length")
     parser.add_argument("--timing-iters", type=int, default=2, help="timed steps (x4 peers)")
     parser.add_argument("--batch", type=int, default=4, help="sequences per client step")
-    parser.add_argument("--seq-len", type=int, default=256)
+    parser.add_argument("--seq-len", type=int, default=256, help="tokens per sequence")
     args = parser.parse_args()
     torch.manual_seed(0)
     print("measuring the 20M model...", file=sys.stderr)
@@ -117,7 +120,12 @@ def main() -> None:
     convergence = measure_convergence(args.steps)
     report = {
         "benchmark": "distro",
-        "config": {"chunk": 64, "topk": 8, "quantize_1bit": True, "peers": PEERS},
+        "config": {
+            "chunk": SETTINGS.compression_chunk,
+            "topk": SETTINGS.compression_topk,
+            "quantize_1bit": SETTINGS.quantize_1bit,
+            "peers": PEERS,
+        },
         **sizes,
         "convergence": convergence,
         "distro_over_adamw_loss_ratio": convergence["distro_val_loss"]
