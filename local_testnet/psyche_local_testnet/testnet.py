@@ -202,32 +202,35 @@ class Testnet:
         watcher = FinishWatcher(self.log_dir) if commands.log_dir is not None else None
         while True:
             now = time.monotonic()
-            if attached is not None and attached.poll() is not None:
-                self.stop_reason = "detached from tmux"
-                return
-            if not self._server_alive():
-                self.stop_reason = "the server exited"
-                return
-            if (
-                options.headless
-                and options.duration is not None
-                and now - started >= options.duration
-            ):
-                self.stop_reason = f"ran for {options.duration:g} s"
-                return
-            if watcher is not None:
-                watcher.poll()
-                if watcher.finished and options.headless:
-                    self.stop_reason = "the run finished"
-                    return
-            if scheduler is not None:
+            reason = self._stop_reason(now - started, attached, watcher)
+            if reason is None and scheduler is not None:
                 victims = scheduler.take_victims(now)
                 if victims:
                     self._kill_and_restart(commands, victims)
-            elif options.headless and self._all_clients_dead():
-                self.stop_reason = "every client exited"
+            elif reason is None and options.headless and self._all_clients_dead():
+                reason = "every client exited"
+            if reason is not None:
+                self.stop_reason = reason
                 return
             time.sleep(TICK_SECONDS)
+
+    def _stop_reason(
+        self, elapsed: float, attached: subprocess.Popen | None, watcher: FinishWatcher | None
+    ) -> str | None:
+        """Why the testnet should stop now (None: keep running). Without random kills a
+        headless testnet also stops once every client has exited (checked by the caller)."""
+        options = self.options
+        if attached is not None and attached.poll() is not None:
+            return "detached from tmux"
+        if not self._server_alive():
+            return "the server exited"
+        if options.headless and options.duration is not None and elapsed >= options.duration:
+            return f"ran for {options.duration:g} s"
+        if watcher is not None:
+            watcher.poll()
+            if watcher.finished and options.headless:
+                return "the run finished"
+        return None
 
     def _save_pane_output(self) -> None:
         if self.tmux is None:
