@@ -8,6 +8,7 @@ name (e.g. `SERVER_ADDR`, `RUN_ID`, `MICRO_BATCH_SIZE`), like the reference.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -44,11 +45,9 @@ def _interface_address(name: str) -> str:
     import ipaddress
     import socket
 
-    try:
+    with contextlib.suppress(ValueError):  # not an address: look it up as an interface name
         ipaddress.ip_address(name)
         return name
-    except ValueError:
-        pass
     import fcntl
     import struct
 
