@@ -46,6 +46,9 @@ log = logging.getLogger("psyche.client.server")
 CLIENT_VERSION = "psyche-py-client/0.1"
 CONNECT_TIMEOUT = 15.0
 WRITE_TIMEOUT = 15.0
+# The server broadcasts its state at least every tick (500 ms); this much silence means the
+# server or the path to it is gone even if no FIN/RST ever arrives.
+SILENCE_TIMEOUT = 30.0
 # A coordinator state with 256 clients and 32 witnesses is a few hundred KiB.
 MAX_SERVER_FRAME = max(DEFAULT_MAX_FRAME_SIZE, 64 * 1024 * 1024)
 
@@ -76,10 +79,12 @@ class ServerLink:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         identity: Identity,
+        silence_timeout: float = SILENCE_TIMEOUT,
     ) -> None:
         self._reader = reader
         self._writer = writer
         self.identity = identity
+        self.silence_timeout = silence_timeout
         self._write_lock = asyncio.Lock()
         self._last_digest: bytes | None = None
         self.states_received = 0
@@ -120,8 +125,14 @@ class ServerLink:
         """Yield every new coordinator state until the connection ends (then raise)."""
         while True:
             try:
-                raw = await read_frame_bytes(self._reader, MAX_SERVER_FRAME)
+                raw = await read_frame_bytes(
+                    self._reader, MAX_SERVER_FRAME, timeout=self.silence_timeout
+                )
                 message = parse_server_message(decode_payload(raw))
+            except TimeoutError as exc:
+                raise ServerLinkError(
+                    f"server connection lost: nothing received for {self.silence_timeout:g} s"
+                ) from exc
             except InvalidMessage as exc:
                 raise ServerLinkError(f"server sent an invalid message: {exc}") from exc
             except (ProtocolError, OSError) as exc:

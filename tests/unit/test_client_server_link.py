@@ -77,3 +77,26 @@ async def test_unreachable_server_and_bad_address() -> None:
     with pytest.raises(ValueError, match="HOST:PORT"):
         parse_server_addr("localhost")
     assert parse_server_addr("[::1]:80") == ("::1", 80)
+
+
+async def test_silent_server_is_detected_as_lost() -> None:
+    """Regression: a server that stops sending (no FIN/RST) used to block the client forever."""
+    release = asyncio.Event()
+
+    async def script(reader, writer, received):
+        await write_frame(writer, state(1))
+        await release.wait()  # then silence, connection left open
+        writer.close()
+
+    server, port, _ = await scripted_server(script)
+    async with server:
+        link = await ServerLink.connect(f"127.0.0.1:{port}", Identity.generate(), "r", "h:1")
+        link.silence_timeout = 0.5
+        updates = []
+        with pytest.raises(ServerLinkError, match=r"nothing received for 0\.5 s"):
+            async with asyncio.timeout(10):
+                async for update in link.states():
+                    updates.append(update)
+        assert len(updates) == 1
+        release.set()
+        await link.close()
