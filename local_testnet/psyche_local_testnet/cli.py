@@ -94,7 +94,8 @@ def main() -> None:
 @click.option(
     "--write-log",
     is_flag=True,
-    help="the server and every client also log to files in RUN_DIR/logs",
+    help="the server also logs to RUN_DIR/logs/server.log when attached (clients always log "
+    "there, and headless runs always keep the server's log)",
 )
 @click.option(
     "--first-client-checkpoint",

@@ -58,6 +58,7 @@ class TestnetCommands:
     run_id: str
     session: str
     log_dir: Path | None
+    server_log_file: bool = True  # the server also logs to log_dir/server.log
     log_level: str = "info"
     tui: bool = False
     device: str = "cpu"
@@ -86,7 +87,7 @@ class TestnetCommands:
             argv += ["--data-config", str(self.data_config_path)]
         if not self.tui:
             argv += ["--log-format", "json"]
-        if self.log_dir is not None:
+        if self.log_dir is not None and self.server_log_file:
             argv += ["--log-file", str(self.log_dir / "server.log")]
         return ProcessSpec(argv)
 

@@ -128,7 +128,6 @@ class Testnet:
 
     def _commands(self) -> TestnetCommands:
         state, data = self._resolve_config()
-        writes_logs = self.options.write_log or self.options.headless
         return TestnetCommands(
             server_program=self.options.server_program or default_program("psyche-server"),
             client_program=self.options.client_program or default_program("psyche-client"),
@@ -137,7 +136,8 @@ class Testnet:
             server_port=self.options.server_port,
             run_id=read_run_id(state),
             session=self.session,
-            log_dir=self.log_dir if writes_logs else None,
+            log_dir=self.log_dir,  # clients always log there: the summary reads those files
+            server_log_file=self.options.write_log or self.options.headless,
             log_level=self.options.log_level,
             tui=self.options.tui and not self.options.headless,
             device=self.options.device,
@@ -281,7 +281,6 @@ class Testnet:
             self.echo(f"logs: {commands.log_dir}")
             self.echo(summary.final_line())
             return 0 if summary.ok else 1
-        self.echo("summary: {}  (no client logs: pass --write-log for a summary)")
         return 0
 
     def _start(self, commands: TestnetCommands) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from psyche_common.config import parse_state, validate_state
 from psyche_common.protocol.identity import Identity
+from psyche_local_testnet import testnet as testnet_module
 from psyche_local_testnet.commands import TestnetCommands as Commands
 from psyche_local_testnet.default_config import render_default_state
 from psyche_local_testnet.identities import client_secret_hex, client_secret_key
@@ -232,3 +233,20 @@ def test_every_start_option_has_help_text() -> None:
     for param in main.commands["start"].params:
         if isinstance(param, click.Option):
             assert param.help, f"start {param.opts[0]} has no help text"
+
+
+@pytest.mark.parametrize(("headless", "write_log"), [(False, False), (False, True), (True, False)])
+def test_clients_always_log_for_the_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, headless: bool, write_log: bool
+) -> None:
+    """Regression: an attached demo (no --write-log) ended with an empty summary because the
+    clients wrote no log files; the server's own log file stays opt-in when attached."""
+    monkeypatch.chdir(tmp_path)
+    options = testnet_module.TestnetOptions(
+        num_clients=2, run_dir=tmp_path / "run", headless=headless, write_log=write_log
+    )
+    commands = testnet_module.Testnet(options)._commands()
+    client_argv = commands.client(1, tmp_path / "run" / "logs" / "client-1.0.jsonl").argv
+    assert "--write-log" in client_argv
+    assert commands.log_dir == tmp_path / "run" / "logs"
+    assert ("--log-file" in commands.server().argv) == (headless or write_log)
