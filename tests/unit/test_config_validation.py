@@ -257,15 +257,15 @@ def test_unknown_builtin_corpus_only_warns() -> None:
 
 
 def test_cold_start_warmup_steps_bound() -> None:
-    # example: (120 - 30) // 15 = 6 rounds per epoch
-    assert validate_state(example_state(cold_start_warmup_steps=6)).ok
-    errors = errors_of(example_state(cold_start_warmup_steps=7))
+    # example: (120 - 30) // 30 = 3 rounds per epoch
+    assert validate_state(example_state(cold_start_warmup_steps=3)).ok
+    errors = errors_of(example_state(cold_start_warmup_steps=4))
     assert [field for field, _ in errors] == ["model.LLM.cold_start_warmup_steps"]
-    assert "= 6" in errors[0][1]
+    assert "= 3" in errors[0][1]
 
 
 def test_cold_start_is_not_checked_when_config_is_broken() -> None:
-    state = example_state(cold_start_warmup_steps=7)
+    state = example_state(cold_start_warmup_steps=4)
     state = state.model_copy(update={"config": config_with(max_round_train_time=0)})
     assert [p.rule for p in validate_state(state).errors] == ["MaxRoundTrainTime"]
 
