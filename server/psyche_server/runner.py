@@ -39,14 +39,17 @@ class RunRequest:
     tui: bool = False
 
 
-def build_coordinator(state_path: Path) -> Any:
+def build_coordinator(state_path: Path, data_config_path: Path | None = None) -> Any:
+    """Load and validate the run (with its data.toml when given, so the checks that need it
+    run and the 'needs --data-config' warning is not raised when one was passed)."""
     from psyche_common.coordinator import Coordinator
 
     try:
         state = load_state(state_path)
-    except ConfigError as exc:
+        data_config = load_data_config(data_config_path) if data_config_path else None
+    except (ConfigError, OSError) as exc:
         raise StartupError(f"Error found in config: {exc}") from None
-    report = validate_state(state)
+    report = validate_state(state, data_config)
     if not report.ok:
         raise StartupError(f"Error found in config: {ConfigError(report.errors, state_path)}")
     for warning in report.warnings:
@@ -87,7 +90,7 @@ def build_data_server(
 
 
 def build_app(request: RunRequest) -> ServerApp:
-    coordinator = build_coordinator(request.state_path)
+    coordinator = build_coordinator(request.state_path, request.data_config_path)
     data_server = build_data_server(coordinator, request.data_config_path, request.options)
     return ServerApp(coordinator, request.options, data_server=data_server)
 

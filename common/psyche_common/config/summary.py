@@ -26,7 +26,10 @@ def _lr_text(state: StateFile) -> str:
 def _checkpoint_text(state: StateFile) -> str:
     checkpoint = state.model.checkpoint
     text = str(checkpoint)
-    return text if text == checkpoint.kind else f"{checkpoint.kind} {text}"
+    # P2P variants already name themselves ("P2P - Hub repo: …"); others show a bare repo
+    return (
+        text if text == checkpoint.kind or text.startswith("P2P") else f"{checkpoint.kind} {text}"
+    )
 
 
 def _batch_text(state: StateFile) -> str:
