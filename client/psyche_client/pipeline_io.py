@@ -53,6 +53,8 @@ class Uplink(Protocol):
 
     async def send_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
 
+    async def send_join(self) -> None: ...
+
 
 DataFetcher = Callable[[BatchId], Awaitable[Any]]
 BackendLoader = Callable[[Any], Awaitable[TrainingBackend]]

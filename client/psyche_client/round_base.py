@@ -105,6 +105,7 @@ class RunnerBase:
         self.previous: RoundState | None = None
         self.warmup = WarmupProgress()
         self.warmup_ready = WarmupReadiness()
+        self._rejoined_for: tuple[int, int] | None = None  # the dropped record we re-joined for
         self.fatal: BaseException | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._round_tasks: set[asyncio.Task[Any]] = set()

@@ -22,6 +22,7 @@ from typing import Any
 
 from psyche_common.assignment import BatchId
 from psyche_common.committee import WitnessProof
+from psyche_common.coordinator import ClientState
 
 from psyche_client.p2p.announcements import (
     make_finished_announcement,
@@ -38,6 +39,8 @@ WARMUP_REBROADCAST_INTERVAL = 2.0
 
 log = logging.getLogger("psyche.client")
 
+DROPPED_STATES = frozenset({ClientState.Dropped, ClientState.Ejected})
+
 
 class RoundRunner(ResultExchange, ApplyAndWitness):
     """One client's pipeline; feed it `on_state`, `on_announcement` and `tick` (every 0.5 s)."""
@@ -51,12 +54,36 @@ class RoundRunner(ResultExchange, ApplyAndWitness):
             if state == "Warmup" and self._in_clients(coordinator) and self._init_task is None:
                 self._init_task = self._spawn(self._initialize(coordinator), round_scoped=False)
             return
+        await self._rejoin_if_dropped(coordinator)
         if not self._in_clients(coordinator):
             if self.active in ("training", "witness", "cooldown"):
                 log.warning("no longer in the client list: back to warmup", extra=self._fields())
             self._reset_to_warmup()
             return
         await self._transition(coordinator, state)
+
+    async def _rejoin_if_dropped(self, coordinator: Any) -> None:
+        """A health check dropped us (our exited record says so): join again, once per
+        record, so that we are in the next epoch instead of idling for good."""
+        record = next(
+            (
+                c
+                for c in coordinator.epoch_state.exited_clients
+                if c.id == self.me and c.state in DROPPED_STATES
+            ),
+            None,
+        )
+        if record is None:
+            return
+        key = (int(coordinator.epoch_state.start_timestamp), int(record.exited_height))
+        if key == self._rejoined_for:
+            return
+        self._rejoined_for = key
+        log.warning(
+            "dropped from the epoch by a health check: joining again for the next epoch",
+            extra=self._fields(),
+        )
+        await self.uplink.send_join()
 
     async def _transition(self, coordinator: Any, state: str) -> None:
         step = coordinator.progress.step

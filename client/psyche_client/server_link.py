@@ -87,6 +87,7 @@ class ServerLink:
         self.silence_timeout = silence_timeout
         self._write_lock = asyncio.Lock()
         self._last_digest: bytes | None = None
+        self._join: Join | None = None
         self.states_received = 0
 
     @classmethod
@@ -105,11 +106,10 @@ class ServerLink:
         except (OSError, TimeoutError) as exc:
             raise ServerLinkError(f"cannot connect to server {server_addr}: {exc}") from exc
         link = cls(reader, writer, identity)
+        link._join = Join(run_id=run_id, p2p_address=p2p_address, client_version=CLIENT_VERSION)
         try:
             await connect_handshake(reader, writer, identity, timeout=timeout)
-            await link._send(
-                Join(run_id=run_id, p2p_address=p2p_address, client_version=CLIENT_VERSION)
-            )
+            await link.send_join()
         except (ProtocolError, OSError, TimeoutError) as exc:
             await link.close()
             raise ServerLinkError(f"handshake with server {server_addr} failed: {exc}") from exc
@@ -156,6 +156,11 @@ class ServerLink:
                 raise ServerLinkError(f"cannot send {type(message).__name__}: {exc}") from exc
 
     # ---- the Uplink protocol of the round runner --------------------------------------
+
+    async def send_join(self) -> None:
+        """(Re)send the Join of this connection: once at connect, again after being dropped."""
+        assert self._join is not None, "send_join before connect"
+        await self._send(self._join)
 
     async def send_witness(self, witness: dict[str, Any], metadata: dict[str, Any]) -> None:
         await self._send(Witness(witness=witness, metadata=WitnessMetadata(**metadata)))

@@ -204,7 +204,7 @@ class ServerApp:
         return int(self.clock())
 
     def kick_unhealthy_clients(self) -> None:
-        for client_id in self.roster.kick(unhealthy_exited_ids(self.coordinator)):
+        for client_id in self.roster.kick_once(unhealthy_exited_ids(self.coordinator)):
             log.info(
                 "removed unhealthy client %s from the pending set",
                 short_id(client_id),
@@ -224,6 +224,7 @@ class ServerApp:
                 log.warning("coordinator tick error: %s", exc)
             result = None
         self.stats.ticks += 1
+        self.kick_unhealthy_clients()  # records this tick moved to exited, before the broadcast
         after = (self.run_state, int(self.coordinator.progress.epoch))
         if after != before:
             log.info(

@@ -17,6 +17,8 @@ class ClientRoster:
         self.pending: dict[bytes, None] = {}
         """Joined and not kicked; insertion order = join order."""
         self.p2p_addresses: dict[bytes, str] = {}
+        self._kicked: set[bytes] = set()
+        """Dropped records already kicked once: a later re-Join of theirs is honoured."""
 
     def join(self, client_id: bytes, p2p_address: str) -> bool:
         """Record a Join (a repeated Join updates the address); True the first time."""
@@ -37,6 +39,21 @@ class ClientRoster:
         for client_id in kicked:
             del self.pending[client_id]
         return kicked
+
+    def kick_once(self, dropped_ids: Iterable[bytes]) -> list[bytes]:
+        """Kick the clients of the current dropped records that were not kicked yet.
+
+        `dropped_ids` are the ids whose exited record says a health check dropped them; a
+        record stays until the next epoch starts. Each is kicked once, so a client that joins
+        again after being dropped is in the next epoch (the reference kicks it at every tick,
+        which locks out a run whose clients were all dropped)."""
+        current = set(dropped_ids)
+        self._kicked &= current
+        fresh = [
+            client_id for client_id in dict.fromkeys(dropped_ids) if client_id not in self._kicked
+        ]
+        self._kicked.update(fresh)
+        return self.kick(fresh)
 
     def peers(self, member_ids: Iterable[bytes]) -> dict[bytes, str]:
         """P2P addresses of the given epoch members and of every pending client we know one for."""

@@ -17,7 +17,7 @@ from psyche_client.pipeline_io import RunnerOptions
 from psyche_client.round_runner import RoundRunner
 from psyche_common.committee import CommitteeProof
 from psyche_common.config.loading import parse_state
-from psyche_common.coordinator import Coordinator, CoordinatorError, Witness
+from psyche_common.coordinator import ClientState, Coordinator, CoordinatorError, Witness
 from psyche_common.protocol import Identity
 
 STATE_TOML = """
@@ -161,6 +161,11 @@ class FakeUplink:
     async def send_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         return None
 
+    async def send_join(self) -> None:
+        self.server.rejoins.append(self.me)
+        if self.me not in self.server.pending:
+            self.server.pending.append(self.me)
+
 
 @dataclass
 class FakeServer:
@@ -173,6 +178,8 @@ class FakeServer:
     witness_hashes: list[tuple[bytes, int, bytes]] = field(default_factory=list)
     accusations: list[tuple[bytes, list[bytes]]] = field(default_factory=list)
     warmup_witnesses: list[tuple[int, bytes]] = field(default_factory=list)  # (epoch, sender)
+    rejoins: list[bytes] = field(default_factory=list)
+    kicked: set[bytes] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
     dirty: bool = False
 
@@ -189,15 +196,30 @@ class FakeServer:
         except CoordinatorError as exc:
             self.errors.append(str(exc))
 
+    def kick_dropped(self) -> None:
+        """As the server does: each dropped record's client leaves the pending set once."""
+        dropped = [
+            c.id
+            for c in self.coordinator.epoch_state.exited_clients
+            if c.state in (ClientState.Dropped, ClientState.Ejected)
+        ]
+        self.kicked &= set(dropped)
+        for client_id in dropped:
+            if client_id not in self.kicked:
+                self.kicked.add(client_id)
+                if client_id in self.pending:
+                    self.pending.remove(client_id)
+
     async def broadcast(self) -> None:
         wire = self.coordinator.to_wire()
         for peer, runner in list(self.runners.items()):
-            if peer in self.pending:
+            if peer in self.pending or peer in self.kicked:  # kicked clients stay connected
                 await runner.on_state(Coordinator.from_wire(wire))
 
     async def step(self, clock_step: int = 1) -> None:
         self.now += clock_step
         self.call(lambda c: c.tick(list(self.pending), self.now, self.seed()))
+        self.kick_dropped()
         await self.broadcast()
         for _ in range(5):
             for runner in list(self.runners.values()):

@@ -82,3 +82,28 @@ async def test_every_epoch_warmup_ends_by_warmup_witness() -> None:
     for runner in runners:
         assert runner.fatal is None
         await runner.aclose()
+
+
+@pytest.mark.timeout(120)
+async def test_a_dropped_client_joins_again_and_trains_in_a_later_epoch() -> None:
+    """Regression: a client dropped by a health check (and kicked from the pending set) idled
+    for good ("no longer in the client list"); it now joins again and is back next epoch."""
+    server = FakeServer(make_coordinator(epoch_time=8, total_steps=60, witness_nodes=0))
+    hub = MemoryNetwork()
+    runners = [add_client(server, hub) for _ in range(4)]
+    victim = list(server.runners)[3]
+    await run_until(server, lambda: server.coordinator.progress.step >= 3)
+    hub.dead.add(victim)  # stops delivering: the witnesses accuse it and it is dropped
+    await run_until(server, lambda: victim in server.rejoins)
+    assert victim in server.kicked
+    hub.dead.discard(victim)  # reachable again; its new Join stands
+    epoch = server.coordinator.progress.epoch
+    await run_until(
+        server,
+        lambda: (
+            server.coordinator.progress.epoch > epoch
+            and victim in [c.id for c in server.coordinator.epoch_state.clients]
+        ),
+    )
+    for runner in runners:
+        await runner.aclose()

@@ -34,3 +34,20 @@ def test_peers_lists_members_then_pending_with_known_addresses_only() -> None:
     roster.kick([A])
     assert roster.peers([A, C]) == {A: "h:1"} | {B: "h:2"}
     assert list(roster.peers([A, C])) == [A, B]
+
+
+def test_a_dropped_record_is_kicked_once_so_a_rejoin_counts() -> None:
+    """Regression: the dropped record stays in exited_clients until the next epoch starts,
+    and kicking it at every tick undid every re-Join: a run whose clients were all dropped
+    could never start another epoch."""
+    roster = ClientRoster()
+    a, b = b"a" * 32, b"b" * 32
+    roster.join(a, "h:1")
+    roster.join(b, "h:2")
+    assert roster.kick_once([a]) == [a]
+    assert list(roster.pending) == [b]
+    roster.join(a, "h:1")  # the dropped client joins again
+    assert roster.kick_once([a]) == []  # same record: not kicked again
+    assert list(roster.pending) == [b, a]
+    assert roster.kick_once([]) == []  # next epoch: the record is gone
+    assert roster.kick_once([a]) == [a]  # dropped again in a later epoch: kicked again
