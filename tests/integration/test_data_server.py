@@ -110,7 +110,9 @@ async def test_make_provider_plugs_in_the_data_server_client(
 
 
 def test_server_data_location_needs_data_config(tmp_path: Path, token_dir: Path) -> None:
-    state = write_state(tmp_path / "s.toml", data_location={"Server": "127.0.0.1:0"})
+    state = write_state(
+        tmp_path / "s.toml", data_location={"Server": "127.0.0.1:0"}, max_seq_len=SEQ_LEN
+    )
     with pytest.raises(StartupError, match="no --data-config passed"):
         build_app(RunRequest(state, ServerOptions()))
     data_toml = tmp_path / "data.toml"
