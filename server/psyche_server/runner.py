@@ -106,6 +106,8 @@ async def run_app(app: ServerApp, tui: bool) -> None:
         logging.getLogger().addHandler(log_buffer)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
+        # Not available on Windows event loops (NotImplementedError) or off the main thread
+        # (RuntimeError, e.g. an embedding test runner); Ctrl-C then ends the run as usual.
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
     try:
