@@ -73,7 +73,7 @@ def bare_worker(shape: Shape, out: Path) -> None:
     """The baseline, run as a separate process next to the client run: the same model, data
     and micro-batching trained by a plain loop with AdamW, forever (the parent kills it); one
     ``start end`` line (monotonic seconds, system-wide on Linux) per step goes to ``out``."""
-    from psyche_client.model_io import load_model
+    from psyche_client.model.loading import load_model
     from psyche_common.assignment import BatchId
     from psyche_common.data.builtin import BuiltinDataProvider
 
@@ -156,8 +156,8 @@ class Probe:
 
 def install_probe(probe: Probe) -> Callable[[], None]:
     """Wrap the client's methods with timers; returns the function that unwraps them."""
-    from psyche_client import distro_backend, round_runner, trainer
-    from psyche_client.pipeline_io import run_state_name
+    from psyche_client.round.ports import run_state_name
+    from psyche_client.training import distro_backend, round_runner, trainer
 
     backend = distro_backend.DistroBackend
     runner = round_runner.RoundRunner
@@ -329,7 +329,7 @@ def client_run(tmp: Path, shape: Shape, steps: int) -> dict[str, Any]:
 
 
 def joiner_fetch() -> dict[str, float]:
-    from psyche_client.model_io import builtin_config, config_from_dict
+    from psyche_client.model.loading import builtin_config, config_from_dict
     from psyche_client.p2p.benchmark import measure_parameter_fetch
     from transformers import AutoModelForCausalLM
 

@@ -23,9 +23,9 @@ import time
 import numpy as np
 import torch
 from psyche_client.distro import DistroSettings
-from psyche_client.model_io import count_parameters, load_model
+from psyche_client.model.loading import count_parameters, load_model
 from psyche_client.simulation import load_stdlib_corpus, run_adamw, run_distro
-from psyche_client.trainer import Trainer
+from psyche_client.training.trainer import Trainer
 from psyche_common.assignment import BatchId
 
 SETTINGS = DistroSettings(

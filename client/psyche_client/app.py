@@ -3,7 +3,7 @@
 `run_client(options)` connects to the server, starts the P2P node, loads the model when the
 first Warmup lists us (checkpoint from the Hub / a local directory / a builtin preset, or
 peer-to-peer after the first epoch), follows the coordinator until the run is Finished or the
-connection drops, and shares/saves the model at every Cooldown (`psyche_client.cooldown`).
+connection drops, and shares/saves the model at every Cooldown (`psyche_client.model.sharing`).
 It returns the exit code.
 """
 
@@ -22,15 +22,15 @@ from typing import Any
 from psyche_common.client_id import short_id
 from psyche_common.protocol import Identity
 
-from psyche_client.backend import DummyBackend, TrainingBackend
-from psyche_client.cooldown import SharedModel, save_checkpoint, upload_checkpoint
+from psyche_client.model.sharing import SharedModel, save_checkpoint, upload_checkpoint
 from psyche_client.p2p.config import P2PConfig
 from psyche_client.p2p.model_share import download_model, poll_manifests
 from psyche_client.p2p.node import P2PNode
-from psyche_client.pipeline_io import DesyncError, RunnerOptions, run_state_name
-from psyche_client.round_runner import RoundRunner
+from psyche_client.round.ports import DesyncError, RunnerOptions, run_state_name
+from psyche_client.round.runner import RoundRunner
 from psyche_client.server_link import ServerLink, ServerLinkError
 from psyche_client.stats import ClientStats
+from psyche_client.training.backend import DummyBackend, TrainingBackend
 
 log = logging.getLogger("psyche.client")
 
@@ -127,7 +127,7 @@ class ClientApp:
         if self.options.dummy_training_delay_secs is not None:
             backend: Any = DummyBackend(self.options.dummy_training_delay_secs)
         else:
-            from psyche_client.distro_backend import DistroBackend
+            from psyche_client.training.distro_backend import DistroBackend
 
             peer_config = await self._peer_config(peers) if from_peers else None
             backend = await asyncio.to_thread(

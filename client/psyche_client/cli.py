@@ -302,8 +302,8 @@ def check(state_path: Path, micro_batch_size: int, device: str) -> None:
     when the model is a builtin preset or a local directory)."""
     from psyche_common.config import load_state
 
-    from psyche_client.estimate import estimate_run
-    from psyche_client.model_io import ModelLoadError, load_model_config
+    from psyche_client.model.estimate import estimate_run
+    from psyche_client.model.loading import ModelLoadError, load_model_config
 
     state = load_state(state_path)
     checkpoint = state.model.checkpoint

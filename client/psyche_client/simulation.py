@@ -28,7 +28,7 @@ from psyche_common.data.builtin import python_stdlib_files
 from psyche_common.lr_schedule import lr_at
 
 from psyche_client.distro import DistroResult, DistroSettings
-from psyche_client.trainer import AdamWSettings, Trainer
+from psyche_client.training.trainer import AdamWSettings, Trainer
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def test_real_training_three_clients_loss_decreases_identical_weights(cluster) -
         last = sum(by_step[s] for s in steps[-3:]) / 3
         assert last < first - 0.3, f"{proc.name}: loss {first:.3f} -> {last:.3f}"
     # the checkpoint written at cooldown loads with transformers and holds the final weights
-    from psyche_client.trainer import weights_digest
+    from psyche_client.training.trainer import weights_digest
     from transformers import AutoModelForCausalLM
 
     saved = sorted(checkpoints.glob("e2e-run-step*"))

@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from psyche_client.backend import DummyBackend
 from psyche_client.p2p.announcements import message_id
-from psyche_client.pipeline_io import RunnerOptions
-from psyche_client.round_runner import RoundRunner
+from psyche_client.round.ports import RunnerOptions
+from psyche_client.round.runner import RoundRunner
+from psyche_client.training.backend import DummyBackend
 from psyche_common.committee import CommitteeProof
 from psyche_common.config.loading import parse_state
 from psyche_common.coordinator import ClientState, Coordinator, CoordinatorError, Witness

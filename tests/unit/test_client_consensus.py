@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import hashlib
 
-from psyche_client.consensus import Candidate, SkipReason, plan_apply, select_consensus_commitment
-from psyche_client.health import clients_to_accuse, health_score
-from psyche_client.witness_builder import (
+from psyche_client.round.consensus import (
+    Candidate,
+    SkipReason,
+    plan_apply,
+    select_consensus_commitment,
+)
+from psyche_client.round.health import clients_to_accuse, health_score
+from psyche_client.round.witness_builder import (
     EMPTY_MERKLE_ROOT,
     RoundWitnessState,
     merkle_root,

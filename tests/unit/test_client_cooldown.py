@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-import psyche_client.model_io as model_io
+import psyche_client.model.loading as model_io
 from psyche_client.app import ClientApp, ClientOptions
-from psyche_client.backend import DummyBackend
+from psyche_client.training.backend import DummyBackend
 from psyche_common.protocol import Identity
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from psyche_client.roles import client_index, derive_round_roles
+from psyche_client.round.roles import client_index, derive_round_roles
 from psyche_common.assignment import BatchId, assign_data_for_round
 from psyche_common.committee import Committee, CommitteeSelection
 

@@ -7,13 +7,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from psyche_client.backend import DummyBackend, result_commitment
-from psyche_client.consensus import Candidate
 from psyche_client.p2p.announcements import make_result_announcement
-from psyche_client.pipeline_io import DesyncError, RunnerOptions
-from psyche_client.roles import RoundRoles
-from psyche_client.round_runner import RoundRunner
-from psyche_client.round_state import RoundState
+from psyche_client.round.consensus import Candidate
+from psyche_client.round.ports import DesyncError, RunnerOptions
+from psyche_client.round.roles import RoundRoles
+from psyche_client.round.runner import RoundRunner
+from psyche_client.round.state import RoundState
+from psyche_client.training.backend import DummyBackend, result_commitment
 from psyche_common.assignment import BatchId
 from psyche_common.bloom import Bloom
 from psyche_common.protocol import Identity

@@ -4,12 +4,12 @@ table's composition."""
 from __future__ import annotations
 
 import pytest
-from psyche_client.estimate import (
+from psyche_client.model.estimate import (
     chunk_size,
     distro_tensor_size,
     estimate_run,
 )
-from psyche_client.model_io import builtin_config
+from psyche_client.model.loading import builtin_config
 from psyche_common.config import AdamWOptimizer, DistroOptimizer
 
 

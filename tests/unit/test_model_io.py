@@ -10,9 +10,8 @@ from types import SimpleNamespace
 import huggingface_hub
 import pytest
 import torch
-from psyche_client import model_io
-from psyche_client.device import DeviceError, resolve_device
-from psyche_client.model_io import (
+from psyche_client.model import loading as model_io
+from psyche_client.model.loading import (
     ModelLoadError,
     build_model_from_config,
     builtin_config,
@@ -25,6 +24,7 @@ from psyche_client.model_io import (
     upload_to_hub,
     weights_hash,
 )
+from psyche_client.training.device import DeviceError, resolve_device
 from transformers import AutoModelForCausalLM
 
 torch.set_num_threads(1)

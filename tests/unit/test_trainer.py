@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from psyche_client import model_io
 from psyche_client.distro import DistroResult, DistroSettings, ResultDecodeError
-from psyche_client.trainer import (
+from psyche_client.model import loading as model_io
+from psyche_client.training.trainer import (
     AdamWSettings,
     Trainer,
     TrainingCancelled,

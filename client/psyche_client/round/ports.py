@@ -16,8 +16,8 @@ from psyche_common.assignment import BatchId
 from psyche_common.bloom import Bloom
 from psyche_common.committee import WitnessProof
 
-from psyche_client.backend import TrainingBackend
-from psyche_client.witness_builder import EMPTY_MERKLE_ROOT
+from psyche_client.round.witness_builder import EMPTY_MERKLE_ROOT
+from psyche_client.training.backend import TrainingBackend
 
 
 class DesyncError(RuntimeError):

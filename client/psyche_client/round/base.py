@@ -18,8 +18,7 @@ from typing import Any
 from psyche_common.client_id import short_id
 from psyche_common.protocol import Identity
 
-from psyche_client.backend import TrainingBackend
-from psyche_client.pipeline_io import (
+from psyche_client.round.ports import (
     BackendLoader,
     CooldownHook,
     DataFetcher,
@@ -28,8 +27,9 @@ from psyche_client.pipeline_io import (
     Uplink,
     run_state_name,
 )
-from psyche_client.round_state import RoundState
+from psyche_client.round.state import RoundState
 from psyche_client.stats import ClientStats
+from psyche_client.training.backend import TrainingBackend
 
 log = logging.getLogger("psyche.client")
 

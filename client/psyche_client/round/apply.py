@@ -17,16 +17,16 @@ from psyche_common.client_id import short_id
 from psyche_common.committee import Committee
 from psyche_common.coordinator.quorum import witness_quorum
 
-from psyche_client.consensus import plan_apply
-from psyche_client.health import clients_to_accuse
 from psyche_client.p2p.announcements import (
     make_finished_announcement,
 )
-from psyche_client.pipeline_io import DesyncError, witness_wire
-from psyche_client.roles import selection_for_round
-from psyche_client.round_base import RunnerBase
-from psyche_client.round_state import RoundState
-from psyche_client.witness_builder import EMPTY_MERKLE_ROOT
+from psyche_client.round.base import RunnerBase
+from psyche_client.round.consensus import plan_apply
+from psyche_client.round.health import clients_to_accuse
+from psyche_client.round.ports import DesyncError, witness_wire
+from psyche_client.round.roles import selection_for_round
+from psyche_client.round.state import RoundState
+from psyche_client.round.witness_builder import EMPTY_MERKLE_ROOT
 
 log = logging.getLogger("psyche.client")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from psyche_client.consensus import BloomLike
-from psyche_client.witness_builder import participant_key
+from psyche_client.round.consensus import BloomLike
+from psyche_client.round.witness_builder import participant_key
 
 
 def health_score(client_id: bytes, participant_blooms: Sequence[BloomLike]) -> int:

@@ -4,7 +4,7 @@ A checkpoint `repo_id` (the `source` of `load_model`) is resolved in this order:
   1. an existing local directory: Hugging Face format, `config.json` plus weights
      (`*.safetensors` or `pytorch_model*.bin`) are loaded; `config.json` alone is built from the
      config with a deterministic seed;
-  2. `builtin:NAME`: a packaged preset config (`psyche_client/presets/NAME.json`), seeded;
+  2. `builtin:NAME`: a packaged preset config (`psyche_client/model/presets/NAME.json`), seeded;
   3. otherwise a Hugging Face Hub repo, fetched with `huggingface_hub.snapshot_download`.
 
 Seeded weights do not depend on the global torch RNG or the device: every parameter is drawn on
@@ -12,9 +12,9 @@ the CPU from its own `torch.Generator`, seeded from (seed, parameter name), so e
 builds bit-identical weights; `weights_hash` proves it. Parameters are always visited in
 ascending name order (the order DisTrO and the hash use).
 
-Hashing and raw parameter bytes live in `psyche_client.model_params`, checkpoint saving and
-the Hub upload in `psyche_client.model_checkpoint`; both are re-exported here so
-`psyche_client.model_io` stays the one import for model I/O.
+Hashing and raw parameter bytes live in `psyche_client.model.params`, checkpoint saving and
+the Hub upload in `psyche_client.model.checkpoint`; both are re-exported here so
+`psyche_client.model.loading` stays the one import for model I/O.
 """
 
 from __future__ import annotations
@@ -31,14 +31,13 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
-from psyche_client.device import resolve_device
-from psyche_client.model_checkpoint import (
+from psyche_client.model.checkpoint import (
     TOKENIZER_FILE_PATTERNS,
     CheckpointUploadError,
     save_checkpoint,
     upload_to_hub,
 )
-from psyche_client.model_params import (
+from psyche_client.model.params import (
     ParameterEntry,
     count_parameters,
     load_parameter_bytes,
@@ -48,6 +47,7 @@ from psyche_client.model_params import (
     raw_parameters,
     weights_hash,
 )
+from psyche_client.training.device import resolve_device
 
 __all__ = [
     "BUILTIN_PREFIX",
@@ -117,13 +117,13 @@ class ModelInfo:
 
 def list_builtin_presets() -> list[str]:
     """Names usable as `builtin:NAME`."""
-    root = resources.files("psyche_client.presets")
+    root = resources.files("psyche_client.model.presets")
     return sorted(p.name.removesuffix(".json") for p in root.iterdir() if p.name.endswith(".json"))
 
 
 def builtin_config(name: str) -> dict[str, Any]:
     """The config dict of a built-in preset."""
-    resource = resources.files("psyche_client.presets").joinpath(f"{name}.json")
+    resource = resources.files("psyche_client.model.presets").joinpath(f"{name}.json")
     if not resource.is_file():
         known = ", ".join(list_builtin_presets())
         raise ModelLoadError(f"unknown built-in model {BUILTIN_PREFIX}{name} (known: {known})")

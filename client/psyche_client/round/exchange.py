@@ -18,7 +18,6 @@ from psyche_common.assignment import BatchId
 from psyche_common.client_id import short_id
 from psyche_common.committee import Committee
 
-from psyche_client.consensus import Candidate
 from psyche_client.p2p.announcements import (
     AnnouncementError,
     FinishedAnnouncement,
@@ -26,8 +25,9 @@ from psyche_client.p2p.announcements import (
     make_result_announcement,
     verify_announcement,
 )
-from psyche_client.round_base import RunnerBase
-from psyche_client.round_state import RoundState
+from psyche_client.round.base import RunnerBase
+from psyche_client.round.consensus import Candidate
+from psyche_client.round.state import RoundState
 
 DOWNLOAD_RETRIES = 3
 REBROADCAST_INTERVAL = 10.0

@@ -27,12 +27,12 @@ from psyche_common.coordinator import ClientState
 from psyche_client.p2p.announcements import (
     make_finished_announcement,
 )
-from psyche_client.pipeline_io import empty_witness_wire, run_state_name
-from psyche_client.roles import derive_round_roles
-from psyche_client.round_apply import ApplyAndWitness
-from psyche_client.round_base import WarmupProgress, warmup_tag
-from psyche_client.round_exchange import ResultExchange
-from psyche_client.round_state import RoundState
+from psyche_client.round.apply import ApplyAndWitness
+from psyche_client.round.base import WarmupProgress, warmup_tag
+from psyche_client.round.exchange import ResultExchange
+from psyche_client.round.ports import empty_witness_wire, run_state_name
+from psyche_client.round.roles import derive_round_roles
+from psyche_client.round.state import RoundState
 
 DATA_FETCH_ATTEMPTS = 7
 WARMUP_REBROADCAST_INTERVAL = 2.0

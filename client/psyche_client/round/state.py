@@ -16,9 +16,9 @@ from typing import Any
 from psyche_common.assignment import BatchId
 from psyche_common.bloom import Bloom
 
-from psyche_client.consensus import Candidate
-from psyche_client.roles import RoundRoles
-from psyche_client.witness_builder import RoundWitnessState
+from psyche_client.round.consensus import Candidate
+from psyche_client.round.roles import RoundRoles
+from psyche_client.round.witness_builder import RoundWitnessState
 
 
 def new_bloom(_num_items: int) -> Bloom:

@@ -13,8 +13,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from psyche_client.backend import TrainingBackend
 from psyche_client.p2p.manifest import ModelManifest, parameter_info
+from psyche_client.training.backend import TrainingBackend
 
 log = logging.getLogger("psyche.client")
 
@@ -61,7 +61,8 @@ async def save_checkpoint(
 
 async def upload_checkpoint(target: Path, hub_repo: str, token: str | None, step: int) -> str:
     """Upload a saved checkpoint to the Hub repo `hub_repo`; returns the commit (revision)."""
-    from psyche_client import model_io  # looked up at call time: tests replace upload_to_hub
+    # looked up at call time: tests replace upload_to_hub
+    from psyche_client.model import loading as model_io
 
     revision = await asyncio.to_thread(
         model_io.upload_to_hub, target, hub_repo, token, f"step {step}"

@@ -1,4 +1,4 @@
-"""The real training backend: a Hugging Face causal LM trained with `psyche_client.trainer`.
+"""The real training backend: a Hugging Face causal LM trained with `psyche_client.training.trainer`.
 
 Loads the model the coordinator's checkpoint names (`model_io.load_model`: local directory,
 `builtin:NAME` preset or Hub repo), builds the `Trainer` with the run's optimizer config, and
@@ -18,10 +18,8 @@ import torch
 from psyche_common.assignment import BatchId
 from psyche_common.lr_schedule import effective_lr
 
-from psyche_client.backend import TrainOutput
-from psyche_client.device import resolve_device
 from psyche_client.distro.result import ResultDecodeError
-from psyche_client.model_io import (
+from psyche_client.model.loading import (
     ModelInfo,
     build_model_from_config,
     load_model,
@@ -30,7 +28,9 @@ from psyche_client.model_io import (
     raw_parameters,
     save_checkpoint,
 )
-from psyche_client.trainer import Trainer, TrainingCancelled
+from psyche_client.training.backend import TrainOutput
+from psyche_client.training.device import resolve_device
+from psyche_client.training.trainer import Trainer, TrainingCancelled
 
 RNG_SEED = 1337
 

@@ -45,7 +45,7 @@ from psyche_client.distro import (
     OwnResult,
     ResultLayout,
 )
-from psyche_client.model_io import weights_hash
+from psyche_client.model.loading import weights_hash
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The training backend interface of the round pipeline, and the dummy backend for tests.
 
 The round runner never touches torch: it calls a `TrainingBackend` from a worker thread
-(`asyncio.to_thread`). `DistroBackend` (psyche_client.distro_backend) wraps the real trainer;
+(`asyncio.to_thread`). `DistroBackend` (psyche_client.training.distro_backend) wraps the real trainer;
 `DummyBackend` (`--dummy-training-delay-secs`) sleeps instead of training and produces tiny
 fake results, so protocol-level runs are fast and still prove that every client applies the
 same results in the same order (its "weights" are a hash chain over what was applied).

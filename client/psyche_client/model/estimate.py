@@ -24,8 +24,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
-from psyche_client.device import resolve_device
-from psyche_client.model_io import config_from_dict
+from psyche_client.model.loading import config_from_dict
+from psyche_client.training.device import resolve_device
 from psyche_client.units import format_bytes
 
 FIT_MARGIN = 0.9  # use at most this share of the free memory
