@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from psyche_common.coordinator import Coordinator
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.types import ACTIVE_STATES, RunState
 from psyche_common.protocol import encode_frame, short_id
@@ -37,12 +38,12 @@ from .roster import ClientRoster
 log = logging.getLogger("psyche.server")
 
 TIMEOUT_TICK_MARGIN = 0.002
-"""Seconds after a timeout's unix second begins that the extra tick runs (clock jitter)."""
+"""Seconds after a state's deadline that the extra tick runs (clock jitter)."""
 
 
-def state_timeout_deadline(coordinator: Any) -> int | None:
-    """The first unix second at which the current state's `check_timeout` can pass: its
-    start plus its duration, and never its start second itself (`now != start`)."""
+def state_timeout_deadline(coordinator: Coordinator) -> float | None:
+    """The first moment (unix seconds, millisecond resolution) at which the current state's
+    `check_timeout` can pass: its start plus its duration, and never its start itself."""
     config = coordinator.config
     durations = {
         RunState.WaitingForMembers: config.waiting_for_members_extra_time,
@@ -54,7 +55,7 @@ def state_timeout_deadline(coordinator: Any) -> int | None:
     duration = durations.get(RunState(coordinator.run_state))
     if duration is None:
         return None
-    return int(coordinator.run_state_start_unix_timestamp) + max(int(duration), 1)
+    return (coordinator.run_state_start_ms + max(int(duration) * 1000, 1)) / 1000
 
 
 class ServerApp:
@@ -184,7 +185,7 @@ class ServerApp:
     def _state_key(self) -> tuple[int, int]:
         return (
             int(self.coordinator.run_state),
-            int(self.coordinator.run_state_start_unix_timestamp),
+            int(self.coordinator.run_state_start_ms),
         )
 
     def _note_state_change(self, before: tuple[int, int]) -> None:
@@ -200,8 +201,9 @@ class ServerApp:
 
     # ------------------------------------------------------------------ ticking
 
-    def now(self) -> int:
-        return int(self.clock())
+    def now(self) -> float:
+        """The coordinator's clock: unix seconds (it keeps milliseconds)."""
+        return self.clock()
 
     def kick_unhealthy_clients(self) -> None:
         for client_id in self.roster.kick_once(unhealthy_exited_ids(self.coordinator)):

@@ -12,15 +12,15 @@ from psyche_server.app import state_timeout_deadline
 from tests.integration.server_harness import load_coordinator, running_server, write_state
 
 
-def test_deadline_is_start_plus_duration_never_the_start_second(tmp_path: Path) -> None:
+def test_deadline_is_start_plus_duration_never_the_start_itself(tmp_path: Path) -> None:
     coordinator = load_coordinator(
         write_state(tmp_path / "s.toml", round_witness_time=0, max_round_train_time=3)
     )
-    coordinator.run_state_start_unix_timestamp = 1000
+    coordinator.run_state_start_ms = 1_000_250
     coordinator.run_state = RunState.RoundWitness
-    assert state_timeout_deadline(coordinator) == 1001  # duration 0 still waits a second
+    assert state_timeout_deadline(coordinator) == 1000.251  # duration 0: the next millisecond
     coordinator.run_state = RunState.RoundTrain
-    assert state_timeout_deadline(coordinator) == 1003
+    assert state_timeout_deadline(coordinator) == 1003.25
     coordinator.run_state = RunState.Finished
     assert state_timeout_deadline(coordinator) is None
 
@@ -33,7 +33,7 @@ async def test_state_timeout_fires_between_grid_ticks(tmp_path: Path) -> None:
         app.roster.join(b"b" * 32, "127.0.0.1:2")
         app.tick()  # WaitingForMembers has timed out long ago: enter Warmup now
         assert app.run_state == RunState.Warmup
-        warmup_began = app.coordinator.run_state_start_unix_timestamp
+        warmup_began = app.coordinator.run_state_start_ms / 1000
         # the pending ids never witness: Warmup ends by its timeout, one second later
         # (the server wakes for it even though the next grid tick is 30 s away)
         loop = asyncio.get_running_loop()
@@ -41,5 +41,6 @@ async def test_state_timeout_fires_between_grid_ticks(tmp_path: Path) -> None:
         while app.run_state == RunState.Warmup and loop.time() < deadline:
             await asyncio.sleep(0.01)
         assert app.run_state == RunState.RoundTrain
-        assert app.coordinator.run_state_start_unix_timestamp == warmup_began + 1
+        began = app.coordinator.run_state_start_ms / 1000
+        assert warmup_began + 1 <= began < warmup_began + 1.1
         assert time.time() - (warmup_began + 1) < 0.3

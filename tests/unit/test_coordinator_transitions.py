@@ -168,7 +168,10 @@ def test_round_witness_timeout_starts_next_round_and_counts_step() -> None:
     current = coord.current_round()
     assert coord.epoch_state.rounds_head == 1
     assert (current.height, current.data_index) == (1, first.data_index + 4)
-    assert current.random_seed == now
+    # the round's seed was drawn (and published) when the previous round began; the tick's
+    # seed becomes the seed of the round after it
+    assert current.random_seed == first.next_random_seed
+    assert current.next_random_seed == now
     assert coord.previous_round() is first
     assert coord.previous_previous_round() is None  # the reference may return a zeroed slot
 
@@ -405,3 +408,28 @@ def test_historical_index_lookup() -> None:
     assert coord.get_client_at_historical_index(3, 4).id == D
     assert coord.get_client_at_historical_index(4, 4) is None
     assert coord.get_client_at_historical_index(3, 9) is None
+
+
+def test_first_round_of_an_epoch_publishes_a_distinct_next_seed() -> None:
+    coord = make_coordinator()
+    to_round_train(coord, [A, B])
+    first = coord.current_round()
+    assert first.next_random_seed not in (0, first.random_seed)
+
+
+def test_round_timeouts_have_millisecond_resolution() -> None:
+    coord = make_coordinator()
+    now = to_round_train(coord, [A, B])
+    train_time = coord.config.max_round_train_time
+    coord.tick([A, B], now + train_time - 0.001, 0)
+    assert coord.run_state == RunState.RoundTrain
+    entered = now + train_time + 0.25
+    coord.tick([A, B], entered, 0)
+    assert coord.run_state == RunState.RoundWitness
+    assert coord.run_state_start_ms == int(entered * 1000)
+    witness_time = coord.config.round_witness_time
+    coord.tick([A, B], entered + witness_time - 0.001, 0)
+    assert coord.run_state == RunState.RoundWitness
+    coord.tick([A, B], entered + witness_time, 0)
+    assert coord.run_state != RunState.RoundWitness  # (nobody witnessed: on to Cooldown)
+    assert coord.run_state_start_ms == int((entered + witness_time) * 1000)

@@ -40,9 +40,18 @@ class CoordinatorInvariantError(RuntimeError):
     """A transition to the state the coordinator is already in: a bug, never bad input."""
 
 
+def to_ms(now: float) -> int:
+    """Unix seconds (float) as whole unix milliseconds (floor)."""
+    return int(now * 1000)
+
+
 @dataclass
 class Coordinator:
-    """The whole coordinator state; `run_state_start_unix_timestamp` is when `run_state` began."""
+    """The whole coordinator state; `run_state_start_ms` is when `run_state` began (unix ms).
+
+    The clock (`now`) is unix seconds as a float; state starts and timeouts are kept in whole
+    milliseconds, so a round ends when its time is up rather than at the next whole second.
+    """
 
     run_id: str
     run_state: RunState
@@ -50,8 +59,17 @@ class Coordinator:
     config: CoordinatorConfig
     progress: Progress = field(default_factory=Progress)
     epoch_state: EpochState = field(default_factory=EpochState)
-    run_state_start_unix_timestamp: int = 0
+    run_state_start_ms: int = 0
     pending_pause: bool = False
+
+    @property
+    def run_state_start_unix_timestamp(self) -> int:
+        """When `run_state` began, in whole unix seconds (the saved state's unit)."""
+        return self.run_state_start_ms // 1000
+
+    @run_state_start_unix_timestamp.setter
+    def run_state_start_unix_timestamp(self, seconds: int) -> None:
+        self.run_state_start_ms = int(seconds) * 1000
 
     # ----- construction and serialization (see `wire`) -----
 
@@ -78,13 +96,13 @@ class Coordinator:
 
     # ----- inputs (see `transitions`, `witnesses`, `checkpoints`) -----
 
-    def tick(self, pending: Sequence[bytes] | None, now: int, seed: int) -> TickResult:
+    def tick(self, pending: Sequence[bytes] | None, now: float, seed: int) -> TickResult:
         return transitions.tick(self, pending, now, seed)
 
-    def warmup_witness(self, from_id: bytes, witness: Witness, now: int, seed: int) -> None:
+    def warmup_witness(self, from_id: bytes, witness: Witness, now: float, seed: int) -> None:
         witnesses.warmup_witness(self, from_id, witness, now, seed)
 
-    def witness(self, from_id: bytes, witness: Witness, now: int) -> None:
+    def witness(self, from_id: bytes, witness: Witness, now: float) -> None:
         witnesses.witness(self, from_id, witness, now)
 
     def health_check(self, from_id: bytes, checks: Sequence[tuple[bytes, CommitteeProof]]) -> int:
@@ -93,10 +111,10 @@ class Coordinator:
     def checkpoint(self, from_id: bytes, index: int, checkpoint: AnyCheckpoint) -> None:
         checkpoints.checkpoint_message(self, from_id, index, checkpoint)
 
-    def pause(self, now: int) -> None:
+    def pause(self, now: float) -> None:
         transitions.pause(self, now)
 
-    def resume(self, now: int) -> None:
+    def resume(self, now: float) -> None:
         transitions.resume(self, now)
 
     def withdraw(self, index: int) -> None:
@@ -161,14 +179,16 @@ class Coordinator:
             return self.config.witness_nodes
         return min(len(self.epoch_state.clients), MAX_WITNESSES)
 
-    def check_timeout(self, now: int, duration: int) -> bool:
-        """True once `duration` seconds have passed in this state, never in its first second."""
-        start = self.run_state_start_unix_timestamp
-        return now != start and now >= start + duration
+    def check_timeout(self, now: float, duration: int) -> bool:
+        """True once `duration` seconds have passed in this state (millisecond resolution),
+        never at the very moment it began."""
+        start = self.run_state_start_ms
+        now_ms = to_ms(now)
+        return now_ms != start and now_ms >= start + duration * 1000
 
-    def check_epoch_timeout(self, now: int) -> bool:
+    def check_epoch_timeout(self, now: float) -> bool:
         start = self.epoch_state.start_timestamp
-        return now != start and now >= start + self.config.epoch_time
+        return int(now) != start and now >= start + self.config.epoch_time
 
     def last_step_set(self) -> bool:
         return self.epoch_state.last_step != 0
@@ -196,11 +216,11 @@ class Coordinator:
 
     # ----- primitives used by the transition modules -----
 
-    def change_state(self, now: int, new_state: RunState) -> None:
+    def change_state(self, now: float, new_state: RunState) -> None:
         if new_state == self.run_state:
             raise CoordinatorInvariantError(f"transition from {self.run_state.name} to itself")
         self.run_state = new_state
-        self.run_state_start_unix_timestamp = now
+        self.run_state_start_ms = to_ms(now)
 
     def move_clients_to_exited(self, height: int) -> None:
         """Move every non-Healthy client to `exited_clients`, keeping the others' order.

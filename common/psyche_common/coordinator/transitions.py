@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -24,9 +25,16 @@ if TYPE_CHECKING:
     from psyche_common.coordinator.state import Coordinator
 
 U64_MASK = (1 << 64) - 1
+NEXT_SEED_DOMAIN = b"psyche-py/next-round-seed/v1\x00"
 
 
-def tick(coord: Coordinator, pending: Sequence[bytes] | None, now: int, seed: int) -> TickResult:
+def derive_seed(seed: int) -> int:
+    """A second u64 from one random seed (the first round of an epoch needs two)."""
+    digest = hashlib.sha256(NEXT_SEED_DOMAIN + (seed & U64_MASK).to_bytes(8, "big")).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def tick(coord: Coordinator, pending: Sequence[bytes] | None, now: float, seed: int) -> TickResult:
     """Advance the state machine for the clock `now`; `pending` are the joined client ids."""
     state = coord.run_state
     if coord.halted():
@@ -51,7 +59,7 @@ def _unique_pending(pending: Sequence[bytes]) -> list[bytes]:
 
 
 def tick_waiting_for_members(
-    coord: Coordinator, pending: Sequence[bytes] | None, now: int
+    coord: Coordinator, pending: Sequence[bytes] | None, now: float
 ) -> TickResult:
     if pending is None:
         return TickResult.ticked()
@@ -71,7 +79,7 @@ def tick_waiting_for_members(
     fresh = EpochState(
         clients=[Client(client_id) for client_id in unique[:MAX_CLIENTS]],
         start_step=coord.progress.step,
-        start_timestamp=now,
+        start_timestamp=int(now),
         first_round=True,
         cold_start_epoch=coord.epoch_state.cold_start_epoch,
     )
@@ -80,7 +88,7 @@ def tick_waiting_for_members(
     return TickResult.ticked()
 
 
-def tick_warmup(coord: Coordinator, now: int, seed: int) -> TickResult:
+def tick_warmup(coord: Coordinator, now: float, seed: int) -> TickResult:
     if coord.check_timeout(now, coord.config.warmup_time):
         start_round_train(coord, now, seed, 0)
     else:
@@ -91,33 +99,38 @@ def tick_warmup(coord: Coordinator, now: int, seed: int) -> TickResult:
     return TickResult.ticked()
 
 
-def start_round_train(coord: Coordinator, now: int, seed: int, tie_breaker_tasks: int) -> None:
+def start_round_train(coord: Coordinator, now: float, seed: int, tie_breaker_tasks: int) -> None:
     es = coord.epoch_state
     if es.first_round:
         head, height, data_index = 0, 0, coord.progress.epoch_start_data_index
+        round_seed, next_seed = seed & U64_MASK, derive_seed(seed)
     else:
         previous = es.rounds[es.rounds_head]
         head = (es.rounds_head + 1) % NUM_STORED_ROUNDS
         height = previous.height + 1
         data_index = previous.data_index + coord.batch_size_at(previous.data_index)
+        # drawn (and published) when the previous round began: clients derive this round's
+        # roles and batches while the previous round's witnesses still report
+        round_seed, next_seed = previous.next_random_seed, seed & U64_MASK
     es.rounds_head = head
     round_ = es.rounds[head]
     round_.clients_len = len(es.clients)
     round_.height = height
     round_.data_index = data_index
     round_.tie_breaker_tasks = tie_breaker_tasks
-    round_.random_seed = seed & U64_MASK
+    round_.random_seed = round_seed
+    round_.next_random_seed = next_seed
     round_.witnesses = []
     coord.change_state(now, RunState.RoundTrain)
 
 
-def tick_round_train(coord: Coordinator, now: int) -> TickResult:
+def tick_round_train(coord: Coordinator, now: float) -> TickResult:
     if coord.check_timeout(now, coord.config.max_round_train_time):
         coord.change_state(now, RunState.RoundWitness)
     return TickResult.ticked()
 
 
-def tick_round_witness(coord: Coordinator, now: int, seed: int) -> TickResult:
+def tick_round_witness(coord: Coordinator, now: float, seed: int) -> TickResult:
     if not coord.check_timeout(now, coord.config.round_witness_time):
         return TickResult.ticked()
     es, config, progress = coord.epoch_state, coord.config, coord.progress
@@ -150,12 +163,12 @@ def tick_round_witness(coord: Coordinator, now: int, seed: int) -> TickResult:
     return TickResult.ticked()
 
 
-def start_cooldown(coord: Coordinator, now: int) -> None:
+def start_cooldown(coord: Coordinator, now: float) -> None:
     coord.current_round().witnesses = []
     coord.change_state(now, RunState.Cooldown)
 
 
-def tick_cooldown(coord: Coordinator, now: int) -> TickResult:
+def tick_cooldown(coord: Coordinator, now: float) -> TickResult:
     if not coord.check_timeout(now, coord.config.cooldown_time):
         return TickResult.ticked()
     current = coord.current_round()
@@ -176,7 +189,7 @@ def tick_cooldown(coord: Coordinator, now: int) -> TickResult:
     return TickResult.epoch_end(True)
 
 
-def start_waiting_for_members(coord: Coordinator, now: int) -> None:
+def start_waiting_for_members(coord: Coordinator, now: float) -> None:
     """WaitingForMembers, or Finished once `total_steps` is reached."""
     if coord.progress.step < coord.config.total_steps:
         coord.change_state(now, RunState.WaitingForMembers)
@@ -184,7 +197,7 @@ def start_waiting_for_members(coord: Coordinator, now: int) -> None:
         coord.change_state(now, RunState.Finished)
 
 
-def pause(coord: Coordinator, now: int) -> None:
+def pause(coord: Coordinator, now: float) -> None:
     if coord.halted():
         raise CoordinatorError(ErrorKind.Halted, f"run is {coord.run_state.name}")
     if coord.active():
@@ -195,7 +208,7 @@ def pause(coord: Coordinator, now: int) -> None:
     coord.epoch_state.cold_start_epoch = True
 
 
-def resume(coord: Coordinator, now: int) -> None:
+def resume(coord: Coordinator, now: float) -> None:
     if coord.run_state != RunState.Paused:
         raise CoordinatorError(ErrorKind.CannotResume, f"run is {coord.run_state.name}")
     start_waiting_for_members(coord, now)

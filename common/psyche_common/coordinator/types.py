@@ -155,12 +155,15 @@ class Round:
     height: int = 0
     clients_len: int = 0
     tie_breaker_tasks: int = 0
+    next_random_seed: int = 0
+    """The seed of the round after this one, drawn when this one starts."""
 
     def to_wire(self) -> dict[str, Any]:
         return {
             "witnesses": [w.to_wire() for w in self.witnesses],
             "data_index": self.data_index,
             "random_seed": self.random_seed,
+            "next_random_seed": self.next_random_seed,
             "height": self.height,
             "clients_len": self.clients_len,
             "tie_breaker_tasks": self.tie_breaker_tasks,
@@ -182,6 +185,7 @@ class Round:
                     "height",
                     "clients_len",
                     "tie_breaker_tasks",
+                    "next_random_seed",
                 )
             },
         )

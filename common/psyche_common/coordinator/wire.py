@@ -29,7 +29,7 @@ WIRE_KEYS = (
     "config",
     "progress",
     "epoch_state",
-    "run_state_start_unix_timestamp",
+    "run_state_start_ms",
     "pending_pause",
 )
 
@@ -42,7 +42,7 @@ def to_wire(coord: Coordinator) -> dict[str, Any]:
         "config": coord.config.to_toml(),
         "progress": coord.progress.to_wire(),
         "epoch_state": coord.epoch_state.to_wire(),
-        "run_state_start_unix_timestamp": coord.run_state_start_unix_timestamp,
+        "run_state_start_ms": coord.run_state_start_ms,
         "pending_pause": coord.pending_pause,
     }
 
@@ -75,9 +75,7 @@ def from_wire(data: Any) -> Coordinator:
         config=config,
         progress=Progress.from_wire(data["progress"]),
         epoch_state=EpochState.from_wire(data["epoch_state"]),
-        run_state_start_unix_timestamp=wire_uint(
-            data, "run_state_start_unix_timestamp", "coordinator"
-        ),
+        run_state_start_ms=wire_uint(data, "run_state_start_ms", "coordinator"),
         pending_pause=data["pending_pause"],
     )
 
@@ -117,7 +115,7 @@ def from_state_file(state_file: StateFile) -> Coordinator:
         config=state_file.config.model_copy(deep=True),
         progress=Progress(progress.epoch, progress.step, progress.epoch_start_data_index),
         epoch_state=epoch_state,
-        run_state_start_unix_timestamp=state_file.run_state_start_unix_timestamp,
+        run_state_start_ms=state_file.run_state_start_unix_timestamp * 1000,
         pending_pause=state_file.pending_pause,
     )
 
@@ -173,6 +171,7 @@ def epoch_state_to_toml(epoch_state: EpochState) -> dict[str, Any]:
     document = epoch_state.to_wire()
     for round_ in document["rounds"]:
         round_["random_seed"] = str(round_["random_seed"])
+        round_["next_random_seed"] = str(round_["next_random_seed"])
         for witness in round_["witnesses"]:
             witness["participant_bloom"] = _bloom_to_toml(witness["participant_bloom"])
             witness["broadcast_bloom"] = _bloom_to_toml(witness["broadcast_bloom"])
@@ -190,6 +189,8 @@ def epoch_state_from_toml(table: dict[str, Any]) -> EpochState:
         for round_ in document.get("rounds", []):
             round_ = {**wire_map(round_, "round")}
             round_["random_seed"] = int(round_.get("random_seed", "0"))
+            # states saved before the next-round seed existed have none: 0 like a fresh round
+            round_["next_random_seed"] = int(round_.get("next_random_seed", "0"))
             witnesses = []
             for witness in round_.get("witnesses", []):
                 witness = {**wire_map(witness, "witness")}

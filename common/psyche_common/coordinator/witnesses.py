@@ -38,7 +38,7 @@ def _store(coord: Coordinator, witness: Witness) -> None:
 
 
 def warmup_witness(
-    coord: Coordinator, from_id: bytes, witness: Witness, now: int, seed: int
+    coord: Coordinator, from_id: bytes, witness: Witness, now: float, seed: int
 ) -> None:
     """A client finished loading the model. Anyone in the epoch may send one."""
     if coord.halted():
@@ -61,7 +61,7 @@ def warmup_witness(
         transitions.start_round_train(coord, now, seed, 0)
 
 
-def witness(coord: Coordinator, from_id: bytes, witness: Witness, now: int) -> None:
+def witness(coord: Coordinator, from_id: bytes, witness: Witness, now: float) -> None:
     """A round witness (its blooms describe the previous round's results)."""
     if coord.halted():
         raise CoordinatorError(ErrorKind.Halted, f"run is {coord.run_state.name}")
