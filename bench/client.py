@@ -156,7 +156,6 @@ class Probe:
 
 def install_probe(probe: Probe) -> Callable[[], None]:
     """Wrap the client's methods with timers; returns the function that unwraps them."""
-    from psyche_client.round.ports import run_state_name
     from psyche_client.training import distro_backend, round_runner, trainer
 
     backend = distro_backend.DistroBackend
@@ -192,7 +191,7 @@ def install_probe(probe: Probe) -> Callable[[], None]:
             (
                 time.monotonic(),
                 time.time(),
-                run_state_name(coordinator),
+                coordinator.run_state.name,
                 int(coordinator.progress.step),
                 int(coordinator.run_state_start_unix_timestamp),
             )

@@ -20,13 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from psyche_common.client_id import short_id
+from psyche_common.coordinator import Coordinator, RunState
 from psyche_common.protocol import Identity
 
 from psyche_client.model.sharing import SharedModel, save_checkpoint, upload_checkpoint
 from psyche_client.p2p.config import P2PConfig
 from psyche_client.p2p.model_share import download_model, poll_manifests
 from psyche_client.p2p.node import P2PNode
-from psyche_client.round.ports import DesyncError, RunnerOptions, run_state_name
+from psyche_client.round.phase import Phase
+from psyche_client.round.ports import DesyncError, RunnerOptions
 from psyche_client.round.runner import RoundRunner
 from psyche_client.server_link import ServerLink, ServerLinkError
 from psyche_client.stats import ClientStats
@@ -247,19 +249,16 @@ class ClientApp:
     async def _follow_server(self, link: ServerLink, runner: RoundRunner) -> None:
         """Feed every new coordinator state to the runner; return when the run is Finished
         (with `exit_when_finished`)."""
-        from psyche_common.coordinator import Coordinator
-
         async for update in link.states():
             coordinator = Coordinator.from_wire(update.coordinator)
             self.coordinator = coordinator
             self.members = {c.id for c in coordinator.epoch_state.clients}
             self.node.set_peers(update.peers)
             self.peer_addresses = update.peers
-            state = run_state_name(coordinator)
-            if state == "RoundTrain" and runner.active != "training":
+            if coordinator.run_state == RunState.RoundTrain and runner.phase != Phase.TRAINING:
                 self.shared.clear()
             await runner.on_state(coordinator)
-            if state == "Finished" and self.options.exit_when_finished:
+            if coordinator.run_state == RunState.Finished and self.options.exit_when_finished:
                 return
 
     async def _tick_forever(self, runner: RoundRunner) -> None:

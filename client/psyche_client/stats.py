@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,8 @@ class ClientStats:
     step_durations: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     train_durations: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     results_announced: int = 0
+    prepared_rounds: Counter[str] = field(default_factory=Counter)
+    """How rounds prepared during RoundWitness turned out: adopt / keep apply / revert."""
     results_downloaded: int = 0
     bytes_downloaded: int = 0
     step: int = 0

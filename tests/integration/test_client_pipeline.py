@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from psyche_common.coordinator import RunState
 
@@ -106,4 +108,56 @@ async def test_a_dropped_client_joins_again_and_trains_in_a_later_epoch() -> Non
         ),
     )
     for runner in runners:
+        await runner.aclose()
+
+
+@pytest.mark.timeout(120)
+async def test_rounds_prepared_while_witnesses_report_are_adopted() -> None:
+    server = FakeServer(make_coordinator(epoch_time=12, total_steps=8))
+    hub = MemoryNetwork()
+    runners = [add_client(server, hub) for _ in range(3)]
+    await run_until(server, lambda: server.coordinator.run_state == RunState.Finished)
+    assert_consistent(server)
+    for runner in runners:
+        assert runner.fatal is None
+        # every round after the first of an epoch was known before it started
+        assert runner.stats.prepared_rounds["adopt"] >= 3, runner.stats.prepared_rounds
+    for runner in runners:
+        await runner.aclose()
+
+
+@pytest.mark.timeout(120)
+async def test_a_pause_during_the_witness_phase_undoes_the_early_apply() -> None:
+    server = FakeServer(make_coordinator(epoch_time=60, total_steps=40))
+    hub = MemoryNetwork()
+    runners = [add_client(server, hub) for _ in range(3)]
+
+    def prepared_everywhere() -> bool:
+        coordinator = server.coordinator
+        return (
+            coordinator.run_state == RunState.RoundWitness
+            and coordinator.progress.step >= 4
+            and all(
+                r.preparer.prepared is not None and r.preparer.prepared.apply_task is not None
+                for r in runners
+            )
+        )
+
+    await run_until(server, prepared_everywhere)
+    last_confirmed = max(server.hashes)
+    confirmed_hash = next(iter(server.hashes[last_confirmed].values()))
+    for runner in runners:  # the early apply has happened (or is under way)
+        assert runner.preparer.prepared is not None
+        assert runner.preparer.prepared.apply_task is not None
+        await runner.preparer.prepared.apply_task
+    assert {r.backend.weights_hash() for r in runners} != {confirmed_hash}
+    server.call(lambda c: c.pause(server.now))  # the round after this one never starts
+    await run_until(server, lambda: server.coordinator.run_state == RunState.Cooldown)
+    for _ in range(20):
+        await asyncio.sleep(0.01)
+    assert {r.backend.weights_hash() for r in runners} == {confirmed_hash}
+    assert max(server.hashes) == last_confirmed
+    for runner in runners:
+        assert runner.fatal is None
+        assert runner.stats.prepared_rounds["revert"] == 1
         await runner.aclose()

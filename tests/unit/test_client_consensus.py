@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+from types import SimpleNamespace
 
 from psyche_client.round.consensus import (
     Candidate,
     SkipReason,
+    cold_start_steps,
     plan_apply,
     select_consensus_commitment,
+    split_cold_start,
 )
 from psyche_client.round.health import clients_to_accuse, health_score
 from psyche_client.round.witness_builder import (
@@ -57,13 +60,20 @@ def test_plan_apply_orders_and_skips() -> None:
     candidates = {
         a: [Candidate(b"x", H[0])],
         b: [Candidate(b"y", H[2])],  # only one witness saw it: below quorum 2
-        d: [Candidate(b"z", H[3]), Candidate(b"w", H[4], trainer_nonce=0)],
+        d: [Candidate(b"z", H[3]), Candidate(b"w", H[4])],
     }
     plan = plan_apply([a, b, c, d], candidates, blooms, quorum=2)
     assert [(batch, cand.data_hash) for batch, cand in plan.apply] == [(a, H[0]), (d, H[4])]
     assert plan.skipped == [(b, SkipReason.NO_QUORUM), (c, SkipReason.NO_COMMITMENT)]
-    cold = plan_apply([d], candidates, blooms, quorum=2, cold_start_steps=1)
-    assert cold.skipped == [(d, SkipReason.COLD_START)]
+
+
+def test_cold_start_results_are_split_off_after_a_p2p_checkpoint() -> None:
+    fresh, warm = SimpleNamespace(trainer_nonce=0), SimpleNamespace(trainer_nonce=3)
+    kept, skipped = split_cold_start([("A", fresh), ("B", warm)], cold_start_steps("P2P", 2))
+    assert kept == [("B", warm)]
+    assert skipped == [("A", SkipReason.COLD_START)]
+    kept, skipped = split_cold_start([("A", fresh)], cold_start_steps("Hub", 2))
+    assert (kept, skipped) == ([("A", fresh)], [])
 
 
 def test_merkle_root_shapes() -> None:

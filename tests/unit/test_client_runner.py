@@ -12,10 +12,11 @@ from psyche_client.round.consensus import Candidate
 from psyche_client.round.ports import DesyncError, RunnerOptions
 from psyche_client.round.roles import RoundRoles
 from psyche_client.round.runner import RoundRunner
-from psyche_client.round.state import RoundState
-from psyche_client.training.backend import DummyBackend, result_commitment
+from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
+from psyche_client.training.backend import DummyBackend, DummyResult, result_commitment
 from psyche_common.assignment import BatchId
 from psyche_common.bloom import Bloom
+from psyche_common.coordinator import RunState
 from psyche_common.protocol import Identity
 
 
@@ -83,18 +84,28 @@ def source_round(batch: BatchId, step: int, owner: bytes) -> RoundState:
     return RoundState.start(roles, 2, True, 0.0, bloom_factory=lambda n: Bloom.random())
 
 
-def coordinator_with_witness(seen: list[bytes]) -> SimpleNamespace:
+def coordinator_with_witness(seen: list[bytes]) -> tuple[Any, list[Any]]:
     bloom = Bloom.random()
     for item in seen:
         bloom.add(item)
     witness = SimpleNamespace(broadcast_bloom=bloom, participant_bloom=Bloom())
     checkpoint = SimpleNamespace(kind="Hub")
-    return SimpleNamespace(
-        previous_round=lambda: SimpleNamespace(witnesses=[witness]),
+    coordinator = SimpleNamespace(
         config=SimpleNamespace(witness_nodes=1),
         model=SimpleNamespace(checkpoint=checkpoint, cold_start_warmup_steps=0),
         progress=SimpleNamespace(epoch=0, step=5),
-        run_state="RoundTrain",
+        run_state=RunState.RoundTrain,
+    )
+    return coordinator, [witness]
+
+
+def verified(data_hash: bytes, owner: bytes, batch: BatchId, payload: bytes) -> ResultDownload:
+    announcement = SimpleNamespace(sender_id=owner, data_hash=data_hash)
+    return ResultDownload(
+        announcement,  # type: ignore[arg-type]
+        batch,
+        status=DownloadStatus.VERIFIED,
+        result=DummyResult(payload),
     )
 
 
@@ -105,17 +116,20 @@ async def test_apply_uses_the_witnessed_payload_and_reports_the_hash() -> None:
     data_hash = result_commitment(3, batch, payload)
     source = source_round(batch, 3, b"o" * 32)
     source.candidates[batch] = [Candidate(b"o" * 32, data_hash)]
-    source.payloads[data_hash] = payload
+    source.downloads[data_hash] = verified(data_hash, b"o" * 32, batch, payload)
     before = runner.backend.weights_hash()
-    await runner._apply(source, coordinator_with_witness([data_hash]), 5)
+    coordinator, witnesses = coordinator_with_witness([data_hash])
+    weights = await runner.applier.apply(source, witnesses, coordinator, 5)
+    await runner.applier.report(5, weights)
     after = runner.backend.weights_hash()
-    assert after != before
+    assert after != before and weights == after
     assert uplink.health == [([], 5, after)]
     # a result no witness saw changes nothing
     other = source_round(batch, 3, b"o" * 32)
     other.candidates[batch] = [Candidate(b"o" * 32, data_hash)]
-    other.payloads[data_hash] = payload
-    await runner._apply(other, coordinator_with_witness([]), 6)
+    other.downloads[data_hash] = verified(data_hash, b"o" * 32, batch, payload)
+    coordinator, witnesses = coordinator_with_witness([])
+    await runner.applier.apply(other, witnesses, coordinator, 6)
     assert runner.backend.weights_hash() == after
 
 
@@ -125,20 +139,24 @@ async def test_missing_consensus_payload_is_a_desync() -> None:
     data_hash = b"h" * 32
     source = source_round(batch, 3, b"o" * 32)
     source.candidates[batch] = [Candidate(b"o" * 32, data_hash)]
-    source.downloads[data_hash] = asyncio.ensure_future(asyncio.sleep(0.01))
+    download = verified(data_hash, b"o" * 32, batch, b"")
+    download.status, download.result = DownloadStatus.FAILED, None
+    download.task = asyncio.ensure_future(asyncio.sleep(0.01))
+    source.downloads[data_hash] = download
+    coordinator, witnesses = coordinator_with_witness([data_hash])
     with pytest.raises(DesyncError, match="could not be downloaded"):
-        await runner._apply(source, coordinator_with_witness([data_hash]), 5)
+        await runner.applier.apply(source, witnesses, coordinator, 5)
 
 
 async def test_announcements_for_a_future_round_are_kept_for_later() -> None:
     runner, _ = make_runner()
     sender = Identity.generate()
     current = source_round(BatchId(0, 3), 4, sender.public_key)
-    runner.current = current
-    runner.coordinator = SimpleNamespace(
+    runner.ctx.current = current
+    runner.ctx.coordinator = SimpleNamespace(  # type: ignore[assignment]
         epoch_state=SimpleNamespace(clients=[SimpleNamespace(id=sender.public_key)]),
         progress=SimpleNamespace(epoch=0, step=4),
-        run_state="RoundTrain",
+        run_state=RunState.RoundTrain,
     )
     early = make_result_announcement(
         sender,
@@ -160,5 +178,5 @@ async def test_announcements_for_a_future_round_are_kept_for_later() -> None:
     )
     runner.on_announcement(early)
     runner.on_announcement(stale)
-    assert runner._early == [early]
-    assert current.announcements == {}
+    assert runner.exchange.early == [early]
+    assert current.downloads == {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 
 class BloomLike(Protocol):
@@ -57,7 +57,33 @@ class Candidate:
 
     sender: bytes
     data_hash: bytes
-    trainer_nonce: int = 0
+
+
+class HasTrainerNonce(Protocol):
+    @property
+    def trainer_nonce(self) -> int: ...
+
+
+def cold_start_steps(checkpoint_kind: str, cold_start_warmup_steps: int) -> int:
+    """Results whose trainer nonce is below this are not applied: the trainers' first results
+    after the run resumed from a P2P checkpoint (0, nothing skipped, for other checkpoints)."""
+    return cold_start_warmup_steps if checkpoint_kind in ("P2P", "P2PGcs") else 0
+
+
+B = TypeVar("B")
+R = TypeVar("R", bound=HasTrainerNonce)
+
+
+def split_cold_start(
+    chosen: Sequence[tuple[B, R]], steps: int
+) -> tuple[list[tuple[B, R]], list[tuple[B, SkipReason]]]:
+    """Split the decoded consensus results into those to apply and those whose trainer is
+    still in its cold start (nonce below ``steps``)."""
+    kept = [(batch, result) for batch, result in chosen if result.trainer_nonce >= steps]
+    skipped = [
+        (batch, SkipReason.COLD_START) for batch, result in chosen if result.trainer_nonce < steps
+    ]
+    return kept, skipped
 
 
 @dataclass
@@ -73,14 +99,13 @@ def plan_apply(
     candidates_by_batch: Mapping[object, Sequence[Candidate]],
     broadcast_blooms: Sequence[BloomLike],
     quorum: int,
-    cold_start_steps: int = 0,
 ) -> ApplyPlan:
     """Choose, per batch (in the given canonical order), the result to apply.
 
     Whether the chosen payload is actually present is the caller's business (it waits for the
     download, then treats a still-missing consensus payload as a desync, like the reference).
-    ``cold_start_steps`` > 0 drops results whose trainer nonce is below it (P2P checkpoints
-    only; the caller decides).
+    A result's trainer nonce is known only once it is decoded: `split_cold_start` then drops
+    the cold-start results.
     """
     plan = ApplyPlan()
     for batch in batch_ids:
@@ -94,9 +119,5 @@ def plan_apply(
         if chosen is None:
             plan.skipped.append((batch, SkipReason.NO_QUORUM))
             continue
-        candidate = candidates[chosen]
-        if candidate.trainer_nonce < cold_start_steps:
-            plan.skipped.append((batch, SkipReason.COLD_START))
-            continue
-        plan.apply.append((batch, candidate))
+        plan.apply.append((batch, candidates[chosen]))
     return plan

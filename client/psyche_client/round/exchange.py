@@ -1,33 +1,35 @@
-"""Result exchange of the round pipeline (reference §2.5.5, §2.6).
+"""Result exchange: publishing our results and taking in our peers' (reference §2.5.5, §2.6).
 
-Publishing our results (blob + signed announcement), checking peers' announcements (member,
-trainer of the round, assignee of the batch, new hash), downloading each result from its
-trainer or any peer that holds it, verifying it against its signed commitment and recording
-it in the round's blooms; early announcements (for a round we have not started yet) are kept
-and replayed; our own announcements are re-sent every 10 s.
+Publishing: the payload becomes a blob, a signed announcement goes to every peer. Taking in:
+an announcement is checked (sender is a member, a trainer of the round and the assignee of
+the batch; a new commitment), then its result is downloaded from its trainer or any peer that
+holds it, verified against the signed commitment, decoded, and recorded in the round's
+blooms; each result has one `ResultDownload`. Announcements for a round we have not started
+yet are kept and replayed (`replay_early`); our own are re-sent every 10 s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from psyche_common.assignment import BatchId
 from psyche_common.client_id import short_id
 from psyche_common.committee import Committee
+from psyche_common.protocol import Identity
 
 from psyche_client.p2p.announcements import (
-    AnnouncementError,
     FinishedAnnouncement,
     ResultAnnouncement,
     make_result_announcement,
-    verify_announcement,
 )
-from psyche_client.round.base import RunnerBase
 from psyche_client.round.consensus import Candidate
-from psyche_client.round.state import RoundState
+from psyche_client.round.context import RoundContext
+from psyche_client.round.ports import PeerNetwork, RunnerOptions
+from psyche_client.round.state import Announcement, DownloadStatus, ResultDownload, RoundState
+from psyche_client.training.backend import TrainedResult
 
 DOWNLOAD_RETRIES = 3
 REBROADCAST_INTERVAL = 10.0
@@ -36,10 +38,26 @@ MAX_EARLY_ANNOUNCEMENTS = 4096
 log = logging.getLogger("psyche.client")
 
 
-class ResultExchange(RunnerBase):
-    """Announcements and result downloads; mixed into `RoundRunner`."""
+class ResultExchange:
+    def __init__(
+        self,
+        ctx: RoundContext,
+        network: PeerNetwork,
+        options: RunnerOptions,
+        on_change: Callable[[], None],
+    ) -> None:
+        self.ctx = ctx
+        self.network = network
+        self.options = options
+        self.on_change = on_change
+        self.early: list[Announcement] = []
+        self._last_rebroadcast = 0.0
 
-    async def _publish(self, round_: RoundState, batch: BatchId, output: Any) -> None:
+    @property
+    def identity(self) -> Identity:
+        return self.ctx.identity
+
+    async def publish(self, round_: RoundState, batch: BatchId, output: TrainedResult) -> None:
         blob_hash = self.network.publish_blob(output.payload, round_.step)
         announcement = make_result_announcement(
             self.identity,
@@ -51,55 +69,53 @@ class ResultExchange(RunnerBase):
             size=len(output.payload),
         )
         if self.options.write_gradients_dir is not None:
-            directory = self.options.write_gradients_dir
-            name = (
-                f"result-{short_id(self.me)}-step{round_.step}-batch{batch.start}-{batch.end}.bin"
-            )
-            await asyncio.to_thread(_write_file, directory / name, output.payload)
+            me = short_id(self.ctx.me)
+            name = f"result-{me}-step{round_.step}-batch{batch.start}-{batch.end}.bin"
+            path = self.options.write_gradients_dir / name
+            await asyncio.to_thread(_write_file, path, output.payload)
         round_.own_announcements.append(announcement)
-        self._accept_result(round_, announcement, own_payload=output.payload)
+        self.accept_result(round_, announcement, own_payload=output.payload)
         await self.network.announce(announcement)
 
-    def on_announcement(self, announcement: Any) -> None:
-        """A verified-or-not announcement arrived from a peer (or was re-broadcast)."""
-        try:
-            verify_announcement(announcement)
-        except AnnouncementError as exc:
-            log.warning("dropped announcement: %s", exc, extra=self._fields())
+    def route(self, announcement: Announcement) -> None:
+        """A verified announcement from a member: file it under its round (or keep it)."""
+        if announcement.sender_id not in self.ctx.members():
             return
-        if isinstance(announcement, FinishedAnnouncement) and announcement.warmup:
-            self.warmup_ready.record(announcement.broadcast_merkle, announcement.sender_id)
-            return
-        if self.backend is None or self.coordinator is None:
-            return
-        self._route(announcement)
-
-    def _route(self, announcement: Any) -> None:
-        if announcement.sender_id not in self._client_ids():
-            return
-        round_ = self._round_for_step(announcement.step)
-        if round_ is None:
-            current_step = self.current.step if self.current else 0
-            if announcement.step > current_step and len(self._early) < MAX_EARLY_ANNOUNCEMENTS:
-                self._early.append(announcement)
+        round_ = self.ctx.round_for_step(announcement.step)
+        if round_ is None or not round_.confirmed:
+            current = self.ctx.current
+            current_step = current.step if current is not None and current.confirmed else 0
+            if announcement.step > current_step and len(self.early) < MAX_EARLY_ANNOUNCEMENTS:
+                self.early.append(announcement)
             return
         if isinstance(announcement, ResultAnnouncement):
-            if announcement.sender_id != self.me:
-                self._accept_result(round_, announcement)
-        else:
-            if announcement.sender_id not in round_.finished_from:
-                round_.finished_from.add(announcement.sender_id)
-                round_.witness.record_announcement(announcement.data_hash)
-                self._poke()
+            if announcement.sender_id != self.ctx.me:
+                self.accept_result(round_, announcement)
+        elif announcement.sender_id not in round_.finished_from:
+            round_.finished_from.add(announcement.sender_id)
+            round_.witness.record_announcement(announcement.data_hash)
+            self.on_change()
 
-    def _accept_result(
+    def replay_early(self) -> None:
+        """Route the announcements kept for rounds we had not started."""
+        early, self.early = self.early, []
+        for announcement in early:
+            self.route(announcement)
+
+    def forget_early(self) -> None:
+        self.early = []
+
+    def accept_result(
         self, round_: RoundState, announcement: ResultAnnouncement, own_payload: bytes | None = None
     ) -> None:
         batch = BatchId(announcement.batch_start, announcement.batch_end)
         owner = round_.roles.assignments.get(batch)
         if owner is None:
             log.warning(
-                "result for %s is not a batch of step %d", batch, round_.step, extra=self._fields()
+                "result for %s is not a batch of step %d",
+                batch,
+                round_.step,
+                extra=self.ctx.fields(),
             )
             return
         if owner != announcement.sender_id:
@@ -107,26 +123,25 @@ class ResultExchange(RunnerBase):
                 "result for %s from %s, which is not its trainer",
                 batch,
                 short_id(announcement.sender_id),
-                extra=self._fields(),
+                extra=self.ctx.fields(),
             )
             return
-        if not self._sender_is_trainer(round_, announcement.sender_id):
+        if not self._is_trainer(round_, announcement.sender_id):
             return
-        if announcement.data_hash in round_.announcements:
+        if announcement.data_hash in round_.downloads:
             return
-        round_.announcements[announcement.data_hash] = announcement
+        download = ResultDownload(announcement, batch)
+        round_.downloads[announcement.data_hash] = download
         round_.candidates.setdefault(batch, []).append(
             Candidate(announcement.sender_id, announcement.data_hash)
         )
         round_.witness.record_announcement(announcement.data_hash)
-        self.stats.result_announced()
-        round_.downloads[announcement.data_hash] = self._spawn(
-            self._download(round_, announcement, batch, own_payload)
-        )
+        self.ctx.stats.result_announced()
+        download.task = self.ctx.tasks.spawn(self._download(round_, download, own_payload))
 
-    def _sender_is_trainer(self, round_: RoundState, sender: bytes) -> bool:
+    def _is_trainer(self, round_: RoundState, sender: bytes) -> bool:
         selection = round_.roles.selection
-        ids = self._client_ids()
+        ids = self.ctx.members()
         if selection is None or sender not in ids:
             return False
         index = ids.index(sender)
@@ -135,13 +150,11 @@ class ResultExchange(RunnerBase):
         )
 
     async def _download(
-        self,
-        round_: RoundState,
-        announcement: ResultAnnouncement,
-        batch: BatchId,
-        own_payload: bytes | None,
+        self, round_: RoundState, download: ResultDownload, own_payload: bytes | None
     ) -> None:
-        assert self.backend is not None
+        backend = self.ctx.require_backend()
+        announcement, batch = download.announcement, download.batch
+        sender = short_id(announcement.sender_id)
         for attempt in range(DOWNLOAD_RETRIES + 1):
             try:
                 if own_payload is not None:
@@ -149,15 +162,15 @@ class ResultExchange(RunnerBase):
                 else:
                     providers = [announcement.sender_id] + [
                         peer
-                        for peer in self._client_ids()
-                        if peer not in (announcement.sender_id, self.me)
+                        for peer in self.ctx.members()
+                        if peer not in (announcement.sender_id, self.ctx.me)
                     ]
                     payload = await self.network.fetch_blob(
                         announcement.blob_hash, announcement.size, providers
                     )
-                    self.stats.downloaded(len(payload))
-                decoded = await asyncio.to_thread(
-                    self.backend.decode, round_.step, batch, payload, announcement.data_hash
+                    self.ctx.stats.downloaded(len(payload))
+                result = await asyncio.to_thread(
+                    backend.decode, round_.step, batch, payload, announcement.data_hash
                 )
             except asyncio.CancelledError:
                 raise
@@ -165,49 +178,55 @@ class ResultExchange(RunnerBase):
                 log.warning(
                     "result for %s from %s rejected: %s",
                     batch,
-                    short_id(announcement.sender_id),
+                    sender,
                     exc,
-                    extra=self._fields(),
+                    extra=self.ctx.fields(),
                 )
-                round_.failed.add(announcement.data_hash)
+                download.status = DownloadStatus.REJECTED
+                self.on_change()
                 return
             except Exception as exc:
                 delay = self.options.download_backoff * 2**attempt
                 log.warning(
                     "download of %s from %s failed (%s); retry in %.0fs",
                     batch,
-                    short_id(announcement.sender_id),
+                    sender,
                     exc,
                     delay,
-                    extra=self._fields(),
+                    extra=self.ctx.fields(),
                 )
                 if attempt < DOWNLOAD_RETRIES:
                     await asyncio.sleep(delay)
                 continue
             round_.witness.record_verified(announcement.sender_id, batch, announcement.data_hash)
-            round_.payloads[announcement.data_hash] = decoded
-            self._poke()
+            download.result = result
+            download.status = DownloadStatus.VERIFIED
+            self.on_change()
             return
         log.warning(
             "giving up on the result for %s from %s after %d attempts",
             batch,
-            short_id(announcement.sender_id),
+            sender,
             DOWNLOAD_RETRIES + 1,
-            extra=self._fields(),
+            extra=self.ctx.fields(),
         )
-        round_.failed.add(announcement.data_hash)
+        download.status = DownloadStatus.FAILED
+        self.on_change()
 
-    async def _rebroadcast(self, now: float) -> None:
+    async def rebroadcast(self, now: float) -> None:
+        """Re-send our own announcements of the last two rounds every 10 s."""
         if now - self._last_rebroadcast < REBROADCAST_INTERVAL:
             return
         self._last_rebroadcast = now
-        for round_ in (self.previous, self.current):
-            if round_ is None:
-                continue
-            for announcement in round_.own_announcements:
-                await self.network.announce(announcement)
+        for round_ in (self.ctx.previous, self.ctx.current):
+            if round_ is not None:
+                for announcement in round_.own_announcements:
+                    await self.network.announce(announcement)
 
 
 def _write_file(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
+
+
+__all__ = ["FinishedAnnouncement", "ResultExchange"]

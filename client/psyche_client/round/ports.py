@@ -1,8 +1,8 @@
-"""Interfaces and small shared pieces of the round pipeline.
+"""The round pipeline's ports: what it needs from the outside world, and its options.
 
-`PeerNetwork` (what the pipeline needs from the P2P node), `Uplink` (from the server
-connection), `RunnerOptions`, `DesyncError`, the coordinator run-state name and the wire form
-of a witness.
+`PeerNetwork` (the P2P node), `Uplink` (the server connection), `DataFetcher` (samples of a
+batch), `BackendLoader` and `CooldownHook` are the only ways the pipeline reaches out; tests
+pass in-memory fakes. Also here: `RunnerOptions`, `DesyncError` and the wire form of a witness.
 """
 
 from __future__ import annotations
@@ -12,10 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 from psyche_common.assignment import BatchId
 from psyche_common.bloom import Bloom
 from psyche_common.committee import WitnessProof
+from psyche_common.coordinator import Coordinator
 
+from psyche_client.p2p.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_client.round.witness_builder import EMPTY_MERKLE_ROOT
 from psyche_client.training.backend import TrainingBackend
 
@@ -27,7 +30,7 @@ class DesyncError(RuntimeError):
 class PeerNetwork(Protocol):
     """The P2P node as the pipeline uses it."""
 
-    async def announce(self, announcement: Any) -> None: ...
+    async def announce(self, announcement: ResultAnnouncement | FinishedAnnouncement) -> None: ...
 
     def publish_blob(self, data: bytes, step: int) -> bytes: ...
 
@@ -56,26 +59,22 @@ class Uplink(Protocol):
     async def send_join(self) -> None: ...
 
 
-DataFetcher = Callable[[BatchId], Awaitable[Any]]
-BackendLoader = Callable[[Any], Awaitable[TrainingBackend]]
-CooldownHook = Callable[[Any, TrainingBackend], Awaitable[None]]
+DataFetcher = Callable[[BatchId], Awaitable[np.ndarray]]
+"""Samples of a batch; raises once it gives up (the batch is then not trained)."""
+BackendLoader = Callable[[Coordinator], Awaitable[TrainingBackend]]
+CooldownHook = Callable[[Coordinator, TrainingBackend], Awaitable[None]]
 
 
 @dataclass
 class RunnerOptions:
-    """Knobs of the round pipeline: retry delays, where to write own results, and whether
-    batches need data (False with the dummy backend)."""
+    """Knobs of the round pipeline: the result-download backoff, where to write own results,
+    whether batches need data (False with the dummy backend) and whether the next round is
+    prepared while the current one's witnesses report."""
 
-    fetch_retry_delay: float = 2.0
     download_backoff: float = 2.0
     write_gradients_dir: Path | None = None
     needs_data: bool = True
-
-
-def run_state_name(coordinator: Any) -> str:
-    """The run state as its wire text (``"RoundTrain"``), for a StrEnum or a plain string."""
-    state = coordinator.run_state
-    return str(state)
+    prepare_next_round: bool = True
 
 
 def empty_witness_wire(proof: WitnessProof) -> dict[str, Any]:

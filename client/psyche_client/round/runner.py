@@ -1,16 +1,15 @@
-"""The client's round pipeline: reacts to coordinator states and peer announcements.
+"""The client's round pipeline: follows coordinator states and peer announcements.
 
-This is the asyncio state machine of reference §2.2–2.15. It never blocks the event loop:
-training, decoding and applying run in worker threads (`asyncio.to_thread`) serialized by one
-model lock, downloads and fetches are tasks with timeouts. Transport is abstracted behind
-`PeerNetwork` (P2P node) and `Uplink` (the server connection), the model behind
-`TrainingBackend`, so the whole pipeline runs in-process in tests.
+`RoundRunner` composes the parts — `Warmup`, `ResultExchange`, `RoundTraining`, `ApplyStep`,
+`Witnessing`, `NextRoundPreparer`, `CooldownStep` — around one `RoundContext`, and reacts to
+each coordinator state with the action the (phase, run state) table names (`phase.ACTIONS`).
+It never blocks the event loop: training, decoding and applying run in worker threads under
+one model lock; downloads and fetches are tasks with timeouts. Transport is behind
+`PeerNetwork` and `Uplink`, the model behind `TrainingBackend`, so it runs in-process in tests.
 
-Lifecycle: an initial Warmup that lists us starts `load_backend` (model from the checkpoint
-the coordinator names, or peer-to-peer). Then per round: apply round h−2's consensus results,
-send health checks, derive roles and batches, fetch data, train, publish; download peers'
-results, fill blooms, send Finished and the (opportunistic) witness; at Cooldown save/share
-the model. See docs/client.md.
+Per round h: apply round h−2's consensus results (early, while round h−1's witnesses report,
+when they are all in), train round h's batches and publish them, download round h−1's
+results, announce Finished, witness; at Cooldown share and save the model. docs/client.md.
 """
 
 from __future__ import annotations
@@ -18,58 +17,203 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
-from psyche_common.assignment import BatchId
-from psyche_common.committee import WitnessProof
-from psyche_common.coordinator import ClientState
+from psyche_common.coordinator import ClientState, Coordinator, Witness
+from psyche_common.protocol import Identity
 
 from psyche_client.p2p.announcements import (
-    make_finished_announcement,
+    AnnouncementError,
+    FinishedAnnouncement,
+    ResultAnnouncement,
+    verify_announcement,
 )
-from psyche_client.round.apply import ApplyAndWitness
-from psyche_client.round.base import WarmupProgress, warmup_tag
+from psyche_client.round.apply import ApplyStep
+from psyche_client.round.context import RoundContext
+from psyche_client.round.cooldown import CooldownStep
 from psyche_client.round.exchange import ResultExchange
-from psyche_client.round.ports import empty_witness_wire, run_state_name
+from psyche_client.round.phase import Action, Phase, action_for
+from psyche_client.round.ports import (
+    BackendLoader,
+    CooldownHook,
+    DataFetcher,
+    PeerNetwork,
+    RunnerOptions,
+    Uplink,
+)
+from psyche_client.round.prepare import NextRoundPreparer, Outcome, PreparedRound
 from psyche_client.round.roles import derive_round_roles
 from psyche_client.round.state import RoundState
-
-DATA_FETCH_ATTEMPTS = 7
-WARMUP_REBROADCAST_INTERVAL = 2.0
+from psyche_client.round.training import RoundTraining
+from psyche_client.round.warmup import Warmup
+from psyche_client.round.witness import Witnessing
+from psyche_client.stats import ClientStats
+from psyche_client.training.backend import TrainingBackend
 
 log = logging.getLogger("psyche.client")
 
 DROPPED_STATES = frozenset({ClientState.Dropped, ClientState.Ejected})
 
 
-class RoundRunner(ResultExchange, ApplyAndWitness):
+class RoundRunner:
     """One client's pipeline; feed it `on_state`, `on_announcement` and `tick` (every 0.5 s)."""
 
-    async def on_state(self, coordinator: Any) -> None:
-        """A new coordinator state arrived from the server (already de-duplicated)."""
-        self.coordinator = coordinator
-        state = run_state_name(coordinator)
-        self.stats.observe_state(coordinator)
-        if self.backend is None:
-            if state == "Warmup" and self._in_clients(coordinator) and self._init_task is None:
-                self._init_task = self._spawn(self._initialize(coordinator), round_scoped=False)
-            return
-        await self._rejoin_if_dropped(coordinator)
-        if not self._in_clients(coordinator):
-            if self.active in ("training", "witness", "cooldown"):
-                log.warning("no longer in the client list: back to warmup", extra=self._fields())
-            self._reset_to_warmup()
-            return
-        await self._transition(coordinator, state)
+    def __init__(
+        self,
+        identity: Identity,
+        network: PeerNetwork,
+        uplink: Uplink,
+        load_backend: BackendLoader,
+        fetch_samples: DataFetcher | None,
+        options: RunnerOptions,
+        on_cooldown: CooldownHook | None = None,
+        stats: ClientStats | None = None,
+    ) -> None:
+        self.ctx = RoundContext(identity, stats or ClientStats())
+        self.uplink = uplink
+        self.network = network
+        self.load_backend = load_backend
+        self.exchange = ResultExchange(self.ctx, network, options, self._poke)
+        self.training = RoundTraining(self.ctx, self.exchange, fetch_samples, options, self._poke)
+        self.applier = ApplyStep(self.ctx, uplink)
+        self.witnessing = Witnessing(self.ctx, network, uplink, self.exchange)
+        self.warmup = Warmup(self.ctx, network, uplink)
+        self.preparer = NextRoundPreparer(self.ctx, self.applier, self.training, options)
+        self.cooldown = CooldownStep(self.ctx, on_cooldown)
+        self._init_task: asyncio.Task[None] | None = None
+        self._rejoined_for: tuple[int, int] | None = None
 
-    async def _rejoin_if_dropped(self, coordinator: Any) -> None:
+    # ------------------------------------------------------------------ views
+
+    @property
+    def stats(self) -> ClientStats:
+        return self.ctx.stats
+
+    @property
+    def phase(self) -> Phase:
+        return self.ctx.phase
+
+    @property
+    def backend(self) -> TrainingBackend | None:
+        return self.ctx.backend
+
+    @backend.setter
+    def backend(self, backend: TrainingBackend | None) -> None:
+        self.ctx.backend = backend
+
+    @property
+    def current(self) -> RoundState | None:
+        return self.ctx.current
+
+    @property
+    def fatal(self) -> BaseException | None:
+        return self.ctx.tasks.fatal
+
+    async def wait_fatal(self) -> BaseException:
+        return await self.ctx.tasks.wait_fatal()
+
+    async def aclose(self) -> None:
+        await self.ctx.tasks.aclose()
+
+    # ------------------------------------------------------------------ inputs
+
+    async def on_state(self, coordinator: Coordinator) -> None:
+        """A new coordinator state arrived from the server (already de-duplicated)."""
+        ctx = self.ctx
+        ctx.coordinator = coordinator
+        ctx.stats.observe_state(coordinator)
+        if ctx.backend is not None:
+            await self._rejoin_if_dropped(coordinator)
+        is_member = ctx.me in ctx.members()
+        await self._do(action_for(ctx.phase, coordinator.run_state, is_member), coordinator)
+
+    def on_announcement(self, announcement: ResultAnnouncement | FinishedAnnouncement) -> None:
+        """An announcement arrived from a peer (or was re-broadcast): verify, then route."""
+        try:
+            verify_announcement(announcement)
+        except AnnouncementError as exc:
+            log.warning("dropped announcement: %s", exc, extra=self.ctx.fields())
+            return
+        if isinstance(announcement, FinishedAnnouncement) and announcement.warmup:
+            self.warmup.on_announcement(announcement)
+            return
+        if self.ctx.backend is None or self.ctx.coordinator is None:
+            return
+        self.exchange.route(announcement)
+
+    async def tick(self) -> None:
+        """The 500 ms timer: warmup readiness, Finished + witness, re-announcements."""
+        if self.ctx.coordinator is None or self.ctx.backend is None:
+            return
+        now = time.monotonic()
+        await self.warmup.tick(now)
+        await self.witnessing.progress()
+        await self.exchange.rebroadcast(now)
+
+    def _poke(self) -> None:
+        """A Finished/witness condition may have changed: check now, not at the next tick."""
+        if self.ctx.phase == Phase.TRAINING:
+            self.ctx.tasks.spawn(self.witnessing.progress())
+
+    # ------------------------------------------------------------------ actions
+
+    async def _do(self, action: Action, coordinator: Coordinator) -> None:
+        if action == Action.WAIT:
+            return
+        if action == Action.LOAD_MODEL:
+            if self._init_task is None:
+                self._init_task = self.ctx.tasks.spawn(
+                    self._initialize(coordinator), round_scoped=False
+                )
+        elif action == Action.START_ROUND:
+            await self._start_round(coordinator)
+        elif action == Action.ENTER_WITNESS:
+            self._enter_witness(coordinator)
+        elif action == Action.UPDATE_WITNESS:
+            self.preparer.prepare(coordinator)
+        elif action == Action.START_COOLDOWN:
+            self._finish_training()
+            undo = self.preparer.abandon("the epoch ends in Cooldown")
+            self.ctx.phase = Phase.COOLDOWN
+            self.cooldown.start(coordinator, after=undo)
+        elif action == Action.LEAVE_EPOCH:
+            log.info("leaving the epoch: back to warmup", extra=self.ctx.fields())
+            self._reset_to_warmup()
+        else:
+            log.warning(
+                "desync: coordinator state %s is unexpected in phase %s; back to warmup",
+                coordinator.run_state.name,
+                self.ctx.phase.value,
+                extra=self.ctx.fields(),
+            )
+            self._reset_to_warmup()
+            is_member = self.ctx.me in self.ctx.members()
+            await self._do(action_for(Phase.WARMUP, coordinator.run_state, is_member), coordinator)
+
+    async def _initialize(self, coordinator: Coordinator) -> None:
+        log.info("loading the model for this run", extra=self.ctx.fields())
+        backend = await self.load_backend(coordinator)
+        self.ctx.backend = backend
+        self.ctx.phase = Phase.WARMUP
+        log.info(
+            "model ready",
+            extra=self.ctx.fields(
+                weights_hash=backend.weights_hash().hex(),
+                model_source=getattr(getattr(backend, "info", None), "kind", "dummy"),
+            ),
+        )
+        latest = self.ctx.coordinator
+        if latest is not None:
+            is_member = self.ctx.me in self.ctx.members()
+            await self._do(action_for(Phase.WARMUP, latest.run_state, is_member), latest)
+
+    async def _rejoin_if_dropped(self, coordinator: Coordinator) -> None:
         """A health check dropped us (our exited record says so): join again, once per
         record, so that we are in the next epoch instead of idling for good."""
         record = next(
             (
                 c
                 for c in coordinator.epoch_state.exited_clients
-                if c.id == self.me and c.state in DROPPED_STATES
+                if c.id == self.ctx.me and c.state in DROPPED_STATES
             ),
             None,
         )
@@ -81,218 +225,118 @@ class RoundRunner(ResultExchange, ApplyAndWitness):
         self._rejoined_for = key
         log.warning(
             "dropped from the epoch by a health check: joining again for the next epoch",
-            extra=self._fields(),
+            extra=self.ctx.fields(),
         )
         await self.uplink.send_join()
 
-    async def _transition(self, coordinator: Any, state: str) -> None:
+    async def _start_round(self, coordinator: Coordinator) -> None:
+        ctx = self.ctx
         step = coordinator.progress.step
-        if state == "RoundTrain":
-            if self.active != "training" or self.current is None or self.current.step != step:
-                if self.active == "training" and self.current is not None:
-                    self._finish_training(self.current)
-                self._start_round(coordinator)
-        elif state == "RoundWitness":
-            if self.active == "training" and self.current is not None:
-                self._finish_training(self.current)
-                self._start_witness()
-            elif self.active not in ("witness",):
-                log.info(
-                    "round in progress when we became ready: waiting for the next round",
-                    extra=self._fields(),
-                )
-        elif state == "Cooldown":
-            if self.active in ("training", "witness"):
-                if self.active == "training" and self.current is not None:
-                    self._finish_training(self.current)
-                self._start_cooldown(coordinator)
-        elif state in ("WaitingForMembers", "Warmup", "Paused", "Finished") and (
-            self.active != "warmup"
-        ):
-            self._reset_to_warmup()
-
-    def _reset_to_warmup(self) -> None:
-        if self.current is not None and not self.current.training_done and self.backend:
-            self.current.cancelled = True
-        self._cancel_round_tasks()
-        self.current = None
-        self.previous = None
-        self.active = "warmup"
-        self.warmup = WarmupProgress()
-
-    async def _initialize(self, coordinator: Any) -> None:
-        log.info("loading the model for this run", extra=self._fields())
-        backend = await self.load_backend(coordinator)
-        self.backend = backend
-        self.active = "warmup"
-        log.info(
-            "model ready",
-            extra=self._fields(
-                weights_hash=backend.weights_hash().hex(),
-                model_source=getattr(getattr(backend, "info", None), "kind", "dummy"),
-            ),
-        )
-        if self.coordinator is not None and self._in_clients(self.coordinator):
-            await self._transition(self.coordinator, run_state_name(self.coordinator))
-
-    async def _warmup_tick(self, now: float) -> None:
-        coordinator = self.coordinator
-        if self.backend is None or run_state_name(coordinator) != "Warmup":
-            return
-        index = next(
-            (i for i, c in enumerate(coordinator.epoch_state.clients) if c.id == self.me), None
-        )
-        if index is None:
-            return
-        progress = self.warmup
-        tag = warmup_tag(coordinator)
-        if (
-            progress.sent_finished_at is None
-            or now - progress.sent_finished_at >= WARMUP_REBROADCAST_INTERVAL
-        ):
-            announcement = make_finished_announcement(
-                self.identity,
-                step=coordinator.progress.step,
-                warmup=True,
-                broadcast_merkle=tag,
-            )
-            self.warmup_ready.record(tag, self.me)
-            progress.sent_finished_at = now
-            await self.network.announce(announcement)
-        if not progress.sent_witness and set(self._client_ids()) <= self.warmup_ready.senders(tag):
-            progress.sent_witness = True
-            proof = WitnessProof(position=index, index=index, witness=False)
-            await self.uplink.send_warmup_witness(empty_witness_wire(proof))
-            log.info("sent warmup witness", extra=self._fields())
-
-    def _start_round(self, coordinator: Any) -> None:
-        assert self.backend is not None
-        step = coordinator.progress.step
+        if ctx.phase == Phase.TRAINING and ctx.current is not None and ctx.current.step == step:
+            return  # an update within the round we are in
+        self._finish_training()
+        backend = ctx.require_backend()
         height = coordinator.current_round().height
         if height == 0:  # a new epoch: nothing carries over from the last one
-            self.current = self.previous = None
-        apply_task: asyncio.Task[None] | None = None
-        prior = self.current  # round h−1
-        if prior is not None and prior.height > 0 and self.previous is not None:
-            apply_task = self._spawn(self._apply(self.previous, coordinator, step))
-        if prior is not None and prior.height > 0 and prior.roles.is_witness:
-            self._spawn(self._send_health_checks(coordinator))
-        self.backend.begin_round(coordinator)
+            ctx.current = ctx.previous = None
+        prior = ctx.current  # round h−1
         have_training = coordinator.epoch_state.last_step == 0
-        roles = derive_round_roles(coordinator, self.me, have_training)
-        self.previous = prior
-        self.current = RoundState.start(
+        roles = derive_round_roles(coordinator, ctx.me, have_training)
+        previous_round = coordinator.previous_round()
+        witnesses = list(previous_round.witnesses) if previous_round is not None else []
+        # round h−2, applied now (or prepared early) when the pipeline is full
+        source = ctx.previous if prior is not None and prior.height > 0 else None
+        prepared = self.preparer.take()
+        outcome = None if prepared is None else prepared.outcome(roles, have_training, witnesses)
+        adopted = prepared.round_ if prepared is not None and outcome == Outcome.ADOPT else None
+        if outcome is not None:
+            ctx.stats.prepared_rounds[outcome.value] += 1
+        prelude: asyncio.Task[bytes] | asyncio.Task[bytes | None] | None
+        if prepared is not None and adopted is not None:
+            prelude = prepared.apply_task
+        else:
+            prelude = ctx.tasks.spawn(
+                self._prelude(prepared, outcome, source, witnesses, coordinator, step)
+            )
+        if prelude is not None:
+            ctx.tasks.spawn(self._report_after(prelude, step))
+        if prior is not None and prior.height > 0 and prior.roles.is_witness:
+            ctx.tasks.spawn(self.witnessing.send_health_checks(coordinator))
+        backend.begin_round(coordinator)
+        round_ = adopted or RoundState.start(
             roles, len(coordinator.epoch_state.clients), have_training, time.monotonic()
         )
-        self.active = "training"
-        self.warmup = WarmupProgress()
+        ctx.previous, ctx.current = prior, round_
+        ctx.phase = Phase.TRAINING
+        self.warmup.reset()
         self.network.begin_step(step)
         log.info(
             "round started",
-            extra=self._fields(
+            extra=ctx.fields(
                 height=height,
                 batches=[str(b) for b in roles.my_batches],
                 witness=roles.is_witness,
+                prepared=outcome.value if outcome is not None else "no",
             ),
         )
-        self._spawn(self._train(self.current, apply_task))
-        early, self._early = self._early, []
-        for announcement in early:
-            self._route(announcement)
-
-    async def _train(self, round_: RoundState, apply_task: asyncio.Task[None] | None) -> None:
-        assert self.backend is not None
-        if apply_task is not None:
-            await apply_task
-        if round_.have_training:
-            for batch in round_.roles.my_batches:
-                if round_.cancelled:
-                    break
-                samples = await self._fetch(batch) if self.options.needs_data else None
-                if self.options.needs_data and samples is None:
-                    continue
-                async with self._model_lock:
-                    if round_.cancelled:
-                        break
-                    output = await asyncio.to_thread(
-                        self.backend.train,
-                        round_.step,
-                        batch,
-                        samples,
-                        lambda: round_.cancelled,
-                    )
-                    if output is None or round_.cancelled:
-                        if output is not None:
-                            await asyncio.to_thread(self.backend.cancel_round)
-                        log.warning(
-                            "training cut short by the witness phase: result dropped",
-                            extra=self._fields(),
-                        )
-                        break
-                round_.losses.append(output.loss)
-                round_.tokens_trained += output.tokens
-                round_.self_results.append(output.local_result)
-                await self._publish(round_, batch, output)
-        round_.training_done = True
-        round_.training_finished_at = time.monotonic()
+        if adopted is not None:
+            await self.training.confirm(adopted)
+        else:
+            ctx.tasks.spawn(self.training.train(round_, prelude))
+        self.exchange.replay_early()
         self._poke()
-        loss = round_.mean_loss()
-        log.info(
-            "trained step" if round_.losses else "round without training",
-            extra=self._fields(
-                step=round_.step,
-                loss=loss,
-                weights_hash=self.backend.weights_hash().hex(),
-                batches=len(round_.losses),
-            ),
-        )
 
-    async def _fetch(self, batch: BatchId) -> Any:
-        assert self.fetch_samples is not None
-        for attempt in range(1, DATA_FETCH_ATTEMPTS + 1):
-            try:
-                return await self.fetch_samples(batch)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning(
-                    "data fetch for %s failed (attempt %d/%d): %s",
-                    batch,
-                    attempt,
-                    DATA_FETCH_ATTEMPTS,
-                    exc,
-                    extra=self._fields(),
-                )
-                await asyncio.sleep(self.options.fetch_retry_delay * attempt)
-        log.error("giving up on %s: it will not be trained", batch, extra=self._fields())
+    async def _prelude(
+        self,
+        prepared: PreparedRound | None,
+        outcome: Outcome | None,
+        source: RoundState | None,
+        witnesses: list[Witness],
+        coordinator: Coordinator,
+        step: int,
+    ) -> bytes | None:
+        """What must happen before this round trains: settle the prepared round (keep its
+        apply, or undo it), then apply round h−2 unless the prepared apply stands. Returns the
+        weights hash after an apply (None when nothing was applied)."""
+        if prepared is not None and outcome == Outcome.KEEP_APPLY:
+            await self.preparer.discard_training(prepared)
+            return None if prepared.apply_task is None else await prepared.apply_task
+        if prepared is not None:
+            await self.preparer.revert(prepared, "the next round is not the predicted one")
+        if source is not None:
+            return await self.applier.apply(source, witnesses, coordinator, step)
         return None
 
-    def _finish_training(self, round_: RoundState) -> None:
+    async def _report_after(
+        self, prelude: asyncio.Task[bytes] | asyncio.Task[bytes | None], step: int
+    ) -> None:
+        weights = await asyncio.shield(prelude)
+        if weights is not None:
+            await self.applier.report(step, weights)
+
+    def _enter_witness(self, coordinator: Coordinator) -> None:
+        self._finish_training()
+        self.ctx.phase = Phase.WITNESS
+        round_ = self.ctx.current
+        if round_ is not None and round_.roles.is_witness:
+            self.ctx.tasks.spawn(self.witnessing.send_witness(round_, fallback=True))
+        self.preparer.prepare(coordinator)
+
+    def _finish_training(self) -> None:
+        """The training time of the current round is over (if we were training)."""
+        round_ = self.ctx.current
+        if self.ctx.phase != Phase.TRAINING or round_ is None:
+            return
         if not round_.training_done:
             round_.cancelled = True
-        self.stats.round_finished(round_)
+        self.ctx.stats.round_finished(round_)
 
-    def _start_witness(self) -> None:
-        self.active = "witness"
-        round_ = self.current
-        if round_ is not None and round_.roles.is_witness:
-            self._spawn(self._send_witness(round_, fallback=True))
-
-    async def tick(self) -> None:
-        """The 500 ms timer: warmup readiness, Finished + opportunistic witness, rebroadcast."""
-        if self.coordinator is None or self.backend is None:
-            return
-        now = time.monotonic()
-        await self._warmup_tick(now)
-        await self._training_tick()
-        await self._rebroadcast(now)
-
-    def _start_cooldown(self, coordinator: Any) -> None:
-        self.active = "cooldown"
-        if self.on_cooldown is not None and self.backend is not None:
-            self._spawn(self._cooldown(coordinator), round_scoped=False)
-
-    async def _cooldown(self, coordinator: Any) -> None:
-        assert self.backend is not None and self.on_cooldown is not None
-        async with self._model_lock:
-            await self.on_cooldown(coordinator, self.backend)
+    def _reset_to_warmup(self) -> None:
+        ctx = self.ctx
+        if ctx.current is not None and not ctx.current.training_done:
+            ctx.current.cancelled = True
+        self.preparer.abandon("the epoch ended")
+        ctx.tasks.cancel_round_tasks()
+        ctx.current = ctx.previous = None
+        ctx.phase = Phase.WARMUP if ctx.backend is not None else Phase.IDLE
+        self.warmup.reset()

@@ -1,9 +1,10 @@
-"""What a client remembers about one coordinator round (reference §2.5.1 step 6).
+"""What a client remembers about one coordinator round.
 
-A `RoundState` is created at the start of every RoundTrain from the derived roles. During the
-round (and the next one, as "previous round") it collects the announced results per batch in
-arrival order, the verified and decoded payloads, the Finished messages, the witness blooms
-and this client's own unquantized results (for the next step's error feedback).
+A `RoundState` is created when a round's roles are known (at its RoundTrain, or earlier while
+the previous round's witnesses report). During the round, and the next one as "previous
+round", it collects the announced results per batch in arrival order, one `ResultDownload`
+per announced result (its task, its outcome and the decoded result), the Finished messages,
+the witness blooms, and this client's own announcements and training progress.
 """
 
 from __future__ import annotations
@@ -11,19 +12,46 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
 
 from psyche_common.assignment import BatchId
 from psyche_common.bloom import Bloom
 
+from psyche_client.p2p.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_client.round.consensus import Candidate
 from psyche_client.round.roles import RoundRoles
-from psyche_client.round.witness_builder import RoundWitnessState
+from psyche_client.round.witness_builder import MutableBloom, RoundWitnessState
+from psyche_client.training.backend import DecodedResult, TrainedResult
 
 
 def new_bloom(_num_items: int) -> Bloom:
     """A witness bloom with fresh random keys (the reference ignores the sizing hint)."""
     return Bloom.random()
+
+
+class DownloadStatus(Enum):
+    PENDING = "pending"
+    VERIFIED = "verified"  # fetched (or our own), matched its commitment, decoded
+    REJECTED = "rejected"  # bytes that do not match the signed commitment, or malformed
+    FAILED = "failed"  # no peer delivered it within the attempts
+
+
+@dataclass
+class ResultDownload:
+    """One announced result of a round and what became of it."""
+
+    announcement: ResultAnnouncement
+    batch: BatchId
+    task: asyncio.Task[None] | None = None
+    status: DownloadStatus = DownloadStatus.PENDING
+    result: DecodedResult | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.status != DownloadStatus.PENDING
+
+
+Announcement = ResultAnnouncement | FinishedAnnouncement
 
 
 @dataclass
@@ -32,15 +60,16 @@ class RoundState:
     witness: RoundWitnessState
     have_training: bool
     candidates: dict[BatchId, list[Candidate]] = field(default_factory=dict)
-    announcements: dict[bytes, Any] = field(default_factory=dict)
-    payloads: dict[bytes, Any] = field(default_factory=dict)
-    downloads: dict[bytes, asyncio.Task[None]] = field(default_factory=dict)
-    failed: set[bytes] = field(default_factory=set)
+    downloads: dict[bytes, ResultDownload] = field(default_factory=dict)
     finished_from: set[bytes] = field(default_factory=set)
-    self_results: list[Any] = field(default_factory=list)
-    own_announcements: list[Any] = field(default_factory=list)
+    own_announcements: list[Announcement] = field(default_factory=list)
+    held_results: list[tuple[BatchId, TrainedResult]] = field(default_factory=list)
+    """Results trained before the round was confirmed (see `confirmed`), published on it."""
+    confirmed: bool = True
+    """False while the round is only predicted: its results are held, not published."""
     losses: list[float] = field(default_factory=list)
     tokens_trained: int = 0
+    batches_done: int = 0
     training_done: bool = False
     cancelled: bool = False
     sent_finished: bool = False
@@ -55,10 +84,17 @@ class RoundState:
         num_clients: int,
         have_training: bool,
         now: float,
-        bloom_factory: Callable[[int], Any] = new_bloom,
+        bloom_factory: Callable[[int], MutableBloom] = new_bloom,
+        confirmed: bool = True,
     ) -> RoundState:
         witness = RoundWitnessState.new(roles.batch_ids, num_clients, bloom_factory)
-        return cls(roles=roles, witness=witness, have_training=have_training, started_at=now)
+        return cls(
+            roles=roles,
+            witness=witness,
+            have_training=have_training,
+            started_at=now,
+            confirmed=confirmed,
+        )
 
     @property
     def step(self) -> int:
@@ -70,11 +106,11 @@ class RoundState:
 
     @property
     def batches_left(self) -> int:
-        return max(0, len(self.roles.my_batches) - len(self.self_results))
+        return max(0, len(self.roles.my_batches) - self.batches_done)
 
     def downloads_settled(self) -> bool:
         """Every download of this round has finished (verified, decoded, or given up)."""
-        return all(task.done() for task in self.downloads.values())
+        return all(download.settled for download in self.downloads.values())
 
     def mean_loss(self) -> float | None:
         return sum(self.losses) / len(self.losses) if self.losses else None

@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from psyche_common.assignment import BatchId
+from psyche_common.coordinator import Coordinator
 
 
 def result_commitment(step: int, batch: BatchId, payload_digest_input: bytes) -> bytes:
@@ -26,14 +27,35 @@ def result_commitment(step: int, batch: BatchId, payload_digest_input: bytes) ->
 
 
 @dataclass
-class TrainOutput:
-    """One trained batch: the loss, the bytes to transmit and the local (unquantized) result."""
+class TrainedResult:
+    """One trained batch as the round pipeline publishes it: the loss, the bytes to send and
+    their commitment, and how many tokens it trained on."""
 
     loss: float
     payload: bytes
     data_hash: bytes
-    local_result: Any
     tokens: int
+
+
+class DecodedResult(Protocol):
+    """A peer's result after `TrainingBackend.decode` verified it: what `apply` takes."""
+
+    @property
+    def trainer_nonce(self) -> int:
+        """How many results its trainer had produced before (cold-start filtering)."""
+        ...
+
+
+WeightsSnapshot = object
+"""What `TrainingBackend.snapshot` returns; only `restore` reads it."""
+
+
+@dataclass(frozen=True)
+class DummyResult:
+    """`DummyBackend`'s decoded result: the verified payload."""
+
+    payload: bytes
+    trainer_nonce: int = 0
 
 
 class TrainingBackend(Protocol):
@@ -41,17 +63,24 @@ class TrainingBackend(Protocol):
 
     def train(
         self, step: int, batch: BatchId, samples: Any, cancelled: Callable[[], bool]
-    ) -> TrainOutput | None:
+    ) -> TrainedResult | None:
         """Train one batch; None when ``cancelled()`` turned true (weights left unchanged)."""
         ...
 
-    def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> Any:
+    def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> DecodedResult:
         """Verify ``payload`` against its commitment and decode it; raise ValueError if bad."""
         ...
 
-    def apply(self, step: int, results: list[Any]) -> None: ...
+    def apply(self, step: int, results: Sequence[DecodedResult]) -> None: ...
 
-    def begin_round(self, coordinator: Any) -> None:
+    def snapshot(self) -> WeightsSnapshot:
+        """A copy of the weights that `restore` puts back exactly (an apply done early for a
+        round that then did not happen is undone with it)."""
+        ...
+
+    def restore(self, snapshot: WeightsSnapshot) -> None: ...
+
+    def begin_round(self, coordinator: Coordinator) -> None:
         """A round starts (called on the event loop; must be quick)."""
         ...
 
@@ -88,39 +117,47 @@ class DummyBackend:
 
     def train(
         self, step: int, batch: BatchId, samples: Any, cancelled: Callable[[], bool]
-    ) -> TrainOutput | None:
+    ) -> TrainedResult | None:
         time.sleep(self.delay_secs)
         if cancelled():
             return None
         seed = hashlib.sha256(self.weights + struct.pack(">IQQ", step, batch.start, batch.end))
         payload = (seed.digest() * 2)[: self.PAYLOAD_SIZE]
         loss = 10.0 / (1.0 + 0.1 * (self.applied_steps + 1))
-        return TrainOutput(
+        return TrainedResult(
             loss=loss,
             payload=payload,
             data_hash=result_commitment(step, batch, payload),
-            local_result=payload,
             tokens=len(batch),
         )
 
-    def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> bytes:
+    def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> DummyResult:
         if len(payload) != self.PAYLOAD_SIZE:
             raise ValueError(f"dummy result must be {self.PAYLOAD_SIZE} bytes, got {len(payload)}")
         if result_commitment(step, batch, payload) != data_hash:
             raise ValueError(f"result for {batch} at step {step} does not match its commitment")
-        return payload
+        return DummyResult(payload)
 
-    def apply(self, step: int, results: list[Any]) -> None:
+    def apply(self, step: int, results: Sequence[DecodedResult]) -> None:
         digest = hashlib.sha256(self.weights + struct.pack(">I", step))
-        for payload in results:
-            digest.update(payload)
+        for result in results:
+            if not isinstance(result, DummyResult):
+                raise TypeError(f"DummyBackend cannot apply a {type(result).__name__}")
+            digest.update(result.payload)
         self.weights = digest.digest()
         self.applied_steps += 1
+
+    def snapshot(self) -> WeightsSnapshot:
+        return (self.weights, self.applied_steps)
+
+    def restore(self, snapshot: WeightsSnapshot) -> None:
+        assert isinstance(snapshot, tuple)
+        self.weights, self.applied_steps = snapshot
 
     def cancel_round(self) -> None:
         return None
 
-    def begin_round(self, coordinator: Any) -> None:
+    def begin_round(self, coordinator: Coordinator) -> None:
         return None
 
     def weights_hash(self) -> bytes:

@@ -10,15 +10,16 @@ the announced step/batch and the signed commitment before anything uses them.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from psyche_common.assignment import BatchId
+from psyche_common.coordinator import Coordinator
 from psyche_common.lr_schedule import effective_lr
 
-from psyche_client.distro.result import ResultDecodeError
+from psyche_client.distro.result import DistroResult, ResultDecodeError
 from psyche_client.model.loading import (
     ModelInfo,
     build_model_from_config,
@@ -28,7 +29,7 @@ from psyche_client.model.loading import (
     raw_parameters,
     save_checkpoint,
 )
-from psyche_client.training.backend import TrainOutput
+from psyche_client.training.backend import DecodedResult, TrainedResult, WeightsSnapshot
 from psyche_client.training.device import resolve_device
 from psyche_client.training.trainer import Trainer, TrainingCancelled
 
@@ -94,7 +95,7 @@ class DistroBackend:
         bounds = coordinator.get_cold_start_warmup_bounds()
         return cls(trainer, info, llm.lr_schedule, bounds)
 
-    def begin_round(self, coordinator: Any) -> None:
+    def begin_round(self, coordinator: Coordinator) -> None:
         """Refresh what changes per epoch (the cold-start bounds)."""
         self.warmup_bounds = coordinator.get_cold_start_warmup_bounds()
 
@@ -103,7 +104,7 @@ class DistroBackend:
 
     def train(
         self, step: int, batch: BatchId, samples: Any, cancelled: Callable[[], bool]
-    ) -> TrainOutput | None:
+    ) -> TrainedResult | None:
         tokens = np.asarray(samples, dtype=np.int64)
         if not self.trainer.is_distro:
             self._weights_digest = None  # an AdamW trainer steps its weights in `train`
@@ -116,15 +117,14 @@ class DistroBackend:
         if output.result is None:
             raise RuntimeError("the run's optimizer is not DisTrO: nothing to share with peers")
         payload = output.result.encode()
-        return TrainOutput(
+        return TrainedResult(
             loss=output.loss,
             payload=payload,
             data_hash=output.result.data_hash(),
-            local_result=None,
             tokens=int(tokens.size),
         )
 
-    def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> Any:
+    def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> DistroResult:
         try:
             result = self.trainer.decode_result(payload)
         except ResultDecodeError as exc:
@@ -138,11 +138,28 @@ class DistroBackend:
             raise ValueError("result bytes do not match the signed commitment")
         return result
 
-    def apply(self, step: int, results: list[Any]) -> None:
+    def apply(self, step: int, results: Sequence[DecodedResult]) -> None:
+        distro_results = [r for r in results if isinstance(r, DistroResult)]
+        if len(distro_results) != len(results):
+            raise TypeError("DistroBackend applies only DistroResults")
         self._weights_digest = None
-        self.trainer.apply(results, step, self.lr(step))
+        self.trainer.apply(distro_results, step, self.lr(step))
         # hash here, in the caller's worker thread, not later on the event loop
         self._weights_digest = self.trainer.weights_digest()
+
+    def snapshot(self) -> WeightsSnapshot:
+        """Copies of every parameter on its device, with the weights hash they have."""
+        with torch.no_grad():
+            copies = [p.detach().clone() for p in self.trainer.model.parameters()]
+        return (copies, self.weights_hash())
+
+    def restore(self, snapshot: WeightsSnapshot) -> None:
+        assert isinstance(snapshot, tuple)
+        copies, digest = snapshot
+        with torch.no_grad():
+            for parameter, saved in zip(self.trainer.model.parameters(), copies, strict=True):
+                parameter.copy_(saved)
+        self._weights_digest = digest
 
     def cancel_round(self) -> None:
         self.trainer.drop_pending_result()

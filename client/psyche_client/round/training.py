@@ -1,0 +1,107 @@
+"""Training a round's batches (reference §2.5): fetch each batch's samples, train it in a
+worker thread under the model lock, and publish the result — or hold it while the round is
+only predicted (`RoundState.confirmed` is False) and publish it when the round is confirmed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+from psyche_common.assignment import BatchId
+
+from psyche_client.round.context import RoundContext
+from psyche_client.round.exchange import ResultExchange
+from psyche_client.round.ports import DataFetcher, RunnerOptions
+from psyche_client.round.state import RoundState
+
+log = logging.getLogger("psyche.client")
+
+
+class RoundTraining:
+    def __init__(
+        self,
+        ctx: RoundContext,
+        exchange: ResultExchange,
+        fetch_samples: DataFetcher | None,
+        options: RunnerOptions,
+        on_change: Callable[[], None],
+    ) -> None:
+        self.ctx = ctx
+        self.exchange = exchange
+        self.fetch_samples = fetch_samples
+        self.options = options
+        self.on_change = on_change
+
+    async def train(self, round_: RoundState, after: Awaitable[object] | None) -> None:
+        """Train `round_`'s batches once `after` (the apply before it) is done."""
+        backend = self.ctx.require_backend()
+        if after is not None:
+            await after
+        if round_.have_training:
+            for batch in round_.roles.my_batches:
+                if round_.cancelled:
+                    break
+                samples = await self._fetch(batch) if self.options.needs_data else None
+                if self.options.needs_data and samples is None:
+                    continue
+                async with self.ctx.model_lock:
+                    if round_.cancelled:
+                        break
+                    output = await asyncio.to_thread(
+                        backend.train, round_.step, batch, samples, lambda: round_.cancelled
+                    )
+                    if output is None or round_.cancelled:
+                        if output is not None:
+                            await asyncio.to_thread(backend.cancel_round)
+                        log.info("training of step %d stopped: result dropped", round_.step)
+                        break
+                round_.losses.append(output.loss)
+                round_.tokens_trained += output.tokens
+                round_.batches_done += 1
+                if round_.confirmed:
+                    await self.exchange.publish(round_, batch, output)
+                else:
+                    round_.held_results.append((batch, output))
+        round_.training_done = True
+        round_.training_finished_at = time.monotonic()
+        self.on_change()
+        log.info(
+            "trained step" if round_.losses else "round without training",
+            extra=self.ctx.fields(
+                step=round_.step,
+                loss=round_.mean_loss(),
+                weights_hash=backend.weights_hash().hex(),
+                batches=len(round_.losses),
+            ),
+        )
+
+    async def confirm(self, round_: RoundState) -> None:
+        """The predicted round really started: publish what was held, publish from now on."""
+        round_.confirmed = True
+        held, round_.held_results = round_.held_results, []
+        for batch, output in held:
+            await self.exchange.publish(round_, batch, output)
+
+    async def discard(self, round_: RoundState) -> None:
+        """The predicted round did not start as predicted: stop and forget its results."""
+        round_.cancelled = True
+        if round_.held_results:
+            round_.held_results = []
+            async with self.ctx.model_lock:
+                await asyncio.to_thread(self.ctx.require_backend().cancel_round)
+
+    async def _fetch(self, batch: BatchId) -> np.ndarray | None:
+        assert self.fetch_samples is not None
+        try:
+            return await self.fetch_samples(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error(
+                "giving up on %s: %s; it will not be trained", batch, exc, extra=self.ctx.fields()
+            )
+            return None

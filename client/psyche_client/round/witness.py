@@ -1,0 +1,108 @@
+"""Witnessing (reference §2.7, §2.8, §2.10): Finished, the round witness, health checks.
+
+During a round, once our training is done and every result of the previous round is settled,
+we announce Finished (with the Merkle root of what we saw); a witness of the round then sends
+its witness (the previous round's blooms) as soon as every member has finished, or at the
+latest when the coordinator enters RoundWitness. At the start of a round, a witness of the
+previous round accuses the trainers that too few witnesses saw participating.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from psyche_common.bloom import Bloom
+from psyche_common.client_id import short_id
+from psyche_common.committee import Committee
+from psyche_common.coordinator import Coordinator, witness_quorum
+
+from psyche_client.p2p.announcements import make_finished_announcement
+from psyche_client.round.context import RoundContext
+from psyche_client.round.exchange import ResultExchange
+from psyche_client.round.health import clients_to_accuse
+from psyche_client.round.phase import Phase
+from psyche_client.round.ports import PeerNetwork, Uplink, witness_wire
+from psyche_client.round.roles import selection_for_round
+from psyche_client.round.state import RoundState
+from psyche_client.round.witness_builder import EMPTY_MERKLE_ROOT
+
+log = logging.getLogger("psyche.client")
+
+
+class Witnessing:
+    def __init__(
+        self, ctx: RoundContext, network: PeerNetwork, uplink: Uplink, exchange: ResultExchange
+    ) -> None:
+        self.ctx = ctx
+        self.network = network
+        self.uplink = uplink
+        self.exchange = exchange
+
+    async def progress(self) -> None:
+        """Send Finished and the opportunistic witness once their conditions hold."""
+        round_ = self.ctx.current
+        if round_ is None or self.ctx.phase != Phase.TRAINING or not round_.training_done:
+            return
+        previous = self.ctx.previous
+        if previous is not None and not (
+            previous.witness.all_batches_seen and previous.downloads_settled()
+        ):
+            return
+        if not round_.sent_finished:
+            round_.sent_finished = True
+            merkle = previous.witness.merkle() if previous is not None else EMPTY_MERKLE_ROOT
+            announcement = make_finished_announcement(
+                self.ctx.identity, step=round_.step, warmup=False, broadcast_merkle=merkle
+            )
+            round_.own_announcements.append(announcement)
+            self.exchange.route(announcement)
+            await self.network.announce(announcement)
+        if set(self.ctx.members()) <= round_.finished_from and round_.roles.is_witness:
+            await self.send_witness(round_, fallback=False)
+
+    async def send_witness(self, round_: RoundState, fallback: bool) -> None:
+        """Send this round's witness (it attests the previous round's results) at most once."""
+        proof = round_.roles.witness_proof
+        if proof is None or not round_.roles.is_witness or round_.sent_witness:
+            return
+        round_.sent_witness = True
+        previous = self.ctx.previous
+        if previous is not None:
+            participant = previous.witness.participant_bloom
+            broadcast = previous.witness.broadcast_bloom
+            merkle = previous.witness.merkle()
+        else:
+            participant, broadcast, merkle = Bloom(), Bloom(), EMPTY_MERKLE_ROOT
+        weights = self.ctx.require_backend().weights_hash()
+        metadata = self.ctx.stats.witness_metadata(round_.step, weights)
+        await self.uplink.send_witness(
+            witness_wire(proof, participant, broadcast, merkle), metadata
+        )
+        log.info("sent witness", extra=self.ctx.fields(fallback=fallback))
+
+    async def send_health_checks(self, coordinator: Coordinator) -> None:
+        """As a witness of the previous round: accuse its trainers that too few witnesses
+        saw participating."""
+        previous_round = coordinator.previous_round()
+        selection = selection_for_round(coordinator, previous_round)
+        if previous_round is None or selection is None or coordinator.current_round().height < 2:
+            return
+        witnesses = list(previous_round.witnesses)
+        quorum = witness_quorum(coordinator.config.witness_nodes, len(witnesses))
+        ids = [c.id for c in coordinator.epoch_state.clients][: selection.total_nodes]
+        accused = clients_to_accuse(
+            ids,
+            is_trainer=lambda i: selection.get_committee(i).committee == Committee.Trainer,
+            participant_blooms=[w.participant_bloom for w in witnesses],
+            quorum=quorum,
+            proof_for=lambda i: selection.get_committee(i).to_wire(),
+        )
+        if accused:
+            log.warning(
+                "health check: accusing %s",
+                [short_id(client_id) for client_id, _ in accused],
+                extra=self.ctx.fields(),
+            )
+            await self.uplink.send_health_check(
+                accused, coordinator.progress.step, self.ctx.require_backend().weights_hash()
+            )
