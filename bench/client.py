@@ -131,7 +131,7 @@ class Probe:
 
     intervals: list[tuple[str, float, float]] = field(default_factory=list)
     states: list[tuple[float, float, str, int, int]] = field(default_factory=list)
-    """(monotonic, wall, state, step, run_state_start_unix_timestamp) of each state change."""
+    """(monotonic, wall, state, step, run_state_start_ms) of each state change."""
 
     def timed(self, kind: str, function: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -156,10 +156,13 @@ class Probe:
 
 def install_probe(probe: Probe) -> Callable[[], None]:
     """Wrap the client's methods with timers; returns the function that unwraps them."""
-    from psyche_client.training import distro_backend, round_runner, trainer
+    from psyche_client.round import runner as round_runner
+    from psyche_client.round import training as round_training
+    from psyche_client.training import distro_backend, trainer
 
     backend = distro_backend.DistroBackend
     runner = round_runner.RoundRunner
+    training = round_training.RoundTraining
     originals: list[tuple[Any, str, Any]] = []
 
     def patch(owner: Any, name: str, replacement: Any) -> None:
@@ -170,7 +173,7 @@ def install_probe(probe: Probe) -> Callable[[], None]:
     patch(backend, "apply", probe.timed("apply", backend.apply))
     patch(backend, "decode", probe.timed("decode", backend.decode))
     patch(backend, "weights_hash", probe.timed("weights_hash", backend.weights_hash))
-    patch(runner, "_fetch", probe.timed_async("data_fetch", runner._fetch))
+    patch(training, "_fetch", probe.timed_async("data_fetch", training._fetch))
     train = trainer.Trainer.train
 
     def trainer_train(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -193,7 +196,7 @@ def install_probe(probe: Probe) -> Callable[[], None]:
                 time.time(),
                 coordinator.run_state.name,
                 int(coordinator.progress.step),
-                int(coordinator.run_state_start_unix_timestamp),
+                coordinator.run_state_start_ms,
             )
         )
         await on_state(self, coordinator)
@@ -228,8 +231,8 @@ def round_breakdown(probe: Probe, trained: list[tuple[int, float, float, int]]) 
         def spent(kind: str, start: float = start, end: float = end) -> float:
             return sum(b - a for k, a, b in probe.intervals if k == kind and start <= a < end)
 
-        witness_mono, witness_wall, witness_begun = witness[step]
-        earliest_tick = witness_begun + max(ROUND_WITNESS_TIME, 1)  # check_timeout semantics
+        witness_mono, _, witness_begun_ms = witness[step]
+        deadline = witness_begun_ms / 1000 + ROUND_WITNESS_TIME  # check_timeout semantics
         forward_backward = spent("forward_backward")
         generate = spent("distro_generate")
         backend_train = spent("backend_train")
@@ -243,11 +246,11 @@ def round_breakdown(probe: Probe, trained: list[tuple[int, float, float, int]]) 
                 "encode_and_commitment": backend_train - forward_backward - generate,
                 "decode_results": spent("decode"),
                 "weights_hash": spent("weights_hash"),
+                # negative when the round was prepared (trained) during the last RoundWitness
                 "round_start_to_training_done": training_done - start,
                 "training_done_to_round_witness": witness_mono - training_done,
                 "round_witness_phase": end - witness_mono,
-                "round_witness_waiting_for_timeout_second": max(0.0, earliest_tick - witness_wall),
-                "tick_latency_after_timeout": next_train_wall[step + 1] - earliest_tick,
+                "tick_latency_after_timeout": next_train_wall[step + 1] - deadline,
             }
         )
     if not rows:
@@ -305,18 +308,14 @@ def client_run(tmp: Path, shape: Shape, steps: int) -> dict[str, Any]:
     finally:
         cluster.stop()
         restore()
-    rounds = app.stats.trained_rounds[2:]
+    # skip the first two rounds (model load, first apply); the last trained round only marks
+    # the end of the window: a round starts when its training starts (for a prepared round,
+    # during the previous RoundWitness), so the window holds whole rounds, protocol included
+    trained = app.stats.trained_rounds
+    rounds = trained[2:-1]
     if len(rounds) < 2:
-        raise RuntimeError(f"only {len(app.stats.trained_rounds)} trained rounds")
-    # wall time: from the first measured round's start to the start of the round after the
-    # last measured one (every round pays its whole protocol time)
-    last_step = rounds[-1][0]
-    end = next(
-        (mono for mono, _, s, step, _ in probe.states if s == "RoundTrain" and step > last_step),
-        None,
-    )
-    if end is None:  # the last measured round led to Cooldown: end at its RoundWitness end
-        end = max(mono for mono, _, s, _, _ in probe.states if s == "Cooldown")
+        raise RuntimeError(f"only {len(trained)} trained rounds")
+    end = trained[-1][1]
     wall = end - rounds[0][1]
     tokens = sum(r[3] for r in rounds)
     return {
@@ -343,31 +342,20 @@ def joiner_fetch() -> dict[str, float]:
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=64, help="global batch (samples/step)")
-    parser.add_argument("--seq-len", type=int, default=256)
-    parser.add_argument("--micro-batch", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=6, help="trained steps per client run")
-    parser.add_argument("--repeats", type=int, default=3, help="client runs (median ratio)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads of each side")
-    parser.add_argument("--skip-fetch", action="store_true", help="skip the joiner fetch")
-    parser.add_argument("--bare-worker", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    shape = Shape(args.batch, args.seq_len, args.micro_batch)
-    torch.set_num_threads(args.threads)
-    if args.bare_worker is not None:
-        bare_worker(shape, args.bare_worker)
-        return
-    logging.disable(logging.WARNING)
+def measure_case(shape: Shape, steps: int, repeats_count: int, threads: int) -> dict[str, Any]:
+    """The client next to the bare loop, `repeats_count` times; the median ratio and the
+    breakdown of the most typical repeat."""
     repeats = []
-    for index in range(args.repeats):
-        progress(f"repeat {index + 1}/{args.repeats}: 1-client run next to the bare loop")
+    for index in range(repeats_count):
+        progress(
+            f"batch {shape.batch}: repeat {index + 1}/{repeats_count}: "
+            "1-client run next to the bare loop"
+        )
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "bare.log"
-            worker = start_bare_worker(shape, args.threads, out)
+            worker = start_bare_worker(shape, threads, out)
             try:
-                client = client_run(Path(tmp), shape, args.steps)
+                client = client_run(Path(tmp), shape, steps)
             finally:
                 worker.terminate()
                 worker.wait(30)
@@ -395,15 +383,52 @@ def main() -> None:
     median = statistics.median(r["client_over_bare"] for r in repeats)
     typical = min(repeats, key=lambda r: abs(r["client_over_bare"] - median))
     breakdown = typical["client_round_breakdown_seconds"]
-    result: dict[str, Any] = {
-        "model": MODEL,
-        "data": DATA,
+    return {
         "batch": shape.batch,
         "seq_len": shape.seq_len,
         "micro_batch": shape.micro_batch,
         "tokens_per_step": shape.batch * shape.seq_len,
+        "client_over_bare": median,
+        "client_over_bare_per_repeat": [r["client_over_bare"] for r in repeats],
+        "bare_step_seconds": typical["bare_step_seconds"],
+        "step_compute_seconds": breakdown["forward_backward"],
+        "protocol_overhead_seconds_per_step": breakdown["protocol_overhead"],
+        "typical_repeat": typical,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=64, help="global batch of the long step")
+    parser.add_argument(
+        "--short-batch", type=int, default=20, help="global batch of the short (~1 s) step"
+    )
+    parser.add_argument("--seq-len", type=int, default=256)
+    parser.add_argument("--micro-batch", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=7, help="trained steps per client run")
+    parser.add_argument("--repeats", type=int, default=3, help="client runs (median ratio)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of each side")
+    parser.add_argument("--skip-fetch", action="store_true", help="skip the joiner fetch")
+    parser.add_argument("--skip-short", action="store_true", help="skip the short-step case")
+    parser.add_argument("--bare-worker", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    shape = Shape(args.batch, args.seq_len, args.micro_batch)
+    torch.set_num_threads(args.threads)
+    if args.bare_worker is not None:
+        bare_worker(shape, args.bare_worker)
+        return
+    logging.disable(logging.WARNING)
+    load_before = os.getloadavg()
+    cases = {"long_step": measure_case(shape, args.steps, args.repeats, args.threads)}
+    if not args.skip_short:
+        short = Shape(args.short_batch, args.seq_len, min(args.micro_batch, args.short_batch))
+        cases["short_step"] = measure_case(short, args.steps * 2, args.repeats, args.threads)
+    result: dict[str, Any] = {
+        "model": MODEL,
+        "data": DATA,
         "torch_threads": args.threads,
         "round_witness_time": ROUND_WITNESS_TIME,
+        "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "baseline": (
             "a bare PyTorch loop (same model, data, batch, micro-batches, clipping; AdamW) in a "
             "separate process running at the same time as the client run, each side with "
@@ -414,11 +439,9 @@ def main() -> None:
             "client: DisTrO (lookahead, generate, encode, decode and apply of its own result), "
             "data via the provider, and the coordinator protocol; baseline: one AdamW step"
         ),
-        "client_over_bare": median,
-        "client_over_bare_per_repeat": [r["client_over_bare"] for r in repeats],
-        "step_compute_seconds": breakdown["forward_backward"],
-        "protocol_overhead_seconds_per_step": breakdown["protocol_overhead"],
-        "typical_repeat": typical,
+        "client_over_bare_long_step": cases["long_step"]["client_over_bare"],
+        "client_over_bare_short_step": cases.get("short_step", {}).get("client_over_bare"),
+        "cases": cases,
     }
     if not args.skip_fetch:
         progress("late-joiner fetch")

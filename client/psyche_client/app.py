@@ -121,19 +121,18 @@ class ClientApp:
 
     # ------------------------------------------------------------------ model loading
 
-    async def _load_backend(self, coordinator: Any) -> TrainingBackend:
-        checkpoint = coordinator.model.checkpoint
-        kind = getattr(checkpoint, "kind", type(checkpoint).__name__)
+    async def _load_backend(self, coordinator: Coordinator) -> TrainingBackend:
         peers = [peer for peer in self.members if peer != self.identity.public_key]
-        from_peers = kind in ("P2P", "P2PGcs") and bool(peers)
+        from_peers = coordinator.model.checkpoint.kind in ("P2P", "P2PGcs") and bool(peers)
+        backend: TrainingBackend
         if self.options.dummy_training_delay_secs is not None:
-            backend: Any = DummyBackend(self.options.dummy_training_delay_secs)
+            backend = DummyBackend(self.options.dummy_training_delay_secs)
         else:
-            from psyche_client.training.distro_backend import DistroBackend
-
             peer_config = await self._peer_config(peers) if from_peers else None
+            # importing torch and transformers takes seconds (tens on a loaded machine): in the
+            # worker thread, so that the event loop keeps reading the server's states
             backend = await asyncio.to_thread(
-                DistroBackend.load,
+                _load_distro_backend,
                 coordinator,
                 device=self.options.device,
                 micro_batch_size=self.options.micro_batch_size,
@@ -294,6 +293,25 @@ class ClientApp:
             return await holder["provider"].get_samples(batch)
 
         return fetch
+
+
+def _load_distro_backend(
+    coordinator: Coordinator,
+    *,
+    device: str,
+    micro_batch_size: int,
+    from_peers: bool,
+    peer_config: dict[str, Any] | None,
+) -> TrainingBackend:
+    from psyche_client.training.distro_backend import DistroBackend
+
+    return DistroBackend.load(
+        coordinator,
+        device=device,
+        micro_batch_size=micro_batch_size,
+        from_peers=from_peers,
+        peer_config=peer_config,
+    )
 
 
 def _exit_code(first: asyncio.Task[Any]) -> int:
