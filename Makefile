@@ -52,4 +52,4 @@ demo-headless: $(STAMP) tmux
 	$(VENV)/bin/psyche-local-testnet start --num-clients 3 --headless --duration 240
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis
