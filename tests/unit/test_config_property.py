@@ -35,7 +35,6 @@ from psyche_common.config import (
     P2PGcsCheckpoint,
     PreprocessedData,
     Progress,
-    RunState,
     SeededShuffle,
     ServerData,
     SingleUrl,
@@ -46,6 +45,7 @@ from psyche_common.config import (
     coordinator_config_problem,
     parse_state,
 )
+from psyche_common.coordinator import RunState
 
 
 def uint(bits: int) -> st.SearchStrategy[int]:

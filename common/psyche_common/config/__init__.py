@@ -40,7 +40,7 @@ from psyche_common.config.data_location import (
     WeightedHttpData,
 )
 from psyche_common.config.data_server import DataServerConfig
-from psyche_common.config.enums import Architecture, DataType, RunState, TokenSize
+from psyche_common.config.enums import Architecture, DataType, TokenSize
 from psyche_common.config.errors import ConfigError, ConfigProblem
 from psyche_common.config.loading import (
     load_data_config,
@@ -119,7 +119,6 @@ __all__ = [
     "P2PGcsCheckpoint",
     "PreprocessedData",
     "Progress",
-    "RunState",
     "SeededShuffle",
     "ServerData",
     "SingleUrl",
