@@ -65,7 +65,7 @@ from psyche_common.config.optimizer import (
     DummyOptimizer,
     Optimizer,
 )
-from psyche_common.config.state_file import Progress, StateFile
+from psyche_common.config.state_file import StateFile, StateFileProgress
 from psyche_common.config.summary import summary_lines
 from psyche_common.config.validation import (
     BUILTIN_DATASETS,
@@ -118,11 +118,11 @@ __all__ = [
     "P2PCheckpoint",
     "P2PGcsCheckpoint",
     "PreprocessedData",
-    "Progress",
     "SeededShuffle",
     "ServerData",
     "SingleUrl",
     "StateFile",
+    "StateFileProgress",
     "TokenSize",
     "ValidationReport",
     "WarmupStableDecayLR",

@@ -37,8 +37,9 @@ RunStateName = Annotated[
 """A `RunState` field read from and written as the member's name (the TOML form)."""
 
 
-class Progress(StrictModel):
-    """`[progress]`: where the run is; persists across epochs."""
+class StateFileProgress(StrictModel):
+    """`[progress]`: where the run is; persists across epochs (the coordinator's own form is
+    `psyche_common.coordinator.Progress`)."""
 
     epoch: U16 = 0
     step: U32 = 1
@@ -55,7 +56,7 @@ class StateFile(StrictModel):
     run_state: RunStateName = RunState.WaitingForMembers
     model: LLMConfig
     config: CoordinatorConfig
-    progress: Progress = Field(default_factory=Progress)
+    progress: StateFileProgress = Field(default_factory=StateFileProgress)
     epoch_state: dict[str, Any] | None = None
     run_state_start_unix_timestamp: U64 = 0
     pending_pause: bool = False

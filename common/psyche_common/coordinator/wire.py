@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from psyche_common.config import CoordinatorConfig, LLMConfig, StateFile
-from psyche_common.config import Progress as ConfigProgress
+from psyche_common.config import CoordinatorConfig, LLMConfig, StateFile, StateFileProgress
 from psyche_common.coordinator.types import ClientState, EpochState, Progress, RunState
 from psyche_common.wire_checks import wire_map, wire_uint
 
@@ -127,7 +126,7 @@ def to_state_file(coord: Coordinator) -> StateFile:
         run_state=coord.run_state,
         model=coord.model.model_copy(deep=True),
         config=coord.config.model_copy(deep=True),
-        progress=ConfigProgress(
+        progress=StateFileProgress(
             epoch=coord.progress.epoch,
             step=coord.progress.step,
             epoch_start_data_index=coord.progress.epoch_start_data_index,
