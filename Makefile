@@ -31,6 +31,7 @@ test-all: $(STAMP) tmux
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format .
@@ -52,4 +53,4 @@ demo-headless: $(STAMP) tmux
 	$(VENV)/bin/psyche-local-testnet start --num-clients 3 --headless --duration 240
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis

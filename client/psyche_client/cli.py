@@ -11,8 +11,9 @@ import asyncio
 import contextlib
 import os
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 from psyche_common.protocol import Identity
@@ -260,7 +261,7 @@ def _run(options: ClientOptions, logs: str, write_log: Path | None) -> int:
     try:
         import uvloop
 
-        run_loop = uvloop.run
+        run_loop: Callable[[Coroutine[Any, Any, int]], int] = uvloop.run
     except ImportError:
         run_loop = asyncio.run
     try:

@@ -12,10 +12,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from psyche_common.committee import Committee, CommitteeSelection
 from psyche_common.shuffle import deterministic_shuffle
+
+if TYPE_CHECKING:
+    from psyche_common.coordinator.state import Coordinator
 
 U16_MAX = 0xFFFF
 
@@ -64,6 +67,13 @@ class BatchSizeConfig(Protocol):
     global_batch_size_warmup_tokens: int
 
 
+class AssignmentConfig(BatchSizeConfig, Protocol):
+    """The `[config]` settings a round's data assignment reads (`CoordinatorConfig` has them)."""
+
+    witness_nodes: int
+    verification_percent: int
+
+
 def round_half_away_from_zero(x: float) -> int:
     """Rust's `f64::round`: halves go away from zero (Python's `round` goes to even)."""
     magnitude = math.floor(abs(x))
@@ -97,7 +107,7 @@ class ClientLike(Protocol):
     id: bytes
 
 
-def round_batch_size(coordinator: Any, round_: RoundLike | None) -> int:
+def round_batch_size(coordinator: Coordinator, round_: RoundLike | None) -> int:
     """`get_target_global_batch_size`: the batch size at the round's (or epoch's) data cursor."""
     index = round_.data_index if round_ is not None else coordinator.progress.epoch_start_data_index
     return get_batch_size(coordinator.config, index * coordinator.model.max_seq_len)
@@ -145,7 +155,7 @@ def trainer_ids(
 def assign_data_for_round(
     round_: RoundLike,
     clients: Sequence[ClientLike],
-    config: Any,
+    config: AssignmentConfig,
     max_seq_len: int,
 ) -> dict[BatchId, bytes]:
     """Batch id → trainer client id for one round; the batches are in sample order."""
@@ -163,7 +173,7 @@ def assign_data_for_round(
     return dict(zip(batches, trainers, strict=False))
 
 
-def assign_data_for_state(coordinator: Any) -> dict[BatchId, bytes]:
+def assign_data_for_state(coordinator: Coordinator) -> dict[BatchId, bytes]:
     """Batch id → trainer client id for the coordinator's current round."""
     return assign_data_for_round(
         coordinator.current_round(),
@@ -179,13 +189,13 @@ def batches_for_client(assignment: dict[BatchId, bytes], client_id: bytes) -> li
 
 
 def get_batch_ids_for_round(
-    round_: RoundLike, coordinator: Any, num_trainers: int
+    round_: RoundLike, coordinator: Coordinator, num_trainers: int
 ) -> list[BatchId]:
     """All batch ids of a round (no owners), as trainers would split it."""
     return split_batch(round_.data_index, round_batch_size(coordinator, round_), num_trainers)
 
 
-def get_data_index_for_step(coordinator: Any, target_step: int) -> int:
+def get_data_index_for_step(coordinator: Coordinator, target_step: int) -> int:
     """The data cursor at `target_step` assuming constant batch settings (0 if out of range)."""
     if target_step <= 1 or target_step > coordinator.config.total_steps:
         return 0

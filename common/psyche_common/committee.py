@@ -12,10 +12,14 @@ import enum
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from psyche_common.shuffle import compute_shuffled_index, shuffled_positions
 from psyche_common.wire_checks import wire_map, wire_uint
+
+if TYPE_CHECKING:
+    from psyche_common.coordinator.state import Coordinator
+    from psyche_common.coordinator.types import Round
 
 MAX_WITNESSES = 32
 U64_MAX = (1 << 64) - 1
@@ -139,7 +143,7 @@ class CommitteeSelection:
         )
 
     @classmethod
-    def from_coordinator(cls, coordinator: Any, offset: int) -> CommitteeSelection:
+    def from_coordinator(cls, coordinator: Coordinator, offset: int) -> CommitteeSelection:
         """Selection for the current (0), previous (-1) or previous-previous (-2) round.
 
         Raises `CoordinatorError(NoActiveRound)` when that round does not exist and
@@ -147,6 +151,7 @@ class CommitteeSelection:
         """
         from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 
+        round_: Round | None
         if offset == 0:
             round_ = coordinator.current_round()
         elif offset == -1:

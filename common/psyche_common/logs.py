@@ -17,6 +17,9 @@ LogFormat = Literal["console", "json"]
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
 """The level names CLIs accept for `--log-level` (any case)."""
 
+_HANDLER_NAME = "psyche"
+"""The name of the root handler `setup_logging` installs (and replaces when called again)."""
+
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 _STANDARD_RECORD_FIELDS = frozenset(
     logging.LogRecord("", 0, "", 0, "", None, None).__dict__.keys()
@@ -89,10 +92,10 @@ def setup_logging(
 
     Calling it again replaces the handlers it installed before."""
     root = logging.getLogger()
-    for handler in list(root.handlers):
-        if getattr(handler, "_psyche_handler", False):
-            root.removeHandler(handler)
-            handler.close()
+    for installed in list(root.handlers):
+        if installed.get_name() == _HANDLER_NAME:
+            root.removeHandler(installed)
+            installed.close()
     handler: logging.Handler
     if file is not None:
         Path(file).parent.mkdir(parents=True, exist_ok=True)
@@ -100,6 +103,6 @@ def setup_logging(
     else:
         handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(make_formatter(fmt))
-    handler._psyche_handler = True  # type: ignore[attr-defined]
+    handler.set_name(_HANDLER_NAME)
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)

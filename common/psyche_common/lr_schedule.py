@@ -86,12 +86,13 @@ def normalize_schedule(schedule: Any) -> ScheduleParams:
     present = [kind for kind in SCHEDULE_KINDS if _read(schedule, kind) is not None]
     if len(present) > 1:
         raise ValueError(f"lr_schedule has more than one schedule set: {', '.join(present)}")
+    kind: object
     if present:
         kind, inner = present[0], _read(schedule, present[0])
     else:
         kind = _read(schedule, "kind") or _read(schedule, "type") or _kind_from_class_name(schedule)
         inner = schedule
-    if kind not in _FIELDS:
+    if kind not in _FIELDS or not isinstance(kind, str):
         raise ValueError(
             f"lr_schedule is not one of {', '.join(SCHEDULE_KINDS)} (got {type(schedule).__name__})"
         )

@@ -45,17 +45,17 @@ class ClientLogRecord:
     msg: str | None = None
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _float(value: Any) -> float | None:
+def _float(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
 
 
-def _str(value: Any) -> str | None:
+def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 

@@ -17,9 +17,10 @@ from typing import Any
 
 from psyche_common.coordinator import Coordinator
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
-from psyche_common.coordinator.types import ACTIVE_STATES, RunState
+from psyche_common.coordinator.types import ACTIVE_STATES, RunState, TickResult
 from psyche_common.protocol import encode_frame, short_id
 from psyche_common.protocol.messages import (
+    AnyClientMessage,
     Join,
     parse_client_message,
 )
@@ -31,6 +32,7 @@ from .bridge import (
 from .client_messages import apply_client_message, reported_weights
 from .connections import CloseConnection, Connection, ConnectionManager
 from .consistency import WeightsHashMonitor
+from .data_server import DataServer
 from .options import ServerOptions, ServerStats
 from .persistence import save_state
 from .roster import ClientRoster
@@ -52,10 +54,10 @@ def state_timeout_deadline(coordinator: Coordinator) -> float | None:
         RunState.RoundWitness: config.round_witness_time,
         RunState.Cooldown: config.cooldown_time,
     }
-    duration = durations.get(RunState(coordinator.run_state))
+    duration = durations.get(coordinator.run_state)
     if duration is None:
         return None
-    return (coordinator.run_state_start_ms + max(int(duration) * 1000, 1)) / 1000
+    return (coordinator.run_state_start_ms + max(duration * 1000, 1)) / 1000
 
 
 class ServerApp:
@@ -63,9 +65,9 @@ class ServerApp:
 
     def __init__(
         self,
-        coordinator: Any,
+        coordinator: Coordinator,
         options: ServerOptions | None = None,
-        data_server: Any | None = None,
+        data_server: DataServer | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.coordinator = coordinator
@@ -80,9 +82,9 @@ class ServerApp:
         self._last_wire: dict[str, Any] | None = None
         self._state_changed = asyncio.Event()
         coordinator.reset_ephemeral()
-        self.original_warmup_time = int(coordinator.config.warmup_time)
+        self.original_warmup_time = coordinator.config.warmup_time
         if self.options.init_warmup_time is not None:
-            coordinator.config.warmup_time = int(self.options.init_warmup_time)
+            coordinator.config.warmup_time = self.options.init_warmup_time
         self.connections = ConnectionManager(
             "coordinator",
             parse_client_message,
@@ -101,11 +103,11 @@ class ServerApp:
 
     @property
     def run_id(self) -> str:
-        return str(self.coordinator.run_id)
+        return self.coordinator.run_id
 
     @property
     def run_state(self) -> RunState:
-        return RunState(self.coordinator.run_state)
+        return self.coordinator.run_state
 
     @property
     def address(self) -> str:
@@ -141,7 +143,7 @@ class ServerApp:
                 next_tick += interval
                 if next_tick < loop.time():
                     next_tick = loop.time() + interval  # skip missed ticks, no catch-up
-                ticked_early_at: tuple[int, int] | None = None
+                ticked_early_at: tuple[RunState, int] | None = None
                 while not stop.is_set():
                     self._state_changed.clear()
                     remaining = next_tick - loop.time()
@@ -182,13 +184,10 @@ class ServerApp:
         remaining = deadline + TIMEOUT_TICK_MARGIN - self.clock()
         return remaining if remaining > 0 else None
 
-    def _state_key(self) -> tuple[int, int]:
-        return (
-            int(self.coordinator.run_state),
-            int(self.coordinator.run_state_start_ms),
-        )
+    def _state_key(self) -> tuple[RunState, int]:
+        return self.coordinator.run_state, self.coordinator.run_state_start_ms
 
-    def _note_state_change(self, before: tuple[int, int]) -> None:
+    def _note_state_change(self, before: tuple[RunState, int]) -> None:
         """Wake the tick loop when the state (or its start) changed, so it re-reads the
         state's timeout."""
         if self._state_key() != before:
@@ -217,7 +216,8 @@ class ServerApp:
         """One server tick: kick the unhealthy, tick the coordinator, save, broadcast."""
         key = self._state_key()
         self.kick_unhealthy_clients()
-        before = (self.run_state, int(self.coordinator.progress.epoch))
+        before = (self.run_state, self.coordinator.progress.epoch)
+        result: TickResult | None
         try:
             result = self.coordinator.tick(list(self.pending), self.now(), secrets.randbits(64))
         except CoordinatorError as exc:
@@ -227,19 +227,19 @@ class ServerApp:
             result = None
         self.stats.ticks += 1
         self.kick_unhealthy_clients()  # records this tick moved to exited, before the broadcast
-        after = (self.run_state, int(self.coordinator.progress.epoch))
+        after = (self.run_state, self.coordinator.progress.epoch)
         if after != before:
             log.info(
                 "run state %s -> %s (epoch %d, step %d)",
                 before[0].name,
                 after[0].name,
                 after[1],
-                int(self.coordinator.progress.step),
+                self.coordinator.progress.step,
                 extra={
                     "old_state": before[0].name,
                     "new_state": after[0].name,
                     "epoch": after[1],
-                    "step": int(self.coordinator.progress.step),
+                    "step": self.coordinator.progress.step,
                 },
             )
         if result is not None and result.epoch_ended:
@@ -249,15 +249,15 @@ class ServerApp:
 
     def _on_epoch_end(self, success: bool) -> None:
         if not success:
-            log.info("Epoch abandoned", extra={"epoch": int(self.coordinator.progress.epoch)})
+            log.info("Epoch abandoned", extra={"epoch": self.coordinator.progress.epoch})
             return
         log.info(
             "epoch ended (now epoch %d, step %d)",
-            int(self.coordinator.progress.epoch),
-            int(self.coordinator.progress.step),
+            self.coordinator.progress.epoch,
+            self.coordinator.progress.step,
             extra={
-                "epoch": int(self.coordinator.progress.epoch),
-                "step": int(self.coordinator.progress.step),
+                "epoch": self.coordinator.progress.epoch,
+                "step": self.coordinator.progress.step,
             },
         )
         if self.options.save_state_dir is not None:
@@ -314,7 +314,7 @@ class ServerApp:
 
     @property
     def pause_pending(self) -> bool:
-        return bool(self.coordinator.pending_pause)
+        return self.coordinator.pending_pause
 
     def toggle_pause(self) -> str:
         """Ctrl+P: resume when Paused, otherwise pause (deferred to cooldown when active)."""
@@ -360,7 +360,7 @@ class ServerApp:
                 extra={"client": short_id(client_id), "index": index},
             )
 
-    async def _on_message(self, conn: Connection, message: Any) -> None:
+    async def _on_message(self, conn: Connection, message: AnyClientMessage) -> None:
         self.stats.messages += 1
         key = self._state_key()
         client_id = conn.peer_id

@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from psyche_common.committee import CommitteeProof
+from psyche_common.config.checkpoint import AnyCheckpoint
 from psyche_common.config.checkpoint import Checkpoint as CheckpointField
+from psyche_common.coordinator import Coordinator
 from psyche_common.coordinator.types import ClientState, Witness
 from psyche_common.protocol.messages import HealthCheck, InvalidMessage, describe_validation_error
 from pydantic import TypeAdapter, ValidationError
@@ -33,10 +35,10 @@ def parse_health_checks(message: HealthCheck) -> list[tuple[bytes, CommitteeProo
     return checks
 
 
-_checkpoint_adapter: TypeAdapter[Any] = TypeAdapter(CheckpointField)
+_checkpoint_adapter: TypeAdapter[AnyCheckpoint] = TypeAdapter(CheckpointField)
 
 
-def parse_checkpoint(wire: dict[str, Any]) -> Any:
+def parse_checkpoint(wire: dict[str, Any]) -> AnyCheckpoint:
     """A Checkpoint payload in the state-file form: `{"Hub": {"repo_id": ..., "revision": ...}}`
     or `{"Gcs": {"bucket": ..., "prefix": ...}}`."""
     try:
@@ -45,7 +47,7 @@ def parse_checkpoint(wire: dict[str, Any]) -> Any:
         raise InvalidMessage(describe_validation_error("Checkpoint.checkpoint", exc)) from exc
 
 
-def client_index(coordinator: Any, client_id: bytes) -> int | None:
+def client_index(coordinator: Coordinator, client_id: bytes) -> int | None:
     for index, client in enumerate(coordinator.epoch_state.clients):
         if client.id == client_id:
             return index
@@ -55,7 +57,7 @@ def client_index(coordinator: Any, client_id: bytes) -> int | None:
 KICKED_STATES = frozenset({ClientState.Dropped, ClientState.Ejected})
 
 
-def unhealthy_exited_ids(coordinator: Any) -> list[bytes]:
+def unhealthy_exited_ids(coordinator: Coordinator) -> list[bytes]:
     """Ids in `exited_clients` that a health check removed (Dropped/Ejected); the server kicks
     them from the pending set. Withdrawn clients are not kicked: a disconnect already removed
     them, and a pause or a zero-witness round must not lock connected clients out of the run

@@ -11,17 +11,25 @@ from __future__ import annotations
 
 import logging
 import secrets
-from typing import Any
 
+from psyche_common.coordinator import Coordinator
 from psyche_common.protocol import short_id
-from psyche_common.protocol.messages import Checkpoint, HealthCheck, WarmupWitness, Witness
+from psyche_common.protocol.messages import (
+    AnyClientMessage,
+    Checkpoint,
+    HealthCheck,
+    WarmupWitness,
+    Witness,
+)
 
 from .bridge import client_index, parse_checkpoint, parse_health_checks, parse_witness
 
 log = logging.getLogger("psyche.server")
 
 
-def apply_client_message(coordinator: Any, client_id: bytes, message: Any, now: int) -> None:
+def apply_client_message(
+    coordinator: Coordinator, client_id: bytes, message: AnyClientMessage, now: float
+) -> None:
     if isinstance(message, WarmupWitness):
         witness = parse_witness("WarmupWitness", message.witness)
         coordinator.warmup_witness(client_id, witness, now, secrets.randbits(64))
@@ -55,10 +63,14 @@ def apply_client_message(coordinator: Any, client_id: bytes, message: Any, now: 
         raise TypeError(f"not a coordinator message: {type(message).__name__}")
 
 
-def reported_weights(message: Any) -> tuple[int, bytes] | None:
+def reported_weights(message: AnyClientMessage) -> tuple[int, bytes] | None:
     """The (step, weights hash) a message reports, if any."""
     if isinstance(message, Witness) and message.metadata.weights_hash is not None:
         return message.metadata.step, message.metadata.weights_hash
-    if isinstance(message, HealthCheck) and None not in (message.step, message.weights_hash):
-        return message.step, message.weights_hash  # type: ignore[return-value]
+    if (
+        isinstance(message, HealthCheck)
+        and message.step is not None
+        and message.weights_hash is not None
+    ):
+        return message.step, message.weights_hash
     return None

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from psyche_common.protocol import (
     ConnectionClosed,
@@ -110,18 +110,20 @@ class Connection:
         return f"Connection({short_id(self.peer_id)} @ {self.remote})"
 
 
-MessageHandler = Callable[[Connection, Any], Awaitable[None]]
+MessageT = TypeVar("MessageT")
+"""The validated message type of one port (what its parser returns and its handler takes)."""
+
 ConnectHook = Callable[[Connection], None]
 
 
-class ConnectionManager:
+class ConnectionManager(Generic[MessageT]):
     """Accepts and serves the connections of one listening port."""
 
     def __init__(
         self,
         name: str,
-        parse: Callable[[object], Any],
-        on_message: MessageHandler,
+        parse: Callable[[object], MessageT],
+        on_message: Callable[[Connection, MessageT], Awaitable[None]],
         limits: ConnectionLimits,
         on_connect: ConnectHook | None = None,
         on_disconnect: ConnectHook | None = None,

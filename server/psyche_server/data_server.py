@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 from psyche_common.assignment import BatchId
+from psyche_common.coordinator import Coordinator
 from psyche_common.data.errors import DataError, DataIndexError
 from psyche_common.protocol import short_id
 from psyche_common.protocol.data_messages import (
+    RejectReason,
     RequestRejected,
     RequestTrainingData,
     TrainingData,
@@ -32,7 +34,8 @@ log = logging.getLogger("psyche.server.data")
 class SampleProvider(Protocol):
     """What the data server serves from: a data provider with a known number of sequences."""
 
-    num_sequences: int
+    @property
+    def num_sequences(self) -> int: ...
 
     async def get_samples(self, batch: BatchId) -> np.ndarray: ...
 
@@ -89,11 +92,11 @@ class DataServer:
     async def close(self) -> None:
         await self.connections.close()
 
-    def update_state(self, coordinator: Any) -> None:
+    def update_state(self, coordinator: Coordinator) -> None:
         """Take the epoch's members from the state that was just broadcast."""
         self.allowed = frozenset(client.id for client in coordinator.epoch_state.clients)
         rounds = coordinator.epoch_state.rounds
-        self.height = int(rounds[coordinator.epoch_state.rounds_head].height)
+        self.height = rounds[coordinator.epoch_state.rounds_head].height
 
     async def _on_request(self, conn: Connection, request: RequestTrainingData) -> None:
         batch = BatchId(request.start, request.end)
@@ -126,7 +129,7 @@ class DataServer:
         self.served[conn.peer_id] += len(batch)
 
     def _reject(
-        self, conn: Connection, request: RequestTrainingData, reason: str, detail: str
+        self, conn: Connection, request: RequestTrainingData, reason: RejectReason, detail: str
     ) -> None:
         self.rejections += 1
         log.warning(
@@ -140,6 +143,6 @@ class DataServer:
         )
         conn.send(
             to_wire(
-                RequestRejected(start=request.start, end=request.end, reason=reason, detail=detail)  # type: ignore[arg-type]
+                RequestRejected(start=request.start, end=request.end, reason=reason, detail=detail)
             )
         )

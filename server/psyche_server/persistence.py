@@ -14,6 +14,7 @@ from typing import Any
 
 import tomli_w
 from psyche_common.atomic_file import atomic_writer
+from psyche_common.coordinator import Coordinator
 
 
 def saved_state_name(run_id: str, last_step: int) -> str:
@@ -21,14 +22,11 @@ def saved_state_name(run_id: str, last_step: int) -> str:
     return f"{safe}-step{last_step}.toml"
 
 
-def state_toml_document(coordinator: Any) -> dict[str, Any]:
+def state_toml_document(coordinator: Coordinator) -> dict[str, Any]:
     """The TOML document of a copy of `coordinator` with its ephemeral state reset."""
     snapshot = copy.deepcopy(coordinator)
     snapshot.reset_ephemeral()
-    state_file = snapshot.to_state_file()
-    if hasattr(state_file, "to_toml_dict"):
-        return state_file.to_toml_dict()
-    return dict(state_file)
+    return snapshot.to_state_file().to_toml_dict()
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -37,10 +35,10 @@ def write_atomically(path: Path, text: str) -> None:
         handle.write(text.encode("utf-8"))
 
 
-def save_state(coordinator: Any, save_dir: Path) -> Path:
+def save_state(coordinator: Coordinator, save_dir: Path) -> Path:
     """Write the coordinator's resumable state; returns the file written."""
     document = state_toml_document(coordinator)
-    last_step = int(coordinator.progress.step) - 1
-    path = Path(save_dir) / saved_state_name(str(coordinator.run_id), last_step)
+    last_step = coordinator.progress.step - 1
+    path = Path(save_dir) / saved_state_name(coordinator.run_id, last_step)
     write_atomically(path, tomli_w.dumps(document))
     return path

@@ -10,8 +10,8 @@ from typing import cast
 import click
 from psyche_common.logs import LOG_LEVELS, LogFormat, setup_logging
 
-from .app import ServerOptions
 from .limits import ConnectionLimits
+from .options import ServerOptions
 from .runner import RunRequest, run_blocking
 
 _existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)

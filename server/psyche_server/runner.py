@@ -14,13 +14,14 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from psyche_common.config import ConfigError, load_data_config, load_state, validate_state
 from psyche_common.config.data_location import ServerData
+from psyche_common.coordinator import Coordinator
 
-from .app import ServerApp, ServerOptions
+from .app import ServerApp
 from .data_server import DataServer, parse_socket_address
+from .options import ServerOptions
 
 log = logging.getLogger("psyche.server")
 
@@ -39,11 +40,9 @@ class RunRequest:
     tui: bool = False
 
 
-def build_coordinator(state_path: Path, data_config_path: Path | None = None) -> Any:
+def build_coordinator(state_path: Path, data_config_path: Path | None = None) -> Coordinator:
     """Load and validate the run (with its data.toml when given, so the checks that need it
     run and the 'needs --data-config' warning is not raised when one was passed)."""
-    from psyche_common.coordinator import Coordinator
-
     try:
         state = load_state(state_path)
         data_config = load_data_config(data_config_path) if data_config_path else None
@@ -58,7 +57,7 @@ def build_coordinator(state_path: Path, data_config_path: Path | None = None) ->
 
 
 def build_data_server(
-    coordinator: Any, data_config_path: Path | None, options: ServerOptions
+    coordinator: Coordinator, data_config_path: Path | None, options: ServerOptions
 ) -> DataServer | None:
     location = coordinator.model.data_location
     if not isinstance(location, ServerData):
@@ -80,7 +79,7 @@ def build_data_server(
         _, port = parse_socket_address(location.address)
     except (ConfigError, ValueError, OSError) as exc:
         raise StartupError(f"cannot start the data server: {exc}") from None
-    if int(data_config.seq_len) != int(coordinator.model.max_seq_len):
+    if data_config.seq_len != coordinator.model.max_seq_len:
         log.warning(
             "data.toml seq_len %d differs from the model's max_seq_len %d",
             data_config.seq_len,

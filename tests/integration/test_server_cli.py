@@ -118,7 +118,7 @@ async def test_save_kill_restart_resumes(tmp_path: Path) -> None:
     assert saved_state.progress.epoch == 1
     assert saved_state.progress.step >= 3
     assert saved[0].name == f"{run_id}-step{saved_state.progress.step - 1}.toml"
-    assert saved_state.run_state.value == "WaitingForMembers"
+    assert saved_state.run_state is RunState.WaitingForMembers
 
     restarted = await start_server(tmp_path, "--state", str(saved[0]), name="restarted")
     clients = await start_clients(2, restarted.port, run_id)

@@ -29,7 +29,6 @@ from psyche_common.config import (
     NumberedFiles,
     P2PCheckpoint,
     P2PGcsCheckpoint,
-    RunState,
     SeededShuffle,
     ServerData,
     SingleUrl,
@@ -41,6 +40,7 @@ from psyche_common.config import (
     parse_data_config,
     parse_state,
 )
+from psyche_common.coordinator import RunState
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,7 +75,7 @@ def test_every_fixture_state_parses_and_round_trips(shared_fixtures: Path) -> No
     assert len(paths) >= 6
     for path in paths:
         state = load_state(path)
-        assert state.run_state is RunState.WAITING_FOR_MEMBERS
+        assert state.run_state is RunState.WaitingForMembers
         assert roundtrip(state) == state, path
 
 
@@ -289,7 +289,7 @@ def test_defaults_when_optional_parts_are_absent() -> None:
     document = example_document()
     del document["run_state"]
     state = parse_state(document)
-    assert state.run_state is RunState.WAITING_FOR_MEMBERS
+    assert state.run_state is RunState.WaitingForMembers
     assert (state.progress.epoch, state.progress.step, state.progress.epoch_start_data_index) == (
         0,
         1,
@@ -297,6 +297,17 @@ def test_defaults_when_optional_parts_are_absent() -> None:
     )
     assert state.epoch_state is None and state.pending_pause is False
     assert "epoch_state" not in state.to_toml_dict()
+
+
+def test_run_state_is_read_and_written_by_name() -> None:
+    document = example_document()
+    for run_state in RunState:
+        document["run_state"] = run_state.name
+        state = parse_state(document)
+        assert state.run_state is run_state
+        assert state.to_toml_dict()["run_state"] == run_state.name
+    document["run_state"] = int(RunState.Warmup)  # the wire's number is not the TOML form
+    assert fields_of(parse_error(document)) == ["run_state"]
 
 
 # --- errors name the field ------------------------------------------------------------------

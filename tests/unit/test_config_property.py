@@ -34,18 +34,18 @@ from psyche_common.config import (
     P2PCheckpoint,
     P2PGcsCheckpoint,
     PreprocessedData,
-    Progress,
-    RunState,
     SeededShuffle,
     ServerData,
     SingleUrl,
     StateFile,
+    StateFileProgress,
     TokenSize,
     WarmupStableDecayLR,
     WeightedHttpData,
     coordinator_config_problem,
     parse_state,
 )
+from psyche_common.coordinator import RunState
 
 
 def uint(bits: int) -> st.SearchStrategy[int]:
@@ -179,7 +179,9 @@ states = st.builds(
     run_state=st.sampled_from(RunState),
     model=models,
     config=any_configs,
-    progress=st.builds(Progress, epoch=uint(16), step=uint(32), epoch_start_data_index=uint(64)),
+    progress=st.builds(
+        StateFileProgress, epoch=uint(16), step=uint(32), epoch_start_data_index=uint(64)
+    ),
     epoch_state=epoch_states,
     run_state_start_unix_timestamp=uint(64),
     pending_pause=st.booleans(),

@@ -285,7 +285,7 @@ def _load_directory(
             model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype)
         except (OSError, ValueError, RuntimeError) as exc:
             raise ModelLoadError(f"cannot load the weights in {directory}: {exc}") from exc
-        model = model.to(_as_device(device))
+        model = model.to(_as_device(device))  # type: ignore[arg-type]  # transformers' stub wraps .to
     info = ModelInfo(
         source=source,
         kind=kind,

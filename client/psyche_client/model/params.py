@@ -32,7 +32,8 @@ def _sorted_parameters(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]
 
 def _raw_view(tensor: torch.Tensor) -> memoryview:
     cpu = tensor.detach().to("cpu").contiguous()
-    return memoryview(cpu.reshape(-1).view(torch.uint8).numpy())
+    flat: bytes | memoryview = cpu.reshape(-1).view(torch.uint8).numpy().data
+    return memoryview(flat)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+from psyche_common.assignment import BatchId
 from psyche_common.client_id import short_id
 from psyche_common.coordinator import Coordinator, Witness, witness_quorum
 
@@ -47,7 +48,7 @@ class ApplyStep:
             [witness.broadcast_bloom for witness in witnesses],
             quorum,
         )
-        chosen: list[tuple[tuple[object, bytes], DecodedResult]] = []
+        chosen: list[tuple[tuple[BatchId, bytes], DecodedResult]] = []
         for batch, candidate in plan.apply:
             download = source.downloads.get(candidate.data_hash)
             if download is not None and download.task is not None and not download.task.done():
@@ -64,10 +65,10 @@ class ApplyStep:
             chosen, cold_start_steps(model.checkpoint.kind, model.cold_start_warmup_steps)
         )
         skipped = [*plan.skipped, *((batch, reason) for (batch, _), reason in cold)]
-        for batch, reason in skipped:
+        for skipped_batch, reason in skipped:
             log.warning(
                 "not applying %s of step %d: %s",
-                batch,
+                skipped_batch,
                 source.step,
                 reason.value,
                 extra=self.ctx.fields(),

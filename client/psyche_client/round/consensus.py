@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
+
+B = TypeVar("B")
 
 
 class BloomLike(Protocol):
@@ -70,7 +72,6 @@ def cold_start_steps(checkpoint_kind: str, cold_start_warmup_steps: int) -> int:
     return cold_start_warmup_steps if checkpoint_kind in ("P2P", "P2PGcs") else 0
 
 
-B = TypeVar("B")
 R = TypeVar("R", bound=HasTrainerNonce)
 
 
@@ -87,19 +88,19 @@ def split_cold_start(
 
 
 @dataclass
-class ApplyPlan:
+class ApplyPlan(Generic[B]):
     """What to apply at the start of a round: data hashes in batch order, and what was skipped."""
 
-    apply: list[tuple[object, Candidate]] = field(default_factory=list)
-    skipped: list[tuple[object, SkipReason]] = field(default_factory=list)
+    apply: list[tuple[B, Candidate]] = field(default_factory=list)
+    skipped: list[tuple[B, SkipReason]] = field(default_factory=list)
 
 
 def plan_apply(
-    batch_ids: Sequence[object],
-    candidates_by_batch: Mapping[object, Sequence[Candidate]],
+    batch_ids: Sequence[B],
+    candidates_by_batch: Mapping[B, Sequence[Candidate]],
     broadcast_blooms: Sequence[BloomLike],
     quorum: int,
-) -> ApplyPlan:
+) -> ApplyPlan[B]:
     """Choose, per batch (in the given canonical order), the result to apply.
 
     Whether the chosen payload is actually present is the caller's business (it waits for the
@@ -107,7 +108,7 @@ def plan_apply(
     A result's trainer nonce is known only once it is decoded: `split_cold_start` then drops
     the cold-start results.
     """
-    plan = ApplyPlan()
+    plan: ApplyPlan[B] = ApplyPlan()
     for batch in batch_ids:
         candidates = list(candidates_by_batch.get(batch, ()))
         if not candidates:

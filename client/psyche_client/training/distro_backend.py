@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -32,6 +32,9 @@ from psyche_client.model.loading import (
 from psyche_client.training.backend import DecodedResult, TrainedResult, WeightsSnapshot
 from psyche_client.training.device import resolve_device
 from psyche_client.training.trainer import Trainer, TrainingCancelled
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 RNG_SEED = 1337
 
@@ -192,4 +195,5 @@ class DistroBackend:
         return json.dumps(self.info.config, sort_keys=True)
 
     def save_checkpoint(self, directory: str) -> None:
-        save_checkpoint(self.trainer.model, directory, extra_files=self.info.extra_files)
+        model = cast("PreTrainedModel", self.trainer.model)  # loaded by `load_model`
+        save_checkpoint(model, directory, extra_files=self.info.extra_files)

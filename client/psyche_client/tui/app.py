@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from psyche_common.logs import ConsoleFormatter
 from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, RichLog, Static, TabbedContent, TabPane
 from textual_plotext import PlotextPlot
@@ -95,7 +95,7 @@ def network_tab_text(view: ClientView) -> str:
 
 class ClientDashboard(App[int]):
     TITLE = "psyche-client"
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("1", "tab('client')", "Client"),
         Binding("2", "tab('coordinator')", "Coordinator"),
         Binding("3", "tab('network')", "Network"),

@@ -40,7 +40,7 @@ from psyche_common.config.data_location import (
     WeightedHttpData,
 )
 from psyche_common.config.data_server import DataServerConfig
-from psyche_common.config.enums import Architecture, DataType, RunState, TokenSize
+from psyche_common.config.enums import Architecture, DataType, TokenSize
 from psyche_common.config.errors import ConfigError, ConfigProblem
 from psyche_common.config.loading import (
     load_data_config,
@@ -65,7 +65,7 @@ from psyche_common.config.optimizer import (
     DummyOptimizer,
     Optimizer,
 )
-from psyche_common.config.state_file import Progress, StateFile
+from psyche_common.config.state_file import StateFile, StateFileProgress
 from psyche_common.config.summary import summary_lines
 from psyche_common.config.validation import (
     BUILTIN_DATASETS,
@@ -118,12 +118,11 @@ __all__ = [
     "P2PCheckpoint",
     "P2PGcsCheckpoint",
     "PreprocessedData",
-    "Progress",
-    "RunState",
     "SeededShuffle",
     "ServerData",
     "SingleUrl",
     "StateFile",
+    "StateFileProgress",
     "TokenSize",
     "ValidationReport",
     "WarmupStableDecayLR",

@@ -7,10 +7,10 @@ with `bucket` and optional `prefix`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from psyche_common.config._types import ShortStr, StrictModel
-from psyche_common.config.tagged import Variant, tagged_union
+from psyche_common.config.tagged import Variant, toml_tagged
 
 
 class HubRepo(StrictModel):
@@ -106,9 +106,6 @@ CHECKPOINT_VARIANTS = (
 )
 """All checkpoint classes, in the reference's wire (postcard) index order."""
 
-Checkpoint = tagged_union("checkpoint", *CHECKPOINT_VARIANTS)
-"""Annotated union type of every checkpoint variant (use it as a pydantic field type)."""
-
 AnyCheckpoint = (
     EphemeralCheckpoint
     | DummyCheckpoint
@@ -118,3 +115,6 @@ AnyCheckpoint = (
     | P2PGcsCheckpoint
 )
 """Plain union of the checkpoint classes, for type hints."""
+
+Checkpoint = Annotated[AnyCheckpoint, *toml_tagged("checkpoint", *CHECKPOINT_VARIANTS)]
+"""`AnyCheckpoint` read from and written to its TOML form (use it as a pydantic field type)."""

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from psyche_common.config._types import U8, U32, ShortStr, UrlStr
 from psyche_common.config.enums import TokenSize
-from psyche_common.config.tagged import Variant, tagged_union
+from psyche_common.config.tagged import Variant, toml_tagged
 
 # --- shuffling ------------------------------------------------------------------------------
 
@@ -37,7 +37,9 @@ class SeededShuffle(Variant):
         return bytes(self.seed)
 
 
-Shuffle = tagged_union("shuffle", DontShuffle, SeededShuffle)
+AnyShuffle = DontShuffle | SeededShuffle
+
+Shuffle = Annotated[AnyShuffle, *toml_tagged("shuffle", DontShuffle, SeededShuffle)]
 
 # --- HTTP locations -------------------------------------------------------------------------
 
@@ -68,7 +70,11 @@ class Gcp(Variant):
     filter_directory: UrlStr
 
 
-HttpLocation = tagged_union("HTTP location", SingleUrl, NumberedFiles, Gcp)
+AnyHttpLocation = SingleUrl | NumberedFiles | Gcp
+
+HttpLocation = Annotated[
+    AnyHttpLocation, *toml_tagged("HTTP location", SingleUrl, NumberedFiles, Gcp)
+]
 
 # --- data locations -------------------------------------------------------------------------
 
@@ -170,9 +176,6 @@ DATA_LOCATION_VARIANTS = (
     BuiltinData,
 )
 
-DataLocation = tagged_union("data location", *DATA_LOCATION_VARIANTS)
-"""Annotated union type of every data location (use it as a pydantic field type)."""
-
 AnyDataLocation = (
     DummyData
     | ServerData
@@ -184,5 +187,5 @@ AnyDataLocation = (
 )
 """Plain union of the data location classes, for type hints."""
 
-AnyShuffle = DontShuffle | SeededShuffle
-AnyHttpLocation = SingleUrl | NumberedFiles | Gcp
+DataLocation = Annotated[AnyDataLocation, *toml_tagged("data location", *DATA_LOCATION_VARIANTS)]
+"""`AnyDataLocation` read from and written to its TOML form (use it as a pydantic field type)."""

@@ -1,21 +1,11 @@
-"""Plain (unit-only) enums of the configuration, written in TOML as their variant name."""
+"""Plain (unit-only) enums of the configuration, written in TOML as their variant name.
+
+The run state of a state file is `psyche_common.run_state.RunState`, shared with the coordinator.
+"""
 
 from __future__ import annotations
 
 from enum import StrEnum
-
-
-class RunState(StrEnum):
-    """Coordinator run state (`run_state` in state.toml); the order is the wire index."""
-
-    UNINITIALIZED = "Uninitialized"
-    WAITING_FOR_MEMBERS = "WaitingForMembers"
-    WARMUP = "Warmup"
-    ROUND_TRAIN = "RoundTrain"
-    ROUND_WITNESS = "RoundWitness"
-    COOLDOWN = "Cooldown"
-    FINISHED = "Finished"
-    PAUSED = "Paused"
 
 
 class Architecture(StrEnum):

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from psyche_common.config._types import U32, Float
-from psyche_common.config.tagged import Variant, tagged_union
+from psyche_common.config.tagged import Variant, toml_tagged
 
 
 class ConstantLR(Variant):
@@ -56,7 +56,7 @@ class WarmupStableDecayLR(Variant):
 
 LR_SCHEDULE_VARIANTS = (ConstantLR, LinearLR, CosineLR, WarmupStableDecayLR)
 
-LRSchedule = tagged_union("lr schedule", *LR_SCHEDULE_VARIANTS)
-"""Annotated union type of every LR schedule (use it as a pydantic field type)."""
-
 AnyLRSchedule = ConstantLR | LinearLR | CosineLR | WarmupStableDecayLR
+
+LRSchedule = Annotated[AnyLRSchedule, *toml_tagged("lr schedule", *LR_SCHEDULE_VARIANTS)]
+"""`AnyLRSchedule` read from and written to its TOML form (use it as a pydantic field type)."""

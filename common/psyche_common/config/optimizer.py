@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from psyche_common.config._types import U16, Bool, Float
-from psyche_common.config.tagged import Variant, tagged_union
+from psyche_common.config.tagged import Variant, toml_tagged
 
 
 class DummyOptimizer(Variant):
@@ -52,7 +52,7 @@ class DistroOptimizer(Variant):
 
 OPTIMIZER_VARIANTS = (DummyOptimizer, AdamWOptimizer, DistroOptimizer)
 
-Optimizer = tagged_union("optimizer", *OPTIMIZER_VARIANTS)
-"""Annotated union type of every optimizer (use it as a pydantic field type)."""
-
 AnyOptimizer = DummyOptimizer | AdamWOptimizer | DistroOptimizer
+
+Optimizer = Annotated[AnyOptimizer, *toml_tagged("optimizer", *OPTIMIZER_VARIANTS)]
+"""`AnyOptimizer` read from and written to its TOML form (use it as a pydantic field type)."""

@@ -2,19 +2,44 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, PlainSerializer, PlainValidator, field_validator
 from pydantic_core import PydanticCustomError
 
 from psyche_common.config._types import U16, U32, U64, RunIdStr, StrictModel
 from psyche_common.config.coordinator_config import CoordinatorConfig
-from psyche_common.config.enums import RunState
 from psyche_common.config.model import LLMConfig
+from psyche_common.run_state import RunState
+
+_RUN_STATE_NAMES = [repr(state.name) for state in RunState]
+_EXPECTED_RUN_STATES = f"{', '.join(_RUN_STATE_NAMES[:-1])} or {_RUN_STATE_NAMES[-1]}"
 
 
-class Progress(StrictModel):
-    """`[progress]`: where the run is; persists across epochs."""
+def _run_state_from_name(value: Any) -> RunState:
+    """A `RunState` member, or its name as state.toml writes it (`"WaitingForMembers"`)."""
+    if isinstance(value, RunState):
+        return value
+    if isinstance(value, str) and value in RunState.__members__:
+        return RunState[value]
+    raise PydanticCustomError(
+        "enum", "Input should be {expected}", {"expected": _EXPECTED_RUN_STATES}
+    )
+
+
+def _run_state_name(state: RunState) -> str:
+    return state.name
+
+
+RunStateName = Annotated[
+    RunState, PlainValidator(_run_state_from_name), PlainSerializer(_run_state_name)
+]
+"""A `RunState` field read from and written as the member's name (the TOML form)."""
+
+
+class StateFileProgress(StrictModel):
+    """`[progress]`: where the run is; persists across epochs (the coordinator's own form is
+    `psyche_common.coordinator.Progress`)."""
 
     epoch: U16 = 0
     step: U32 = 1
@@ -28,10 +53,10 @@ class StateFile(StrictModel):
     """
 
     run_id: RunIdStr
-    run_state: RunState = RunState.WAITING_FOR_MEMBERS
+    run_state: RunStateName = RunState.WaitingForMembers
     model: LLMConfig
     config: CoordinatorConfig
-    progress: Progress = Field(default_factory=Progress)
+    progress: StateFileProgress = Field(default_factory=StateFileProgress)
     epoch_state: dict[str, Any] | None = None
     run_state_start_unix_timestamp: U64 = 0
     pending_pause: bool = False
@@ -64,7 +89,7 @@ class StateFile(StrictModel):
         """The TOML document (for tomli_w) that `load_state` reads back into an equal object."""
         document: dict[str, Any] = {
             "run_id": self.run_id,
-            "run_state": self.run_state.value,
+            "run_state": self.run_state.name,
             "run_state_start_unix_timestamp": self.run_state_start_unix_timestamp,
             "pending_pause": self.pending_pause,
             "config": self.config.to_toml(),

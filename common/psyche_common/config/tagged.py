@@ -3,15 +3,16 @@
 A unit variant is a bare string (`"Dummy"`), a newtype variant over a scalar is a one-key table
 (`{ Server = "host:port" }`) and a struct variant is a one-key table holding the fields
 (`[model.LLM.checkpoint.Hub]` + `repo_id = ...`). In Python each variant is its own pydantic class
-with a literal `kind` field; `tagged_union` builds the annotated union type that reads the TOML
-form and `Variant.to_toml()` writes it back.
+with a literal `kind` field; `toml_tagged` gives the pydantic metadata that reads the TOML form
+into the union of the variants (`Annotated[A | B, *toml_tagged("what", A, B)]`) and
+`Variant.to_toml()` writes it back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
-from typing import Annotated, Any, ClassVar, Union
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, BeforeValidator, Field, PlainSerializer
 from pydantic_core import PydanticCustomError
@@ -29,7 +30,10 @@ class Variant(StrictModel):
 
     @classmethod
     def tag(cls) -> str:
-        return cls.model_fields["kind"].default
+        tag = cls.model_fields["kind"].default
+        if not isinstance(tag, str):
+            raise TypeError(f"{cls.__name__}.kind needs its tag as a string default")
+        return tag
 
     @classmethod
     def is_unit(cls) -> bool:
@@ -127,12 +131,15 @@ def _untagger(what: str, variants: tuple[type[Variant], ...]) -> Callable[[Any],
     return untag
 
 
-def tagged_union(what: str, *variants: type[Variant]) -> Any:
-    """The annotated type of a field holding one of `variants`, read from and dumped to TOML form."""
-    union = Union[variants]  # noqa: UP007 - built dynamically
-    return Annotated[
-        union,
+def toml_tagged(what: str, *variants: type[Variant]) -> tuple[Any, ...]:
+    """The metadata of a field annotated with the union of `variants` (in the same order): the
+    field is read from and dumped to its TOML form, `Annotated[A | B, *toml_tagged(what, A, B)]`."""
+    return (
         Field(discriminator="kind"),
         BeforeValidator(_untagger(what, variants)),
-        PlainSerializer(lambda value: value.to_toml()),
-    ]
+        PlainSerializer(_variant_to_toml),
+    )
+
+
+def _variant_to_toml(value: Variant) -> Any:
+    return value.to_toml()

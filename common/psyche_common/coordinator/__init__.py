@@ -7,6 +7,7 @@ Modules: `types` (value types), `errors`, `quorum`, `state` (the dataclass and h
 `checkpoints`, `wire` (msgpack and state.toml forms).
 """
 
+from psyche_common.client_id import short_id
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.quorum import witness_quorum
 from psyche_common.coordinator.state import Coordinator, CoordinatorInvariantError
@@ -24,7 +25,6 @@ from psyche_common.coordinator.types import (
     RunState,
     TickResult,
     Witness,
-    short_id,
 )
 
 __all__ = [

@@ -7,11 +7,11 @@ import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from psyche_common.client_id import CLIENT_ID_LEN
 from psyche_common.coordinator import checkpoints
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.quorum import witness_quorum
 from psyche_common.coordinator.types import (
-    CLIENT_ID_LEN,
     MAX_CLIENTS,
     NUM_STORED_ROUNDS,
     Client,

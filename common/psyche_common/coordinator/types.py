@@ -1,8 +1,9 @@
 """Value types of the coordinator's state (reference sections 1.1, 1.2 and 5.1).
 
-`RunState`, `ClientState`, `Client`, `Witness`, `Round`, `Progress`, `EpochState`,
-`TickResult` and the capacity constants. Each type converts itself to and from a msgpack-safe
-form (`to_wire` / `from_wire`); `from_wire` raises ValueError naming the bad field.
+`ClientState`, `Client`, `Witness`, `Round`, `Progress`, `EpochState`, `TickResult`, the
+capacity constants and the halted and active sets of `RunState` (which `psyche_common.run_state`
+defines and this module re-exports). Each type converts itself to and from a msgpack-safe form
+(`to_wire` / `from_wire`); `from_wire` raises ValueError naming the bad field.
 """
 
 from __future__ import annotations
@@ -14,45 +15,13 @@ from typing import Any
 from psyche_common.bloom import WITNESS_BLOOM_KEYS, Bloom
 from psyche_common.client_id import CLIENT_ID_LEN, short_id
 from psyche_common.committee import WitnessProof
+from psyche_common.run_state import RunState as RunState  # re-exported
 from psyche_common.wire_checks import wire_list, wire_map, wire_uint
 
 MAX_CLIENTS = 256
 MAX_WITNESSES = 32
 NUM_STORED_ROUNDS = 4
 MERKLE_ROOT_LEN = 32
-
-
-class RunState(enum.IntEnum):
-    """The run's state machine (the reference's numbering)."""
-
-    Uninitialized = 0
-    WaitingForMembers = 1
-    Warmup = 2
-    RoundTrain = 3
-    RoundWitness = 4
-    Cooldown = 5
-    Finished = 6
-    Paused = 7
-
-    @property
-    def text(self) -> str:
-        """The reference's display text ("Waiting for members", "Training", ...)."""
-        return _RUN_STATE_TEXT[self]
-
-    def __str__(self) -> str:
-        return self.name
-
-
-_RUN_STATE_TEXT = {
-    RunState.Uninitialized: "Uninitialized",
-    RunState.WaitingForMembers: "Waiting for members",
-    RunState.Warmup: "Warmup",
-    RunState.RoundTrain: "Training",
-    RunState.RoundWitness: "Witness",
-    RunState.Cooldown: "Cooldown",
-    RunState.Finished: "Finished",
-    RunState.Paused: "Paused",
-}
 
 HALTED_STATES = frozenset({RunState.Uninitialized, RunState.Finished, RunState.Paused})
 ACTIVE_STATES = frozenset({RunState.RoundTrain, RunState.RoundWitness, RunState.Cooldown})

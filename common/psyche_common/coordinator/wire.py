@@ -13,9 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from psyche_common.config import CoordinatorConfig, LLMConfig, StateFile
-from psyche_common.config import Progress as ConfigProgress
-from psyche_common.config import RunState as ConfigRunState
+from psyche_common.config import CoordinatorConfig, LLMConfig, StateFile, StateFileProgress
 from psyche_common.coordinator.types import ClientState, EpochState, Progress, RunState
 from psyche_common.wire_checks import wire_map, wire_uint
 
@@ -110,7 +108,7 @@ def from_state_file(state_file: StateFile) -> Coordinator:
     progress = state_file.progress
     return Coordinator(
         run_id=state_file.run_id,
-        run_state=RunState[state_file.run_state.value],
+        run_state=state_file.run_state,
         model=state_file.model.model_copy(deep=True),
         config=state_file.config.model_copy(deep=True),
         progress=Progress(progress.epoch, progress.step, progress.epoch_start_data_index),
@@ -123,10 +121,10 @@ def from_state_file(state_file: StateFile) -> Coordinator:
 def to_state_file(coord: Coordinator) -> StateFile:
     return StateFile(
         run_id=coord.run_id,
-        run_state=ConfigRunState(coord.run_state.name),
+        run_state=coord.run_state,
         model=coord.model.model_copy(deep=True),
         config=coord.config.model_copy(deep=True),
-        progress=ConfigProgress(
+        progress=StateFileProgress(
             epoch=coord.progress.epoch,
             step=coord.progress.step,
             epoch_start_data_index=coord.progress.epoch_start_data_index,

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from psyche_common.client_id import short_id
 from psyche_common.committee import Committee, CommitteeProof, CommitteeSelection
 from psyche_common.coordinator import transitions
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.quorum import witness_quorum
-from psyche_common.coordinator.types import MAX_WITNESSES, ClientState, RunState, Witness, short_id
+from psyche_common.coordinator.types import MAX_WITNESSES, ClientState, RunState, Witness
 
 if TYPE_CHECKING:
     from psyche_common.coordinator.state import Coordinator

@@ -6,6 +6,8 @@
 - `messages`: validated client↔server messages (see docs/protocol.md).
 """
 
+from psyche_common.client_id import short_id
+
 from .framing import (
     DEFAULT_MAX_FRAME_SIZE,
     BadFrame,
@@ -27,7 +29,7 @@ from .handshake import (
     sign_challenge,
     verify_challenge_response,
 )
-from .identity import Identity, short_id, verify_signature
+from .identity import Identity, verify_signature
 from .messages import (
     Checkpoint,
     CoordinatorState,

@@ -10,7 +10,7 @@ a client of the current epoch), `OutOfRange` (the provider has no such samples) 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter, model_validator
 
@@ -68,8 +68,8 @@ class RequestRejected(_Message):
 
 DATA_CLIENT_TYPES = frozenset({"RequestTrainingData"})
 DATA_SERVER_TYPES = frozenset({"TrainingData", "RequestRejected"})
-_request_adapter: TypeAdapter[Any] = TypeAdapter(RequestTrainingData)
-_reply_adapter: TypeAdapter[Any] = TypeAdapter(
+_request_adapter: TypeAdapter[RequestTrainingData] = TypeAdapter(RequestTrainingData)
+_reply_adapter: TypeAdapter[TrainingData | RequestRejected] = TypeAdapter(
     Annotated[TrainingData | RequestRejected, Field(discriminator="type")]
 )
 

@@ -43,7 +43,8 @@ class ConnectionClosed(ProtocolError):
 
 def encode_payload(obj: Any) -> bytes:
     """msgpack bytes of `obj` (bytes stay bin, str stays str)."""
-    return msgpack.packb(obj, use_bin_type=True)
+    packed: bytes = msgpack.packb(obj, use_bin_type=True)
+    return packed
 
 
 def decode_payload(payload: bytes) -> Any:

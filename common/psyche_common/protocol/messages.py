@@ -10,7 +10,7 @@ docs/protocol.md documents every field.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
 
@@ -101,9 +101,10 @@ class Checkpoint(_Message):
     checkpoint: WireDict
 
 
-ClientMessage = Annotated[
-    Join | Witness | WarmupWitness | HealthCheck | Checkpoint, Field(discriminator="type")
-]
+AnyClientMessage = Join | Witness | WarmupWitness | HealthCheck | Checkpoint
+"""Plain union of the client → server messages, for type hints."""
+
+ClientMessage = Annotated[AnyClientMessage, Field(discriminator="type")]
 
 # ---------------------------------------------------------------- server → client
 
@@ -123,13 +124,18 @@ class Rejected(_Message):
     reason: str
 
 
-ServerMessage = Annotated[CoordinatorState | Rejected, Field(discriminator="type")]
+AnyServerMessage = CoordinatorState | Rejected
+"""Plain union of the server → client messages, for type hints."""
+
+ServerMessage = Annotated[AnyServerMessage, Field(discriminator="type")]
 
 CLIENT_MESSAGE_TYPES = frozenset({"Join", "Witness", "WarmupWitness", "HealthCheck", "Checkpoint"})
 SERVER_MESSAGE_TYPES = frozenset({"CoordinatorState", "Rejected"})
 
-_client_adapter: TypeAdapter[Any] = TypeAdapter(ClientMessage)
-_server_adapter: TypeAdapter[Any] = TypeAdapter(ServerMessage)
+_client_adapter: TypeAdapter[AnyClientMessage] = TypeAdapter(ClientMessage)
+_server_adapter: TypeAdapter[AnyServerMessage] = TypeAdapter(ServerMessage)
+
+MessageT = TypeVar("MessageT")
 
 
 def describe_validation_error(kind: str, exc: ValidationError) -> str:
@@ -143,7 +149,7 @@ def describe_validation_error(kind: str, exc: ValidationError) -> str:
     return "; ".join(problems) + (f" (+{more} more)" if more > 0 else "")
 
 
-def _parse(adapter: TypeAdapter[Any], known: frozenset[str], obj: object) -> Any:
+def _parse(adapter: TypeAdapter[MessageT], known: frozenset[str], obj: object) -> MessageT:
     if not isinstance(obj, dict):
         raise InvalidMessage(f"a message must be a map, got {type(obj).__name__}")
     kind = obj.get("type")
@@ -155,12 +161,12 @@ def _parse(adapter: TypeAdapter[Any], known: frozenset[str], obj: object) -> Any
         raise InvalidMessage(describe_validation_error(kind, exc)) from exc
 
 
-def parse_client_message(obj: object) -> Join | Witness | WarmupWitness | HealthCheck | Checkpoint:
+def parse_client_message(obj: object) -> AnyClientMessage:
     """Validate a decoded client→server frame; raises `InvalidMessage`."""
     return _parse(_client_adapter, CLIENT_MESSAGE_TYPES, obj)
 
 
-def parse_server_message(obj: object) -> CoordinatorState | Rejected:
+def parse_server_message(obj: object) -> AnyServerMessage:
     """Validate a decoded server→client frame; raises `InvalidMessage`."""
     return _parse(_server_adapter, SERVER_MESSAGE_TYPES, obj)
 

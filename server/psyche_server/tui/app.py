@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, ProgressBar, RichLog, Static, TabbedContent, TabPane
 
+from ..app import ServerApp
 from .log_buffer import LogBuffer
 from .view_model import DashboardView, build_view
 
@@ -46,7 +47,7 @@ class ServerDashboard(App[None]):
     .column { width: 1fr; }
     #data-gauge { margin: 1 1; }
     """
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("ctrl+p", "toggle_pause", "Pause/resume", priority=True),
         *(
@@ -56,7 +57,10 @@ class ServerDashboard(App[None]):
     ]
 
     def __init__(
-        self, server: Any, log_buffer: LogBuffer | None = None, refresh_interval: float = 0.15
+        self,
+        server: ServerApp,
+        log_buffer: LogBuffer | None = None,
+        refresh_interval: float = 0.15,
     ) -> None:
         super().__init__()
         self.server = server

@@ -7,17 +7,19 @@ copy text, and tests can check the text without a terminal.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from psyche_common.coordinator import Coordinator
 from psyche_common.coordinator.types import RunState
 from psyche_common.protocol import short_id
 
+from ..app import ServerApp
 
-def run_state_text(coordinator: Any, pending_count: int, now: int) -> str:
+
+def run_state_text(coordinator: Coordinator, pending_count: int, now: int) -> str:
     """The run state as the reference's dashboard words it (with live countdowns)."""
-    state = RunState(coordinator.run_state)
+    state = coordinator.run_state
     config = coordinator.config
-    started = int(coordinator.run_state_start_unix_timestamp)
+    started = coordinator.run_state_start_unix_timestamp
     if state == RunState.WaitingForMembers:
         need = max(0, int(config.init_min_clients) - pending_count)
         return f"Waiting for {need} members"
@@ -36,10 +38,10 @@ def run_state_text(coordinator: Any, pending_count: int, now: int) -> str:
     }[state]
 
 
-def pause_hint(coordinator: Any) -> str:
+def pause_hint(coordinator: Coordinator) -> str:
     if coordinator.pending_pause:
         return "Pending pause..."
-    if RunState(coordinator.run_state) == RunState.Paused:
+    if coordinator.run_state == RunState.Paused:
         return "Ctrl + P to resume"
     return "Ctrl + P to pause"
 
@@ -81,7 +83,7 @@ class DataView:
         return self.provided_samples / self.total_samples if self.total_samples else 0.0
 
 
-def _weights_line(app: Any) -> str:
+def _weights_line(app: ServerApp) -> str:
     verdict = app.weights.latest()
     if verdict is None:
         return "Weights: no reports yet"
@@ -93,7 +95,7 @@ def _weights_line(app: Any) -> str:
     return f"Weights @ step {verdict.step}: {verdict.reports} report(s) agree"
 
 
-def build_view(app: Any, now: int) -> DashboardView:
+def build_view(app: ServerApp, now: int) -> DashboardView:
     coordinator = app.coordinator
     epoch_state = coordinator.epoch_state
     config = coordinator.config
@@ -141,8 +143,8 @@ def build_view(app: Any, now: int) -> DashboardView:
         next_round_clients=[short_id(cid) for cid in app.pending],
         clients_line=f"Clients: {len(epoch_state.clients)} ({len(epoch_state.exited_clients)} exited)",
         height=int(current.height),
-        step=int(coordinator.progress.step),
-        epoch=int(coordinator.progress.epoch),
+        step=coordinator.progress.step,
+        epoch=coordinator.progress.epoch,
         checkpoint=str(coordinator.model.checkpoint),
         weights_line=_weights_line(app),
         clients_this_round=clients_this_round,

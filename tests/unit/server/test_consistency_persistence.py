@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 from psyche_common.config import load_state
@@ -50,7 +51,8 @@ def test_saved_state_resumes_progress_with_fresh_membership(tmp_path: Path) -> N
         9,
         77,
     )
-    assert saved.run_state.value == "WaitingForMembers"
+    assert saved.run_state is RunState.WaitingForMembers
+    assert tomllib.loads(path.read_text())["run_state"] == "WaitingForMembers"
     assert not list((tmp_path / "saved").glob(".*"))  # no temporary file left behind
 
 
