@@ -284,7 +284,7 @@ class ClientApp:
         async def fetch(batch: Any) -> Any:
             async with lock:
                 if "provider" not in holder:
-                    from psyche_common.data import make_provider
+                    from psyche_common.data.factory import make_provider
 
                     holder["provider"] = await make_provider(
                         self.coordinator.model.data_location,

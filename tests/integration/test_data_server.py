@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from psyche_common.assignment import BatchId
 from psyche_common.coordinator import RunState
-from psyche_common.data import DataFetchError, DataIndexError, make_provider
+from psyche_common.data import DataFetchError, DataIndexError
+from psyche_common.data.factory import make_provider
 from psyche_common.data.local import LocalDataProvider
 from psyche_common.data.server_client import DataServerProvider, data_server_provider_factory
 from psyche_common.protocol import Identity

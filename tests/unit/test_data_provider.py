@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from psyche_common.assignment import BatchId
 from psyche_common.config.data_location import DummyData, LocalData
-from psyche_common.data import DataFileError, DataProvider, make_provider, parse_data_location
+from psyche_common.data import DataFileError, DataProvider
 from psyche_common.data.builtin import BuiltinDataProvider
 from psyche_common.data.dummy import DummyDataProvider
+from psyche_common.data.factory import make_provider, parse_data_location
 from psyche_common.data.local import LocalDataProvider
 from psyche_common.data.preprocessed import PreprocessedDataProvider
 
