@@ -279,7 +279,7 @@ class ClientApp:
         async def server_provider(address: str, seq_len: int, identity: Any) -> Any:
             from psyche_common.data.server_client import DataServerProvider
 
-            return DataServerProvider(address, identity)
+            return DataServerProvider(address, identity, seq_len)
 
         async def fetch(batch: Any) -> Any:
             async with lock:

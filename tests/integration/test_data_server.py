@@ -85,7 +85,7 @@ async def test_data_server_serves_members_and_rejects_others(
         # the outsider is still refused while a run is going on
         with pytest.raises(DataFetchError, match="NotInThisRound"):
             await outsider.get_samples(BatchId(0, 0))
-        await asyncio.gather(member.close(), outsider.close(), *(c.close() for c in clients))
+        await asyncio.gather(member.aclose(), outsider.aclose(), *(c.close() for c in clients))
 
 
 async def test_make_provider_plugs_in_the_data_server_client(
@@ -106,7 +106,7 @@ async def test_make_provider_plugs_in_the_data_server_client(
         np.testing.assert_array_equal(
             await provider.get_samples(BatchId(2, 4)), local.read(BatchId(2, 4))
         )
-        await provider.close()
+        await provider.aclose()
         await clients[0].close()
 
 

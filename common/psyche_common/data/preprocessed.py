@@ -213,6 +213,9 @@ class PreprocessedDataProvider:
     async def get_samples(self, batch: BatchId) -> np.ndarray:
         return self.inputs[self._rows(batch)]
 
+    async def aclose(self) -> None:
+        """Nothing to release: the rows live in memory."""
+
     def get_batch(self, batch: BatchId) -> PreprocessedBatch:
         """Every column of the batch's rows."""
         rows = self._rows(batch)

@@ -1,9 +1,10 @@
 """The ``DataProvider`` protocol: what every data source implements (no implementation here).
 
 A provider turns a ``BatchId`` (inclusive global sample indices) into an int64 array of shape
-``(end - start + 1, seq_len)``. The implementations (``local``, ``http``, ``weighted``, ...)
-import this module; ``factory.make_provider`` imports them, so the dependency graph has no
-cycle and importing the protocol loads no implementation.
+``(end - start + 1, seq_len)``, and ``aclose()`` releases whatever it holds open. The
+implementations (``local``, ``http``, ``weighted``, ...) import this module;
+``factory.make_provider`` imports them, so the dependency graph has no cycle and importing the
+protocol loads no implementation.
 """
 
 from __future__ import annotations
@@ -29,4 +30,8 @@ class DataProvider(Protocol):
 
     async def get_samples(self, batch: BatchId) -> np.ndarray:
         """Samples ``batch.start..batch.end`` as int64, shape ``(len(batch), seq_len)``."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections and sessions (a no-op for providers that hold none)."""
         ...

@@ -5,8 +5,9 @@ One connection, one request in flight (a lock), reconnecting on demand. A `NotIn
 rejection and network failures are retryable `DataFetchError`s (the client may not be in the
 broadcast state yet); `OutOfRange` raises `DataIndexError`; `DataError` / `TooLarge` are permanent.
 By default each call makes one attempt (callers wrap it in `get_samples_with_retries`, as the
-reference's data fetcher does); pass a `RetryPolicy` to retry inside the provider.
-`data_server_provider_factory` plugs it into `make_provider(server_provider=...)`.
+reference's data fetcher does); pass a `RetryPolicy` to retry inside the provider. Replies
+must have the run's `seq_len`. `data_server_provider_factory` is what
+`factory.make_provider` uses for `Server` locations.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class DataServerProvider:
         self,
         address: str,
         identity: Identity,
-        seq_len: int | None = None,
+        seq_len: int,
         *,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
@@ -79,7 +80,8 @@ class DataServerProvider:
             lambda: self._request(batch), self.retry, f"data server {self.address} {batch}"
         )
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
+        """Drop the connection (after any request in flight)."""
         async with self._lock:
             self._drop_connection()
 
@@ -139,7 +141,7 @@ class DataServerProvider:
             if reply.reason == "OutOfRange":
                 raise DataIndexError(message)
             raise DataFetchError(message, retryable=False)
-        if self.seq_len is not None and reply.seq_len != self.seq_len:
+        if reply.seq_len != self.seq_len:
             raise DataFetchError(
                 f"data server {self.address} serves sequences of {reply.seq_len} tokens, "
                 f"but this run's max_seq_len is {self.seq_len}",
@@ -155,7 +157,8 @@ class DataServerProvider:
 async def data_server_provider_factory(
     address: str, seq_len: int, identity: Identity
 ) -> DataServerProvider:
-    """`ServerProviderFactory` for `psyche_common.data.make_provider(server_provider=...)`."""
+    """The client for `data_location = { Server = address }` serving `seq_len`-token samples
+    (the default `ServerProviderFactory` of `factory.make_provider`)."""
     if identity is None:
         raise ValueError("the TCP data server needs the client's identity to authenticate")
     return DataServerProvider(address, identity, seq_len)

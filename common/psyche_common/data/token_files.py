@@ -274,3 +274,6 @@ class TokenSequencesProvider:
 
     async def get_samples(self, batch: BatchId) -> np.ndarray:
         return await asyncio.to_thread(self.read, batch)
+
+    async def aclose(self) -> None:
+        """Nothing to release: the memory maps close with their arrays."""
