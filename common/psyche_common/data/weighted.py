@@ -211,5 +211,5 @@ async def load_weighted_http(
         ]
         return WeightedDataProvider(providers, weights, shuffle)
     except BaseException:
-        session.close()
+        await session.aclose()
         raise
