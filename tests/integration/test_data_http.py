@@ -18,6 +18,7 @@ import pytest
 from psyche_common.assignment import BatchId
 from psyche_common.config.data_location import Gcp, HttpData, NumberedFiles, SingleUrl
 from psyche_common.data.errors import DataFetchError, DataFileError, DataIndexError
+from psyche_common.data.fetcher import DataSource, SampleFetcher
 from psyche_common.data.http import HttpDataProvider, numbered_urls
 from psyche_common.data.http_client import HttpOptions, HttpSession
 from psyche_common.data.retry import RetryPolicy
@@ -518,6 +519,30 @@ async def test_aclose_closes_the_connections_and_later_reads_fail(
     with pytest.raises(DataFetchError, match="the HTTP session is closed") as info:
         await provider.get_samples(BatchId(0, 0))
     assert info.value.retryable is False
+
+
+async def test_the_sample_fetcher_reads_http_data_and_closes_its_session(
+    server: tuple[str, ServerState],
+) -> None:
+    base, state = server
+    reference_files(state)
+    location = {
+        "Http": {
+            "location": {"SingleUrl": f"{base}/000.ds"},
+            "token_size_in_bytes": "TwoBytes",
+            "shuffle": "DontShuffle",
+        }
+    }
+    fetcher = SampleFetcher(DataSource(location, 3), None, FAST.retry, http_options=FAST)
+    samples = await fetcher(BatchId(0, 1))
+    assert samples.tolist() == [[256, 770, 1284], [1798, 2312, 2826]]
+    assert state.open_connections == 1
+    await fetcher.aclose()
+    for _ in range(100):
+        if state.open_connections == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert state.open_connections == 0
 
 
 async def test_wrong_token_size_for_remote_file(server: tuple[str, ServerState]) -> None:

@@ -11,7 +11,9 @@ from psyche_common.assignment import BatchId
 from psyche_common.coordinator import RunState
 from psyche_common.data import DataFetchError, DataIndexError
 from psyche_common.data.factory import make_provider
+from psyche_common.data.fetcher import DataSource, SampleFetcher
 from psyche_common.data.local import LocalDataProvider
+from psyche_common.data.retry import RetryPolicy
 from psyche_common.data.server_client import DataServerProvider, data_server_provider_factory
 from psyche_common.protocol import Identity
 from psyche_server.app import ServerOptions
@@ -108,6 +110,35 @@ async def test_make_provider_plugs_in_the_data_server_client(
         )
         await provider.aclose()
         await clients[0].close()
+
+
+async def test_the_sample_fetcher_reads_from_the_data_server_with_the_run_seq_len(
+    tmp_path: Path, token_dir: Path
+) -> None:
+    local = LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN)
+    data_server = DataServer(local, "127.0.0.1", 0)
+    state = write_state(tmp_path / "s.toml", init_min_clients=1, warmup_time=30)
+    async with running_server(state, data_server=data_server) as app:
+        clients = await start_clients(1, app.port, app.run_id, auto=False)
+        await poll_until(lambda: app.run_state == RunState.Warmup)
+        location = {"Server": f"127.0.0.1:{data_server.port}"}
+        policy = RetryPolicy(attempts=2, delay_step=0)
+        fetcher = SampleFetcher(DataSource(location, SEQ_LEN), clients[0].identity, policy)
+        longer = SampleFetcher(DataSource(location, 2 * SEQ_LEN), clients[0].identity, policy)
+        try:
+            np.testing.assert_array_equal(await fetcher(BatchId(2, 4)), local.read(BatchId(2, 4)))
+            await fetcher.aclose()  # the server takes one data connection per identity
+            await poll_until(lambda: clients[0].id not in data_server.connections.connections)
+            # a run whose max_seq_len differs from the served sequences is refused, not trained
+            with pytest.raises(
+                DataFetchError,
+                match=rf"serves sequences of {SEQ_LEN} tokens, but this run's max_seq_len "
+                rf"is {2 * SEQ_LEN}",
+            ):
+                await longer(BatchId(0, 0))
+            assert data_server.served[clients[0].id] == 4  # refused once, not retried
+        finally:
+            await asyncio.gather(fetcher.aclose(), longer.aclose(), clients[0].close())
 
 
 def test_server_data_location_needs_data_config(tmp_path: Path, token_dir: Path) -> None:

@@ -15,6 +15,7 @@ IMPLEMENTATIONS = (
     "builtin",
     "dummy",
     "factory",
+    "fetcher",
     "http",
     "http_client",
     "local",

@@ -2,7 +2,8 @@
 
 A provider (``provider.DataProvider``) serves ``get_samples(BatchId) -> int64 array
 (len(batch), seq_len)``; ``factory.make_provider`` builds one from a config ``data_location``.
-Modules: ``provider`` (the protocol), ``factory``, ``token_files`` (memory-mapped reader),
+``fetcher.SampleFetcher`` is how a client fetches a batch (lazy provider, retries, closing).
+Modules: ``provider`` (the protocol), ``factory``, ``fetcher``, ``token_files`` (memory-mapped reader),
 ``sequence_index`` (sequence table and seeded shuffle), ``local``, ``http`` (+ ``http_client``),
 ``weighted``, ``dummy``, ``builtin`` (python-stdlib corpus), ``preprocessed`` (parquet),
 ``server_client`` (the TCP data server's client), ``retry``, ``tokenize`` and ``cli``. Nothing
