@@ -141,6 +141,35 @@ async def test_the_sample_fetcher_reads_from_the_data_server_with_the_run_seq_le
             await asyncio.gather(fetcher.aclose(), longer.aclose(), clients[0].close())
 
 
+async def test_a_refused_connection_is_a_retryable_fetch_error(
+    tmp_path: Path, token_dir: Path
+) -> None:
+    local = LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN)
+    data_server = DataServer(local, "127.0.0.1", 0)
+    state = write_state(tmp_path / "s.toml", init_min_clients=1, warmup_time=30)
+    async with running_server(state, data_server=data_server) as app:
+        clients = await start_clients(1, app.port, app.run_id, auto=False)
+        await poll_until(lambda: app.run_state == RunState.Warmup)
+        address = f"127.0.0.1:{data_server.port}"
+        first = DataServerProvider(address, clients[0].identity, SEQ_LEN)
+        second = DataServerProvider(address, clients[0].identity, SEQ_LEN)
+        try:
+            await first.get_samples(BatchId(0, 0))
+            # e.g. a restarted client whose old data connection the server still holds
+            with pytest.raises(
+                DataFetchError, match=r"refused the connection: identity \w+ is already connected"
+            ) as info:
+                await second.get_samples(BatchId(1, 1))
+            assert info.value.retryable
+            await first.aclose()
+            await poll_until(lambda: clients[0].id not in data_server.connections.connections)
+            np.testing.assert_array_equal(
+                await second.get_samples(BatchId(1, 1)), local.read(BatchId(1, 1))
+            )
+        finally:
+            await asyncio.gather(first.aclose(), second.aclose(), clients[0].close())
+
+
 def test_server_data_location_needs_data_config(tmp_path: Path, token_dir: Path) -> None:
     state = write_state(
         tmp_path / "s.toml", data_location={"Server": "127.0.0.1:0"}, max_seq_len=SEQ_LEN

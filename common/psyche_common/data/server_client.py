@@ -2,8 +2,8 @@
 { Server = "host:port" }`), authenticating with the client's ed25519 identity.
 
 One connection, one request in flight (a lock), reconnecting on demand. A `NotInThisRound`
-rejection and network failures are retryable `DataFetchError`s (the client may not be in the
-broadcast state yet); `OutOfRange` raises `DataIndexError`; `DataError` / `TooLarge` are permanent.
+rejection, a refused connection (the server's `Rejected`, e.g. while an earlier connection of
+the same identity is still open there) and network failures are retryable `DataFetchError`s; `OutOfRange` raises `DataIndexError`; `DataError` / `TooLarge` are permanent.
 By default each call makes one attempt (callers wrap it in `get_samples_with_retries`, as the
 reference's data fetcher does); pass a `RetryPolicy` to retry inside the provider. Replies
 must have the run's `seq_len`. `data_server_provider_factory` is what
@@ -39,6 +39,14 @@ from psyche_common.protocol.messages import to_wire
 logger = logging.getLogger(__name__)
 
 DEFAULT_REPLY_FRAME_SIZE = 64 * 1024 * 1024
+
+
+def connection_refusal(frame: object) -> str | None:
+    """The reason of the server's connection-level ``Rejected`` (it answers that instead of
+    serving a connection, then closes it), else None."""
+    if isinstance(frame, dict) and frame.get("type") == "Rejected":
+        return str(frame.get("reason") or "no reason given")
+    return None
 
 
 class DataServerProvider:
@@ -116,9 +124,14 @@ class DataServerProvider:
                 await write_frame(
                     writer, to_wire(RequestTrainingData(start=batch.start, end=batch.end))
                 )
-                reply = parse_data_reply(
-                    await read_frame(reader, self.max_frame_size, timeout=self.timeout)
-                )
+                frame = await read_frame(reader, self.max_frame_size, timeout=self.timeout)
+                refusal = connection_refusal(frame)
+                if refusal is not None:
+                    self._drop_connection()
+                    raise DataFetchError(
+                        f"data server {self.address} refused the connection: {refusal}"
+                    )
+                reply = parse_data_reply(frame)
             except (ProtocolError, OSError, TimeoutError) as exc:
                 self._drop_connection()
                 if isinstance(exc, ConnectionClosed | OSError | TimeoutError):
