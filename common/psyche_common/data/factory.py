@@ -43,7 +43,7 @@ from psyche_common.data.weighted import load_weighted_http
 ServerProviderFactory = Callable[[str, int, Any], Awaitable[DataProvider]]
 """Builds the TCP data-server client: ``(address "host:port", seq_len, identity) -> provider``."""
 
-_LOCATION_ADAPTER: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(DataLocation)
+_LOCATION_ADAPTER: pydantic.TypeAdapter[AnyDataLocation] = pydantic.TypeAdapter(DataLocation)
 
 
 def parse_data_location(location: Any) -> AnyDataLocation:

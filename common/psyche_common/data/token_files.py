@@ -238,7 +238,8 @@ class TokenSequences:
 
     def sequence(self, index: int) -> np.ndarray:
         """Sequence ``index`` as int64 tokens."""
-        return self.read(index, index)[0]
+        row: np.ndarray = self.read(index, index)[0]
+        return row
 
     def read(self, start: int, end: int) -> np.ndarray:
         """Sequences ``start..end`` (inclusive) as an int64 array of shape (n, seq_len)."""
