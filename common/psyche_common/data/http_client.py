@@ -114,8 +114,13 @@ def transport_error(
         return DataFetchError(f"{method} {url} timed out ({type(error).__name__})")
     if isinstance(error, httpx.ConnectError):
         return DataFetchError(f"cannot reach {url}: {detail}")
-    permanent = (httpx.LocalProtocolError, httpx.UnsupportedProtocol, httpx.TooManyRedirects)
-    if isinstance(error, httpx.InvalidURL | permanent):
+    permanent = (
+        httpx.InvalidURL,
+        httpx.LocalProtocolError,
+        httpx.UnsupportedProtocol,
+        httpx.TooManyRedirects,
+    )
+    if isinstance(error, permanent):
         return DataFetchError(f"{method} {url} failed: {detail}", retryable=False)
     return DataFetchError(f"{method} {url} failed: {detail}")
 
