@@ -545,6 +545,30 @@ async def test_the_sample_fetcher_reads_http_data_and_closes_its_session(
     assert state.open_connections == 0
 
 
+async def test_the_fetcher_policy_bounds_the_http_attempts(
+    server: tuple[str, ServerState],
+) -> None:
+    base, state = server
+    reference_files(state)
+    location = {
+        "Http": {
+            "location": {"SingleUrl": f"{base}/000.ds"},
+            "token_size_in_bytes": "TwoBytes",
+            "shuffle": "DontShuffle",
+        }
+    }
+    fetcher = SampleFetcher(DataSource(location, 3), None, RetryPolicy(attempts=2, delay_step=0))
+    try:
+        await fetcher(BatchId(0, 0))
+        state.fail_times["/000.ds"] = 100
+        state.requests.clear()
+        with pytest.raises(DataFetchError, match=r"failed after 2 attempts: HTTP 503"):
+            await fetcher(BatchId(1, 1))
+    finally:
+        await fetcher.aclose()
+    assert len(state.requests) == 2  # the policy's attempts, not HttpOptions' default 7 (or 2x2)
+
+
 async def test_wrong_token_size_for_remote_file(server: tuple[str, ServerState]) -> None:
     base, state = server
     state.files["/odd.ds"] = b"\0" * 6

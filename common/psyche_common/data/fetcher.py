@@ -6,7 +6,10 @@ one) at that moment, because a client learns them from the first coordinator sta
 receives. ``factory.make_provider`` builds it (``Server`` locations through
 ``data_server_provider_factory`` with the run's ``max_seq_len`` and the client's identity).
 Every fetch goes through ``get_samples_with_retries`` with the fetcher's ``RetryPolicy``; once
-the attempts are spent, or on a failure no retry can cure, it raises a ``DataError``.
+the attempts are spent, or on a failure no retry can cure, it raises a ``DataError``. HTTP
+providers retry each request themselves: unless ``http_options`` are given, they use the same
+policy, and their final error is not retried again, so a batch gets the policy's attempts
+whatever the location.
 ``aclose()`` closes the provider; a fetch after it fails with ``DataFetchError``.
 """
 
@@ -21,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from psyche_common.data.errors import DataFetchError
 from psyche_common.data.factory import ServerProviderFactory, make_provider
+from psyche_common.data.http_client import HttpOptions
 from psyche_common.data.retry import RetryPolicy, get_samples_with_retries
 
 if TYPE_CHECKING:
     import numpy as np
 
     from psyche_common.assignment import BatchId
-    from psyche_common.data.http_client import HttpOptions
     from psyche_common.data.provider import DataProvider
     from psyche_common.protocol import Identity
 
@@ -64,7 +67,7 @@ class SampleFetcher:
         self._source = source
         self.identity = identity
         self.policy = policy or RetryPolicy()
-        self.http_options = http_options
+        self.http_options = http_options or HttpOptions(retry=self.policy)
         self.cache_dir = cache_dir
         self.server_provider = server_provider
         self._lock = asyncio.Lock()
