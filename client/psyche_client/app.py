@@ -21,6 +21,8 @@ from typing import Any
 
 from psyche_common.client_id import short_id
 from psyche_common.coordinator import Coordinator, RunState
+from psyche_common.data.fetcher import DataSource, SampleFetcher
+from psyche_common.data.retry import RetryPolicy
 from psyche_common.protocol import Identity
 
 from psyche_client.model.sharing import SharedModel, save_checkpoint, upload_checkpoint
@@ -59,6 +61,8 @@ class ClientOptions:
     dummy_training_delay_secs: float | None = None
     exit_when_finished: bool = True
     keep_checkpoints: int = 3
+    data_fetch_attempts: int = 7
+    data_fetch_retry_delay: float = 2.0
 
 
 class NodeNetwork:
@@ -114,6 +118,7 @@ class ClientApp:
         )
         self.runner: RoundRunner | None = None
         self.link: ServerLink | None = None
+        self.fetcher = self._make_fetcher()
 
     def _on_announcement(self, announcement: Any, _from_peer: bytes) -> None:
         if self.runner is not None:
@@ -217,7 +222,7 @@ class ClientApp:
                 NodeNetwork(self.node),
                 self.link,
                 self._load_backend,
-                self._make_fetcher(),
+                self.fetcher,
                 RunnerOptions(
                     write_gradients_dir=self.options.write_gradients_dir,
                     needs_data=self.options.dummy_training_delay_secs is None,
@@ -242,6 +247,8 @@ class ClientApp:
                 await self.runner.aclose()
             if self.link is not None:
                 await self.link.close()
+            if self.fetcher is not None:
+                await self.fetcher.aclose()
             with contextlib.suppress(Exception):
                 await self.node.close()
 
@@ -267,32 +274,20 @@ class ClientApp:
             if self.on_snapshot is not None:
                 self.on_snapshot(self)
 
-    def _make_fetcher(self) -> Any:
-        """``batch -> samples`` for the run's data_location (provider built on first use)."""
+    def _make_fetcher(self) -> SampleFetcher | None:
+        """Samples of a batch from the run's data_location (None with the dummy backend,
+        which trains without data); its provider is built at the first fetch."""
         if self.options.dummy_training_delay_secs is not None:
             return None
-        lock = asyncio.Lock()
-        holder: dict[str, Any] = {}
+        policy = RetryPolicy(self.options.data_fetch_attempts, self.options.data_fetch_retry_delay)
+        return SampleFetcher(self._data_source, self.identity, policy)
 
-        async def server_provider(address: str, seq_len: int, identity: Any) -> Any:
-            from psyche_common.data.server_client import DataServerProvider
-
-            return DataServerProvider(address, identity)
-
-        async def fetch(batch: Any) -> Any:
-            async with lock:
-                if "provider" not in holder:
-                    from psyche_common.data import make_provider
-
-                    holder["provider"] = await make_provider(
-                        self.coordinator.model.data_location,
-                        self.coordinator.model.max_seq_len,
-                        identity=self.identity,
-                        server_provider=server_provider,
-                    )
-            return await holder["provider"].get_samples(batch)
-
-        return fetch
+    def _data_source(self) -> DataSource:
+        """The run's data location and sample length, from the latest coordinator state."""
+        if self.coordinator is None:
+            raise RuntimeError("no coordinator state yet: the run's data_location is unknown")
+        model = self.coordinator.model
+        return DataSource(model.data_location, int(model.max_seq_len))
 
 
 def _load_distro_backend(

@@ -189,6 +189,25 @@ def show_identity(identity_secret_key_path: Path | None) -> None:
     help="Peers' training results downloaded at once.",
 )
 @click.option(
+    "--data-fetch-attempts",
+    type=click.IntRange(min=1),
+    default=7,
+    show_default=True,
+    envvar="DATA_FETCH_ATTEMPTS",
+    help="Tries to fetch a batch's training data before giving that batch up. Only "
+    "transient failures are retried (network errors, timeouts, a data server that does not "
+    "list this client yet); a missing sample or an unusable data location fails at once.",
+)
+@click.option(
+    "--data-fetch-retry-delay",
+    type=click.FloatRange(min=0),
+    default=2.0,
+    show_default=True,
+    envvar="DATA_FETCH_RETRY_DELAY",
+    help="Backoff step in seconds between data-fetch attempts: attempt k waits (k-1) times "
+    "this (0, 2, 4, ... 12 s with the defaults).",
+)
+@click.option(
     "--dummy-training-delay-secs",
     type=click.FloatRange(min=0),
     default=None,
@@ -211,6 +230,8 @@ def train(
     write_gradients_dir: Path | None,
     max_concurrent_parameter_requests: int,
     max_concurrent_downloads: int,
+    data_fetch_attempts: int,
+    data_fetch_retry_delay: float,
     dummy_training_delay_secs: float | None,
 ) -> None:
     """Join run RUN_ID at the coordinator SERVER_ADDR and train until the run finishes."""
@@ -234,6 +255,8 @@ def train(
         write_gradients_dir=write_gradients_dir,
         max_concurrent_parameter_requests=max_concurrent_parameter_requests,
         max_concurrent_downloads=max_concurrent_downloads,
+        data_fetch_attempts=data_fetch_attempts,
+        data_fetch_retry_delay=data_fetch_retry_delay,
         dummy_training_delay_secs=dummy_training_delay_secs,
     )
     sys.exit(_run(options, logs, write_log))

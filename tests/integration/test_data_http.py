@@ -1,7 +1,9 @@
-"""HTTP provider (and the weighted HTTP mixture) against a local Range-capable HTTP server."""
+"""HTTP provider (and the weighted HTTP mixture) against a local Range-capable HTTP/1.1 server
+that counts the TCP connections it accepts."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -16,11 +18,17 @@ import pytest
 from psyche_common.assignment import BatchId
 from psyche_common.config.data_location import Gcp, HttpData, NumberedFiles, SingleUrl
 from psyche_common.data.errors import DataFetchError, DataFileError, DataIndexError
+from psyche_common.data.fetcher import DataSource, SampleFetcher
 from psyche_common.data.http import HttpDataProvider, numbered_urls
 from psyche_common.data.http_client import HttpOptions, HttpSession
 from psyche_common.data.retry import RetryPolicy
 
-FAST = HttpOptions(timeout=1.0, retry=RetryPolicy(attempts=3, delay_step=0.01))
+FAST = HttpOptions(
+    connect_timeout=1.0,
+    read_timeout=1.0,
+    request_timeout=2.0,
+    retry=RetryPolicy(attempts=3, delay_step=0.01),
+)
 
 
 @dataclass
@@ -30,15 +38,34 @@ class ServerState:
     delay: dict[str, float] = field(default_factory=dict)
     ignore_range: set[str] = field(default_factory=set)
     no_length: set[str] = field(default_factory=set)
+    shift_range: set[str] = field(default_factory=set)  # 206 for other bytes than asked
+    trickle: dict[str, float] = field(default_factory=dict)  # seconds between body bytes
+    drop_after_reply: bool = False  # close every connection after one answer, silently
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+    connections: int = 0  # TCP connections accepted so far
+    open_connections: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class Handler(BaseHTTPRequestHandler):
     server: _Server
+    protocol_version = "HTTP/1.1"  # keep-alive, like real file servers
 
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.state.lock:
+            self.server.state.connections += 1
+            self.server.state.open_connections += 1
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            with self.server.state.lock:
+                self.server.state.open_connections -= 1
 
     def _route(self, send_body: bool) -> None:
         state = self.server.state
@@ -58,9 +85,12 @@ class Handler(BaseHTTPRequestHandler):
             return self._reply(404, b"not found", send_body)
         byte_range = self.headers.get("Range")
         if byte_range and url.path not in state.ignore_range:
-            first, last = byte_range.removeprefix("bytes=").split("-")
-            chunk = body[int(first) : int(last) + 1]
-            return self._reply(206, chunk, send_body, url.path)
+            first, last = (int(n) for n in byte_range.removeprefix("bytes=").split("-"))
+            if url.path in state.shift_range:
+                first, last = first + 2, last + 2
+            last = min(last, len(body) - 1)
+            content_range = f"bytes {first}-{last}/{len(body)}"
+            return self._reply(206, body[first : last + 1], send_body, url.path, content_range)
         return self._reply(200, body, send_body, url.path)
 
     def _gcs_listing(self, url: urllib.parse.SplitResult, send_body: bool) -> None:
@@ -90,13 +120,33 @@ class Handler(BaseHTTPRequestHandler):
             listing["nextPageToken"] = str(start + 2)
         self._reply(200, json.dumps(listing).encode(), send_body)
 
-    def _reply(self, status: int, body: bytes, send_body: bool, path: str | None = None) -> None:
+    def _reply(
+        self,
+        status: int,
+        body: bytes,
+        send_body: bool,
+        path: str | None = None,
+        content_range: str | None = None,
+    ) -> None:
+        state = self.server.state
         self.send_response(status)
-        if path is None or path not in self.server.state.no_length:
+        if path is None or path not in state.no_length:
             self.send_header("Content-Length", str(len(body)))
+        else:
+            self.send_header("Connection", "close")  # the body ends when the connection does
+            self.close_connection = True
+        if content_range is not None:
+            self.send_header("Content-Range", content_range)
         self.end_headers()
-        if send_body:
+        if send_body and path in state.trickle:
+            for index in range(len(body)):
+                self.wfile.write(body[index : index + 1])
+                self.wfile.flush()
+                time.sleep(state.trickle[path])
+        elif send_body:
             self.wfile.write(body)
+        if state.drop_after_reply:
+            self.close_connection = True
 
     def do_GET(self) -> None:
         self._route(send_body=True)
@@ -213,7 +263,7 @@ async def test_gcs_listing_with_paging(server: tuple[str, ServerState]) -> None:
         state.files[f"/bucket/tokens/{index:03}.bin"] = np.full(8, index, "<u2").tobytes()
     state.files["/bucket/tokens/README.md"] = b"ignored"
     state.files["/bucket/other/x.bin"] = b"\0\0" * 8
-    options = HttpOptions(timeout=1.0, retry=FAST.retry, gcs_api_base=f"{base}/storage/v1")
+    options = HttpOptions(retry=FAST.retry, gcs_api_base=f"{base}/storage/v1")
     location = Gcp(bucket_name="bucket", filter_directory="tokens/")
     provider = await HttpDataProvider.from_location(location, 2, 8, options=options)
     assert [f.url.rsplit("/", 1)[1] for f in provider.files] == [f"{i:03}.bin" for i in range(5)]
@@ -251,6 +301,7 @@ async def test_503_is_retried_until_it_succeeds(server: tuple[str, ServerState])
     state.requests.clear()
     assert (await provider.get_samples(BatchId(0, 0))).tolist() == [[256, 770, 1284]]
     assert len(state.requests) == 3
+    assert state.connections == 1  # error pages are drained: their connection is reused
     await provider.aclose()
 
 
@@ -272,13 +323,13 @@ async def test_gives_up_after_the_configured_attempts(server: tuple[str, ServerS
 async def test_timeouts_are_retried(server: tuple[str, ServerState]) -> None:
     base, state = server
     reference_files(state)
-    options = HttpOptions(timeout=0.2, retry=RetryPolicy(attempts=2, delay_step=0.01))
+    options = HttpOptions(read_timeout=0.2, retry=RetryPolicy(attempts=2, delay_step=0.01))
     provider = await HttpDataProvider.from_location(
         SingleUrl(url=f"{base}/000.ds"), 2, 3, options=options
     )
     state.delay["/000.ds"] = 0.6
     state.requests.clear()
-    with pytest.raises(DataFetchError, match=r"failed after 2 attempts: .*timed out after 0\.2 s"):
+    with pytest.raises(DataFetchError, match=r"failed after 2 attempts: .*no data for 0\.2 s"):
         await provider.get_samples(BatchId(0, 0))
     assert len([r for r in state.requests if r[0] == "GET"]) == 2
     await provider.aclose()
@@ -296,12 +347,226 @@ async def test_server_ignoring_range_is_an_error(server: tuple[str, ServerState]
     await provider.aclose()
 
 
+def test_http_options_are_validated() -> None:
+    with pytest.raises(ValueError, match=r"HttpOptions\.read_timeout must be positive"):
+        HttpOptions(read_timeout=0)
+    with pytest.raises(ValueError, match=r"HttpOptions\.max_concurrent_requests must be at least"):
+        HttpOptions(max_concurrent_requests=0)
+
+
 async def test_unreachable_server_and_bad_scheme() -> None:
-    options = HttpOptions(timeout=0.5, retry=RetryPolicy(attempts=2, delay_step=0))
-    with pytest.raises(DataFetchError, match="failed after 2 attempts: cannot reach"):
-        await HttpSession(options).head_content_length("http://127.0.0.1:9/x.ds")
-    with pytest.raises(DataFetchError, match="unsupported URL"):
-        await HttpSession(options).head_content_length("ftp://example.com/x.ds")
+    options = HttpOptions(connect_timeout=0.5, retry=RetryPolicy(attempts=2, delay_step=0))
+    session = HttpSession(options)
+    try:
+        with pytest.raises(DataFetchError, match="failed after 2 attempts: cannot reach"):
+            await session.head_content_length("http://127.0.0.1:9/x.ds")
+        with pytest.raises(DataFetchError, match="unsupported URL") as info:
+            await session.head_content_length("ftp://example.com/x.ds")
+        assert info.value.retryable is False
+    finally:
+        await session.aclose()
+
+
+async def test_ranged_reads_reuse_one_keep_alive_connection(
+    server: tuple[str, ServerState],
+) -> None:
+    base, state = server
+    state.files["/big.bin"] = np.arange(40, dtype="<u2").tobytes()
+    provider = await HttpDataProvider.from_location(
+        SingleUrl(url=f"{base}/big.bin"), 2, 4, options=FAST
+    )
+    try:
+        for index in (0, 7, 3, 9, 5):
+            samples = await provider.get_samples(BatchId(index, index))
+            assert samples.tolist() == [list(range(index * 4, index * 4 + 4))]
+    finally:
+        await provider.aclose()
+    assert [r[0] for r in state.requests] == ["HEAD"] + ["GET"] * 5
+    assert state.connections == 1  # the HEAD's connection served every ranged GET
+
+
+async def test_concurrent_reads_stay_within_the_connection_limit(
+    server: tuple[str, ServerState],
+) -> None:
+    base, state = server
+    state.files["/a.ds"] = np.arange(400, dtype="<u2").tobytes()
+    state.delay["/a.ds"] = 0.02  # requests overlap
+    options = HttpOptions(read_timeout=1.0, retry=FAST.retry, max_concurrent_requests=2)
+    provider = await HttpDataProvider.from_location(
+        SingleUrl(url=f"{base}/a.ds"), 2, 4, {"Seeded": [7] * 32}, options=options
+    )
+    try:
+        for _ in range(3):
+            assert (await provider.get_samples(BatchId(0, 19))).shape == (20, 4)
+    finally:
+        await provider.aclose()
+    assert len(state.requests) > 20  # shuffled: many separate ranged GETs
+    assert 1 <= state.connections <= 2
+
+
+async def test_a_server_closing_idle_connections_does_not_break_reads(
+    server: tuple[str, ServerState],
+) -> None:
+    base, state = server
+    reference_files(state)
+    state.drop_after_reply = True
+    provider = await HttpDataProvider.from_location(
+        SingleUrl(url=f"{base}/000.ds"), 2, 3, options=FAST
+    )
+    try:
+        for _ in range(4):
+            assert (await provider.get_samples(BatchId(0, 0))).tolist() == [[256, 770, 1284]]
+    finally:
+        await provider.aclose()
+    assert state.connections == 5  # one per answer: a closed connection is never reused
+
+
+async def test_a_trickling_answer_hits_the_whole_request_deadline(
+    server: tuple[str, ServerState],
+) -> None:
+    base, state = server
+    state.files["/slow.ds"] = bytes(40)
+    options = HttpOptions(
+        read_timeout=1.0, request_timeout=0.3, retry=RetryPolicy(attempts=1, delay_step=0)
+    )
+    provider = await HttpDataProvider.from_location(
+        SingleUrl(url=f"{base}/slow.ds"), 2, 20, options=options
+    )
+    state.trickle["/slow.ds"] = 0.05  # a byte every 50 ms: never silent for read_timeout
+    try:
+        with pytest.raises(DataFetchError, match=r"slow\.ds timed out after 0\.3 s \(whole"):
+            await provider.get_samples(BatchId(0, 0))
+    finally:
+        await provider.aclose()
+
+
+async def test_ignored_range_for_the_whole_file_is_accepted(
+    server: tuple[str, ServerState],
+) -> None:
+    base, state = server
+    state.files["/one.ds"] = np.arange(4, dtype="<u2").tobytes()  # exactly one sequence
+    state.ignore_range.add("/one.ds")
+    provider = await HttpDataProvider.from_location(
+        SingleUrl(url=f"{base}/one.ds"), 2, 4, options=FAST
+    )
+    try:
+        assert (await provider.get_samples(BatchId(0, 0))).tolist() == [[0, 1, 2, 3]]
+    finally:
+        await provider.aclose()
+
+
+async def test_a_partial_read_refused_by_an_ignored_range_is_not_retried(
+    server: tuple[str, ServerState],
+) -> None:
+    base, state = server
+    state.files["/two.ds"] = np.arange(8, dtype="<u2").tobytes()
+    state.ignore_range.add("/two.ds")
+    session = HttpSession(FAST)
+    try:
+        # the first half: the 200 is the whole file, more than the 8 bytes asked for
+        with pytest.raises(DataFetchError, match=r"two\.ds ignored the Range header") as info:
+            await session.get_range(f"{base}/two.ds", 0, 8)
+        assert info.value.retryable is False
+    finally:
+        await session.aclose()
+    assert len(state.requests) == 1
+
+
+async def test_a_206_for_other_bytes_is_refused(server: tuple[str, ServerState]) -> None:
+    base, state = server
+    state.files["/shift.ds"] = bytes(range(32))
+    state.shift_range.add("/shift.ds")
+    session = HttpSession(FAST)
+    try:
+        with pytest.raises(
+            DataFetchError, match=r"shift\.ds answered bytes 6-9 for the requested bytes 4-7"
+        ):
+            await session.get_range(f"{base}/shift.ds", 4, 4)
+    finally:
+        await session.aclose()
+    assert len(state.requests) == 1  # permanent: not retried
+
+
+async def test_documents_are_bounded(server: tuple[str, ServerState]) -> None:
+    base, state = server
+    state.files["/config.json"] = b"x" * 100
+    session = HttpSession(FAST)
+    try:
+        assert await session.get_document(f"{base}/config.json", max_bytes=100) == b"x" * 100
+        with pytest.raises(DataFetchError, match=r"config\.json: the document is larger than 99"):
+            await session.get_document(f"{base}/config.json", max_bytes=99)
+    finally:
+        await session.aclose()
+
+
+async def test_aclose_closes_the_connections_and_later_reads_fail(
+    server: tuple[str, ServerState],
+) -> None:
+    base, state = server
+    reference_files(state)
+    provider = await HttpDataProvider.from_location(
+        SingleUrl(url=f"{base}/000.ds"), 2, 3, options=FAST
+    )
+    await provider.get_samples(BatchId(0, 0))
+    assert state.open_connections == 1
+    await provider.aclose()
+    await provider.aclose()  # twice is harmless (a mixture's providers share a session)
+    for _ in range(100):
+        if state.open_connections == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert state.open_connections == 0
+    with pytest.raises(DataFetchError, match="the HTTP session is closed") as info:
+        await provider.get_samples(BatchId(0, 0))
+    assert info.value.retryable is False
+
+
+async def test_the_sample_fetcher_reads_http_data_and_closes_its_session(
+    server: tuple[str, ServerState],
+) -> None:
+    base, state = server
+    reference_files(state)
+    location = {
+        "Http": {
+            "location": {"SingleUrl": f"{base}/000.ds"},
+            "token_size_in_bytes": "TwoBytes",
+            "shuffle": "DontShuffle",
+        }
+    }
+    fetcher = SampleFetcher(DataSource(location, 3), None, FAST.retry, http_options=FAST)
+    samples = await fetcher(BatchId(0, 1))
+    assert samples.tolist() == [[256, 770, 1284], [1798, 2312, 2826]]
+    assert state.open_connections == 1
+    await fetcher.aclose()
+    for _ in range(100):
+        if state.open_connections == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert state.open_connections == 0
+
+
+async def test_the_fetcher_policy_bounds_the_http_attempts(
+    server: tuple[str, ServerState],
+) -> None:
+    base, state = server
+    reference_files(state)
+    location = {
+        "Http": {
+            "location": {"SingleUrl": f"{base}/000.ds"},
+            "token_size_in_bytes": "TwoBytes",
+            "shuffle": "DontShuffle",
+        }
+    }
+    fetcher = SampleFetcher(DataSource(location, 3), None, RetryPolicy(attempts=2, delay_step=0))
+    try:
+        await fetcher(BatchId(0, 0))
+        state.fail_times["/000.ds"] = 100
+        state.requests.clear()
+        with pytest.raises(DataFetchError, match=r"failed after 2 attempts: HTTP 503"):
+            await fetcher(BatchId(1, 1))
+    finally:
+        await fetcher.aclose()
+    assert len(state.requests) == 2  # the policy's attempts, not HttpOptions' default 7 (or 2x2)
 
 
 async def test_wrong_token_size_for_remote_file(server: tuple[str, ServerState]) -> None:

@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 from psyche_common.assignment import BatchId
 from psyche_common.coordinator import RunState
-from psyche_common.data import DataFetchError, DataIndexError, make_provider
+from psyche_common.data import DataFetchError, DataIndexError
+from psyche_common.data.factory import make_provider
+from psyche_common.data.fetcher import DataSource, SampleFetcher
 from psyche_common.data.local import LocalDataProvider
+from psyche_common.data.retry import RetryPolicy
 from psyche_common.data.server_client import DataServerProvider, data_server_provider_factory
 from psyche_common.protocol import Identity
 from psyche_server.app import ServerOptions
@@ -84,7 +87,7 @@ async def test_data_server_serves_members_and_rejects_others(
         # the outsider is still refused while a run is going on
         with pytest.raises(DataFetchError, match="NotInThisRound"):
             await outsider.get_samples(BatchId(0, 0))
-        await asyncio.gather(member.close(), outsider.close(), *(c.close() for c in clients))
+        await asyncio.gather(member.aclose(), outsider.aclose(), *(c.close() for c in clients))
 
 
 async def test_make_provider_plugs_in_the_data_server_client(
@@ -105,8 +108,66 @@ async def test_make_provider_plugs_in_the_data_server_client(
         np.testing.assert_array_equal(
             await provider.get_samples(BatchId(2, 4)), local.read(BatchId(2, 4))
         )
-        await provider.close()
+        await provider.aclose()
         await clients[0].close()
+
+
+async def test_the_sample_fetcher_reads_from_the_data_server_with_the_run_seq_len(
+    tmp_path: Path, token_dir: Path
+) -> None:
+    local = LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN)
+    data_server = DataServer(local, "127.0.0.1", 0)
+    state = write_state(tmp_path / "s.toml", init_min_clients=1, warmup_time=30)
+    async with running_server(state, data_server=data_server) as app:
+        clients = await start_clients(1, app.port, app.run_id, auto=False)
+        await poll_until(lambda: app.run_state == RunState.Warmup)
+        location = {"Server": f"127.0.0.1:{data_server.port}"}
+        policy = RetryPolicy(attempts=2, delay_step=0)
+        fetcher = SampleFetcher(DataSource(location, SEQ_LEN), clients[0].identity, policy)
+        longer = SampleFetcher(DataSource(location, 2 * SEQ_LEN), clients[0].identity, policy)
+        try:
+            np.testing.assert_array_equal(await fetcher(BatchId(2, 4)), local.read(BatchId(2, 4)))
+            await fetcher.aclose()  # the server takes one data connection per identity
+            await poll_until(lambda: clients[0].id not in data_server.connections.connections)
+            # a run whose max_seq_len differs from the served sequences is refused, not trained
+            with pytest.raises(
+                DataFetchError,
+                match=rf"serves sequences of {SEQ_LEN} tokens, but this run's max_seq_len "
+                rf"is {2 * SEQ_LEN}",
+            ):
+                await longer(BatchId(0, 0))
+            assert data_server.served[clients[0].id] == 4  # refused once, not retried
+        finally:
+            await asyncio.gather(fetcher.aclose(), longer.aclose(), clients[0].close())
+
+
+async def test_a_refused_connection_is_a_retryable_fetch_error(
+    tmp_path: Path, token_dir: Path
+) -> None:
+    local = LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN)
+    data_server = DataServer(local, "127.0.0.1", 0)
+    state = write_state(tmp_path / "s.toml", init_min_clients=1, warmup_time=30)
+    async with running_server(state, data_server=data_server) as app:
+        clients = await start_clients(1, app.port, app.run_id, auto=False)
+        await poll_until(lambda: app.run_state == RunState.Warmup)
+        address = f"127.0.0.1:{data_server.port}"
+        first = DataServerProvider(address, clients[0].identity, SEQ_LEN)
+        second = DataServerProvider(address, clients[0].identity, SEQ_LEN)
+        try:
+            await first.get_samples(BatchId(0, 0))
+            # e.g. a restarted client whose old data connection the server still holds
+            with pytest.raises(
+                DataFetchError, match=r"refused the connection: identity \w+ is already connected"
+            ) as info:
+                await second.get_samples(BatchId(1, 1))
+            assert info.value.retryable
+            await first.aclose()
+            await poll_until(lambda: clients[0].id not in data_server.connections.connections)
+            np.testing.assert_array_equal(
+                await second.get_samples(BatchId(1, 1)), local.read(BatchId(1, 1))
+            )
+        finally:
+            await asyncio.gather(first.aclose(), second.aclose(), clients[0].close())
 
 
 def test_server_data_location_needs_data_config(tmp_path: Path, token_dir: Path) -> None:

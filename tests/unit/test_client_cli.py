@@ -25,6 +25,8 @@ TRAIN_FLAGS = [
     "--write-gradients-dir",
     "--max-concurrent-parameter-requests",
     "--max-concurrent-downloads",
+    "--data-fetch-attempts",
+    "--data-fetch-retry-delay",
     "--dummy-training-delay-secs",
 ]
 
@@ -36,6 +38,29 @@ def test_train_help_explains_every_flag() -> None:
     for flag in TRAIN_FLAGS:
         assert flag in result.output, flag
         assert helps.get(flag) and len(helps[flag]) > 20, f"{flag} has no explanation"
+
+
+def test_data_fetch_retry_flags_reach_the_client_options(monkeypatch) -> None:
+    import psyche_client.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_run", lambda options, logs, write_log: seen.append(options) or 0)
+    base = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
+    runner = CliRunner()
+    assert runner.invoke(main, base).exit_code == 0
+    flags = ["--data-fetch-attempts", "3", "--data-fetch-retry-delay", "0.5"]
+    assert runner.invoke(main, [*base, *flags]).exit_code == 0
+    env = {"DATA_FETCH_ATTEMPTS": "2", "DATA_FETCH_RETRY_DELAY": "0"}
+    assert runner.invoke(main, base, env=env).exit_code == 0
+    assert [(o.data_fetch_attempts, o.data_fetch_retry_delay) for o in seen] == [
+        (7, 2.0),
+        (3, 0.5),
+        (2, 0.0),
+    ]
+    refused = runner.invoke(main, [*base, "--data-fetch-attempts", "0"])
+    assert refused.exit_code != 0 and "--data-fetch-attempts" in refused.output
+    negative = runner.invoke(main, [*base, "--data-fetch-retry-delay", "-1"])
+    assert negative.exit_code != 0 and "--data-fetch-retry-delay" in negative.output
 
 
 def test_show_identity_from_file_and_env(tmp_path: Path) -> None:

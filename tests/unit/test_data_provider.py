@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from psyche_common.assignment import BatchId
 from psyche_common.config.data_location import DummyData, LocalData
-from psyche_common.data import DataFileError, DataProvider, make_provider, parse_data_location
+from psyche_common.data import DataFileError, DataProvider
 from psyche_common.data.builtin import BuiltinDataProvider
 from psyche_common.data.dummy import DummyDataProvider
+from psyche_common.data.factory import make_provider, parse_data_location
 from psyche_common.data.local import LocalDataProvider
 from psyche_common.data.preprocessed import PreprocessedDataProvider
 
@@ -29,6 +30,7 @@ async def test_local_directory_and_metadata_token_size(tmp_path: Path) -> None:
     (tmp_path / "metadata.json").write_text(json.dumps({"token_size": 4}))
     provider = await make_provider({"Local": str(tmp_path)}, 10)
     assert isinstance(provider, LocalDataProvider) and provider.num_sequences == 4
+    assert isinstance(provider, DataProvider)
     assert (await provider.get_samples(BatchId(3, 3))).tolist() == [list(range(30, 40))]
     assert isinstance(await make_provider(LocalData(path=str(tmp_path)), 10), LocalDataProvider)
 
@@ -71,13 +73,15 @@ async def test_server_location_defaults_to_the_data_server_client() -> None:
     from psyche_common.protocol import Identity
 
     provider = await make_provider({"Server": "127.0.0.1:20001"}, 16, identity=Identity.generate())
-    assert isinstance(provider, DataServerProvider)
-    await provider.close()
+    assert isinstance(provider, DataServerProvider) and isinstance(provider, DataProvider)
+    assert provider.seq_len == 16  # replies of any other length are refused
+    await provider.aclose()
 
 
 async def test_builtin_and_preprocessed(tmp_path: Path) -> None:
     provider = await make_provider({"Builtin": "python-stdlib"}, 32, cache_dir=tmp_path)
-    assert isinstance(provider, BuiltinDataProvider)
+    assert isinstance(provider, BuiltinDataProvider) and isinstance(provider, DataProvider)
+    await provider.aclose()
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -85,6 +89,8 @@ async def test_builtin_and_preprocessed(tmp_path: Path) -> None:
     pq.write_table(pa.table({"inputs": [[1, 2], [3, 4]]}), tmp_path / "ds" / "train.parquet")
     parquet = await make_provider({"Preprocessed": str(tmp_path / "ds")}, 2)
     assert isinstance(parquet, PreprocessedDataProvider) and parquet.num_sequences == 2
+    assert isinstance(parquet, DataProvider)
+    await parquet.aclose()
 
 
 async def test_invalid_locations() -> None:

@@ -28,6 +28,7 @@ class MockProvider:
         self.num_sequences = size
         self.seq_len = seq_len
         self.requests: list[BatchId] = []
+        self.closed = False
 
     async def get_samples(self, batch: BatchId) -> np.ndarray:
         assert batch.end < self.num_sequences
@@ -35,9 +36,19 @@ class MockProvider:
         ids = np.arange(batch.start, batch.end + 1, dtype=np.int64) + self.provider_id * 1000
         return np.repeat(ids[:, None], self.seq_len, axis=1)
 
+    async def aclose(self) -> None:
+        self.closed = True
+
 
 def sources(samples: np.ndarray) -> list[tuple[int, int]]:
     return [(int(v) // 1000, int(v) % 1000) for v in samples[:, 0]]
+
+
+async def test_closing_the_mixture_closes_every_provider() -> None:
+    providers = [MockProvider(1, 10), MockProvider(2, 10)]
+    mix = WeightedDataProvider(providers, [1, 1])
+    await mix.aclose()
+    assert [p.closed for p in providers] == [True, True]
 
 
 def test_equal_weights_interleave_lowest_index_first() -> None:

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 from psyche_common.assignment import BatchId
+from psyche_common.data import DataError
 
 from psyche_client.round.context import RoundContext
 from psyche_client.round.exchange import ResultExchange
@@ -98,9 +99,7 @@ class RoundTraining:
         assert self.fetch_samples is not None
         try:
             return await self.fetch_samples(batch)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
+        except DataError as exc:  # the fetcher retried already; anything else is a bug
             log.error(
                 "giving up on %s: %s; it will not be trained", batch, exc, extra=self.ctx.fields()
             )

@@ -14,13 +14,13 @@ from typing import Any, NoReturn
 import click
 
 from psyche_common.data.errors import DataError
-from psyche_common.data.provider import recorded_token_size
 from psyche_common.data.sequence_index import parse_shuffle
 from psyche_common.data.token_files import (
     DATA_FILE_EXTENSIONS,
     TokenSequences,
     list_token_files,
     parse_token_size,
+    recorded_token_size,
 )
 
 

@@ -33,5 +33,8 @@ class DummyDataProvider:
             )
         return np.zeros((batch.end - batch.start + 1, self.seq_len), dtype=np.int64)
 
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
     def __repr__(self) -> str:
         return f"DummyDataProvider(seq_len={self.seq_len}, num_sequences={self.num_sequences})"

@@ -3,7 +3,8 @@
 Locations (the config's ``HttpData.location``): one URL, a numbered template (``{}`` replaced
 by zero-padded numbers) or every token file of a public GCS bucket (the JSON API listing, page
 by page, sorted by URL). URLs are sized with HEAD requests (three at a time); GCS sizes come
-from the listing. Sequences are cut and shuffled exactly like local files (``token_files``), so
+from the listing. All requests go through one ``http_client.HttpSession`` (pooled keep-alive
+connections), closed by ``aclose()``. Sequences are cut and shuffled exactly like local files (``token_files``), so
 the same seed and file list give the same order everywhere. Every run of consecutive sequences
 of one file in a request becomes one ranged GET; the rest are fetched concurrently.
 """
@@ -205,7 +206,7 @@ class HttpDataProvider:
             files = await resolve_location(location, session)
             return cls(files, token_size, seq_len, shuffle, session)
         except BaseException:
-            session.close()
+            await session.aclose()
             raise
 
     @classmethod
@@ -243,7 +244,8 @@ class HttpDataProvider:
         return out
 
     async def aclose(self) -> None:
-        self.session.close()
+        """Close the HTTP session (shared by every provider of a mixture)."""
+        await self.session.aclose()
 
     def __repr__(self) -> str:
         return (

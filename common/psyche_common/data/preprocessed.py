@@ -96,7 +96,7 @@ def _fixed_column(table: pa.Table, column: str, seq_len: int, source: Path) -> n
         raise DataFileError(
             f"{source}: `{column}` has length {int(lengths[row])} instead of {seq_len} (row {row})"
         )
-    flat = values.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    flat: np.ndarray = values.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
     return flat.reshape(len(values), seq_len)
 
 
@@ -211,7 +211,10 @@ class PreprocessedDataProvider:
         return np.arange(batch.start, batch.end + 1, dtype=np.int64) % self.num_sequences
 
     async def get_samples(self, batch: BatchId) -> np.ndarray:
-        return self.inputs[self._rows(batch)]
+        return np.take(self.inputs, self._rows(batch), axis=0)
+
+    async def aclose(self) -> None:
+        """Nothing to release: the rows live in memory."""
 
     def get_batch(self, batch: BatchId) -> PreprocessedBatch:
         """Every column of the batch's rows."""

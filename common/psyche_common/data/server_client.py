@@ -2,11 +2,12 @@
 { Server = "host:port" }`), authenticating with the client's ed25519 identity.
 
 One connection, one request in flight (a lock), reconnecting on demand. A `NotInThisRound`
-rejection and network failures are retryable `DataFetchError`s (the client may not be in the
-broadcast state yet); `OutOfRange` raises `DataIndexError`; `DataError` / `TooLarge` are permanent.
+rejection, a refused connection (the server's `Rejected`, e.g. while an earlier connection of
+the same identity is still open there) and network failures are retryable `DataFetchError`s; `OutOfRange` raises `DataIndexError`; `DataError` / `TooLarge` are permanent.
 By default each call makes one attempt (callers wrap it in `get_samples_with_retries`, as the
-reference's data fetcher does); pass a `RetryPolicy` to retry inside the provider.
-`data_server_provider_factory` plugs it into `make_provider(server_provider=...)`.
+reference's data fetcher does); pass a `RetryPolicy` to retry inside the provider. Replies
+must have the run's `seq_len`. `data_server_provider_factory` is what
+`factory.make_provider` uses for `Server` locations.
 """
 
 from __future__ import annotations
@@ -40,6 +41,14 @@ logger = logging.getLogger(__name__)
 DEFAULT_REPLY_FRAME_SIZE = 64 * 1024 * 1024
 
 
+def connection_refusal(frame: object) -> str | None:
+    """The reason of the server's connection-level ``Rejected`` (it answers that instead of
+    serving a connection, then closes it), else None."""
+    if isinstance(frame, dict) and frame.get("type") == "Rejected":
+        return str(frame.get("reason") or "no reason given")
+    return None
+
+
 class DataServerProvider:
     """A data provider backed by the coordinator's TCP data server."""
 
@@ -47,7 +56,7 @@ class DataServerProvider:
         self,
         address: str,
         identity: Identity,
-        seq_len: int | None = None,
+        seq_len: int,
         *,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
@@ -79,7 +88,8 @@ class DataServerProvider:
             lambda: self._request(batch), self.retry, f"data server {self.address} {batch}"
         )
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
+        """Drop the connection (after any request in flight)."""
         async with self._lock:
             self._drop_connection()
 
@@ -114,9 +124,14 @@ class DataServerProvider:
                 await write_frame(
                     writer, to_wire(RequestTrainingData(start=batch.start, end=batch.end))
                 )
-                reply = parse_data_reply(
-                    await read_frame(reader, self.max_frame_size, timeout=self.timeout)
-                )
+                frame = await read_frame(reader, self.max_frame_size, timeout=self.timeout)
+                refusal = connection_refusal(frame)
+                if refusal is not None:
+                    self._drop_connection()
+                    raise DataFetchError(
+                        f"data server {self.address} refused the connection: {refusal}"
+                    )
+                reply = parse_data_reply(frame)
             except (ProtocolError, OSError, TimeoutError) as exc:
                 self._drop_connection()
                 if isinstance(exc, ConnectionClosed | OSError | TimeoutError):
@@ -139,7 +154,7 @@ class DataServerProvider:
             if reply.reason == "OutOfRange":
                 raise DataIndexError(message)
             raise DataFetchError(message, retryable=False)
-        if self.seq_len is not None and reply.seq_len != self.seq_len:
+        if reply.seq_len != self.seq_len:
             raise DataFetchError(
                 f"data server {self.address} serves sequences of {reply.seq_len} tokens, "
                 f"but this run's max_seq_len is {self.seq_len}",
@@ -155,7 +170,8 @@ class DataServerProvider:
 async def data_server_provider_factory(
     address: str, seq_len: int, identity: Identity
 ) -> DataServerProvider:
-    """`ServerProviderFactory` for `psyche_common.data.make_provider(server_provider=...)`."""
+    """The client for `data_location = { Server = address }` serving `seq_len`-token samples
+    (the default `ServerProviderFactory` of `factory.make_provider`)."""
     if identity is None:
         raise ValueError("the TCP data server needs the client's identity to authenticate")
     return DataServerProvider(address, identity, seq_len)

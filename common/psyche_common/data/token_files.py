@@ -3,7 +3,9 @@
 A token file is a flat little-endian array of u16 (``TwoBytes``) or u32 (``FourBytes``) token
 ids: datatrove ``.ds``, raw ``.bin`` and Nanotron "nanoset" ``.npy`` files. Nanosets have no
 NumPy header; a ``.npy`` that starts with the ``\\x93NUMPY`` magic is a real NumPy file, whose
-header is parsed and skipped (its dtype must match the token size).
+header is parsed and skipped (its dtype must match the token size). ``psyche-data tokenize``
+records the token size of the files it writes in ``metadata.json`` next to them
+(``recorded_token_size`` reads it back).
 
 `TokenSequences` cuts ``seq_len``-token sequences from such files through the sequence table
 of :mod:`psyche_common.data.sequence_index` (whose names are re-exported here).
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import json
 import os
 import struct
 from collections.abc import Iterator, Sequence
@@ -36,12 +39,15 @@ if TYPE_CHECKING:
 
 DATA_FILE_EXTENSIONS: tuple[str, ...] = (".npy", ".bin", ".ds")
 NUMPY_MAGIC = b"\x93NUMPY"
+TOKENIZE_METADATA = "metadata.json"
+"""Written by ``psyche-data tokenize`` next to the token files; gives their token size."""
 _ALLOW_FAIL_MMAP_VALUES = {"1", "true", "yes"}
 
 __all__ = [
     "DATA_FILE_EXTENSIONS",
     "NUMPY_MAGIC",
     "SHUFFLE_SEED_BYTES",
+    "TOKENIZE_METADATA",
     "SequenceTable",
     "TokenSequences",
     "TokenSequencesProvider",
@@ -49,6 +55,7 @@ __all__ = [
     "open_token_file",
     "parse_shuffle",
     "parse_token_size",
+    "recorded_token_size",
     "sequence_table",
     "shuffled_order",
     "token_dtype",
@@ -74,6 +81,19 @@ def parse_token_size(value: TokenSize | str | int) -> TokenSize:
 def token_dtype(token_size: TokenSize) -> np.dtype[Any]:
     """Little-endian u16 or u32."""
     return np.dtype("<u2") if token_size is TokenSize.TWO_BYTES else np.dtype("<u4")
+
+
+def recorded_token_size(directory: Path) -> str:
+    """Token size recorded by ``psyche-data tokenize`` in the directory, else TwoBytes.
+
+    Raises ``DataFileError`` naming the file when its ``metadata.json`` cannot be read."""
+    metadata = directory / TOKENIZE_METADATA
+    if metadata.is_file():
+        try:
+            return str(json.loads(metadata.read_text())["token_size"])
+        except (ValueError, KeyError, OSError) as exc:
+            raise DataFileError(f"unreadable {metadata}: {exc}") from None
+    return "TwoBytes"
 
 
 def list_token_files(directory: str | os.PathLike[str]) -> list[Path]:
@@ -218,7 +238,8 @@ class TokenSequences:
 
     def sequence(self, index: int) -> np.ndarray:
         """Sequence ``index`` as int64 tokens."""
-        return self.read(index, index)[0]
+        row: np.ndarray = self.read(index, index)[0]
+        return row
 
     def read(self, start: int, end: int) -> np.ndarray:
         """Sequences ``start..end`` (inclusive) as an int64 array of shape (n, seq_len)."""
@@ -254,3 +275,6 @@ class TokenSequencesProvider:
 
     async def get_samples(self, batch: BatchId) -> np.ndarray:
         return await asyncio.to_thread(self.read, batch)
+
+    async def aclose(self) -> None:
+        """Nothing to release: the memory maps close with their arrays."""

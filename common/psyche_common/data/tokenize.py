@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from psyche_common.data.errors import DataFileError
-from psyche_common.data.provider import TOKENIZE_METADATA as METADATA_FILE
+from psyche_common.data.token_files import TOKENIZE_METADATA as METADATA_FILE
 
 EOS_CANDIDATES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "<|eos|>")
 ENCODE_BATCH = 256

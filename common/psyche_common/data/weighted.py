@@ -139,10 +139,9 @@ class WeightedDataProvider:
         return out
 
     async def aclose(self) -> None:
+        """Close every mixed provider."""
         for provider in self.providers:
-            close = getattr(provider, "aclose", None)
-            if close is not None:
-                await close()
+            await provider.aclose()
 
 
 def parse_weighted_config(document: Any) -> tuple[list[HttpData], list[float] | None, Any]:
@@ -212,5 +211,5 @@ async def load_weighted_http(
         ]
         return WeightedDataProvider(providers, weights, shuffle)
     except BaseException:
-        session.close()
+        await session.aclose()
         raise
