@@ -129,6 +129,27 @@ class NextRoundPreparer:
             prepared.snapshot = await asyncio.to_thread(backend.snapshot)
         return await self.apply.apply(source, witnesses, coordinator, prepared.key.step)
 
+    async def settle(
+        self,
+        prepared: PreparedRound | None,
+        outcome: Outcome | None,
+        source: RoundState | None,
+        witnesses: list[Witness],
+        coordinator: Coordinator,
+        step: int,
+    ) -> bytes | None:
+        """What must happen before this round trains: settle the prepared round (keep its
+        apply, or undo it), then apply round h−2 unless the prepared apply stands. Returns the
+        weights hash after an apply (None when nothing was applied)."""
+        if prepared is not None and outcome == Outcome.KEEP_APPLY:
+            await self.discard_training(prepared)
+            return None if prepared.apply_task is None else await prepared.apply_task
+        if prepared is not None:
+            await self.revert(prepared, "the next round is not the predicted one")
+        if source is not None:
+            return await self.apply.apply(source, witnesses, coordinator, step)
+        return None
+
     def take(self) -> PreparedRound | None:
         prepared, self.prepared = self.prepared, None
         return prepared

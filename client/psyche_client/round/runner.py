@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 
-from psyche_common.coordinator import ClientState, Coordinator, Witness
+from psyche_common.coordinator import Coordinator
 from psyche_common.protocol import Identity
 
 from psyche_client.p2p.announcements import (
@@ -40,7 +40,8 @@ from psyche_client.round.ports import (
     RunnerOptions,
     Uplink,
 )
-from psyche_client.round.prepare import NextRoundPreparer, Outcome, PreparedRound
+from psyche_client.round.prepare import NextRoundPreparer, Outcome
+from psyche_client.round.rejoin import Rejoin
 from psyche_client.round.roles import derive_round_roles
 from psyche_client.round.state import RoundState
 from psyche_client.round.training import RoundTraining
@@ -50,8 +51,6 @@ from psyche_client.stats import ClientStats
 from psyche_client.training.backend import TrainingBackend
 
 log = logging.getLogger("psyche.client")
-
-DROPPED_STATES = frozenset({ClientState.Dropped, ClientState.Ejected})
 
 
 class RoundRunner:
@@ -79,8 +78,8 @@ class RoundRunner:
         self.warmup = Warmup(self.ctx, network, uplink)
         self.preparer = NextRoundPreparer(self.ctx, self.applier, self.training, options)
         self.cooldown = CooldownStep(self.ctx, on_cooldown)
+        self.rejoin = Rejoin(self.ctx, uplink)
         self._init_task: asyncio.Task[None] | None = None
-        self._rejoined_for: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ views
 
@@ -122,7 +121,7 @@ class RoundRunner:
         ctx.coordinator = coordinator
         ctx.stats.observe_state(coordinator)
         if ctx.backend is not None:
-            await self._rejoin_if_dropped(coordinator)
+            await self.rejoin.check(coordinator)
         is_member = ctx.me in ctx.members()
         await self._do(action_for(ctx.phase, coordinator.run_state, is_member), coordinator)
 
@@ -206,29 +205,6 @@ class RoundRunner:
             is_member = self.ctx.me in self.ctx.members()
             await self._do(action_for(Phase.WARMUP, latest.run_state, is_member), latest)
 
-    async def _rejoin_if_dropped(self, coordinator: Coordinator) -> None:
-        """A health check dropped us (our exited record says so): join again, once per
-        record, so that we are in the next epoch instead of idling for good."""
-        record = next(
-            (
-                c
-                for c in coordinator.epoch_state.exited_clients
-                if c.id == self.ctx.me and c.state in DROPPED_STATES
-            ),
-            None,
-        )
-        if record is None:
-            return
-        key = (int(coordinator.epoch_state.start_timestamp), int(record.exited_height))
-        if key == self._rejoined_for:
-            return
-        self._rejoined_for = key
-        log.warning(
-            "dropped from the epoch by a health check: joining again for the next epoch",
-            extra=self.ctx.fields(),
-        )
-        await self.uplink.send_join()
-
     async def _start_round(self, coordinator: Coordinator) -> None:
         ctx = self.ctx
         step = coordinator.progress.step
@@ -256,7 +232,7 @@ class RoundRunner:
             prelude = prepared.apply_task
         else:
             prelude = ctx.tasks.spawn(
-                self._prelude(prepared, outcome, source, witnesses, coordinator, step)
+                self.preparer.settle(prepared, outcome, source, witnesses, coordinator, step)
             )
         if prelude is not None:
             ctx.tasks.spawn(self._report_after(prelude, step))
@@ -285,27 +261,6 @@ class RoundRunner:
             ctx.tasks.spawn(self.training.train(round_, prelude))
         self.exchange.replay_early()
         self._poke()
-
-    async def _prelude(
-        self,
-        prepared: PreparedRound | None,
-        outcome: Outcome | None,
-        source: RoundState | None,
-        witnesses: list[Witness],
-        coordinator: Coordinator,
-        step: int,
-    ) -> bytes | None:
-        """What must happen before this round trains: settle the prepared round (keep its
-        apply, or undo it), then apply round h−2 unless the prepared apply stands. Returns the
-        weights hash after an apply (None when nothing was applied)."""
-        if prepared is not None and outcome == Outcome.KEEP_APPLY:
-            await self.preparer.discard_training(prepared)
-            return None if prepared.apply_task is None else await prepared.apply_task
-        if prepared is not None:
-            await self.preparer.revert(prepared, "the next round is not the predicted one")
-        if source is not None:
-            return await self.applier.apply(source, witnesses, coordinator, step)
-        return None
 
     async def _report_after(
         self, prelude: asyncio.Task[bytes] | asyncio.Task[bytes | None], step: int
