@@ -12,7 +12,14 @@ both far below the starting loss, with every replica bit-identical. Learning rat
 from __future__ import annotations
 
 import pytest
-from psyche_client.simulation import Corpus, RunReport, load_stdlib_corpus, run_adamw, run_distro
+
+from tests.support.simulation import (
+    Corpus,
+    RunReport,
+    load_stdlib_corpus,
+    run_adamw,
+    run_distro,
+)
 
 
 @pytest.fixture(scope="module")

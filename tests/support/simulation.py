@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import transformers
+from psyche_client.distro import DistroResult, DistroSettings
+from psyche_client.trainer import AdamWSettings, Trainer
 from psyche_common.assignment import BatchId
 from psyche_common.data.builtin import python_stdlib_files
 from psyche_common.lr_schedule import lr_at
-
-from psyche_client.distro import DistroResult, DistroSettings
-from psyche_client.trainer import AdamWSettings, Trainer
 
 
 @dataclass(frozen=True)
