@@ -219,7 +219,7 @@ class DistroOptimizer:
             count = torch.zeros_like(total)
             for result in ordered:
                 payload = result.tensors[i]
-                idx = torch.from_numpy(payload.indices()).to(p.device)
+                idx = torch.tensor(payload.indices(), device=p.device)
                 if one_bit:
                     val = unpack_signs(payload.val, expected.count)
                 else:

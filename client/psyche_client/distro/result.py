@@ -3,14 +3,15 @@
 One `DistroResult` is one trainer's compressed update for one batch of one step: for every
 parameter (sorted by name) the packed top-k indices and the values (bf16 or 1-bit signs).
 
-Binary format (version 1; integers in the fixed header are big-endian, `varint` is unsigned
+Binary format (version 2; integers in the fixed header are big-endian, `varint` is unsigned
 LEB128 in its shortest form):
 
-    header   magic b"PSDR" | version u8 = 1 | value kind u8 (0 = bf16, 1 = one-bit)
+    header   magic b"PSDR" | version u8 = 2 | value kind u8 (0 = bf16, 1 = one-bit)
              | step u32 | trainer_nonce u32 | batch start u64 | batch end u64
              | tensor count varint
     tensor   ndim varint | xshape: ndim varints | totalk varint | k varint
-             | idx bytes (chunks*k*w, little-endian, w = 1/2/4/8 by totalk)
+             | idx bytes (ceil(chunks*k*w/8), w = ceil(log2(totalk)) bits per index,
+               bit-packed LSB-first, zero padding)
              | val bytes (chunks*k*2 bf16 little-endian, or ceil(chunks*k/8) LSB-first bits)
 
 Nothing else follows; `chunks = prod(xshape[:-2])` for matrices (`xshape[:-1]` for vectors).
@@ -18,9 +19,10 @@ Commitment (as the reference): `data_hash = SHA-256(step u32 BE || start u64 BE 
 || for each tensor: idx bytes || val bytes)`; it does not cover nonce, xshape, totalk or k.
 
 `DistroResult.decode(data, layout)` checks everything against the locally expected
-`ResultLayout` (tensor count, xshape, totalk, k, value kind, exact lengths, index range, no
-duplicate index inside a chunk, finite values, zero padding bits, no trailing bytes) and
-raises `ResultDecodeError` naming the tensor and field at fault.
+`ResultLayout` (format version, tensor count, xshape, totalk, k, value kind, exact lengths,
+index range, no duplicate index inside a chunk, finite values, zero padding bits, no trailing
+bytes) and raises `ResultDecodeError` naming the tensor and field at fault. Version 1 (u8/u16
+indices) is refused with an error that says so.
 
 API: `ValueKind`, `TensorLayout`, `ResultLayout.for_parameters(named_shapes, chunk, topk,
 quantize_1bit)`, `TensorPayload`, `DistroResult(step, batch_id, trainer_nonce, value_kind,
@@ -44,7 +46,7 @@ from psyche_common.assignment import BatchId
 from psyche_client.distro.chunking import encoded_shape
 from psyche_client.distro.compress import (
     effective_k,
-    index_width,
+    index_bytes,
     unpack_bf16,
     unpack_indices,
     unpack_signs,
@@ -52,7 +54,7 @@ from psyche_client.distro.compress import (
 )
 
 MAGIC = b"PSDR"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _HEADER = struct.Struct(">4sBBIIQQ")
 _U32_MAX = 2**32 - 1
 _MAX_NDIM = 8
@@ -91,7 +93,7 @@ class TensorLayout:
         return self.chunks * self.k
 
     def idx_bytes(self) -> int:
-        return self.count * index_width(self.totalk)
+        return index_bytes(self.count, self.totalk)
 
     def val_bytes(self, kind: ValueKind) -> int:
         return value_bytes(self.count, kind == ValueKind.ONE_BIT)
@@ -137,9 +139,20 @@ class TensorPayload:
     idx: bytes
     val: bytes
 
+    @property
+    def count(self) -> int:
+        """Coefficients in this entry: chunks * k."""
+        return math.prod(self.xshape) // self.totalk * self.k
+
+    @cached_property
+    def _indices(self) -> np.ndarray:
+        unpacked = unpack_indices(self.idx, self.totalk, self.count).reshape(-1, self.k)
+        unpacked.flags.writeable = False
+        return unpacked
+
     def indices(self) -> np.ndarray:
-        """Indices as int64 `[chunks, k]`."""
-        return unpack_indices(self.idx, self.totalk).reshape(-1, self.k)
+        """Indices as a read-only int64 array `[chunks, k]` (unpacked once, then cached)."""
+        return self._indices
 
 
 def commitment_hash(step: int, batch_id: BatchId, tensors: Sequence[TensorPayload]) -> bytes:
@@ -201,7 +214,11 @@ class DistroResult:
         if magic != MAGIC:
             raise ResultDecodeError(f"not a DisTrO result: magic {magic!r}, expected {MAGIC!r}")
         if version != FORMAT_VERSION:
-            raise ResultDecodeError(f"unsupported result format version {version}")
+            raise ResultDecodeError(
+                f"result format version {version} is not supported: this client reads only "
+                f"version {FORMAT_VERSION} (bit-packed indices); every client of a run must "
+                "run a psyche-py release with the same result format"
+            )
         if kind not in (k.value for k in ValueKind):
             raise ResultDecodeError(f"unknown value kind {kind}")
         value_kind = ValueKind(kind)
@@ -245,7 +262,10 @@ def _read_tensor(reader: _Reader, expected: TensorLayout, kind: ValueKind) -> Te
 
 
 def _check_indices(payload: TensorPayload, where: str) -> None:
-    idx = payload.indices()
+    try:
+        idx = payload.indices()
+    except ValueError as exc:
+        raise ResultDecodeError(f"{where}: {exc}") from exc
     if idx.size and int(idx.max()) >= payload.totalk:
         raise ResultDecodeError(
             f"{where}: index {int(idx.max())} out of range for {payload.totalk} coefficients"
