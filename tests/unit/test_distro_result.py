@@ -27,6 +27,7 @@ from psyche_common.assignment import BatchId
 from tests.unit._distro_helpers import SETTINGS, generate_result
 
 ONE_BIT = dataclasses.replace(SETTINGS, quantize_1bit=True)
+TWO_BIT = dataclasses.replace(SETTINGS, quantize_2bit=True)
 
 
 def llama_shapes(hidden: int, intermediate: int, layers: int, heads: int, vocab: int) -> list:
@@ -44,7 +45,7 @@ def llama_shapes(hidden: int, intermediate: int, layers: int, heads: int, vocab:
     return [(name, tuple(p.shape)) for name, p in model.named_parameters()]
 
 
-@pytest.mark.parametrize("settings", [SETTINGS, ONE_BIT], ids=["bf16", "1bit"])
+@pytest.mark.parametrize("settings", [SETTINGS, ONE_BIT, TWO_BIT], ids=["bf16", "1bit", "2bit"])
 def test_roundtrip(settings: DistroSettings) -> None:
     optimizer, generated = generate_result(settings)
     data = generated.transmit.encode()
@@ -226,6 +227,20 @@ def test_rejects_non_finite_values() -> None:
         DistroResult.decode(result.encode(), optimizer.layout)
 
 
+def test_rejects_negative_two_bit_scale() -> None:
+    optimizer, generated = generate_result(TWO_BIT)
+    tensor = generated.transmit.tensors[0]
+    bad = dataclasses.replace(
+        tensor, val=tensor.val[:1] + bytes([tensor.val[1] | 0x80]) + tensor.val[2:]
+    )
+    result = dataclasses.replace(generated.transmit, tensors=(bad, *generated.transmit.tensors[1:]))
+    with pytest.raises(
+        ResultDecodeError, match="tensor 'b': 2-bit chunk scales must not be negative"
+    ):
+        DistroResult.decode(result.encode(), optimizer.layout)
+    assert DistroResult.decode(generated.transmit.encode(), optimizer.layout) == generated.transmit
+
+
 def test_rejects_nonzero_sign_padding() -> None:
     optimizer, generated = generate_result(ONE_BIT)
     tensor = generated.transmit.tensors[0]  # "b": 3 chunks x 3 = 9 bits -> 2 bytes
@@ -256,18 +271,18 @@ def test_rejects_non_canonical_varint() -> None:
     ),
     chunk=st.integers(1, 20),
     topk=st.integers(1, 50),
-    one_bit=st.booleans(),
+    bits=st.sampled_from([1, 2, 16]),
     seed=st.integers(0, 2**16),
 )
 def test_roundtrip_any_layout(
-    shapes: list[tuple[int, ...]], chunk: int, topk: int, one_bit: bool, seed: int
+    shapes: list[tuple[int, ...]], chunk: int, topk: int, bits: int, seed: int
 ) -> None:
     gen = torch.Generator().manual_seed(seed)
     params = [
         (f"p{i}", torch.nn.Parameter(torch.randn(shape, generator=gen)))
         for i, shape in enumerate(shapes)
     ]
-    settings_ = DistroSettings(0.9, topk, chunk, one_bit)
+    settings_ = DistroSettings(0.9, topk, chunk, bits == 1, quantize_2bit=bits == 2)
     optimizer = DistroOptimizer(params, settings_)
     for _, p in params:
         p.grad = torch.randn(p.shape, generator=gen)
