@@ -19,14 +19,23 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 from psyche_client.distro import DistroSettings
 from psyche_client.model.loading import count_parameters, load_model
-from psyche_client.simulation import load_stdlib_corpus, run_adamw, run_distro
 from psyche_client.training.trainer import Trainer
 from psyche_common.assignment import BatchId
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support.simulation import (  # noqa: E402 - needs the repo root on sys.path
+    load_stdlib_corpus,
+    run_adamw,
+    run_distro,
+)
 
 SETTINGS = DistroSettings(
     compression_decay=0.999,

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from psyche_client.distro import DctTransform, chunk_size, dct_basis, encoded_shape, num_chunks
 from psyche_client.distro.compress import (
-    index_width,
+    index_bits,
+    index_bytes,
     pack_bf16,
     pack_indices,
     pack_signs,
@@ -142,19 +143,39 @@ def test_topk_clamps_k_to_tile() -> None:
 
 
 @pytest.mark.parametrize(
-    ("totalk", "width"),
-    [(1, 1), (256, 1), (257, 2), (65536, 2), (65537, 4), (2**32, 4), (2**32 + 1, 8)],
+    ("totalk", "bits"),
+    [(1, 0), (2, 1), (3, 2), (4, 2), (64, 6), (256, 8), (257, 9), (2752, 12), (4096, 12)],
 )
-def test_index_width(totalk: int, width: int) -> None:
-    assert index_width(totalk) == width
+def test_index_bits_is_ceil_log2(totalk: int, bits: int) -> None:
+    assert index_bits(totalk) == bits
 
 
-def test_index_packing_little_endian_roundtrip() -> None:
+def test_index_packing_is_lsb_first_bit_stream() -> None:
     idx = torch.tensor([0, 1, 300, 4095])
-    packed = pack_indices(idx, 4096)
-    assert packed == bytes([0, 0, 1, 0, 0x2C, 0x01, 0xFF, 0x0F])
-    assert unpack_indices(packed, 4096).tolist() == [0, 1, 300, 4095]
-    assert pack_indices(torch.tensor([5, 255]), 256) == bytes([5, 255])
+    packed = pack_indices(idx, 4096)  # 12 bits each: 48 bits, 6 bytes
+    assert packed == bytes([0x00, 0x10, 0x00, 0x2C, 0xF1, 0xFF])
+    assert unpack_indices(packed, 4096, 4).tolist() == [0, 1, 300, 4095]
+    # 6 bits each, 18 bits: 5 | 63 << 6 | 1 << 12, zero-padded to 3 bytes
+    assert pack_indices(torch.tensor([5, 63, 1]), 64) == bytes([0xC5, 0x1F, 0x00])
+    assert pack_indices(torch.tensor([0, 0, 0]), 1) == b""
+    assert unpack_indices(b"", 1, 3).tolist() == [0, 0, 0]
+
+
+def test_index_unpack_rejects_wrong_length_and_nonzero_padding() -> None:
+    with pytest.raises(ValueError, match="exactly 3 indices"):
+        unpack_indices(bytes(4), 64, 3)
+    with pytest.raises(ValueError, match="padding"):
+        unpack_indices(bytes([0xC5, 0x1F, 0x04]), 64, 3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 70_000), st.integers(0, 200), st.integers(0, 2**31))
+def test_index_packing_roundtrip(totalk: int, count: int, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, totalk, (count,), generator=gen)
+    packed = pack_indices(idx, totalk)
+    assert len(packed) == index_bytes(count, totalk)
+    assert unpack_indices(packed, totalk, count).tolist() == idx.tolist()
 
 
 def test_sign_packing_lsb_first_and_plus_zero_is_plus_one() -> None:
@@ -200,15 +221,15 @@ def test_full_topk_roundtrip_is_lossless(rows: int, cols: int, chunk: int, seed:
 @pytest.mark.parametrize(
     ("shape", "chunk", "topk", "one_bit", "payload"),
     [
-        ((32000, 256), 64, 8, True, 34_000),
-        ((32000, 256), 64, 8, False, 64_000),
-        ((32000, 256), 16, 4, False, 384_000),
-        ((256, 256), 64, 8, True, 272),
-        ((768, 256), 64, 8, False, 1_536),
-        ((256,), 64, 8, True, 36),
-        ((4096, 4096), 64, 8, True, 69_632),
-        ((11008, 4096), 64, 8, True, 187_136),
-        ((688, 256), 64, 8, True, 1_088),
+        ((32000, 256), 64, 8, True, 26_000),  # 16,000 x 12 bits + 16,000 bits
+        ((32000, 256), 64, 8, False, 56_000),
+        ((32000, 256), 16, 4, False, 384_000),  # 8-bit indices: as the reference
+        ((256, 256), 64, 8, True, 208),
+        ((768, 256), 64, 8, False, 1_344),
+        ((256,), 64, 8, True, 28),  # 32 x 6 bits + 32 bits
+        ((4096, 4096), 64, 8, True, 53_248),
+        ((11008, 4096), 64, 8, True, 143_104),
+        ((688, 256), 64, 8, True, 832),  # 43 x 64 tiles: 2,752 coefficients, 12 bits
     ],
 )
 def test_payload_formula_table(

@@ -15,6 +15,7 @@ from psyche_common.assignment import BatchId
 from tests.unit._distro_helpers import SETTINGS, TinyNet, set_random_grads
 
 ONE_BIT = dataclasses.replace(SETTINGS, quantize_1bit=True)
+TWO_BIT = dataclasses.replace(SETTINGS, quantize_2bit=True)
 
 
 def test_first_generate_momentum_is_lr_times_grad() -> None:
@@ -92,8 +93,10 @@ def _peer_results(settings: DistroSettings, peers: int, step: int = 1) -> list[D
     return results
 
 
-@pytest.mark.parametrize("settings", [SETTINGS, ONE_BIT], ids=["bf16", "1bit"])
-def test_apply_is_scatter_mean_then_inverse_dct_then_sign(settings: DistroSettings) -> None:
+@pytest.mark.parametrize("settings", [SETTINGS, ONE_BIT, TWO_BIT], ids=["bf16", "1bit", "2bit"])
+def test_apply_is_scatter_mean_then_float64_inverse_dct_then_sign(settings: DistroSettings) -> None:
+    """Against a loop written from the definition: per coefficient, the mean over the results
+    that chose it (float64), inverse DCT in float64, `theta -= lr * sign(.)`."""
     results = _peer_results(settings, 3)
     model = TinyNet()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -105,14 +108,8 @@ def test_apply_is_scatter_mean_then_inverse_dct_then_sign(settings: DistroSettin
         count = torch.zeros_like(total)
         for result in results:
             payload = result.tensors[i]
-            idx = torch.from_numpy(payload.indices())
-            if settings.quantize_1bit:
-                bits = [(payload.val[j // 8] >> (j % 8)) & 1 for j in range(expected.count)]
-                val = torch.tensor([-1.0 if b else 1.0 for b in bits], dtype=torch.float64)
-            else:
-                raw = torch.frombuffer(bytearray(payload.val), dtype=torch.bfloat16)
-                val = raw.to(torch.float64)
-            val = val.view(expected.chunks, expected.k)
+            idx = torch.tensor(payload.indices())
+            val = _read_values(payload.val, settings, expected.chunks, expected.k)
             for c in range(expected.chunks):
                 for j in range(expected.k):
                     total[c, idx[c, j]] += val[c, j]
@@ -121,9 +118,26 @@ def test_apply_is_scatter_mean_then_inverse_dct_then_sign(settings: DistroSettin
         decoded = transform.decode(mean.view(expected.xshape), expected.shape)
         want = before[expected.name] - 0.25 * torch.sign(decoded).float()
         got = dict(model.named_parameters())[expected.name]
-        clear = decoded.abs() > 1e-5  # float32 vs float64 may disagree on sign(~0)
-        assert clear.float().mean() > 0.9
-        assert torch.allclose(got[clear], want[clear], atol=1e-6), expected.name
+        assert torch.equal(got, want), expected.name
+
+
+def _read_values(data: bytes, settings: DistroSettings, chunks: int, k: int) -> torch.Tensor:
+    """The transmitted values, decoded bit by bit from the format description."""
+    if settings.quantize_1bit:
+        bits = [(data[j // 8] >> (j % 8)) & 1 for j in range(chunks * k)]
+        return torch.tensor([-1.0 if b else 1.0 for b in bits], dtype=torch.float64).view(chunks, k)
+    if settings.quantize_2bit:
+        scales = torch.frombuffer(bytearray(data[: 2 * chunks]), dtype=torch.bfloat16)
+        codes = data[2 * chunks :]
+        out = torch.zeros(chunks, k, dtype=torch.float64)
+        for j in range(chunks * k):
+            negative = (codes[2 * j // 8] >> (2 * j % 8)) & 1
+            full = (codes[(2 * j + 1) // 8] >> ((2 * j + 1) % 8)) & 1
+            magnitude = float(scales[j // k]) * (1.0 if full else 1.0 / 3.0)
+            out[j // k, j % k] = -magnitude if negative else magnitude
+        return out
+    raw = torch.frombuffer(bytearray(data), dtype=torch.bfloat16)
+    return raw.to(torch.float64).view(chunks, k)
 
 
 def test_apply_nothing_leaves_weights_untouched() -> None:
@@ -161,7 +175,7 @@ def test_apply_rejects_mismatched_layout() -> None:
         DistroOptimizer(model.named_parameters(), ONE_BIT).apply(results, 0.1)
 
 
-@pytest.mark.parametrize("settings", [SETTINGS, ONE_BIT], ids=["bf16", "1bit"])
+@pytest.mark.parametrize("settings", [SETTINGS, ONE_BIT, TWO_BIT], ids=["bf16", "1bit", "2bit"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_four_peers_stay_bit_identical(settings: DistroSettings, dtype: torch.dtype) -> None:
     """4 replicas, each generating from its own data and applying all 4 results (shuffled

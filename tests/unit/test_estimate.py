@@ -10,7 +10,7 @@ from psyche_client.model.estimate import (
     estimate_run,
 )
 from psyche_client.model.loading import builtin_config
-from psyche_common.config import AdamWOptimizer, DistroOptimizer
+from psyche_common.config import AdamWOptimizer, DistroOptimizer, SparseLocoOptimizer
 
 
 @pytest.mark.parametrize(
@@ -77,6 +77,19 @@ def test_llama20m_blob_sizes_match_spec(chunk, topk, one_bit, kilobytes) -> None
     assert estimate.distro_result_bytes == pytest.approx(kilobytes * 1000, rel=0.01)
 
 
+SPARSELOCO = {
+    "inner_steps": 5,
+    "outer_lr": 1.0,
+    "compression_decay": 0.95,
+    "compression_topk": 32,
+    "compression_chunk": 64,
+    "quantize_2bit": True,
+    "betas": (0.9, 0.95),
+    "weight_decay": 0.1,
+    "eps": 1e-8,
+}
+
+
 def test_memory_components_by_optimizer() -> None:
     config = builtin_config("llama-2m")
     d = estimate_run(LLM(distro(64, 8, True), 512), config, 2, "cpu", num_clients=3)
@@ -91,6 +104,13 @@ def test_memory_components_by_optimizer() -> None:
     )
     assert dict(a.memory)["AdamW moments"] == 2 * weights
     assert a.distro_result_bytes is None
+
+    s = estimate_run(LLM(SparseLocoOptimizer(**SPARSELOCO), 512), config, 2, num_clients=3)
+    assert dict(s.memory)["AdamW moments (inner steps)"] == 2 * weights
+    assert dict(s.memory)["SparseLoCo error feedback"] == weights
+    assert (
+        s.distro_result_bytes is not None and 0 < s.distro_result_bytes < d.distro_result_bytes * 8
+    )
 
     bigger = estimate_run(LLM(distro(64, 8, True), 512), config, 4)
     assert (

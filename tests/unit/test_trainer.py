@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from psyche_client.distro import DistroResult, DistroSettings, ResultDecodeError
+from psyche_client.distro import DistroResult, DistroSettings, ResultDecodeError, ValueKind
+from psyche_client.distro.sparseloco import SparseLocoSettings
 from psyche_client.model import loading as model_io
 from psyche_client.training.trainer import (
     AdamWSettings,
@@ -22,6 +23,7 @@ from psyche_client.training.trainer import (
 from psyche_common.assignment import BatchId
 from psyche_common.config.optimizer import AdamWOptimizer
 from psyche_common.config.optimizer import DistroOptimizer as DistroConfig
+from psyche_common.config.optimizer import SparseLocoOptimizer as SparseLocoConfig
 
 DISTRO = DistroSettings(
     compression_decay=0.999, compression_topk=4, compression_chunk=16, quantize_1bit=True
@@ -63,8 +65,24 @@ def test_settings_from_config_models() -> None:
         clip_grad_norm=1.0,
     )
     assert optimizer_settings(distro) == DistroSettings(0.99, 8, 64, False, 0.0, 1.0)
+    two_bit = distro.model_copy(update={"quantize_2bit": True})
+    assert optimizer_settings(two_bit).value_kind == ValueKind.TWO_BIT
     adamw = AdamWOptimizer(betas=(0.9, 0.95), weight_decay=0.1, eps=1e-8)
     assert optimizer_settings(adamw) == AdamWSettings((0.9, 0.95), 0.1, 1e-8, None)
+    sparseloco = SparseLocoConfig(
+        inner_steps=5,
+        outer_lr=1.0,
+        compression_decay=0.95,
+        compression_topk=32,
+        compression_chunk=64,
+        quantize_2bit=True,
+        betas=(0.9, 0.95),
+        weight_decay=0.1,
+        eps=1e-8,
+    )
+    assert optimizer_settings(sparseloco) == SparseLocoSettings(
+        5, 1.0, 0.95, 32, 64, True, (0.9, 0.95), 1e-8, 0.1, None
+    )
     with pytest.raises(ValueError, match="unsupported optimizer"):
         optimizer_settings(object())
 
@@ -181,13 +199,28 @@ def test_decode_result_rejects_other_model() -> None:
         other.decode_result(out.result.encode())
 
 
+SPARSELOCO = SparseLocoSettings(
+    inner_steps=2,
+    outer_lr=1.0,
+    compression_decay=0.95,
+    compression_topk=4,
+    compression_chunk=16,
+    quantize_2bit=True,
+)
+
+
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_four_clients_pipeline_bit_identical(dtype: str) -> None:
+@pytest.mark.parametrize(
+    "settings",
+    [DISTRO, dataclasses.replace(DISTRO, quantize_1bit=False, quantize_2bit=True), SPARSELOCO],
+    ids=["distro-1bit", "distro-2bit", "sparseloco"],
+)
+def test_four_clients_pipeline_bit_identical(settings: object, dtype: str) -> None:
     """4 clients over 5 rounds with the two-round delay: every client applies the same
     results (arrival order differs) and all weight hashes agree and move."""
     base = tiny_llama()
     clients = [
-        Trainer(copy.deepcopy(base), DISTRO, device="cpu", micro_batch_size=2, dtype=dtype)
+        Trainer(copy.deepcopy(base), settings, device="cpu", micro_batch_size=2, dtype=dtype)
         for _ in range(4)
     ]
     initial = clients[0].weights_hash()

@@ -1,25 +1,29 @@
 """DisTrO (Psyche's DeMo variant): DCT + top-k compression of a decoupled momentum.
 
 Modules: `chunking` (chunk sizes), `dct` (orthonormal DCT-II bases, tiled transform),
-`compress` (top-k, index/value packing), `result` (binary result format, strict decode,
-SHA-256 commitment), `optimizer` (`DistroOptimizer`: lookahead, generate, apply).
-See docs/distro.md.
+`compress` (top-k, index/sign/bf16 packing), `values` (value kinds and quantizers),
+`wire` (varints, bounds-checked reader), `result` (binary result format, strict decode,
+SHA-256 commitment), `aggregate` (exact one-scatter aggregation of many results),
+`compressor` (buffer -> result and back, shared by the optimizers), `optimizer`
+(`DistroOptimizer`: lookahead, generate, apply). See docs/distro.md.
 """
 
 from psyche_client.distro.chunking import chunk_size, encoded_shape, num_chunks, tile_shape
+from psyche_client.distro.compressor import Compressor, canonical_order
 from psyche_client.distro.dct import DctTransform, dct_basis
 from psyche_client.distro.optimizer import DistroOptimizer, DistroSettings, Generated, OwnResult
 from psyche_client.distro.result import (
     DistroResult,
-    ResultDecodeError,
     ResultLayout,
     TensorLayout,
     TensorPayload,
-    ValueKind,
     commitment_hash,
 )
+from psyche_client.distro.values import ValueKind
+from psyche_client.distro.wire import ResultDecodeError
 
 __all__ = [
+    "Compressor",
     "DctTransform",
     "DistroOptimizer",
     "DistroResult",
@@ -31,6 +35,7 @@ __all__ = [
     "TensorLayout",
     "TensorPayload",
     "ValueKind",
+    "canonical_order",
     "chunk_size",
     "commitment_hash",
     "dct_basis",

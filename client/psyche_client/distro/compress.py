@@ -1,16 +1,21 @@
 """Top-k selection per chunk and the byte packing of indices and values.
 
-Reference: spec section 1.4. `topk_per_chunk` flattens each n1 x n2 tile row-major (index
-i = b * n2 + d) and keeps the k coefficients of largest magnitude with their signed values.
-Indices are packed little-endian with a width that depends only on `totalk` (the tile size):
-u8 up to 256, u16 up to 65536, u32 up to 2^32, else u64. Values travel either as bf16
-(little-endian) or as 1 bit each: the sign bit (negative, -0.0 included, is 1), packed
-LSB-first (element 8i+j is bit j of byte i), zero-padded to whole bytes. The receiver maps
-bit 1 to -1 and bit 0 to +1, so a coefficient of exactly +0 arrives as +1.
+`topk_per_chunk` flattens each n1 x n2 tile row-major (index i = b * n2 + d) and keeps the k
+coefficients of largest magnitude with their signed values (reference: spec section 1.4).
+
+Indices are bit-packed: every index takes `index_bits(totalk) = ceil(log2(totalk))` bits (12
+for a 64 x 64 tile, 6 for a 1-D chunk of 64, 0 for a chunk of one coefficient), the bits of
+index j are bits `j*w .. j*w + w - 1` of the stream, least significant bit first, and the
+stream is packed LSB-first into bytes (bit i of the stream is bit i % 8 of byte i // 8) and
+zero-padded to a whole byte. The reference instead sends u8/u16/u32 little-endian indices.
+
+Values travel either as bf16 (little-endian) or as 1 bit each: the sign bit (negative, -0.0
+included, is 1), packed LSB-first, zero-padded to whole bytes. The receiver maps bit 1 to -1
+and bit 0 to +1, so a coefficient of exactly +0 arrives as +1.
 
 API: `topk_per_chunk(encoded, topk) -> (idx int64 [chunks, k], val [chunks, k])`,
-`index_width(totalk)`, `pack_indices`, `unpack_indices`, `pack_bf16`, `unpack_bf16`,
-`pack_signs`, `unpack_signs`, `payload_sizes(...)` (the section 1.10 byte formula).
+`index_bits(totalk)`, `index_bytes(count, totalk)`, `pack_indices`, `unpack_indices`,
+`pack_bf16`, `unpack_bf16`, `pack_signs`, `unpack_signs`, `payload_sizes(...)`.
 """
 
 from __future__ import annotations
@@ -20,20 +25,17 @@ import math
 import numpy as np
 import torch
 
-_INDEX_DTYPES: dict[int, str] = {1: "<u1", 2: "<u2", 4: "<u4", 8: "<u8"}
 
-
-def index_width(totalk: int) -> int:
-    """Bytes per packed index for tiles of `totalk` coefficients."""
+def index_bits(totalk: int) -> int:
+    """Bits per packed index for tiles of `totalk` coefficients: `ceil(log2(totalk))`."""
     if totalk < 1:
         raise ValueError(f"totalk must be >= 1, got {totalk}")
-    if totalk <= 256:
-        return 1
-    if totalk <= 65536:
-        return 2
-    if totalk <= 2**32:
-        return 4
-    return 8
+    return (totalk - 1).bit_length()
+
+
+def index_bytes(count: int, totalk: int) -> int:
+    """Bytes taken by `count` packed indices of tiles of `totalk` coefficients."""
+    return (count * index_bits(totalk) + 7) // 8
 
 
 def effective_k(topk: int, totalk: int) -> int:
@@ -54,17 +56,30 @@ def topk_per_chunk(encoded: torch.Tensor, topk: int, tile_dims: int) -> tuple[to
 
 
 def pack_indices(idx: torch.Tensor, totalk: int) -> bytes:
-    """Little-endian packing of non-negative indices with `index_width(totalk)` bytes each."""
-    dtype = _INDEX_DTYPES[index_width(totalk)]
-    return idx.detach().to("cpu", torch.int64).numpy().astype(dtype).tobytes()
+    """Bit-pack non-negative indices below `totalk`, `index_bits(totalk)` bits each."""
+    width = index_bits(totalk)
+    flat = idx.detach().to("cpu", torch.int64).reshape(-1).numpy()
+    bits = (flat[:, None] >> np.arange(width, dtype=np.int64)) & 1
+    return np.packbits(bits.astype(np.uint8).reshape(-1), bitorder="little").tobytes()
 
 
-def unpack_indices(data: bytes, totalk: int) -> np.ndarray:
-    """Inverse of `pack_indices` (flat int64 array); `len(data)` must be a whole count."""
-    width = index_width(totalk)
-    if len(data) % width:
-        raise ValueError(f"index bytes ({len(data)}) are not a multiple of the width {width}")
-    return np.frombuffer(data, dtype=_INDEX_DTYPES[width]).astype(np.int64)
+def unpack_indices(data: bytes, totalk: int, count: int) -> np.ndarray:
+    """Inverse of `pack_indices`: `count` indices as a flat int64 array.
+
+    Raises `ValueError` when `data` is not exactly `index_bytes(count, totalk)` long or a
+    padding bit after the last index is set. Indices are not range-checked here (a width of
+    12 bits can hold 4095 for a 43 x 64 tile); callers compare them with `totalk`.
+    """
+    width = index_bits(totalk)
+    expected = index_bytes(count, totalk)
+    if len(data) != expected:
+        raise ValueError(f"index bytes ({len(data)}) do not hold exactly {count} indices")
+    bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
+    used = count * width
+    if bits[used:].any():
+        raise ValueError("padding bits after the last index are not zero")
+    weights = np.left_shift(np.int64(1), np.arange(width, dtype=np.int64))
+    return bits[:used].reshape(count, width).astype(np.int64) @ weights
 
 
 def pack_bf16(val: torch.Tensor) -> bytes:
@@ -104,6 +119,6 @@ def value_bytes(count: int, one_bit: bool) -> int:
 
 
 def payload_sizes(chunks: int, totalk: int, topk: int, one_bit: bool) -> tuple[int, int]:
-    """Section 1.10 formula for one tensor: `(idx_bytes, val_bytes)`."""
+    """Bytes of one tensor's entry: `(idx_bytes, val_bytes)` (bit-packed indices)."""
     k = effective_k(topk, totalk)
-    return chunks * k * index_width(totalk), value_bytes(chunks * k, one_bit)
+    return index_bytes(chunks * k, totalk), value_bytes(chunks * k, one_bit)

@@ -1,9 +1,10 @@
 """The DisTrO optimizer: lookahead, `generate` (momentum -> DCT -> top-k) and `apply`.
 
-Reference: spec sections 1.5 and 1.6, with three fixes for determinism (docs/deviations.md):
-the lookahead is undone by restoring saved weights, weight decay runs in `apply` (so every
-client applying the same results decays identically), and results are applied in canonical
-batch-id order.
+Reference: spec sections 1.5 and 1.6, with fixes for determinism (docs/deviations.md): the
+lookahead is undone by restoring saved weights, weight decay runs in `apply` (so every client
+applying the same results decays identically), results are applied in canonical batch-id
+order, their coefficients are summed exactly and the inverse DCT of the aggregate runs in
+float64 before `sign`.
 
 Per parameter (sorted by name) the optimizer keeps a momentum `delta` (zeros, parameter dtype).
 
@@ -11,7 +12,7 @@ Per parameter (sorted by name) the optimizer keeps a momentum `delta` (zeros, pa
         forward/backward                  # grads in p.grad
     generated = opt.generate(lr, step, batch_id, trainer_nonce, own_previous)
         # delta <- beta * (delta - decode(own_previous)) + lr * grad, then encode + top-k;
-        # generated.transmit is the DistroResult to publish (bf16 or 1-bit values),
+        # generated.transmit is the DistroResult to publish (bf16, 1-bit or 2-bit values),
         # generated.own the unquantized copy to pass as own_previous next time.
     opt.apply(results, lr)                # mean per coefficient over the results that chose
                                           # it, inverse DCT, theta -= lr * sign(.)
@@ -32,27 +33,15 @@ from typing import Any
 import torch
 from psyche_common.assignment import BatchId
 
-from psyche_client.distro.compress import (
-    pack_bf16,
-    pack_indices,
-    pack_signs,
-    topk_per_chunk,
-    unpack_bf16,
-    unpack_signs,
-)
-from psyche_client.distro.dct import DctTransform
-from psyche_client.distro.result import (
-    DistroResult,
-    ResultLayout,
-    TensorLayout,
-    TensorPayload,
-    ValueKind,
-)
+from psyche_client.distro.compressor import Compressor, canonical_order
+from psyche_client.distro.result import DistroResult, ResultLayout
+from psyche_client.distro.values import ValueKind
 
 
 @dataclass(frozen=True)
 class DistroSettings:
-    """The knobs of `OptimizerDefinition::Distro` (spec section 1.1)."""
+    """The knobs of `OptimizerDefinition::Distro` (spec section 1.1), plus `quantize_2bit`
+    (2-bit values with a bf16 scale per chunk; ours, not the reference's)."""
 
     compression_decay: float
     compression_topk: int
@@ -60,12 +49,21 @@ class DistroSettings:
     quantize_1bit: bool
     weight_decay: float = 0.0
     clip_grad_norm: float | None = None
+    quantize_2bit: bool = False
 
     def __post_init__(self) -> None:
         if self.compression_topk < 1:
             raise ValueError(f"compression_topk must be >= 1, got {self.compression_topk}")
         if self.compression_chunk < 1:
             raise ValueError(f"compression_chunk must be >= 1, got {self.compression_chunk}")
+        if self.quantize_1bit and self.quantize_2bit:
+            raise ValueError("quantize_1bit and quantize_2bit cannot both be set")
+
+    @property
+    def value_kind(self) -> ValueKind:
+        if self.quantize_1bit:
+            return ValueKind.ONE_BIT
+        return ValueKind.TWO_BIT if self.quantize_2bit else ValueKind.BF16
 
     @classmethod
     def from_config(cls, config: Any) -> DistroSettings:
@@ -77,12 +75,14 @@ class DistroSettings:
             quantize_1bit=bool(config.quantize_1bit),
             weight_decay=float(config.weight_decay or 0.0),
             clip_grad_norm=config.clip_grad_norm,
+            quantize_2bit=bool(getattr(config, "quantize_2bit", None) or False),
         )
 
 
 @dataclass(frozen=True)
 class OwnResult:
-    """A client's own result before quantization: per parameter `(idx, val)`, `[chunks, k]`."""
+    """A client's own result as error feedback needs it: per parameter `(idx, val)`,
+    `[chunks, k]` (DisTrO: the values before quantization)."""
 
     tensors: tuple[tuple[torch.Tensor, torch.Tensor], ...]
 
@@ -102,17 +102,20 @@ class DistroOptimizer:
         names = [name for name, _ in self._params]
         if len(set(names)) != len(names):
             raise ValueError("parameter names must be unique")
-        self.layout = ResultLayout.for_parameters(
+        self.compressor = Compressor(
             ((name, tuple(p.shape)) for name, p in self._params),
             settings.compression_chunk,
             settings.compression_topk,
-            settings.quantize_1bit,
+            settings.value_kind,
         )
-        self.transform = DctTransform(settings.compression_chunk)
         self._delta = {
             name: torch.zeros_like(p, memory_format=torch.contiguous_format)
             for name, p in self._params
         }
+
+    @property
+    def layout(self) -> ResultLayout:
+        return self.compressor.layout
 
     # ---- state -------------------------------------------------------------------------
     def zero_momentum(self) -> None:
@@ -150,113 +153,46 @@ class DistroOptimizer:
     ) -> Generated:
         """Fold the gradients in `p.grad` into the momentum and compress it (spec 1.5)."""
         beta = self.settings.compression_decay
-        topk = self.settings.compression_topk
-        one_bit = self.settings.quantize_1bit
-        payloads: list[TensorPayload] = []
+        payloads = []
         own: list[tuple[torch.Tensor, torch.Tensor]] = []
-        for i, ((name, p), expected) in enumerate(
-            zip(self._params, self.layout.tensors, strict=True)
-        ):
+        for i, (name, p) in enumerate(self._params):
             delta = self._delta[name]
             for previous in own_previous:
                 idx, val = previous.tensors[i]
-                delta.sub_(self._densify(expected, idx, val, delta.dtype, delta.device))
+                delta.sub_(self.compressor.densify(i, idx, val, delta))
             if beta != 1.0:
                 delta.mul_(beta)
             if p.grad is not None:
                 delta.add_(p.grad.to(delta.dtype), alpha=lr)
-            encoded = self.transform.encode(delta)
-            idx, val = topk_per_chunk(encoded, topk, expected.tile_dims)
-            own.append((idx, val))
-            packed_val = pack_signs(val) if one_bit else pack_bf16(val)
-            payloads.append(
-                TensorPayload(
-                    expected.xshape,
-                    expected.totalk,
-                    expected.k,
-                    pack_indices(idx, expected.totalk),
-                    packed_val,
-                )
-            )
+            compressed = self.compressor.compress(i, delta)
+            own.append((compressed.idx, compressed.val))
+            payloads.append(compressed.payload)
         transmit = DistroResult(
-            step, batch_id, trainer_nonce, self.layout.value_kind, tuple(payloads)
+            step, batch_id, trainer_nonce, self.compressor.kind, tuple(payloads)
         )
         return Generated(transmit, OwnResult(tuple(own)))
-
-    def _densify(
-        self,
-        expected: TensorLayout,
-        idx: torch.Tensor,
-        val: torch.Tensor,
-        dtype: torch.dtype,
-        device: torch.device,
-    ) -> torch.Tensor:
-        """Inverse DCT of a single result's sparse coefficients (scatter, no averaging)."""
-        dense = torch.zeros((expected.chunks, expected.totalk), dtype=dtype, device=device)
-        dense.scatter_(-1, idx.to(device), val.to(device=device, dtype=dtype))
-        return self.transform.decode(dense.view(expected.xshape), expected.shape)
 
     # ---- apply -------------------------------------------------------------------------
     @torch.no_grad()
     def apply(self, results: Sequence[DistroResult], lr: float) -> int:
         """Apply `results` (any order; sorted canonically here). Returns how many were used.
 
-        Every client that applies the same set of results with the same lr ends with
-        bit-identical weights: the order is canonical and no kernel uses atomics on
-        colliding indices (each scatter adds one result, whose indices per chunk are unique).
+        Per parameter: every coefficient is the mean over the results that chose it (one
+        exact float64 scatter for all results), then the float64 inverse DCT, then
+        `theta <- theta * (1 - lr * wd) - lr * sign(.)`. Clients applying the same set of
+        results with the same lr get bit-identical weights.
         """
         if not results:
             return 0
-        ordered = sorted(results, key=_canonical_key)
+        ordered = canonical_order(results)
         for result in ordered:
-            self._check_layout(result)
-        one_bit = self.layout.value_kind == ValueKind.ONE_BIT
+            self.compressor.check(result)
         weight_decay = self.settings.weight_decay
-        for i, ((_, p), expected) in enumerate(zip(self._params, self.layout.tensors, strict=True)):
-            total = torch.zeros(
-                (expected.chunks, expected.totalk), dtype=torch.float32, device=p.device
+        for i, (_, p) in enumerate(self._params):
+            update = self.compressor.aggregated(
+                i, [result.tensors[i] for result in ordered], mean_over_all=False, device=p.device
             )
-            count = torch.zeros_like(total)
-            for result in ordered:
-                payload = result.tensors[i]
-                idx = torch.from_numpy(payload.indices()).to(p.device)
-                if one_bit:
-                    val = unpack_signs(payload.val, expected.count)
-                else:
-                    val = unpack_bf16(payload.val).to(torch.float32)
-                val = val.reshape(expected.chunks, expected.k).to(p.device)
-                total.scatter_add_(-1, idx, val)
-                count.scatter_add_(-1, idx, torch.ones_like(val))
-            mean = torch.where(count > 0, total / count.clamp_min(1.0), torch.zeros_like(total))
-            update = self.transform.decode(mean.to(p.dtype).view(expected.xshape), expected.shape)
             if weight_decay != 0.0:
                 p.mul_(1.0 - lr * weight_decay)
-            p.add_(torch.sign(update), alpha=-lr)
+            p.add_(torch.sign(update).to(p.dtype), alpha=-lr)
         return len(ordered)
-
-    def _check_layout(self, result: DistroResult) -> None:
-        if result.value_kind != self.layout.value_kind:
-            raise ValueError(
-                f"result for {result.batch_id} has value kind "
-                f"{result.value_kind.name}, expected {self.layout.value_kind.name}"
-            )
-        if len(result.tensors) != len(self.layout.tensors):
-            raise ValueError(
-                f"result for {result.batch_id} has {len(result.tensors)} tensors, "
-                f"expected {len(self.layout.tensors)}"
-            )
-        for payload, expected in zip(result.tensors, self.layout.tensors, strict=True):
-            if (payload.xshape, payload.totalk, payload.k) != (
-                expected.xshape,
-                expected.totalk,
-                expected.k,
-            ):
-                raise ValueError(
-                    f"result for {result.batch_id}: tensor {expected.name!r} has "
-                    f"layout {payload.xshape}/{payload.totalk}/{payload.k}, expected "
-                    f"{expected.xshape}/{expected.totalk}/{expected.k}"
-                )
-
-
-def _canonical_key(result: DistroResult) -> tuple[int, int, bytes]:
-    return (result.batch_id.start, result.batch_id.end, result.data_hash())

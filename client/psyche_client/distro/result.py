@@ -3,24 +3,27 @@
 One `DistroResult` is one trainer's compressed update for one batch of one step: for every
 parameter (sorted by name) the packed top-k indices and the values (bf16 or 1-bit signs).
 
-Binary format (version 1; integers in the fixed header are big-endian, `varint` is unsigned
+Binary format (version 2; integers in the fixed header are big-endian, `varint` is unsigned
 LEB128 in its shortest form):
 
-    header   magic b"PSDR" | version u8 = 1 | value kind u8 (0 = bf16, 1 = one-bit)
+    header   magic b"PSDR" | version u8 = 2 | value kind u8 (0 = bf16, 1 = one-bit, 2 = two-bit)
              | step u32 | trainer_nonce u32 | batch start u64 | batch end u64
              | tensor count varint
     tensor   ndim varint | xshape: ndim varints | totalk varint | k varint
-             | idx bytes (chunks*k*w, little-endian, w = 1/2/4/8 by totalk)
-             | val bytes (chunks*k*2 bf16 little-endian, or ceil(chunks*k/8) LSB-first bits)
+             | idx bytes (ceil(chunks*k*w/8), w = ceil(log2(totalk)) bits per index,
+               bit-packed LSB-first, zero padding)
+             | val bytes (by value kind, see `values`: chunks*k*2 bf16 little-endian,
+               ceil(chunks*k/8) LSB-first sign bits, or chunks bf16 scales + 2-bit codes)
 
 Nothing else follows; `chunks = prod(xshape[:-2])` for matrices (`xshape[:-1]` for vectors).
 Commitment (as the reference): `data_hash = SHA-256(step u32 BE || start u64 BE || end u64 BE
 || for each tensor: idx bytes || val bytes)`; it does not cover nonce, xshape, totalk or k.
 
 `DistroResult.decode(data, layout)` checks everything against the locally expected
-`ResultLayout` (tensor count, xshape, totalk, k, value kind, exact lengths, index range, no
-duplicate index inside a chunk, finite values, zero padding bits, no trailing bytes) and
-raises `ResultDecodeError` naming the tensor and field at fault.
+`ResultLayout` (format version, tensor count, xshape, totalk, k, value kind, exact lengths,
+index range, no duplicate index inside a chunk, finite values, zero padding bits, no trailing
+bytes) and raises `ResultDecodeError` naming the tensor and field at fault. Version 1 (u8/u16
+indices) is refused with an error that says so.
 
 API: `ValueKind`, `TensorLayout`, `ResultLayout.for_parameters(named_shapes, chunk, topk,
 quantize_1bit)`, `TensorPayload`, `DistroResult(step, batch_id, trainer_nonce, value_kind,
@@ -35,36 +38,32 @@ import math
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from enum import IntEnum
 from functools import cached_property
 
 import numpy as np
 from psyche_common.assignment import BatchId
 
 from psyche_client.distro.chunking import encoded_shape
-from psyche_client.distro.compress import (
-    effective_k,
-    index_width,
-    unpack_bf16,
-    unpack_indices,
-    unpack_signs,
-    value_bytes,
-)
+from psyche_client.distro.compress import effective_k, index_bytes, unpack_indices
+from psyche_client.distro.values import ValueKind, dequantize, value_bytes
+from psyche_client.distro.wire import Reader, ResultDecodeError, varint
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAGIC",
+    "DistroResult",
+    "ResultDecodeError",
+    "ResultLayout",
+    "TensorLayout",
+    "TensorPayload",
+    "ValueKind",
+    "commitment_hash",
+]
 
 MAGIC = b"PSDR"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _HEADER = struct.Struct(">4sBBIIQQ")
-_U32_MAX = 2**32 - 1
 _MAX_NDIM = 8
-
-
-class ResultDecodeError(ValueError):
-    """A received result is malformed or does not match the locally expected layout."""
-
-
-class ValueKind(IntEnum):
-    BF16 = 0
-    ONE_BIT = 1
 
 
 @dataclass(frozen=True)
@@ -91,10 +90,10 @@ class TensorLayout:
         return self.chunks * self.k
 
     def idx_bytes(self) -> int:
-        return self.count * index_width(self.totalk)
+        return index_bytes(self.count, self.totalk)
 
     def val_bytes(self, kind: ValueKind) -> int:
-        return value_bytes(self.count, kind == ValueKind.ONE_BIT)
+        return value_bytes(kind, self.chunks, self.k)
 
 
 @dataclass(frozen=True)
@@ -110,8 +109,10 @@ class ResultLayout:
         named_shapes: Iterable[tuple[str, Sequence[int]]],
         chunk: int,
         topk: int,
-        quantize_1bit: bool,
+        quantize_1bit: bool | ValueKind,
     ) -> ResultLayout:
+        """Layout of results for these parameters; the last argument is the run's
+        `quantize_1bit` (one-bit or bf16 values) or a `ValueKind`."""
         tensors = []
         for name, shape in sorted(named_shapes, key=lambda item: item[0]):
             shape_t = tuple(int(d) for d in shape)
@@ -119,7 +120,10 @@ class ResultLayout:
             tile_dims = 2 if len(shape_t) >= 2 else 1
             totalk = math.prod(xshape[-tile_dims:])
             tensors.append(TensorLayout(name, shape_t, xshape, totalk, effective_k(topk, totalk)))
-        kind = ValueKind.ONE_BIT if quantize_1bit else ValueKind.BF16
+        if isinstance(quantize_1bit, ValueKind):
+            kind = quantize_1bit
+        else:
+            kind = ValueKind.ONE_BIT if quantize_1bit else ValueKind.BF16
         return cls(tuple(tensors), kind)
 
     def payload_bytes(self) -> int:
@@ -137,9 +141,34 @@ class TensorPayload:
     idx: bytes
     val: bytes
 
+    @property
+    def count(self) -> int:
+        """Coefficients in this entry: chunks * k."""
+        return math.prod(self.xshape) // self.totalk * self.k
+
+    @cached_property
+    def _indices(self) -> np.ndarray:
+        unpacked = unpack_indices(self.idx, self.totalk, self.count).reshape(-1, self.k)
+        unpacked.flags.writeable = False
+        return unpacked
+
     def indices(self) -> np.ndarray:
-        """Indices as int64 `[chunks, k]`."""
-        return unpack_indices(self.idx, self.totalk).reshape(-1, self.k)
+        """Indices as a read-only int64 array `[chunks, k]` (unpacked once, then cached)."""
+        return self._indices
+
+    @cached_property
+    def _values_cache(self) -> dict[ValueKind, np.ndarray]:
+        return {}
+
+    def values(self, kind: ValueKind) -> np.ndarray:
+        """The values a receiver reads, as a read-only float64 array `[chunks, k]` (decoded
+        once per kind, then cached); raises `ValueError` on malformed value bytes."""
+        cached = self._values_cache.get(kind)
+        if cached is None:
+            cached = dequantize(self.val, kind, self.count // self.k, self.k)
+            cached.flags.writeable = False
+            self._values_cache[kind] = cached
+        return cached
 
 
 def commitment_hash(step: int, batch_id: BatchId, tensors: Sequence[TensorPayload]) -> bytes:
@@ -182,13 +211,13 @@ class DistroResult:
                 self.batch_id.start,
                 self.batch_id.end,
             ),
-            _varint(len(self.tensors)),
+            varint(len(self.tensors)),
         ]
         for tensor in self.tensors:
-            parts.append(_varint(len(tensor.xshape)))
-            parts.extend(_varint(d) for d in tensor.xshape)
-            parts.append(_varint(tensor.totalk))
-            parts.append(_varint(tensor.k))
+            parts.append(varint(len(tensor.xshape)))
+            parts.extend(varint(d) for d in tensor.xshape)
+            parts.append(varint(tensor.totalk))
+            parts.append(varint(tensor.k))
             parts.append(tensor.idx)
             parts.append(tensor.val)
         return b"".join(parts)
@@ -196,12 +225,16 @@ class DistroResult:
     @classmethod
     def decode(cls, data: bytes, layout: ResultLayout) -> DistroResult:
         """Parse and strictly validate `data` against `layout`; raises `ResultDecodeError`."""
-        reader = _Reader(bytes(data))
+        reader = Reader(bytes(data))
         magic, version, kind, step, nonce, start, end = reader.struct(_HEADER, "header")
         if magic != MAGIC:
             raise ResultDecodeError(f"not a DisTrO result: magic {magic!r}, expected {MAGIC!r}")
         if version != FORMAT_VERSION:
-            raise ResultDecodeError(f"unsupported result format version {version}")
+            raise ResultDecodeError(
+                f"result format version {version} is not supported: this client reads only "
+                f"version {FORMAT_VERSION} (bit-packed indices); every client of a run must "
+                "run a psyche-py release with the same result format"
+            )
         if kind not in (k.value for k in ValueKind):
             raise ResultDecodeError(f"unknown value kind {kind}")
         value_kind = ValueKind(kind)
@@ -222,7 +255,7 @@ class DistroResult:
         return cls(step, BatchId(start, end), nonce, value_kind, tensors)
 
 
-def _read_tensor(reader: _Reader, expected: TensorLayout, kind: ValueKind) -> TensorPayload:
+def _read_tensor(reader: Reader, expected: TensorLayout, kind: ValueKind) -> TensorPayload:
     where = f"tensor {expected.name!r}"
     ndim = reader.varint(f"{where} ndim")
     if ndim > _MAX_NDIM:
@@ -240,12 +273,18 @@ def _read_tensor(reader: _Reader, expected: TensorLayout, kind: ValueKind) -> Te
     val = reader.take(expected.val_bytes(kind), f"{where} values")
     payload = TensorPayload(xshape, totalk, k, idx, val)
     _check_indices(payload, where)
-    _check_values(val, kind, expected.count, where)
+    try:
+        payload.values(kind)
+    except ValueError as exc:
+        raise ResultDecodeError(f"{where}: {exc}") from exc
     return payload
 
 
 def _check_indices(payload: TensorPayload, where: str) -> None:
-    idx = payload.indices()
+    try:
+        idx = payload.indices()
+    except ValueError as exc:
+        raise ResultDecodeError(f"{where}: {exc}") from exc
     if idx.size and int(idx.max()) >= payload.totalk:
         raise ResultDecodeError(
             f"{where}: index {int(idx.max())} out of range for {payload.totalk} coefficients"
@@ -254,65 +293,3 @@ def _check_indices(payload: TensorPayload, where: str) -> None:
         ordered = np.sort(idx, axis=-1)
         if (ordered[:, 1:] == ordered[:, :-1]).any():
             raise ResultDecodeError(f"{where}: a chunk lists the same coefficient twice")
-
-
-def _check_values(val: bytes, kind: ValueKind, count: int, where: str) -> None:
-    try:
-        if kind == ValueKind.ONE_BIT:
-            unpack_signs(val, count)
-            return
-        values = unpack_bf16(val)
-    except ValueError as exc:
-        raise ResultDecodeError(f"{where}: {exc}") from exc
-    if not bool(values.float().isfinite().all()):
-        raise ResultDecodeError(f"{where}: values contain NaN or infinity")
-
-
-def _varint(value: int) -> bytes:
-    if value < 0:
-        raise ValueError(f"varint cannot encode negative value {value}")
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-class _Reader:
-    """Bounds-checked cursor over the result bytes."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-        self._pos = 0
-
-    def remaining(self) -> int:
-        return len(self._data) - self._pos
-
-    def take(self, size: int, what: str) -> bytes:
-        if size > self.remaining():
-            raise ResultDecodeError(
-                f"truncated result: {what} needs {size} bytes, {self.remaining()} left"
-            )
-        chunk = self._data[self._pos : self._pos + size]
-        self._pos += size
-        return chunk
-
-    def struct(self, layout: struct.Struct, what: str) -> tuple:
-        return layout.unpack(self.take(layout.size, what))
-
-    def varint(self, what: str) -> int:
-        value = 0
-        for shift in range(0, 35, 7):
-            (byte,) = self.take(1, what)
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                if byte == 0 and shift:
-                    raise ResultDecodeError(f"{what}: varint is not in its shortest form")
-                if value > _U32_MAX:
-                    raise ResultDecodeError(f"{what}: value {value} exceeds u32")
-                return value
-        raise ResultDecodeError(f"{what}: varint longer than 5 bytes")

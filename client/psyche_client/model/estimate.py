@@ -8,7 +8,8 @@
     blocks: per token and layer ~ 8h + 3·kv + 4·intermediate elements plus 2·heads·seq attention
     scores, and the logits in float32 for the loss);
   * the DisTrO result size with the reference's wire format (client spec section 1.10: DCT tiles
-    chosen per dimension, top-k indices u8/u16/u32, bf16 or 1-bit values, postcard overhead).
+    chosen per dimension, top-k indices u8/u16/u32, bf16 or 1-bit values, postcard overhead);
+    for SparseLoCo (not in the reference) the payload of psyche-py's own format instead.
 It compares the total with the free memory of the device (MemAvailable of /proc/meminfo for the
 CPU, `torch.cuda.mem_get_info` for CUDA). `Estimate.render()` gives a text table.
 """
@@ -24,6 +25,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
+from psyche_client.distro.result import ResultLayout
+from psyche_client.distro.values import ValueKind
 from psyche_client.model.loading import config_from_dict
 from psyche_client.training.device import resolve_device
 from psyche_client.units import format_bytes
@@ -120,6 +123,18 @@ def distro_result_bytes(
     return header + sum(
         distro_tensor_size(s, chunk, topk, quantize_1bit).serialized for s in shapes
     )
+
+
+def sparseloco_payload_bytes(shapes: Iterable[tuple[str, Sequence[int]]], optimizer: Any) -> int:
+    """Index + value bytes of one SparseLoCo result (psyche-py's format)."""
+    kind = ValueKind.TWO_BIT if bool(_read(optimizer, "quantize_2bit")) else ValueKind.BF16
+    layout = ResultLayout.for_parameters(
+        shapes,
+        int(_read(optimizer, "compression_chunk")),
+        int(_read(optimizer, "compression_topk")),
+        kind,
+    )
+    return layout.payload_bytes()
 
 
 # ---------------------------------------------------------------- memory
@@ -268,6 +283,15 @@ def estimate_run(
         if num_clients:
             memory.append(("peer results (2 rounds)", 2 * result_bytes * num_clients))
         notes.append("DisTrO sizes use the reference wire format (spec section 1.10)")
+    elif kind == "SparseLoCo":
+        memory.append(("SparseLoCo error feedback", weights))
+        memory.append(("AdamW moments (inner steps)", 2 * weights))
+        memory.append(("AdamW moments snapshot (cancellation)", 2 * weights))
+        memory.append(("saved weights and round start", 2 * weights))
+        result_bytes = sparseloco_payload_bytes(shapes, optimizer)
+        if num_clients:
+            memory.append(("peer results (2 rounds)", 2 * result_bytes * num_clients))
+        notes.append("SparseLoCo sizes are payloads of psyche-py's result format (docs/distro.md)")
     elif kind == "AdamW":
         memory.append(("AdamW moments", 2 * weights))
     memory.append(

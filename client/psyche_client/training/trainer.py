@@ -15,10 +15,14 @@ worker thread (the methods are not re-entrant):
 of `micro_batch_size` samples (each micro-batch's mean loss weighted by its share of the
 tokens), restores the exact weights, clips the gradient (global L2) and calls DisTrO's
 `generate`. The client's own unquantized result is remembered and subtracted from the momentum
-at the next `train` (error feedback). With an AdamW config `train` steps AdamW directly and
-returns no result (central or comparison runs); `apply` is DisTrO only.
+at the next `train` (error feedback). With a SparseLoCo config `train` splits the samples into
+`inner_steps` equal parts and takes one local AdamW step per part inside
+`SparseLocoOptimizer.local_round`, then generates the result from the pseudo-gradient. With an
+AdamW config `train` steps AdamW directly and returns no result (central or comparison runs);
+`apply` is DisTrO and SparseLoCo only.
 
-API: `AdamWSettings`, `optimizer_settings(config)`, `TrainOutput`, `TrainingCancelled`,
+API: `AdamWSettings`, `optimizer_settings(config)` (from `optimizer_settings`), `TrainOutput`,
+`TrainingCancelled`,
 `Trainer(model, optimizer, *, device, micro_batch_size, dtype=None)` with `.train(...)`,
 `.apply(results, step, lr) -> int`, `.evaluate(tokens) -> float`, `.decode_result(data)`,
 `.drop_pending_result()`, `.weights_hash() -> str` (hex), `.weights_digest() -> bytes`,
@@ -45,7 +49,19 @@ from psyche_client.distro import (
     OwnResult,
     ResultLayout,
 )
+from psyche_client.distro.sparseloco import SparseLocoOptimizer, SparseLocoSettings
 from psyche_client.model.loading import weights_hash
+from psyche_client.training.optimizer_settings import AdamWSettings, Settings, optimizer_settings
+
+__all__ = [
+    "AdamWSettings",
+    "Settings",
+    "TrainOutput",
+    "Trainer",
+    "TrainingCancelled",
+    "optimizer_settings",
+    "weights_digest",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -55,37 +71,6 @@ _DTYPES = {
     "fp32": torch.float32,
     "float32": torch.float32,
 }
-
-
-@dataclass(frozen=True)
-class AdamWSettings:
-    """The knobs of `OptimizerDefinition::AdamW`."""
-
-    betas: tuple[float, float] = (0.9, 0.95)
-    weight_decay: float = 0.1
-    eps: float = 1e-8
-    clip_grad_norm: float | None = 1.0
-
-    @classmethod
-    def from_config(cls, config: Any) -> AdamWSettings:
-        beta1, beta2 = config.betas
-        return cls(
-            (float(beta1), float(beta2)),
-            float(config.weight_decay),
-            float(config.eps),
-            config.clip_grad_norm,
-        )
-
-
-def optimizer_settings(config: Any) -> DistroSettings | AdamWSettings:
-    """Our settings from a pydantic optimizer model (or already-built settings)."""
-    if isinstance(config, DistroSettings | AdamWSettings):
-        return config
-    if hasattr(config, "compression_topk"):
-        return DistroSettings.from_config(config)
-    if hasattr(config, "betas"):
-        return AdamWSettings.from_config(config)
-    raise ValueError(f"unsupported optimizer for training: {config!r} (need Distro or AdamW)")
 
 
 class TrainingCancelled(RuntimeError):
@@ -130,10 +115,12 @@ class Trainer:
         self.trainer_nonce = 0
         self._params = sorted(self.model.named_parameters(), key=lambda item: item[0])
         self._pending_own: list[OwnResult] = []
-        self._distro: DistroOptimizer | None = None
+        self._distro: DistroOptimizer | SparseLocoOptimizer | None = None
         self._adamw: torch.optim.AdamW | None = None
         if isinstance(self.settings, DistroSettings):
             self._distro = DistroOptimizer(self._params, self.settings)
+        elif isinstance(self.settings, SparseLocoSettings):
+            self._distro = SparseLocoOptimizer(self._params, self.settings)
         else:
             self._adamw = torch.optim.AdamW(
                 [p for _, p in self._params],
@@ -146,6 +133,7 @@ class Trainer:
     # ---- properties ----------------------------------------------------------------------
     @property
     def is_distro(self) -> bool:
+        """True when training produces results to share (DisTrO or SparseLoCo)."""
         return self._distro is not None
 
     @property
@@ -154,7 +142,7 @@ class Trainer:
         return self._require_distro().layout
 
     @property
-    def distro(self) -> DistroOptimizer:
+    def distro(self) -> DistroOptimizer | SparseLocoOptimizer:
         return self._require_distro()
 
     # ---- training ------------------------------------------------------------------------
@@ -179,9 +167,14 @@ class Trainer:
         self.trainer_nonce += 1
         self.model.train()
         self.model.zero_grad(set_to_none=True)
-        if self._distro is not None and zero_optim:
+        if zero_optim and isinstance(self._distro, DistroOptimizer):
             self._distro.zero_momentum()
             self._pending_own.clear()
+        if zero_optim and isinstance(self._distro, SparseLocoOptimizer):
+            self._distro.zero_state()
+            self._pending_own.clear()
+        if isinstance(self._distro, SparseLocoOptimizer):
+            return self._train_sparseloco(input_ids, batch_id, step, lr, nonce, cancelled)
         started = time.perf_counter()
         try:
             if self._distro is not None:
@@ -196,7 +189,7 @@ class Trainer:
         started = time.perf_counter()
         grad_norm = self._clip()
         result = None
-        if self._distro is not None:
+        if isinstance(self._distro, DistroOptimizer):
             generated = self._distro.generate(lr, step, batch_id, nonce, self._pending_own)
             self._pending_own = [generated.own]
             result = generated.transmit
@@ -214,6 +207,56 @@ class Trainer:
             skipped_micro_batches=skipped,
             forward_backward_seconds=forward_backward,
             optimizer_seconds=time.perf_counter() - started,
+        )
+
+    def _train_sparseloco(
+        self,
+        input_ids: torch.Tensor,
+        batch_id: BatchId,
+        step: int,
+        lr: float,
+        nonce: int,
+        cancelled: Callable[[], bool] | None,
+    ) -> TrainOutput:
+        """`inner_steps` AdamW steps on equal parts of the samples, then the result."""
+        optimizer = self._distro
+        assert isinstance(optimizer, SparseLocoOptimizer)
+        parts = [
+            part
+            for part in torch.tensor_split(input_ids, optimizer.settings.inner_steps)
+            if part.shape[0]
+        ]
+        losses: list[float] = []
+        norms: list[float] = []
+        used = skipped = 0
+        forward_backward = 0.0
+        started = time.perf_counter()
+        try:
+            with optimizer.local_round(self._pending_own):
+                for part in parts:
+                    t0 = time.perf_counter()
+                    loss, micro, skip = self._forward_backward(part, cancelled)
+                    forward_backward += time.perf_counter() - t0
+                    losses.append(loss)
+                    used, skipped = used + micro, skipped + skip
+                    norm = self._clip()
+                    if norm is not None:
+                        norms.append(norm)
+                    optimizer.inner_step(lr)
+                    self.model.zero_grad(set_to_none=True)
+        except TrainingCancelled:
+            self.model.zero_grad(set_to_none=True)
+            raise
+        generated = optimizer.generate(step, batch_id, nonce, self._pending_own)
+        self._pending_own = [generated.own]
+        return TrainOutput(
+            loss=float(np.mean(losses)),
+            result=generated.transmit,
+            grad_norm=float(np.mean(norms)) if norms else None,
+            micro_batches=used,
+            skipped_micro_batches=skipped,
+            forward_backward_seconds=forward_backward,
+            optimizer_seconds=time.perf_counter() - started - forward_backward,
         )
 
     def _forward_backward(
@@ -287,7 +330,7 @@ class Trainer:
         return self.weights_digest().hex()
 
     # ---- helpers -------------------------------------------------------------------------
-    def _require_distro(self) -> DistroOptimizer:
+    def _require_distro(self) -> DistroOptimizer | SparseLocoOptimizer:
         if self._distro is None:
             raise RuntimeError("this trainer uses AdamW; DisTrO results do not apply")
         return self._distro

@@ -64,6 +64,7 @@ from psyche_common.config.optimizer import (
     DistroOptimizer,
     DummyOptimizer,
     Optimizer,
+    SparseLocoOptimizer,
 )
 from psyche_common.config.state_file import StateFile, StateFileProgress
 from psyche_common.config.summary import summary_lines
@@ -121,6 +122,7 @@ __all__ = [
     "SeededShuffle",
     "ServerData",
     "SingleUrl",
+    "SparseLocoOptimizer",
     "StateFile",
     "StateFileProgress",
     "TokenSize",

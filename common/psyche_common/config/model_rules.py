@@ -1,7 +1,7 @@
-"""Rules for the `[model.LLM]` section: data location, checkpoint, optimizer, LR schedule,
-cold start. The reference runs most of them only on Solana; we run them everywhere. Dummy data,
-Dummy optimizer and Dummy checkpoint stay valid (tests use them); an Ephemeral checkpoint is an
-error, an unknown builtin corpus a warning.
+"""Rules for the `[model.LLM]` section: data location, checkpoint, optimizer (in
+`optimizer_rules`), LR schedule, cold start. The reference runs most of them only on Solana; we
+run them everywhere. Dummy data, Dummy optimizer and Dummy checkpoint stay valid (tests use
+them); an Ephemeral checkpoint is an error, an unknown builtin corpus a warning.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from psyche_common.config.data_location import (
 from psyche_common.config.errors import ConfigProblem
 from psyche_common.config.lr_schedule import CosineLR, WarmupStableDecayLR
 from psyche_common.config.model import LLMConfig
-from psyche_common.config.optimizer import DistroOptimizer
+from psyche_common.config.optimizer_rules import optimizer_problems
 from psyche_common.config.state_file import StateFile
 
 _LLM = "model.LLM"
@@ -126,31 +126,6 @@ def _lr_schedule_problems(model: LLMConfig) -> tuple[list[ConfigProblem], list[C
     return errors, warnings
 
 
-def _optimizer_problems(model: LLMConfig) -> list[ConfigProblem]:
-    optimizer = model.optimizer
-    if not isinstance(optimizer, DistroOptimizer):
-        return []
-    base = f"{_LLM}.optimizer.Distro"
-    problems = []
-    if optimizer.compression_chunk == 0:
-        problems.append(
-            ConfigProblem(
-                f"{base}.compression_chunk",
-                f"{base}.compression_chunk must be at least 1",
-                "Optimizer",
-            )
-        )
-    if optimizer.compression_topk == 0:
-        problems.append(
-            ConfigProblem(
-                f"{base}.compression_topk",
-                f"{base}.compression_topk must be at least 1",
-                "Optimizer",
-            )
-        )
-    return problems
-
-
 def _cold_start_problem(state: StateFile) -> ConfigProblem | None:
     model, cfg = state.model, state.config
     steps = model.cold_start_warmup_steps
@@ -194,9 +169,11 @@ def model_problems(state: StateFile) -> tuple[list[ConfigProblem], list[ConfigPr
         )
     errors.extend(_data_location_problems(model))
     errors.extend(_checkpoint_problems(model))
-    errors.extend(_optimizer_problems(model))
+    optimizer_errors, optimizer_warnings = optimizer_problems(state)
+    errors.extend(optimizer_errors)
     lr_errors, warnings = _lr_schedule_problems(model)
     errors.extend(lr_errors)
+    warnings.extend(optimizer_warnings)
     cold_start = _cold_start_problem(state)
     if cold_start is not None:
         errors.append(cold_start)

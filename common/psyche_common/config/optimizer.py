@@ -1,5 +1,7 @@
-"""Optimizer variants (`model.LLM.optimizer`): `"Dummy"`, `[....optimizer.AdamW]` or
-`[....optimizer.Distro]`. Optional fields (`clip_grad_norm`, Distro's `weight_decay`) may be left out."""
+"""Optimizer variants (`model.LLM.optimizer`): `"Dummy"`, `[....optimizer.AdamW]`,
+`[....optimizer.Distro]` or `[....optimizer.SparseLoCo]` (ours, not the reference's). Optional
+fields (`clip_grad_norm`, Distro's `weight_decay` and `quantize_2bit`) may be left out; left
+out, `quantize_2bit` is false and a Distro table means what it means to the reference."""
 
 from __future__ import annotations
 
@@ -41,18 +43,45 @@ class DistroOptimizer(Variant):
     compression_topk: U16
     compression_chunk: U16
     quantize_1bit: Bool
+    quantize_2bit: Bool | None = None  # ours: 2-bit values with a bf16 scale per chunk
 
     def __str__(self) -> str:
-        one_bit = ", 1-bit" if self.quantize_1bit else ""
+        bits = ", 1-bit" if self.quantize_1bit else ", 2-bit" if self.quantize_2bit else ""
         return (
             f"DisTrO (chunk {self.compression_chunk}, top-k {self.compression_topk}, "
-            f"decay {self.compression_decay}{one_bit})"
+            f"decay {self.compression_decay}{bits})"
         )
 
 
-OPTIMIZER_VARIANTS = (DummyOptimizer, AdamWOptimizer, DistroOptimizer)
+class SparseLocoOptimizer(Variant):
+    """SparseLoCo (ours): `inner_steps` local AdamW steps per round on equal parts of the
+    client's batch; the pseudo-gradient goes through DisTrO's DCT + top-k compression with
+    error feedback (decay `compression_decay`) and `theta -= outer_lr * mean` on apply."""
 
-AnyOptimizer = DummyOptimizer | AdamWOptimizer | DistroOptimizer
+    kind: Literal["SparseLoCo"] = "SparseLoCo"
+    inner_steps: U16
+    outer_lr: Float
+    compression_decay: Float
+    compression_topk: U16
+    compression_chunk: U16
+    quantize_2bit: Bool
+    betas: tuple[Float, Float]
+    weight_decay: Float
+    eps: Float
+    clip_grad_norm: Float | None = None
+
+    def __str__(self) -> str:
+        values = "2-bit" if self.quantize_2bit else "bf16"
+        return (
+            f"SparseLoCo ({self.inner_steps} AdamW steps per round, outer lr {self.outer_lr}, "
+            f"chunk {self.compression_chunk}, top-k {self.compression_topk}, "
+            f"decay {self.compression_decay}, {values})"
+        )
+
+
+OPTIMIZER_VARIANTS = (DummyOptimizer, AdamWOptimizer, DistroOptimizer, SparseLocoOptimizer)
+
+AnyOptimizer = DummyOptimizer | AdamWOptimizer | DistroOptimizer | SparseLocoOptimizer
 
 Optimizer = Annotated[AnyOptimizer, *toml_tagged("optimizer", *OPTIMIZER_VARIANTS)]
 """`AnyOptimizer` read from and written to its TOML form (use it as a pydantic field type)."""

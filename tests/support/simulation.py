@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import transformers
+from psyche_client.distro import DistroResult, DistroSettings
+from psyche_client.distro.sparseloco import SparseLocoSettings
+from psyche_client.training.trainer import AdamWSettings, Trainer
 from psyche_common.assignment import BatchId
 from psyche_common.data.builtin import python_stdlib_files
 from psyche_common.lr_schedule import lr_at
-
-from psyche_client.distro import DistroResult, DistroSettings
-from psyche_client.training.trainer import AdamWSettings, Trainer
 
 
 @dataclass(frozen=True)
@@ -73,13 +73,15 @@ def build_model(config: transformers.LlamaConfig, seed: int) -> transformers.Lla
     return transformers.LlamaForCausalLM(config)
 
 
-def cosine_schedule(peak: float, steps: int, warmup: int = 20) -> Callable[[int], float]:
-    """Warmup from 0 over `warmup` steps, then cosine to 0.1 x peak at `steps`."""
+def cosine_schedule(
+    peak: float, steps: int, warmup: int = 20, final_fraction: float = 0.1
+) -> Callable[[int], float]:
+    """Warmup from 0 over `warmup` steps, then cosine to `final_fraction` x peak at `steps`."""
     schedule = {
         "Cosine": {
             "base_lr": peak,
             "warmup_init_lr": 0.0,
-            "final_lr": 0.1 * peak,
+            "final_lr": final_fraction * peak,
             "warmup_steps": warmup,
             "total_steps": steps,
         }
@@ -94,8 +96,9 @@ class RunReport:
     initial_val: float
     final_val: float
     train_losses: list[float] = field(default_factory=list)
-    payload_bytes_per_peer: int = 0
+    payload_bytes_per_peer: int = 0  # per round
     blob_bytes_per_peer: int = 0
+    tokens_per_peer_round: int = 0
     replicas_identical: bool = True
     forward_backward_seconds: float = 0.0
     encode_seconds: float = 0.0
@@ -145,13 +148,26 @@ def run_distro(
     batch: int = 8,
     seq_len: int = 256,
     seed: int = 0,
-    settings: DistroSettings | None = None,
+    settings: DistroSettings | SparseLocoSettings | None = None,
     valid_windows: int = 128,
     config: transformers.LlamaConfig | None = None,
+    warmup: int = 20,
+    final_fraction: float = 0.1,
 ) -> RunReport:
-    """`peers` DisTrO replicas, each training `batch // peers` sequences of every step."""
+    """`peers` DisTrO (or SparseLoCo) replicas, each training `batch // peers` sequences of
+    every step of `batch` sequences, through the real pipeline.
+
+    With SparseLoCo's `inner_steps = H` a round spans H of those steps (each peer takes one
+    AdamW step on its share of each), so the run has `steps / H` rounds and sees exactly the
+    tokens, in the same order, of `run_adamw` with the same `steps` and seed. The schedule
+    then counts rounds: `lr` peaks after `warmup / H` of them.
+    """
     if batch % peers:
         raise ValueError(f"batch {batch} must split evenly over {peers} peers")
+    inner = settings.inner_steps if isinstance(settings, SparseLocoSettings) else 1
+    if steps % inner:
+        raise ValueError(f"steps {steps} must be a multiple of inner_steps {inner}")
+    rounds = steps // inner
     settings = settings or DistroSettings(
         compression_decay=0.999,
         compression_topk=8,
@@ -159,7 +175,7 @@ def run_distro(
         quantize_1bit=True,
         clip_grad_norm=1.0,
     )
-    schedule = cosine_schedule(lr, steps)
+    schedule = cosine_schedule(lr, rounds, max(1, round(warmup / inner)), final_fraction)
     base = build_model(config or prototype_llama_config(), seed)
     per_peer = batch // peers
     trainers = [
@@ -181,16 +197,18 @@ def run_distro(
         hashes = {trainer.weights_hash() for trainer in trainers}
         report.replicas_identical &= len(hashes) == 1
 
-    for step in range(1, steps + 1):
+    report.tokens_per_peer_round = inner * per_peer * seq_len
+    for step in range(1, rounds + 1):
         if step - 2 >= 1:
             apply_step(step, step - 2)
-        tokens = corpus.batch(rng, batch, seq_len)
+        tokens = np.stack([corpus.batch(rng, batch, seq_len) for _ in range(inner)])
         losses, produced = [], []
         for r, trainer in enumerate(trainers):
             first = r * per_peer
+            share = tokens[:, first : first + per_peer].reshape(inner * per_peer, seq_len)
             out = trainer.train(
                 BatchId(first, first + per_peer - 1),
-                tokens[first : first + per_peer],
+                share,
                 step,
                 schedule(step),
                 schedule(step - 1),
@@ -208,8 +226,8 @@ def run_distro(
             produced.append(received)
         in_flight[step] = produced
         report.train_losses.append(float(np.mean(losses)))
-    apply_step(steps + 1, steps - 1)  # the two apply-only rounds that flush the pipeline
-    apply_step(steps + 2, steps)
+    apply_step(rounds + 1, rounds - 1)  # the two apply-only rounds that flush the pipeline
+    apply_step(rounds + 2, rounds)
     report.seconds = time.perf_counter() - started
     report.final_val = trainers[0].evaluate(valid)
     return report

@@ -1,0 +1,75 @@
+"""Exact, order-independent aggregation of many results' coefficients for one parameter.
+
+All results' indices and values of a parameter are concatenated along each chunk's
+coefficient axis (results in the caller's canonical order) and go through one float64
+`scatter_add_`, so the cost grows with the number of coefficients received, not with a
+per-result pass over the dense tensor.
+
+The sums are exact. Every value is first rounded to a power-of-two grid fine enough that all
+partial sums are integer multiples of the grid step below 2**53, which float64 adds without
+rounding. A sum therefore does not depend on the order in which a kernel adds colliding
+entries (CUDA's scatter uses atomics), and `sum / count` is one correctly rounded division
+on every device. For +-1 values the grid changes nothing; for bf16 or 2-bit values it drops
+only what lies about 2**-(52 - log2(results)) below the parameter's largest value.
+
+API: `exact_grid(values, terms) -> Tensor`, `aggregate(payloads, kind, chunks, totalk, *,
+mean_over_all, device) -> Tensor` (float64 `[chunks, totalk]`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from psyche_client.distro.result import TensorPayload
+from psyche_client.distro.values import ValueKind
+
+
+def exact_grid(values: torch.Tensor, terms: int) -> torch.Tensor:
+    """`values` (float64) rounded so that any sum of `terms` of them is exact in float64."""
+    if values.dtype != torch.float64:
+        raise ValueError(f"exact_grid needs float64 values, got {values.dtype}")
+    if terms < 1:
+        raise ValueError(f"terms must be >= 1, got {terms}")
+    if values.numel() == 0:
+        return values
+    peak = float(values.abs().max())
+    if peak == 0.0:
+        return values
+    _, exponent = math.frexp(peak)  # peak < 2**exponent
+    shift = 52 - exponent - math.ceil(math.log2(terms))
+    scale = 2.0**shift
+    return torch.round(values * scale) / scale
+
+
+def aggregate(
+    payloads: Sequence[TensorPayload],
+    kind: ValueKind,
+    chunks: int,
+    totalk: int,
+    *,
+    mean_over_all: bool,
+    device: torch.device,
+) -> torch.Tensor:
+    """Dense float64 coefficients `[chunks, totalk]` of one parameter from `payloads`.
+
+    `mean_over_all=False`: each coefficient is the mean over the results that chose it (the
+    reference's scatter-mean; coefficients no result chose stay 0). `True`: the sum divided
+    by the number of results (an average in which a result that did not choose a
+    coefficient counts as 0 there).
+    """
+    if not payloads:
+        raise ValueError("aggregate needs at least one result")
+    idx = np.concatenate([payload.indices() for payload in payloads], axis=1)
+    val = np.concatenate([payload.values(kind) for payload in payloads], axis=1)
+    idx_t = torch.from_numpy(idx).to(device)
+    val_t = exact_grid(torch.from_numpy(val).to(device), len(payloads))
+    total = torch.zeros((chunks, totalk), dtype=torch.float64, device=device)
+    total.scatter_add_(-1, idx_t, val_t)
+    if mean_over_all:
+        return total / len(payloads)
+    count = torch.zeros_like(total).scatter_add_(-1, idx_t, torch.ones_like(val_t))
+    return torch.where(count > 0, total / count.clamp_min(1.0), torch.zeros_like(total))

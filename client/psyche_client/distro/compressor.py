@@ -1,0 +1,125 @@
+"""The compression both DisTrO-style optimizers share: per-parameter buffer -> result, and back.
+
+A `Compressor` is built for one model (parameters in ascending name order) and one setting of
+chunk, top-k and value kind. `compress(i, buffer)` takes parameter i's buffer (DisTrO's
+momentum, SparseLoCo's error-feedback accumulator) through the tiled DCT, the top-k per chunk
+and the value quantizer. `densify(i, idx, val, like)` is the inverse DCT of one sparse set of
+coefficients (a client's own previous result, for error feedback and lookahead).
+`aggregated(i, payloads, ...)` is the inverse DCT of all received results' coefficients of
+parameter i, aggregated exactly (`aggregate`) and transformed in float64: the only step
+whose float sums may differ between devices, done at a precision where that matters only for
+values within ~1e-16 of a rounding or sign boundary. `check(result)` compares a result's
+value kind and per-tensor layout with the local model's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from psyche_client.distro.aggregate import aggregate
+from psyche_client.distro.compress import pack_indices, topk_per_chunk
+from psyche_client.distro.dct import DctTransform
+from psyche_client.distro.result import DistroResult, ResultLayout, TensorPayload
+from psyche_client.distro.values import ValueKind, quantize
+
+
+@dataclass(frozen=True)
+class Compressed:
+    """One parameter's entry: what is sent, the kept coefficients, and what receivers read."""
+
+    payload: TensorPayload
+    idx: torch.Tensor  # int64 [chunks, k]
+    val: torch.Tensor  # the kept coefficients as computed, buffer dtype
+    sent: torch.Tensor  # the values a receiver reads back, buffer dtype
+
+
+class Compressor:
+    def __init__(
+        self,
+        named_shapes: Iterable[tuple[str, Sequence[int]]],
+        chunk: int,
+        topk: int,
+        kind: ValueKind,
+    ) -> None:
+        self.topk = topk
+        self.layout = ResultLayout.for_parameters(named_shapes, chunk, topk, kind)
+        self.transform = DctTransform(chunk)
+
+    @property
+    def kind(self) -> ValueKind:
+        return self.layout.value_kind
+
+    def compress(self, i: int, buffer: torch.Tensor) -> Compressed:
+        expected = self.layout.tensors[i]
+        encoded = self.transform.encode(buffer)
+        idx, val = topk_per_chunk(encoded, self.topk, expected.tile_dims)
+        packed_val, sent = quantize(val, self.kind)
+        payload = TensorPayload(
+            expected.xshape,
+            expected.totalk,
+            expected.k,
+            pack_indices(idx, expected.totalk),
+            packed_val,
+        )
+        return Compressed(payload, idx, val, sent)
+
+    def densify(
+        self, i: int, idx: torch.Tensor, val: torch.Tensor, like: torch.Tensor
+    ) -> torch.Tensor:
+        """Inverse DCT of one result's sparse coefficients, in `like`'s dtype and device."""
+        expected = self.layout.tensors[i]
+        dense = torch.zeros(
+            (expected.chunks, expected.totalk), dtype=like.dtype, device=like.device
+        )
+        dense.scatter_(-1, idx.to(like.device), val.to(device=like.device, dtype=like.dtype))
+        return self.transform.decode(dense.view(expected.xshape), expected.shape)
+
+    def aggregated(
+        self,
+        i: int,
+        payloads: Sequence[TensorPayload],
+        *,
+        mean_over_all: bool,
+        device: torch.device,
+    ) -> torch.Tensor:
+        """Parameter i's aggregated update in the parameter domain, float64."""
+        expected = self.layout.tensors[i]
+        coefficients = aggregate(
+            payloads,
+            self.kind,
+            expected.chunks,
+            expected.totalk,
+            mean_over_all=mean_over_all,
+            device=device,
+        )
+        return self.transform.decode(coefficients.view(expected.xshape), expected.shape)
+
+    def check(self, result: DistroResult) -> None:
+        """Raise `ValueError` unless `result` fits this model and value kind."""
+        layout = self.layout
+        if result.value_kind != layout.value_kind:
+            raise ValueError(
+                f"result for {result.batch_id} has value kind "
+                f"{result.value_kind.name}, expected {layout.value_kind.name}"
+            )
+        if len(result.tensors) != len(layout.tensors):
+            raise ValueError(
+                f"result for {result.batch_id} has {len(result.tensors)} tensors, "
+                f"expected {len(layout.tensors)}"
+            )
+        for payload, expected in zip(result.tensors, layout.tensors, strict=True):
+            got = (payload.xshape, payload.totalk, payload.k)
+            want = (expected.xshape, expected.totalk, expected.k)
+            if got != want:
+                raise ValueError(
+                    f"result for {result.batch_id}: tensor {expected.name!r} has "
+                    f"layout {got[0]}/{got[1]}/{got[2]}, expected {want[0]}/{want[1]}/{want[2]}"
+                )
+
+
+def canonical_order(results: Iterable[DistroResult]) -> list[DistroResult]:
+    """Results sorted by batch id, then commitment hash: the order every client applies."""
+    return sorted(results, key=lambda r: (r.batch_id.start, r.batch_id.end, r.data_hash()))

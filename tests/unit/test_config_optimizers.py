@@ -1,0 +1,128 @@
+"""Optimizer tables: DisTrO's optional `quantize_2bit`, the SparseLoCo table and its rules,
+and the reference's fixtures meaning what they meant."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+from psyche_common.config import (
+    ConfigError,
+    DistroOptimizer,
+    SparseLocoOptimizer,
+    StateFile,
+    load_state,
+    parse_state,
+    validate_state,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+SPARSELOCO: dict[str, Any] = {
+    "inner_steps": 5,
+    "outer_lr": 1.0,
+    "compression_decay": 0.95,
+    "compression_topk": 32,
+    "compression_chunk": 64,
+    "quantize_2bit": True,
+    "betas": [0.9, 0.95],
+    "weight_decay": 0.1,
+    "eps": 1e-8,
+    "clip_grad_norm": 1.0,
+}
+
+
+def state_with(optimizer: Any) -> StateFile:
+    document = tomllib.loads((REPO_ROOT / "state.toml.example").read_text())
+    document["model"]["LLM"]["optimizer"] = optimizer
+    return parse_state(document)
+
+
+def problems(state: StateFile) -> tuple[list[str], list[str]]:
+    report = validate_state(state)
+    return [p.field for p in report.errors], [p.field for p in report.warnings]
+
+
+def test_sparseloco_table_loads_validates_and_round_trips() -> None:
+    state = state_with({"SparseLoCo": dict(SPARSELOCO)})
+    optimizer = state.model.optimizer
+    assert isinstance(optimizer, SparseLocoOptimizer)
+    assert optimizer.inner_steps == 5 and optimizer.betas == (0.9, 0.95)
+    assert validate_state(state).ok
+    assert "SparseLoCo (5 AdamW steps per round" in str(optimizer)
+    again = parse_state(tomllib.loads(tomli_w.dumps(state.to_toml_dict())))
+    assert again == state
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("inner_steps", 0, "inner_steps must be at least 1"),
+        ("outer_lr", 0.0, "outer_lr (0.0) must be greater than 0"),
+        ("compression_decay", 1.5, "compression_decay (1.5) must be between 0 and 1"),
+        ("compression_topk", 0, "compression_topk must be at least 1"),
+        ("compression_chunk", 0, "compression_chunk must be at least 1"),
+        ("betas", [0.9, 1.0], "betas [0.9, 1.0] must both be at least 0 and below 1"),
+        ("eps", 0.0, "eps (0.0) must be greater than 0"),
+        ("weight_decay", -0.1, "weight_decay (-0.1) must not be negative"),
+        ("clip_grad_norm", -1.0, "clip_grad_norm (-1.0) must not be negative"),
+    ],
+)
+def test_sparseloco_rules_name_the_field(field: str, value: Any, words: str) -> None:
+    table = dict(SPARSELOCO)
+    table[field] = value
+    report = validate_state(state_with({"SparseLoCo": table}))
+    assert [p.field for p in report.errors] == [f"model.LLM.optimizer.SparseLoCo.{field}"]
+    assert words in report.errors[0].message
+
+
+def test_sparseloco_fields_are_typed_and_required() -> None:
+    table = dict(SPARSELOCO)
+    table["inner_steps"] = "5"
+    with pytest.raises(ConfigError, match=r"model\.LLM\.optimizer\.SparseLoCo\.inner_steps"):
+        state_with({"SparseLoCo": table})
+    table = dict(SPARSELOCO)
+    del table["outer_lr"]
+    with pytest.raises(ConfigError, match=r"model\.LLM\.optimizer\.SparseLoCo\.outer_lr"):
+        state_with({"SparseLoCo": table})
+    table = dict(SPARSELOCO, outer_lr_schedule="cosine")
+    with pytest.raises(ConfigError, match="outer_lr_schedule"):
+        state_with({"SparseLoCo": table})
+
+
+def test_more_inner_steps_than_samples_is_a_warning() -> None:
+    table = dict(SPARSELOCO, inner_steps=9)  # the example's global batch is 8
+    errors, warnings = problems(state_with({"SparseLoCo": table}))
+    assert errors == []
+    assert warnings == ["model.LLM.optimizer.SparseLoCo.inner_steps"]
+
+
+def test_distro_quantize_2bit_is_optional_and_exclusive_with_1bit() -> None:
+    distro = tomllib.loads((REPO_ROOT / "state.toml.example").read_text())["model"]["LLM"][
+        "optimizer"
+    ]["Distro"]
+    plain = state_with({"Distro": dict(distro)})
+    assert plain.model.optimizer.quantize_2bit is None
+    assert "quantize_2bit" not in plain.model.optimizer.to_toml()["Distro"]
+    two_bit = state_with({"Distro": dict(distro, quantize_1bit=False, quantize_2bit=True)})
+    assert validate_state(two_bit).ok
+    assert "2-bit" in str(two_bit.model.optimizer)
+    both = state_with({"Distro": dict(distro, quantize_2bit=True)})
+    errors, _ = problems(both)
+    assert errors == ["model.LLM.optimizer.Distro.quantize_2bit"]
+
+
+def test_reference_distro_tables_keep_their_meaning(shared_fixtures: Path) -> None:
+    """No fixture names quantize_2bit, so each reads and writes back exactly as before."""
+    seen = 0
+    for path in sorted((shared_fixtures / "configs").glob("*/state.toml")):
+        raw = tomllib.loads(path.read_text())["model"]["LLM"]["optimizer"]
+        optimizer = load_state(path).model.optimizer
+        if isinstance(optimizer, DistroOptimizer):
+            seen += 1
+            assert optimizer.quantize_2bit is None
+            assert optimizer.to_toml() == raw, path
+    assert seen >= 1
