@@ -283,7 +283,7 @@ def client_run(tmp: Path, shape: Shape, steps: int) -> dict[str, Any]:
         max_round_train_time=120,
         warmup_time=60,
     )
-    text = state.read_text().replace("min_clients = 2", "min_clients = 1")
+    text = state.read_text().replace("\nmin_clients = 2", "\nmin_clients = 1")
     text = text.replace('repo_id = "builtin:llama-tiny"', f'repo_id = "{MODEL}"')
     state.write_text(text)
     probe = Probe()

@@ -26,11 +26,12 @@ from psyche_common.data.retry import RetryPolicy
 from psyche_common.protocol import Identity
 
 from psyche_client.model.sharing import SharedModel, save_checkpoint, upload_checkpoint
+from psyche_client.model.sync import WeightsSync
 from psyche_client.p2p.config import P2PConfig
 from psyche_client.p2p.model_share import download_model, poll_manifests
 from psyche_client.p2p.node import P2PNode
 from psyche_client.round.phase import Phase
-from psyche_client.round.ports import DesyncError, RunnerOptions
+from psyche_client.round.ports import RunnerOptions
 from psyche_client.round.runner import RoundRunner
 from psyche_client.server_link import ServerLink, ServerLinkError
 from psyche_client.stats import ClientStats
@@ -58,6 +59,7 @@ class ClientOptions:
     write_gradients_dir: Path | None = None
     max_concurrent_parameter_requests: int = 8
     max_concurrent_downloads: int = 4
+    gossip_fanout: int = 8
     dummy_training_delay_secs: float | None = None
     exit_when_finished: bool = True
     keep_checkpoints: int = 3
@@ -106,6 +108,7 @@ class ClientApp:
             port=options.bind_p2p_port,
             advertise_host=options.advertise_host,
             max_concurrent_downloads=options.max_concurrent_downloads,
+            gossip_fanout=options.gossip_fanout,
             max_concurrent_parameter_requests=options.max_concurrent_parameter_requests,
         )
         self.node = P2PNode(
@@ -174,6 +177,23 @@ class ClientApp:
             },
         )
 
+    async def _check_weights(self, coordinator: Coordinator, backend: TrainingBackend) -> str:
+        """At a Warmup: our weights against the members' majority (see `model.sync`)."""
+        members = [client.id for client in coordinator.epoch_state.clients]
+        outcome = await WeightsSync(self.node, self.shared).check(backend, coordinator, members)
+        log.info(
+            "weights check: %s",
+            outcome.status,
+            extra={
+                "client_id": self.identity.short_id,
+                "step": coordinator.progress.step,
+                "agreeing": outcome.agreeing,
+                "members": outcome.members,
+                "weights_hash": backend.weights_hash().hex(),
+            },
+        )
+        return outcome.status
+
     # ------------------------------------------------------------------ cooldown
 
     async def _cooldown(self, coordinator: Any, backend: TrainingBackend) -> None:
@@ -229,6 +249,7 @@ class ClientApp:
                 ),
                 on_cooldown=self._cooldown,
                 stats=self.stats,
+                check_weights=self._check_weights,
             )
             tasks = [
                 asyncio.create_task(self._follow_server(self.link, self.runner), name="server"),
@@ -311,7 +332,7 @@ def _load_distro_backend(
 
 def _exit_code(first: asyncio.Task[Any]) -> int:
     """The exit code for the task that ended the client first (logging why): 0 the run
-    finished, 1 the server link failed, 2 the client failed, 3 its weights desynchronized."""
+    finished, 1 the server link failed, 2 the client failed."""
     if first.cancelled():
         return 1
     error = first.exception()
@@ -323,9 +344,6 @@ def _exit_code(first: asyncio.Task[Any]) -> int:
     if isinstance(error, ServerLinkError):
         log.error("%s", error)
         return 1
-    if isinstance(error, DesyncError):
-        log.error("desync: %s", error)
-        return 3
     log.error("client failed: %s", error, exc_info=error)
     return 2
 

@@ -189,6 +189,15 @@ def show_identity(identity_secret_key_path: Path | None) -> None:
     help="Peers' training results downloaded at once.",
 )
 @click.option(
+    "--gossip-fanout",
+    type=click.IntRange(min=0),
+    default=8,
+    show_default=True,
+    envvar="GOSSIP_FANOUT",
+    help="Peers each new result or Finished announcement is forwarded to, so that one pushed "
+    "to a single member still reaches all (0: never forward).",
+)
+@click.option(
     "--data-fetch-attempts",
     type=click.IntRange(min=1),
     default=7,
@@ -230,6 +239,7 @@ def train(
     write_gradients_dir: Path | None,
     max_concurrent_parameter_requests: int,
     max_concurrent_downloads: int,
+    gossip_fanout: int,
     data_fetch_attempts: int,
     data_fetch_retry_delay: float,
     dummy_training_delay_secs: float | None,
@@ -255,6 +265,7 @@ def train(
         write_gradients_dir=write_gradients_dir,
         max_concurrent_parameter_requests=max_concurrent_parameter_requests,
         max_concurrent_downloads=max_concurrent_downloads,
+        gossip_fanout=gossip_fanout,
         data_fetch_attempts=data_fetch_attempts,
         data_fetch_retry_delay=data_fetch_retry_delay,
         dummy_training_delay_secs=dummy_training_delay_secs,

@@ -28,6 +28,9 @@ class ClientStats:
     step_durations: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     train_durations: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     results_announced: int = 0
+    sync_status: str = "in sync"
+    """"in sync", "out of sync: <cause>" or how the last resync went (dashboard, logs)."""
+    resyncs: int = 0
     prepared_rounds: Counter[str] = field(default_factory=Counter)
     """How rounds prepared during RoundWitness turned out: adopt / keep apply / revert."""
     results_downloaded: int = 0

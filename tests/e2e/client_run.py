@@ -29,7 +29,7 @@ epoch_time = {epoch_time}
 waiting_for_members_extra_time = 1
 total_steps = {total_steps}
 init_min_clients = {init_min_clients}
-min_clients = 2
+min_clients = {min_clients}
 witness_nodes = {witness_nodes}
 verification_percent = 0
 global_batch_size_start = {batch}
@@ -71,6 +71,7 @@ def write_state(path: Path, **overrides: Any) -> Path:
         "epoch_time": 600,
         "total_steps": 10,
         "init_min_clients": 3,
+        "min_clients": 2,
         "witness_nodes": 1,
         "batch": 6,
         "seq_len": 32,
@@ -150,12 +151,17 @@ class Cluster:
         return self.server
 
     def start_client(
-        self, *extra: str, dummy_delay: float | None = None, run_id: str = "e2e-run"
+        self,
+        *extra: str,
+        dummy_delay: float | None = None,
+        run_id: str = "e2e-run",
+        program: list[str] | None = None,
     ) -> Proc:
+        """A `psyche-client train` process (or `program` given the same arguments)."""
         index = len(self.clients)
         log = self.tmp / f"client{index}.log"
         args = [
-            str(BIN / "psyche-client"),
+            *(program or [str(BIN / "psyche-client")]),
             "train",
             "--server-addr",
             f"127.0.0.1:{self.port}",

@@ -33,6 +33,7 @@ FAST = P2PConfig(
     retry_backoff=0.01,
     manifest_timeout=2.0,
     announce_timeout=2.0,
+    gossip_fanout=0,  # direct pushes only, unless a test turns gossip on
 )
 
 
@@ -137,6 +138,31 @@ async def test_announce_and_fetch_among_three_nodes(cluster: Cluster) -> None:
         assert data == payload
         assert got.blob_hash in node.blobs
     assert cluster.received[a.peer_id] == []  # our own announcement is not echoed back
+
+
+async def test_gossip_carries_an_announcement_pushed_to_one_member_to_all(
+    cluster: Cluster,
+) -> None:
+    nodes = [await cluster.add(gossip_fanout=2) for _ in range(5)]
+    sender, first = nodes[0], nodes[1]
+    announcement = announce_blob(sender, b"only told to one peer")
+    report = await sender.announce(announcement, [first.peer_id])  # a selective announcer
+    assert report.delivered == [first.peer_id]
+    others = [node.peer_id for node in nodes[1:]]
+    await wait_until(lambda: all(cluster.received[peer] for peer in others))
+    for peer in others:  # each member got it exactly once, via someone
+        [(got, _via)] = cluster.received[peer]
+        assert got == announcement
+    assert cluster.received[sender.peer_id] == []  # never echoed back to its signer
+
+
+async def test_without_gossip_an_announcement_stays_where_it_was_pushed(
+    cluster: Cluster,
+) -> None:
+    a, b, c = [await cluster.add() for _ in range(3)]
+    await a.announce(announce_blob(a, b"x"), [b.peer_id])
+    await asyncio.sleep(0.3)
+    assert len(cluster.received[b.peer_id]) == 1 and cluster.received[c.peer_id] == []
 
 
 async def test_duplicate_announcement_is_delivered_once(cluster: Cluster) -> None:

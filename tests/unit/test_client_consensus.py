@@ -117,3 +117,15 @@ def test_health_accuses_only_trainers_below_quorum() -> None:
         proof_for=lambda i: ("proof", i),
     )
     assert accused == [(ids[1], ("proof", 1))]
+
+
+def test_plan_apply_does_not_depend_on_arrival_order() -> None:
+    # two commitments for one batch, each seen by one of two witnesses (quorum 1): which one
+    # is applied must not depend on which announcement reached this client first
+    blooms = [SetBloom((H[1],)), SetBloom((H[0],))]
+    one = [Candidate(b"x", H[0]), Candidate(b"x", H[1])]
+    plans = [
+        plan_apply(["A"], {"A": order}, blooms, quorum=1).apply
+        for order in (one, list(reversed(one)))
+    ]
+    assert plans[0] == plans[1]

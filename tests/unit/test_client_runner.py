@@ -6,10 +6,9 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
 from psyche_client.p2p.announcements import make_result_announcement
 from psyche_client.round.consensus import Candidate
-from psyche_client.round.ports import DesyncError, RunnerOptions
+from psyche_client.round.ports import RunnerOptions
 from psyche_client.round.roles import RoundRoles
 from psyche_client.round.runner import RoundRunner
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
@@ -133,8 +132,8 @@ async def test_apply_uses_the_witnessed_payload_and_reports_the_hash() -> None:
     assert runner.backend.weights_hash() == after
 
 
-async def test_missing_consensus_payload_is_a_desync() -> None:
-    runner, _ = make_runner()
+async def test_a_missing_consensus_payload_puts_the_client_out_of_sync() -> None:
+    runner, uplink = make_runner()
     batch = BatchId(0, 3)
     data_hash = b"h" * 32
     source = source_round(batch, 3, b"o" * 32)
@@ -144,8 +143,14 @@ async def test_missing_consensus_payload_is_a_desync() -> None:
     download.task = asyncio.ensure_future(asyncio.sleep(0.01))
     source.downloads[data_hash] = download
     coordinator, witnesses = coordinator_with_witness([data_hash])
-    with pytest.raises(DesyncError, match="could not be downloaded"):
-        await runner.applier.apply(source, witnesses, coordinator, 5)
+    before = runner.backend.weights_hash()
+    assert await runner.applier.apply(source, witnesses, coordinator, 5) is None
+    assert runner.backend.weights_hash() == before  # nothing applied, nothing reported
+    assert uplink.health == []
+    assert runner.ctx.out_of_sync is not None
+    assert "could not be downloaded" in runner.ctx.out_of_sync
+    assert runner.stats.sync_status.startswith("out of sync")
+    assert runner.fatal is None  # no longer the end of the client
 
 
 async def test_announcements_for_a_future_round_are_kept_for_later() -> None:

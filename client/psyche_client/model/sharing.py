@@ -25,13 +25,17 @@ class SharedModel:
 
     manifest: ModelManifest | None = None
     parameters: dict[str, bytes] = field(default_factory=dict)
+    weights_hash: bytes | None = None
+    """The backend's weights hash when `manifest` was built (to know whether it is current)."""
 
     def clear(self) -> None:
         self.manifest = None
         self.parameters = {}
+        self.weights_hash = None
 
     async def share(self, backend: TrainingBackend, step: int, epoch: int) -> None:
         """Serve `backend`'s current weights (and config) as of coordinator `step`."""
+        weights_hash = backend.weights_hash()
         entries = await asyncio.to_thread(backend.export_parameters)
         # hashing every parameter's bytes is a full pass over the model: not on the event loop
         infos = await asyncio.to_thread(
@@ -45,6 +49,11 @@ class SharedModel:
         )
         self.parameters = {name: data for name, _, _, data in entries}
         self.manifest = manifest
+        self.weights_hash = weights_hash
+
+    def holds(self, backend: TrainingBackend) -> bool:
+        """Whether the shared model is `backend`'s current weights."""
+        return self.manifest is not None and self.weights_hash == backend.weights_hash()
 
 
 async def save_checkpoint(

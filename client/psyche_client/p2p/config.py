@@ -58,6 +58,8 @@ class P2PConfig:
     parameter_rounds: int = 3
     """Passes over the manifest holders for one parameter before the download fails."""
     max_seen_announcements: int = 100_000
+    gossip_fanout: int = 8
+    """How many random peers a node forwards each new announcement to (0: no forwarding)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:

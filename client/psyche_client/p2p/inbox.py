@@ -14,6 +14,7 @@ import inspect
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from psyche_common.protocol import short_id
@@ -30,6 +31,15 @@ from .announcements import (
 log = logging.getLogger(__name__)
 
 AnnouncementCallback = Callable[[Announcement, bytes], Awaitable[None] | None]
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """`"accepted"` | `"duplicate"` | `"rejected"`, why, and the announcement if accepted."""
+
+    status: str
+    reason: str = ""
+    announcement: Announcement | None = None
 
 
 class AnnouncementInbox:
@@ -66,20 +76,20 @@ class AnnouncementInbox:
                 self._blob_steps.popitem(last=False)
         return True
 
-    async def receive(self, from_peer: bytes, wire: Any) -> tuple[str, str]:
-        """(`"accepted"` | `"duplicate"` | `"rejected"`, reason) for one pushed announcement."""
+    async def receive(self, from_peer: bytes, wire: Any) -> Receipt:
+        """What became of one pushed announcement (accepted ones carry it, for forwarding)."""
         try:
             announcement = from_wire(wire)
             verify_announcement(announcement)
         except AnnouncementError as exc:
             log.warning("rejected announcement via %s: %s", short_id(from_peer), exc)
-            return "rejected", str(exc)
+            return Receipt("rejected", str(exc))
         if not self._is_member(announcement.sender_id):
             reason = f"signer {short_id(announcement.sender_id)} is not a member"
             log.warning("rejected announcement via %s: %s", short_id(from_peer), reason)
-            return "rejected", reason
+            return Receipt("rejected", reason)
         if not self.remember(announcement):
-            return "duplicate", ""
+            return Receipt("duplicate")
         if self.callback is not None:
             try:
                 outcome = self.callback(announcement, from_peer)
@@ -87,4 +97,4 @@ class AnnouncementInbox:
                     await outcome
             except Exception:
                 log.exception("on_announcement callback failed for a %s", announcement.kind)
-        return "accepted", ""
+        return Receipt("accepted", announcement=announcement)

@@ -94,6 +94,11 @@ class ModelManifest:
     def digest(self) -> bytes:
         return hashlib.sha256(self.encode()).digest()
 
+    def weights_digest(self) -> bytes:
+        """SHA-256 over the parameters alone (names, dtypes, shapes, hashes): equal for two
+        manifests of the same weights whatever step or epoch they are labelled with."""
+        return hashlib.sha256(encode_payload([p.to_wire() for p in self.parameters])).digest()
+
     @classmethod
     def decode(cls, data: bytes) -> ModelManifest:
         try:

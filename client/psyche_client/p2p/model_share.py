@@ -121,12 +121,15 @@ async def download_model(
     *,
     on_parameter: Callable[[ParameterInfo, bytes], None] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    vote: ManifestVote | None = None,
 ) -> ModelDownload:
-    """Poll manifests, then fetch every parameter, hash-checked, from several peers at once.
+    """Poll manifests (unless the caller already did: `vote`), then fetch every parameter,
+    hash-checked, from several peers at once.
 
     `on_parameter(info, data)` is called as each parameter arrives (the app may load it right
     away); `on_progress(done, total)` after each. Raises `ModelShareError`."""
-    vote = await poll_manifests(node, peer_ids)
+    if vote is None:
+        vote = await poll_manifests(node, peer_ids)
     manifest = vote.manifest
     if vote.problems:
         log.info("manifest poll: %s", _describe(vote.problems))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,6 +91,8 @@ class P2PNode:
         self._download_slots = asyncio.Semaphore(self.config.max_concurrent_downloads)
         self.parameter_slots = asyncio.Semaphore(self.config.max_concurrent_parameter_requests)
         self._inflight: dict[bytes, asyncio.Task[bytes]] = {}
+        self._forwards: set[asyncio.Task[AnnounceReport]] = set()
+        self._rng = random.Random()
         self._step: int | None = None
         self._server: asyncio.Server | None = None
         self._server_conns: set[PeerConnection] = set()
@@ -112,7 +115,7 @@ class P2PNode:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._inflight.values()):
+        for task in [*self._inflight.values(), *self._forwards]:
             task.cancel()
         await self._pool.close()
         for conn in list(self._server_conns):
@@ -213,6 +216,21 @@ class P2PNode:
                 {short_id(p): r for p, r in report.failed.items()},
             )
         return report
+
+    def _forward(self, announcement: Announcement, came_from: bytes) -> None:
+        """Gossip: pass a new announcement on to up to `gossip_fanout` random peers (never
+        back to whoever sent it or signed it), in the background. Every node forwards each
+        announcement once (the inbox drops duplicates), so an announcement pushed to a single
+        member still reaches everyone."""
+        skip = {came_from, announcement.sender_id, self.peer_id}
+        candidates = [peer for peer in self.known_peers() if peer not in skip]
+        fanout = min(self.config.gossip_fanout, len(candidates))
+        if fanout <= 0:
+            return
+        targets = self._rng.sample(candidates, fanout)
+        task = asyncio.ensure_future(self.announce(announcement, targets))
+        self._forwards.add(task)
+        task.add_done_callback(self._forwards.discard)
 
     # ---- blobs -------------------------------------------------------------------------------
 
@@ -361,8 +379,10 @@ class P2PNode:
     async def _handle(self, conn: PeerConnection, peer_id: bytes, request: dict[str, Any]) -> None:
         kind = request.get("type")
         if kind == "Announce":
-            status, reason = await self._inbox.receive(peer_id, request.get("announcement"))
-            await conn.send({"type": "Ack", "status": status, "reason": reason})
+            receipt = await self._inbox.receive(peer_id, request.get("announcement"))
+            await conn.send({"type": "Ack", "status": receipt.status, "reason": receipt.reason})
+            if receipt.announcement is not None:
+                self._forward(receipt.announcement, came_from=peer_id)
         elif kind == "GetBlob":
             digest = request.get("hash")
             data = self.blobs.get(digest) if isinstance(digest, bytes) else None

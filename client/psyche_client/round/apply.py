@@ -3,8 +3,8 @@
 The results of round h−2 are applied once round h−1's witnesses are final: for every batch,
 the one commitment a witness quorum saw (`plan_apply`), in batch-id order, minus the results
 of trainers still in their cold start (`split_cold_start`). A consensus result that this
-client could not download and verify is a `DesyncError`: applying anything else would leave
-its weights different from its peers'.
+client could not download and verify puts it out of sync (`RoundContext.lose_sync`): applying
+anything else would leave its weights different from its peers'; the next Warmup resyncs it.
 """
 
 from __future__ import annotations
@@ -17,13 +17,38 @@ from psyche_common.assignment import BatchId
 from psyche_common.client_id import short_id
 from psyche_common.coordinator import Coordinator, Witness, witness_quorum
 
-from psyche_client.round.consensus import cold_start_steps, plan_apply, split_cold_start
+from psyche_client.round.consensus import (
+    SkipReason,
+    cold_start_steps,
+    plan_apply,
+    split_cold_start,
+)
 from psyche_client.round.context import RoundContext
-from psyche_client.round.ports import DesyncError, Uplink
+from psyche_client.round.health import health_score
+from psyche_client.round.ports import Uplink
 from psyche_client.round.state import RoundState
 from psyche_client.training.backend import DecodedResult
 
 log = logging.getLogger("psyche.client")
+
+
+def missed_results(
+    skipped: Sequence[tuple[BatchId, SkipReason]],
+    source: RoundState,
+    witnesses: Sequence[Witness],
+    quorum: int,
+) -> list[BatchId]:
+    """Batches we know no result for although a witness quorum saw their trainer deliver one
+    (its participant bloom): we missed an approved result, and applying without it would
+    leave our weights different from everyone's."""
+    blooms = [witness.participant_bloom for witness in witnesses]
+    return [
+        batch
+        for batch, reason in skipped
+        if reason == SkipReason.NO_COMMITMENT
+        and (owner := source.roles.assignments.get(batch)) is not None
+        and health_score(owner, blooms) >= quorum
+    ]
 
 
 class ApplyStep:
@@ -37,9 +62,10 @@ class ApplyStep:
         witnesses: Sequence[Witness],
         coordinator: Coordinator,
         step: int,
-    ) -> bytes:
+    ) -> bytes | None:
         """Apply `source`'s consensus results as the update of `step`; returns the weights
-        hash after it. Waits for the downloads the consensus needs."""
+        hash after it. Waits for the downloads the consensus needs. When a consensus result
+        cannot be had, nothing is applied: the client is out of sync (None)."""
         backend = self.ctx.require_backend()
         quorum = witness_quorum(coordinator.config.witness_nodes, len(witnesses))
         plan = plan_apply(
@@ -48,17 +74,24 @@ class ApplyStep:
             [witness.broadcast_bloom for witness in witnesses],
             quorum,
         )
+        missed = missed_results(plan.skipped, source, witnesses, quorum)
+        if missed:
+            self.ctx.lose_sync(
+                f"the witnesses saw results of step {source.step} this client never heard "
+                f"of (batches {', '.join(str(batch) for batch in missed)})"
+            )
+            return None
         chosen: list[tuple[tuple[BatchId, bytes], DecodedResult]] = []
         for batch, candidate in plan.apply:
             download = source.downloads.get(candidate.data_hash)
             if download is not None and download.task is not None and not download.task.done():
                 await asyncio.shield(download.task)
             if download is None or download.result is None:
-                raise DesyncError(
+                self.ctx.lose_sync(
                     f"the consensus result for {batch} of step {source.step} (from "
-                    f"{short_id(candidate.sender)}) could not be downloaded and verified; "
-                    "this client's weights would differ from its peers'"
+                    f"{short_id(candidate.sender)}) could not be downloaded and verified"
                 )
+                return None
             chosen.append(((batch, candidate.sender), download.result))
         model = coordinator.model
         kept, cold = split_cold_start(

@@ -101,7 +101,9 @@ def plan_apply(
     broadcast_blooms: Sequence[BloomLike],
     quorum: int,
 ) -> ApplyPlan[B]:
-    """Choose, per batch (in the given canonical order), the result to apply.
+    """Choose, per batch (in the given canonical order), the result to apply. A batch's
+    candidates are considered in commitment (data hash) order, so the choice depends only on
+    the candidate set and the witnesses' blooms.
 
     Whether the chosen payload is actually present is the caller's business (it waits for the
     download, then treats a still-missing consensus payload as a desync, like the reference).
@@ -110,7 +112,9 @@ def plan_apply(
     """
     plan: ApplyPlan[B] = ApplyPlan()
     for batch in batch_ids:
-        candidates = list(candidates_by_batch.get(batch, ()))
+        # commitment order, never arrival order: every client decides alike whichever peers
+        # told it first
+        candidates = sorted(candidates_by_batch.get(batch, ()), key=lambda c: c.data_hash)
         if not candidates:
             plan.skipped.append((batch, SkipReason.NO_COMMITMENT))
             continue

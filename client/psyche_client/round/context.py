@@ -8,6 +8,7 @@ The runner owns the context and is the only writer of `coordinator`, `phase`, `c
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,8 @@ from psyche_client.round.tasks import TaskSet
 from psyche_client.stats import ClientStats
 from psyche_client.training.backend import TrainingBackend
 
+log = logging.getLogger("psyche.client")
+
 
 @dataclass
 class RoundContext:
@@ -31,6 +34,9 @@ class RoundContext:
     phase: Phase = Phase.IDLE
     current: RoundState | None = None
     previous: RoundState | None = None
+    out_of_sync: str | None = None
+    """Why this client's weights may differ from its peers' (None: in sync). While set it
+    neither trains nor witnesses; the next Warmup's weights check resyncs it."""
     model_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     tasks: TaskSet = field(init=False)
 
@@ -56,6 +62,20 @@ class RoundContext:
         if self.coordinator is None:
             return []
         return [client.id for client in self.coordinator.epoch_state.clients]
+
+    def lose_sync(self, cause: str) -> None:
+        """Stop training and witnessing until the next Warmup resyncs the weights."""
+        if self.out_of_sync is None:
+            log.warning(
+                "out of sync: %s; sitting out until the next Warmup resyncs from peers",
+                cause,
+                extra=self.fields(),
+            )
+        self.out_of_sync = cause
+        self.stats.sync_status = f"out of sync: {cause}"
+        for round_ in (self.current, self.previous):
+            if round_ is not None:
+                round_.cancelled = True
 
     def round_for_step(self, step: int) -> RoundState | None:
         for round_ in (self.current, self.previous):

@@ -2,7 +2,7 @@
 
 `PeerNetwork` (the P2P node), `Uplink` (the server connection), `DataFetcher` (samples of a
 batch), `BackendLoader` and `CooldownHook` are the only ways the pipeline reaches out; tests
-pass in-memory fakes. Also here: `RunnerOptions`, `DesyncError` and the wire form of a witness.
+pass in-memory fakes. Also here: `RunnerOptions` and the wire form of a witness.
 """
 
 from __future__ import annotations
@@ -21,10 +21,6 @@ from psyche_common.coordinator import Coordinator
 from psyche_client.p2p.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_client.round.witness_builder import EMPTY_MERKLE_ROOT
 from psyche_client.training.backend import TrainingBackend
-
-
-class DesyncError(RuntimeError):
-    """This client can no longer follow the run with the same weights as its peers."""
 
 
 class PeerNetwork(Protocol):
@@ -63,6 +59,9 @@ DataFetcher = Callable[[BatchId], Awaitable[np.ndarray]]
 """Samples of a batch; raises once it gives up (the batch is then not trained)."""
 BackendLoader = Callable[[Coordinator], Awaitable[TrainingBackend]]
 CooldownHook = Callable[[Coordinator, TrainingBackend], Awaitable[None]]
+WeightsCheck = Callable[[Coordinator, TrainingBackend], Awaitable[str]]
+"""At a Warmup with a peer-to-peer checkpoint: make our weights the members' majority's;
+returns "in sync", "resynced" or "undecided"."""
 
 
 @dataclass

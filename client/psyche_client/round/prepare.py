@@ -51,7 +51,7 @@ class PreparedRound:
     key: RoundKey
     witnesses: list[dict[str, Any]]
     round_: RoundState
-    apply_task: asyncio.Task[bytes] | None = None
+    apply_task: asyncio.Task[bytes | None] | None = None
     train_task: asyncio.Task[None] | None = None
     snapshot: WeightsSnapshot | None = field(default=None, repr=False)
 
@@ -81,6 +81,8 @@ class NextRoundPreparer:
         """Start the next round early if it is known (at most once per round)."""
         current = self.ctx.current
         if not self.options.prepare_next_round or self.prepared is not None or current is None:
+            return
+        if self.ctx.out_of_sync is not None:
             return
         predicted = predict_next_round(coordinator)
         if predicted is None:
@@ -123,7 +125,7 @@ class NextRoundPreparer:
         source: RoundState,
         witnesses: list[Witness],
         coordinator: Coordinator,
-    ) -> bytes:
+    ) -> bytes | None:
         backend = self.ctx.require_backend()
         async with self.ctx.model_lock:
             prepared.snapshot = await asyncio.to_thread(backend.snapshot)

@@ -39,6 +39,7 @@ from psyche_client.round.ports import (
     PeerNetwork,
     RunnerOptions,
     Uplink,
+    WeightsCheck,
 )
 from psyche_client.round.prepare import NextRoundPreparer, Outcome
 from psyche_client.round.rejoin import Rejoin
@@ -66,6 +67,7 @@ class RoundRunner:
         options: RunnerOptions,
         on_cooldown: CooldownHook | None = None,
         stats: ClientStats | None = None,
+        check_weights: WeightsCheck | None = None,
     ) -> None:
         self.ctx = RoundContext(identity, stats or ClientStats())
         self.uplink = uplink
@@ -75,7 +77,7 @@ class RoundRunner:
         self.training = RoundTraining(self.ctx, self.exchange, fetch_samples, options, self._poke)
         self.applier = ApplyStep(self.ctx, uplink)
         self.witnessing = Witnessing(self.ctx, network, uplink, self.exchange)
-        self.warmup = Warmup(self.ctx, network, uplink)
+        self.warmup = Warmup(self.ctx, network, uplink, check_weights, self._reload_model)
         self.preparer = NextRoundPreparer(self.ctx, self.applier, self.training, options)
         self.cooldown = CooldownStep(self.ctx, on_cooldown)
         self.rejoin = Rejoin(self.ctx, uplink)
@@ -193,6 +195,7 @@ class RoundRunner:
         backend = await self.load_backend(coordinator)
         self.ctx.backend = backend
         self.ctx.phase = Phase.WARMUP
+        self.warmup.loaded_for(coordinator)
         log.info(
             "model ready",
             extra=self.ctx.fields(
@@ -204,6 +207,11 @@ class RoundRunner:
         if latest is not None:
             is_member = self.ctx.me in self.ctx.members()
             await self._do(action_for(Phase.WARMUP, latest.run_state, is_member), latest)
+
+    async def _reload_model(self, coordinator: Coordinator) -> None:
+        backend = await self.load_backend(coordinator)
+        async with self.ctx.model_lock:
+            self.ctx.backend = backend
 
     async def _start_round(self, coordinator: Coordinator) -> None:
         ctx = self.ctx
@@ -220,14 +228,16 @@ class RoundRunner:
         roles = derive_round_roles(coordinator, ctx.me, have_training)
         previous_round = coordinator.previous_round()
         witnesses = list(previous_round.witnesses) if previous_round is not None else []
-        # round h−2, applied now (or prepared early) when the pipeline is full
-        source = ctx.previous if prior is not None and prior.height > 0 else None
+        # round h−2, applied now (or prepared early) when the pipeline is full; a client out
+        # of sync applies nothing until it has resynced
+        full = prior is not None and prior.height > 0 and ctx.out_of_sync is None
+        source = ctx.previous if full else None
         prepared = self.preparer.take()
         outcome = None if prepared is None else prepared.outcome(roles, have_training, witnesses)
         adopted = prepared.round_ if prepared is not None and outcome == Outcome.ADOPT else None
         if outcome is not None:
             ctx.stats.prepared_rounds[outcome.value] += 1
-        prelude: asyncio.Task[bytes] | asyncio.Task[bytes | None] | None
+        prelude: asyncio.Task[bytes | None] | None
         if prepared is not None and adopted is not None:
             prelude = prepared.apply_task
         else:
@@ -236,8 +246,8 @@ class RoundRunner:
             )
         if prelude is not None:
             ctx.tasks.spawn(self._report_after(prelude, step))
-        if prior is not None and prior.height > 0 and prior.roles.is_witness:
-            ctx.tasks.spawn(self.witnessing.send_health_checks(coordinator))
+        if full and prior is not None and prior.roles.is_witness:
+            ctx.tasks.spawn(self.witnessing.send_health_checks(coordinator, after=prelude))
         backend.begin_round(coordinator)
         round_ = adopted or RoundState.start(
             roles, len(coordinator.epoch_state.clients), have_training, time.monotonic()
@@ -255,16 +265,14 @@ class RoundRunner:
                 prepared=outcome.value if outcome is not None else "no",
             ),
         )
-        if adopted is not None:
-            await self.training.confirm(adopted)
+        if adopted is not None:  # publishing waits for every peer's ack: not on this path
+            ctx.tasks.spawn(self.training.confirm(adopted))
         else:
             ctx.tasks.spawn(self.training.train(round_, prelude))
         self.exchange.replay_early()
         self._poke()
 
-    async def _report_after(
-        self, prelude: asyncio.Task[bytes] | asyncio.Task[bytes | None], step: int
-    ) -> None:
+    async def _report_after(self, prelude: asyncio.Task[bytes | None], step: int) -> None:
         weights = await asyncio.shield(prelude)
         if weights is not None:
             await self.applier.report(step, weights)

@@ -41,10 +41,10 @@ class RoundTraining:
         """Train `round_`'s batches once `after` (the apply before it) is done."""
         backend = self.ctx.require_backend()
         if after is not None:
-            await after
+            await asyncio.shield(after)  # shared with the report and health-check tasks
         if round_.have_training:
             for batch in round_.roles.my_batches:
-                if round_.cancelled:
+                if round_.cancelled or self.ctx.out_of_sync is not None:
                     break
                 samples = await self._fetch(batch) if self.options.needs_data else None
                 if self.options.needs_data and samples is None:

@@ -9,8 +9,10 @@ it each epoch's announcement would be byte-identical and dropped by the peers' d
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from psyche_common.committee import WitnessProof
@@ -18,11 +20,12 @@ from psyche_common.coordinator import Coordinator, RunState
 
 from psyche_client.p2p.announcements import FinishedAnnouncement, make_finished_announcement
 from psyche_client.round.context import RoundContext
-from psyche_client.round.ports import PeerNetwork, Uplink, empty_witness_wire
+from psyche_client.round.ports import PeerNetwork, Uplink, WeightsCheck, empty_witness_wire
 
 WARMUP_TAG_DOMAIN = b"psyche-py/warmup/v1\x00"
 KEPT_WARMUP_TAGS = 4
 REBROADCAST_INTERVAL = 2.0
+PEER_CHECKPOINTS = ("P2P", "P2PGcs")
 
 log = logging.getLogger("psyche.client")
 
@@ -60,12 +63,80 @@ class WarmupProgress:
 
 
 class Warmup:
-    def __init__(self, ctx: RoundContext, network: PeerNetwork, uplink: Uplink) -> None:
+    """Warmup readiness, and first the weights: a member whose model was loaded before this
+    Warmup checks them against the members' majority (peer-to-peer checkpoint) or reloads the
+    checkpoint (any other), before it says it is ready."""
+
+    def __init__(
+        self,
+        ctx: RoundContext,
+        network: PeerNetwork,
+        uplink: Uplink,
+        check_weights: WeightsCheck | None,
+        reload_model: Callable[[Coordinator], Awaitable[None]],
+    ) -> None:
         self.ctx = ctx
         self.network = network
         self.uplink = uplink
+        self.check_weights = check_weights
+        self.reload_model = reload_model
         self.readiness = WarmupReadiness()
         self.progress = WarmupProgress()
+        self._weights_ready: set[bytes] = set()
+        self._weights_task: asyncio.Task[None] | None = None
+
+    def loaded_for(self, coordinator: Coordinator) -> None:
+        """The model was just loaded for this Warmup (from its checkpoint or from peers)."""
+        self._weights_ready.add(warmup_tag(coordinator))
+        self.ctx.out_of_sync = None
+
+    def _ensure_weights(self, coordinator: Coordinator, tag: bytes) -> bool:
+        """True once our weights are right for this Warmup; starts the check (once)."""
+        if tag in self._weights_ready:
+            return True
+        if self._weights_task is None or self._weights_task.done():
+            self._weights_task = self.ctx.tasks.spawn(
+                self._settle_weights(coordinator, tag), round_scoped=False
+            )
+        return False
+
+    async def _settle_weights(self, coordinator: Coordinator, tag: bytes) -> None:
+        ctx = self.ctx
+        backend = ctx.require_backend()
+        if coordinator.model.checkpoint.kind not in PEER_CHECKPOINTS:
+            log.info(
+                "the run restarts from its %s checkpoint: reloading the model",
+                coordinator.model.checkpoint.kind,
+                extra=ctx.fields(),
+            )
+            await self.reload_model(coordinator)
+            status = "reloaded"
+        elif self.check_weights is None:
+            status = "unchecked"
+        else:
+            async with ctx.model_lock:
+                status = await self.check_weights(coordinator, backend)
+        cause = ctx.out_of_sync
+        if status == "undecided" and cause is not None:
+            log.warning(
+                "could not resync (no majority of members answered); still out of sync",
+                extra=ctx.fields(),
+            )
+            return  # tried again at the next tick
+        if status == "resynced":
+            ctx.stats.resyncs += 1
+            ctx.stats.sync_status = f"resynced at step {coordinator.progress.step}"
+            log.warning(
+                "weights resynced from peers",
+                extra=ctx.fields(
+                    cause=cause or "weights differed from the majority's",
+                    weights_hash=ctx.require_backend().weights_hash().hex(),
+                ),
+            )
+        else:
+            ctx.stats.sync_status = "in sync"
+        ctx.out_of_sync = None
+        self._weights_ready.add(tag)
 
     def reset(self) -> None:
         self.progress = WarmupProgress()
@@ -87,6 +158,8 @@ class Warmup:
         index = members.index(self.ctx.me)
         progress = self.progress
         tag = warmup_tag(coordinator)
+        if not self._ensure_weights(coordinator, tag):
+            return
         if (
             progress.sent_finished_at is None
             or now - progress.sent_finished_at >= REBROADCAST_INTERVAL

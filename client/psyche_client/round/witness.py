@@ -9,7 +9,9 @@ previous round accuses the trainers that too few witnesses saw participating.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable
 
 from psyche_common.bloom import Bloom
 from psyche_common.client_id import short_id
@@ -43,6 +45,8 @@ class Witnessing:
         round_ = self.ctx.current
         if round_ is None or self.ctx.phase != Phase.TRAINING or not round_.training_done:
             return
+        if self.ctx.out_of_sync is not None:
+            return
         previous = self.ctx.previous
         if previous is not None and not (
             previous.witness.all_batches_seen and previous.downloads_settled()
@@ -65,6 +69,8 @@ class Witnessing:
         proof = round_.roles.witness_proof
         if proof is None or not round_.roles.is_witness or round_.sent_witness:
             return
+        if self.ctx.out_of_sync is not None:
+            return  # what we saw may not be what the others saw
         round_.sent_witness = True
         previous = self.ctx.previous
         if previous is not None:
@@ -80,9 +86,15 @@ class Witnessing:
         )
         log.info("sent witness", extra=self.ctx.fields(fallback=fallback))
 
-    async def send_health_checks(self, coordinator: Coordinator) -> None:
+    async def send_health_checks(
+        self, coordinator: Coordinator, after: Awaitable[object] | None = None
+    ) -> None:
         """As a witness of the previous round: accuse its trainers that too few witnesses
-        saw participating."""
+        saw participating — once the round's apply (`after`) showed we are in sync."""
+        if after is not None:
+            await asyncio.shield(after)  # shared with the training task: never cancel it here
+        if self.ctx.out_of_sync is not None:
+            return
         previous_round = coordinator.previous_round()
         selection = selection_for_round(coordinator, previous_round)
         if previous_round is None or selection is None or coordinator.current_round().height < 2:

@@ -63,7 +63,7 @@ def client_tab_text(view: ClientView) -> str:
         f"My batches: {', '.join(view.my_batches) or '-'} ({view.batches_left} left)    "
         f"Up/down this step: {format_bytes(view.bytes_up_step)} / "
         f"{format_bytes(view.bytes_down_step)}\n"
-        f"Weights hash: {view.weights_hash or '-'}"
+        f"Weights hash: {view.weights_hash or '-'} ({view.sync_status})"
     )
 
 

@@ -51,6 +51,7 @@ class ClientView:
     batches_left: int = 0
     role: str = "-"
     weights_hash: str = ""
+    sync_status: str = "in sync"
     bytes_up_step: int = 0
     bytes_down_step: int = 0
     clients: tuple[str, ...] = ()
@@ -143,15 +144,13 @@ def build_view(app: Any, bandwidth: BandwidthMeter) -> ClientView:
             )
         )
     downloads = []
-    for candidate_round in (getattr(runner, "previous", None), round_):
+    for candidate_round in (runner.ctx.previous, round_) if runner is not None else ():
         if candidate_round is None:
             continue
-        for data_hash, task in candidate_round.downloads.items():
-            if task.done():
-                continue
-            announcement = candidate_round.announcements.get(data_hash)
-            size = announcement.size if announcement is not None else 0
-            downloads.append(DownloadRow(f"result {data_hash.hex()[:12]}", 0, size))
+        for data_hash, download in candidate_round.downloads.items():
+            if not download.settled:
+                size = download.announcement.size
+                downloads.append(DownloadRow(f"result {data_hash.hex()[:12]}", 0, size))
     if app.model_download_progress is not None:
         done, total = app.model_download_progress
         if done < total:
@@ -183,6 +182,7 @@ def build_view(app: Any, bandwidth: BandwidthMeter) -> ClientView:
         batches_left=round_.batches_left if round_ else 0,
         role=_role(runner),
         weights_hash=weights.hex()[:16],
+        sync_status=stats.sync_status,
         bytes_up_step=traffic.bytes_sent,
         bytes_down_step=traffic.bytes_received,
         clients=clients,
