@@ -1,6 +1,8 @@
 """What the client does with its model at a Cooldown (reference §2.12): share it with late
 joiners, save it as a checkpoint (keeping the newest few), and upload it to the Hub.
 
+Checkpoints are written atomically (`psyche_client.model.checkpoint_dir`).
+
 Every step that touches the model or the disk runs in a worker thread; the caller holds the
 model lock.
 """
@@ -9,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from psyche_client.model.checkpoint_dir import prune_checkpoints, write_checkpoint_dir
 from psyche_client.p2p.manifest import ModelManifest, parameter_info
 from psyche_client.training.backend import TrainingBackend
 
@@ -50,12 +52,21 @@ class SharedModel:
 async def save_checkpoint(
     backend: TrainingBackend, directory: Path, run_id: str, step: int, keep: int
 ) -> Path:
-    """Save the model to `directory/{run_id}-step{step}` and keep only the newest `keep`
-    checkpoints of the run; returns the new checkpoint's directory."""
-    target = directory / f"{run_id}-step{step}"
-    await asyncio.to_thread(backend.save_checkpoint, str(target))
-    await asyncio.to_thread(prune_checkpoints, directory, run_id, keep)
+    """Save the model to `directory/{run_id}-step{step}` atomically (`checkpoint_dir`) and keep
+    only the newest `keep` checkpoints of the run; returns the new checkpoint's directory.
+
+    When the backend or the disk fails, no directory of that name is left behind and an
+    earlier checkpoint of the same name is untouched."""
+
+    def write(partial: Path) -> None:
+        backend.save_checkpoint(str(partial))
+
+    target = await asyncio.to_thread(write_checkpoint_dir, directory, run_id, step, write)
     log.info("checkpoint saved to %s", target)
+    try:
+        await asyncio.to_thread(prune_checkpoints, directory, run_id, keep)
+    except OSError as exc:  # the new checkpoint is complete: an old one left over is harmless
+        log.warning("could not prune the old checkpoints in %s: %s", directory, exc)
     return target
 
 
@@ -69,14 +80,3 @@ async def upload_checkpoint(target: Path, hub_repo: str, token: str | None, step
     )
     log.info("checkpoint uploaded to %s@%s", hub_repo, revision)
     return revision
-
-
-def prune_checkpoints(directory: Path, run_id: str, keep: int) -> None:
-    """Keep the newest ``keep`` ``{run_id}-step{N}`` directories."""
-    steps = []
-    for path in directory.glob(f"{run_id}-step*"):
-        suffix = path.name.removeprefix(f"{run_id}-step")
-        if path.is_dir() and suffix.isdigit():
-            steps.append((int(suffix), path))
-    for _, path in sorted(steps)[:-keep] if keep > 0 else []:
-        shutil.rmtree(path, ignore_errors=True)
