@@ -33,6 +33,10 @@ PRUNED = "pruned"
 TEMPORARY_KINDS = (PARTIAL, REPLACED, PRUNED)
 
 
+class CheckpointError(RuntimeError):
+    """Saving or uploading a checkpoint failed; the message names the path or repo and why."""
+
+
 def checkpoint_name(run_id: str, step: int) -> str:
     """The directory name of a run's complete checkpoint at `step`."""
     return f"{run_id}-step{step}"
