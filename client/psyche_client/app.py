@@ -25,7 +25,7 @@ from psyche_common.data.fetcher import DataSource, SampleFetcher
 from psyche_common.data.retry import RetryPolicy
 from psyche_common.protocol import Identity
 
-from psyche_client.model.sharing import SharedModel, save_checkpoint, upload_checkpoint
+from psyche_client.model.sharing import SharedModel, checkpoint_model
 from psyche_client.model.sync import WeightsSync
 from psyche_client.p2p.config import P2PConfig
 from psyche_client.p2p.model_share import download_model, poll_manifests
@@ -210,16 +210,22 @@ class ClientApp:
         directory = self.options.checkpoint_dir
         if directory is None:
             return
-        target = await save_checkpoint(
-            backend, directory, self.options.run_id, step - 1, self.options.keep_checkpoints
+        # never raises for a failed save or upload (logged; the next Cooldown tries again)
+        outcome = await checkpoint_model(
+            backend,
+            directory,
+            self.options.run_id,
+            step - 1,
+            self.options.keep_checkpoints,
+            self.options.hub_repo,
+            os.environ.get("HF_TOKEN"),
         )
-        if self.options.hub_repo:
-            revision = await upload_checkpoint(
-                target, self.options.hub_repo, os.environ.get("HF_TOKEN"), step - 1
-            )
+        path = None if outcome.path is None else str(outcome.path)
+        self.stats.checkpointed(path, outcome.revision, outcome.error)
+        if self.options.hub_repo and outcome.revision is not None:
             assert self.link is not None
             await self.link.send_checkpoint(
-                {"Hub": {"repo_id": self.options.hub_repo, "revision": revision}}
+                {"Hub": {"repo_id": self.options.hub_repo, "revision": outcome.revision}}
             )
 
     # ------------------------------------------------------------------ main loop

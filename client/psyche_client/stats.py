@@ -1,4 +1,5 @@
-"""Client statistics (reference §3.3): losses, step durations, tokens/s, efficiency, traffic.
+"""Client statistics (reference §3.3): losses, step durations, tokens/s, efficiency, traffic,
+and the last checkpoint (or why it failed).
 
 Fed by the round runner; read by the dashboard, the JSON logs and the witness metadata.
 Durations are kept in bounded windows of 16, like the reference.
@@ -40,6 +41,10 @@ class ClientStats:
     run_state: str = ""
     global_batch_tokens: int = 0
     total_tokens: int = 0
+    last_checkpoint: str = ""
+    """The newest checkpoint this client saved (with `@revision` once uploaded)."""
+    checkpoint_error: str | None = None
+    """Why the last Cooldown's checkpoint could not be saved or uploaded (None once one is)."""
     _last_round_end: float | None = None
 
     def observe_state(self, coordinator: Any) -> None:
@@ -80,6 +85,13 @@ class ClientStats:
     def downloaded(self, size: int) -> None:
         self.results_downloaded += 1
         self.bytes_downloaded += size
+
+    def checkpointed(self, path: str | None, revision: str | None, error: str | None) -> None:
+        """Record a Cooldown's checkpoint: the directory saved (None when saving failed), its
+        Hub revision if uploaded, and the error of the save or upload (None: it succeeded)."""
+        if path is not None:
+            self.last_checkpoint = path if revision is None else f"{path}@{revision}"
+        self.checkpoint_error = error
 
     def applied(self, step: int, weights_hash: bytes) -> None:
         self.weights_hashes[step] = weights_hash

@@ -36,6 +36,8 @@ def sample_view() -> ClientView:
         downloads=(DownloadRow("model parameters", 5, 20),),
         bandwidth=(100.0, 2000.0, 500.0),
         corrupt_blobs=1,
+        last_checkpoint="checkpoints/run-step8",
+        checkpoint_error="could not upload checkpoints/run-step12 to the Hub repo me/model: 503",
     )
 
 
@@ -52,6 +54,8 @@ async def test_tabs_show_the_view_and_switch_with_keys() -> None:
         text = static_text(app, "#client-stats")
         assert "Training (1 batches left)" in text and "Step: 12" in text
         assert "Loss: 3.900" in text and "75%" in text and "00112233aabbccdd" in text
+        assert "Last checkpoint: checkpoints/run-step8" in text
+        assert "Checkpoint error: could not upload checkpoints/run-step12" in text
         await pilot.press("2")
         assert app.query_one(TabbedContent).active == "coordinator"
         coordinator = static_text(app, "#coordinator-text")

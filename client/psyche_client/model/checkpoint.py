@@ -9,11 +9,13 @@ from pathlib import Path
 
 from transformers import PreTrainedModel
 
+from psyche_client.model.checkpoint_dir import CheckpointError
+
 # Tokenizer files copied from a tokenizer directory into a checkpoint.
 TOKENIZER_FILE_PATTERNS = ("tokenizer*.json", "tokenizer.model", "special_tokens_map.json")
 
 
-class CheckpointUploadError(RuntimeError):
+class CheckpointUploadError(CheckpointError):
     """A checkpoint upload to the Hub failed; the message names the directory and repo."""
 
 

@@ -1,6 +1,10 @@
 """What the client does with its model at a Cooldown (reference §2.12): share it with late
 joiners, save it as a checkpoint (keeping the newest few), and upload it to the Hub.
 
+Checkpoints are written atomically (`psyche_client.model.checkpoint_dir`). A failed save or
+upload is a `CheckpointError`; `checkpoint_model` logs it and reports it in its outcome instead
+of raising, so a full disk or a Hub outage never ends a training client.
+
 Every step that touches the model or the disk runs in a worker thread; the caller holds the
 model lock.
 """
@@ -9,10 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from psyche_client.model.checkpoint_dir import (
+    CheckpointError,
+    checkpoint_name,
+    prune_checkpoints,
+    write_checkpoint_dir,
+)
 from psyche_client.p2p.manifest import ModelManifest, parameter_info
 from psyche_client.training.backend import TrainingBackend
 
@@ -59,33 +68,87 @@ class SharedModel:
 async def save_checkpoint(
     backend: TrainingBackend, directory: Path, run_id: str, step: int, keep: int
 ) -> Path:
-    """Save the model to `directory/{run_id}-step{step}` and keep only the newest `keep`
-    checkpoints of the run; returns the new checkpoint's directory."""
-    target = directory / f"{run_id}-step{step}"
-    await asyncio.to_thread(backend.save_checkpoint, str(target))
-    await asyncio.to_thread(prune_checkpoints, directory, run_id, keep)
+    """Save the model to `directory/{run_id}-step{step}` atomically (`checkpoint_dir`) and keep
+    only the newest `keep` checkpoints of the run; returns the new checkpoint's directory.
+
+    Raises `CheckpointError` naming the checkpoint when the backend or the disk fails (a full
+    disk, a read-only directory, ...): no directory of that name is then left behind, and an
+    earlier checkpoint of the same name is untouched."""
+    target = directory / checkpoint_name(run_id, step)
+
+    def write(partial: Path) -> None:
+        backend.save_checkpoint(str(partial))
+
+    try:
+        await asyncio.to_thread(write_checkpoint_dir, directory, run_id, step, write)
+    except Exception as exc:
+        raise CheckpointError(
+            f"could not save the checkpoint {target}: {type(exc).__name__}: {exc}"
+        ) from exc
     log.info("checkpoint saved to %s", target)
+    try:
+        await asyncio.to_thread(prune_checkpoints, directory, run_id, keep)
+    except OSError as exc:  # the new checkpoint is complete: an old one left over is harmless
+        log.warning("could not prune the old checkpoints in %s: %s", directory, exc)
     return target
 
 
 async def upload_checkpoint(target: Path, hub_repo: str, token: str | None, step: int) -> str:
-    """Upload a saved checkpoint to the Hub repo `hub_repo`; returns the commit (revision)."""
-    # looked up at call time: tests replace upload_to_hub
-    from psyche_client.model import loading as model_io
+    """Upload a saved checkpoint to the Hub repo `hub_repo`; returns the commit (revision).
 
-    revision = await asyncio.to_thread(
-        model_io.upload_to_hub, target, hub_repo, token, f"step {step}"
-    )
+    Raises `CheckpointError` naming the directory and the repo when the upload fails."""
+    try:
+        # looked up at call time: tests replace upload_to_hub (and it imports torch)
+        from psyche_client.model import loading as model_io
+
+        revision = await asyncio.to_thread(
+            model_io.upload_to_hub, target, hub_repo, token, f"step {step}"
+        )
+    except CheckpointError:  # upload_to_hub's own error already names both
+        raise
+    except Exception as exc:
+        raise CheckpointError(
+            f"could not upload {target} to the Hub repo {hub_repo}: {type(exc).__name__}: {exc}"
+        ) from exc
     log.info("checkpoint uploaded to %s@%s", hub_repo, revision)
     return revision
 
 
-def prune_checkpoints(directory: Path, run_id: str, keep: int) -> None:
-    """Keep the newest ``keep`` ``{run_id}-step{N}`` directories."""
-    steps = []
-    for path in directory.glob(f"{run_id}-step*"):
-        suffix = path.name.removeprefix(f"{run_id}-step")
-        if path.is_dir() and suffix.isdigit():
-            steps.append((int(suffix), path))
-    for _, path in sorted(steps)[:-keep] if keep > 0 else []:
-        shutil.rmtree(path, ignore_errors=True)
+@dataclass(frozen=True)
+class CheckpointOutcome:
+    """What one Cooldown's checkpoint came to."""
+
+    step: int
+    path: Path | None
+    """The checkpoint saved (None when saving failed)."""
+    revision: str | None
+    """The Hub commit it was uploaded as (None without `--hub-repo` or when that failed)."""
+    error: str | None
+    """Why saving or uploading failed (None when everything asked for succeeded)."""
+
+
+async def checkpoint_model(
+    backend: TrainingBackend,
+    directory: Path,
+    run_id: str,
+    step: int,
+    keep: int,
+    hub_repo: str | None = None,
+    token: str | None = None,
+) -> CheckpointOutcome:
+    """Save (and with `hub_repo` upload) the checkpoint of `step`. A failure of either (a full
+    disk, a Hub error, anything the backend's save raises) is logged and returned, never
+    raised: a training client must not die of it, and the next Cooldown tries again with its
+    own checkpoint."""
+    path: Path | None = None
+    try:
+        path = await save_checkpoint(backend, directory, run_id, step, keep)
+        revision = await upload_checkpoint(path, hub_repo, token, step) if hub_repo else None
+    except CheckpointError as exc:
+        log.error(
+            "checkpoint failed: %s (tried again at the next Cooldown)",
+            exc,
+            extra={"checkpoint_step": step, "error": str(exc)},
+        )
+        return CheckpointOutcome(step, path, None, str(exc))
+    return CheckpointOutcome(step, path, revision, None)

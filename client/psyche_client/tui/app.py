@@ -63,7 +63,9 @@ def client_tab_text(view: ClientView) -> str:
         f"My batches: {', '.join(view.my_batches) or '-'} ({view.batches_left} left)    "
         f"Up/down this step: {format_bytes(view.bytes_up_step)} / "
         f"{format_bytes(view.bytes_down_step)}\n"
-        f"Weights hash: {view.weights_hash or '-'} ({view.sync_status})"
+        f"Weights hash: {view.weights_hash or '-'} ({view.sync_status})\n"
+        f"Last checkpoint: {view.last_checkpoint or '-'}"
+        + (f"\nCheckpoint error: {view.checkpoint_error}" if view.checkpoint_error else "")
     )
 
 

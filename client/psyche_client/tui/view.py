@@ -61,6 +61,8 @@ class ClientView:
     downloads: tuple[DownloadRow, ...] = ()
     bandwidth: tuple[float, ...] = ()
     corrupt_blobs: int = 0
+    last_checkpoint: str = ""
+    checkpoint_error: str = ""
 
 
 @dataclass
@@ -192,4 +194,6 @@ def build_view(app: Any, bandwidth: BandwidthMeter) -> ClientView:
         downloads=tuple(downloads),
         bandwidth=tuple(bandwidth.samples),
         corrupt_blobs=node.stats.downloads.corrupt,
+        last_checkpoint=stats.last_checkpoint,
+        checkpoint_error=stats.checkpoint_error or "",
     )

@@ -1,0 +1,69 @@
+"""End-to-end: a client whose checkpoints cannot be written keeps training.
+
+A real server and two real client processes (dummy backend) run several epochs; one client's
+`--checkpoint-dir` lies under a regular file, so every save fails (whoever runs the test, root
+included). That client logs each failure, trains on through the following epochs and exits 0
+when the run finishes; the other saves complete checkpoints only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.client_run import Cluster, applied_hashes, wait_for, write_state
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_a_client_that_cannot_save_checkpoints_trains_on(tmp_path: Path) -> None:
+    state = write_state(
+        tmp_path / "state.toml",
+        init_min_clients=2,
+        witness_nodes=0,
+        warmup_time=4,
+        cooldown_time=2,
+        epoch_time=8,
+        max_round_train_time=5,
+        total_steps=16,
+    )
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the checkpoint directory's parent should be")
+    broken_dir, good_dir = blocker / "checkpoints", tmp_path / "checkpoints"
+    cluster = Cluster(tmp_path, state)
+    try:
+        cluster.start_server()
+        broken = cluster.start_client("--checkpoint-dir", str(broken_dir), dummy_delay=0.2)
+        good = cluster.start_client("--checkpoint-dir", str(good_dir), dummy_delay=0.2)
+        clients = [broken, good]
+        wait_for(
+            lambda: all(p.popen.poll() is not None for p in clients),
+            240,
+            "both clients to finish the run",
+            cluster.diagnostics,
+        )
+        assert [p.popen.returncode for p in clients] == [0, 0], cluster.diagnostics()
+    finally:
+        cluster.stop()
+
+    failures = [
+        line for line in broken.lines() if str(line.get("msg", "")).startswith("checkpoint failed")
+    ]
+    assert len(failures) >= 2, cluster.diagnostics()  # one per Cooldown, each tried again
+    for line in failures:
+        assert line["level"] == "ERROR"
+        step = line["checkpoint_step"]
+        assert str(broken_dir / f"e2e-run-step{step}") in line["error"]
+    # it trained and applied in the epoch after its first failed checkpoint, in step with the
+    # other client
+    first_failure = min(line["checkpoint_step"] for line in failures)
+    assert [e for e in broken.events("trained step") if e["step"] > first_failure + 1]
+    mine, theirs = applied_hashes(broken), applied_hashes(good)
+    later = [s for s in mine if s > first_failure + 1 and s in theirs]
+    assert later, cluster.diagnostics()
+    assert all(mine[s] == theirs[s] for s in later)
+    # the other client's checkpoints are all complete: no temporary directories left
+    saved = sorted(p.name for p in good_dir.iterdir())
+    assert saved and all(name.startswith("e2e-run-step") for name in saved), saved
+    assert not broken_dir.exists()
