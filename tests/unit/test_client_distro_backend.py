@@ -77,3 +77,24 @@ def test_parameters_round_trip_through_export() -> None:
     assert a.weights_hash() == b.weights_hash()
     with pytest.raises(ValueError):
         b.load_parameters({"nope": b""})
+
+
+def test_weights_from_peers_restart_the_momentum_and_snapshots_restore_exactly() -> None:
+    torch.set_num_threads(1)
+    coordinator = make_coordinator()
+    a = DistroBackend.load(coordinator, device="cpu", micro_batch_size=2)
+    a.train(1, BatchId(0, 1), np.ones((2, 16), dtype=np.int64), lambda: False)
+    distro = a.trainer.distro
+    names = [name for name, _ in a.trainer.model.named_parameters()]
+    assert any(distro.momentum(name).abs().sum() > 0 for name in names)
+    a.load_parameters({name: data for name, _, _, data in a.export_parameters()})
+    assert all(distro.momentum(name).abs().sum() == 0 for name in names)
+    # snapshot / restore: an early apply undone leaves the weights bit-identical
+    before = a.weights_hash()
+    snapshot = a.snapshot()
+    with torch.no_grad():
+        for p in a.trainer.model.parameters():
+            p.add_(0.5)
+    assert a.trainer.weights_digest() != before
+    a.restore(snapshot)
+    assert a.weights_hash() == before == a.trainer.weights_digest()

@@ -6,8 +6,8 @@ Warmup of a run whose checkpoint is peer-to-peer, each member serves its current
 (`SharedModel`, rebuilt only when the weights changed since it was last built) and compares
 them with the other members': when a strict majority of the epoch's members (itself counted)
 agrees on weights that are not its own, it downloads them parameter by parameter,
-hash-checked against that majority's manifest, and loads them. Its DisTrO momentum is left as
-it is: it only shapes this client's own future results, never anybody's weights.
+hash-checked against that majority's manifest, and loads them; its DisTrO momentum restarts
+from zero (`TrainingBackend.load_parameters`).
 """
 
 from __future__ import annotations

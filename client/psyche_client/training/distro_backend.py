@@ -188,6 +188,9 @@ class DistroBackend:
         self._weights_digest = None
         for name, data in parameters.items():
             load_parameter_bytes(model, name, data)
+        # weights from peers (a late join or a resync): the momentum built on the old weights
+        # restarts from zero
+        self.trainer.reset_optimizer_state()
         self._weights_digest = self.trainer.weights_digest()
 
     def config_json(self) -> str:

@@ -307,6 +307,15 @@ class Trainer:
         """Strictly decode a received result for this model (raises `ResultDecodeError`)."""
         return DistroResult.decode(data, self.layout)
 
+    def reset_optimizer_state(self) -> None:
+        """Zero the DisTrO momentum (or SparseLoCo state) and forget the pending own result:
+        the weights were replaced, and what was accumulated on the old ones does not apply."""
+        if isinstance(self._distro, DistroOptimizer):
+            self._distro.zero_momentum()
+        elif isinstance(self._distro, SparseLocoOptimizer):
+            self._distro.zero_state()
+        self._pending_own.clear()
+
     def drop_pending_result(self) -> None:
         """Forget the last own result (it was not published, so it stays in the momentum)."""
         self._pending_own.clear()
