@@ -12,17 +12,18 @@
    generate/encode/decode, waiting for states, the witness phase. The reported ratio is the
    median over `--repeats` client runs.
 
-   The configuration is chosen the way Psyche rounds are meant to be used: one step's compute
-   (several seconds here) much longer than the fixed protocol overhead of a round (the
-   RoundWitness phase lasts until the first unix second >= its start + `round_witness_time`,
-   at least the next second: ~0.5 s on average with `round_witness_time` = 1). The JSON says
-   both.
+   Two step lengths are measured: the long step (batch 64, several seconds of compute on
+   this CPU) and a short one (batch 20, about a second). The round protocol adds a fixed
+   RoundWitness phase (`round_witness_time` = 1 s, millisecond-exact); the client trains the
+   next round's batches during it (the round is prepared while the witnesses report), so
+   what remains per round is the apply, decoding, the Finished/witness exchange and the tick
+   latency.
 
    Every round is broken down (medians over rounds) from timers wrapped around the client's
-   own calls: apply of round h-2, data fetch, forward/backward, DisTrO generate (clip +
-   momentum + DCT + top-k), encode + commitment, decode of results, weights hashing,
-   training done -> RoundWitness, RoundWitness -> next RoundTrain (the wait for the timeout
-   second, and the server's tick latency after it).
+   own calls, over the window from the start of a round's training to the start of the next
+   one's: apply of round h-2, data fetch, forward/backward, DisTrO generate (clip +
+   momentum + DCT + top-k), encode + commitment, decode of results, weights hashing, the
+   training itself and the idle time after it, and the RoundWitness phase.
 2. Late-joiner model fetch: seconds to fetch a ~20M-parameter model's bytes peer-to-peer
    (`psyche_client.p2p.benchmark`, 3 serving peers, hash-checked parameters) vs a raw
    loopback socket copy of the same bytes.
@@ -210,52 +211,46 @@ def install_probe(probe: Probe) -> Callable[[], None]:
     return restore
 
 
-def round_breakdown(probe: Probe, trained: list[tuple[int, float, float, int]]) -> dict[str, Any]:
-    """Per trained round (RoundTrain S arrival → RoundTrain S+1 arrival): medians of where
-    the wall time went."""
-    starts = {step: mono for mono, _, state, step, _ in probe.states if state == "RoundTrain"}
-    witness = {
-        step: (mono, wall, begun)
-        for mono, wall, state, step, begun in probe.states
-        if state == "RoundWitness"
-    }
-    next_train_wall = {
-        step: wall for _, wall, state, step, _ in probe.states if state == "RoundTrain"
-    }
+def round_breakdown(
+    probe: Probe, measured: list[tuple[int, float, float, int]], starts: dict[int, float]
+) -> dict[str, Any]:
+    """Per trained round — from the start of its training (for a round prepared during the
+    previous RoundWitness, that moment) to the start of the next one's — medians of where the
+    wall time went. `starts`: step -> training start of every trained round."""
+    witness = {step: mono for mono, _, state, step, _ in probe.states if state == "RoundWitness"}
+    next_train = {step: mono for mono, _, state, step, _ in probe.states if state == "RoundTrain"}
     rows = []
-    for step, _, training_done, _ in trained:
-        if step not in starts or step + 1 not in starts or step not in witness:
+    for step, start, training_done, _ in measured:
+        if step + 1 not in starts:
             continue
-        start, end = starts[step], starts[step + 1]
+        end = starts[step + 1]
 
         def spent(kind: str, start: float = start, end: float = end) -> float:
             return sum(b - a for k, a, b in probe.intervals if k == kind and start <= a < end)
 
-        witness_mono, _, witness_begun_ms = witness[step]
-        deadline = witness_begun_ms / 1000 + ROUND_WITNESS_TIME  # check_timeout semantics
         forward_backward = spent("forward_backward")
         generate = spent("distro_generate")
         backend_train = spent("backend_train")
-        rows.append(
-            {
-                "round_wall": end - start,
-                "apply_previous_results": spent("apply"),
-                "data_fetch": spent("data_fetch"),
-                "forward_backward": forward_backward,
-                "distro_generate": generate,
-                "encode_and_commitment": backend_train - forward_backward - generate,
-                "decode_results": spent("decode"),
-                "weights_hash": spent("weights_hash"),
-                # negative when the round was prepared (trained) during the last RoundWitness
-                "round_start_to_training_done": training_done - start,
-                "training_done_to_round_witness": witness_mono - training_done,
-                "round_witness_phase": end - witness_mono,
-                "tick_latency_after_timeout": next_train_wall[step + 1] - deadline,
-            }
-        )
+        row = {
+            "round_wall": end - start,
+            "apply_previous_results": spent("apply"),
+            "data_fetch": spent("data_fetch"),
+            "forward_backward": forward_backward,
+            "distro_generate": generate,
+            "encode_and_commitment": backend_train - forward_backward - generate,
+            "decode_results": spent("decode"),
+            "weights_hash": spent("weights_hash"),
+            "training": training_done - start,
+            # the device idles from the end of this training to the start of the next
+            "idle_after_training": end - training_done,
+        }
+        if step in witness and step + 1 in next_train:
+            row["round_witness_phase"] = next_train[step + 1] - witness[step]
+        rows.append(row)
     if not rows:
         raise RuntimeError("no complete round to break down")
-    breakdown = {key: round(statistics.median(r[key] for r in rows), 3) for key in rows[0]}
+    keys = [key for key in rows[0] if all(key in r for r in rows)]
+    breakdown = {key: round(statistics.median(r[key] for r in rows), 3) for key in keys}
     breakdown["protocol_overhead"] = round(
         statistics.median(
             r["round_wall"] - r["forward_backward"] - r["distro_generate"] for r in rows
@@ -322,7 +317,7 @@ def client_run(tmp: Path, shape: Shape, steps: int) -> dict[str, Any]:
         "tokens_per_sec": tokens / wall,
         "window": (rounds[0][1], end),
         "rounds": len(rounds),
-        "breakdown": round_breakdown(probe, rounds),
+        "breakdown": round_breakdown(probe, rounds, {r[0]: r[1] for r in trained}),
     }
 
 
