@@ -172,7 +172,7 @@ class RoundRunner:
         elif action == Action.UPDATE_WITNESS:
             self.preparer.prepare(coordinator)
         elif action == Action.START_COOLDOWN:
-            self._finish_training()
+            self.training.end_training_time()
             undo = self.preparer.abandon("the epoch ends in Cooldown")
             self.ctx.phase = Phase.COOLDOWN
             self.cooldown.start(coordinator, after=undo)
@@ -218,7 +218,7 @@ class RoundRunner:
         step = coordinator.progress.step
         if ctx.phase == Phase.TRAINING and ctx.current is not None and ctx.current.step == step:
             return  # an update within the round we are in
-        self._finish_training()
+        self.training.end_training_time()
         backend = ctx.require_backend()
         height = coordinator.current_round().height
         if height == 0:  # a new epoch: nothing carries over from the last one
@@ -278,21 +278,12 @@ class RoundRunner:
             await self.applier.report(step, weights)
 
     def _enter_witness(self, coordinator: Coordinator) -> None:
-        self._finish_training()
+        self.training.end_training_time()
         self.ctx.phase = Phase.WITNESS
         round_ = self.ctx.current
         if round_ is not None and round_.roles.is_witness:
             self.ctx.tasks.spawn(self.witnessing.send_witness(round_, fallback=True))
         self.preparer.prepare(coordinator)
-
-    def _finish_training(self) -> None:
-        """The training time of the current round is over (if we were training)."""
-        round_ = self.ctx.current
-        if self.ctx.phase != Phase.TRAINING or round_ is None:
-            return
-        if not round_.training_done:
-            round_.cancelled = True
-        self.ctx.stats.round_finished(round_)
 
     def _reset_to_warmup(self) -> None:
         ctx = self.ctx

@@ -16,6 +16,7 @@ from psyche_common.data import DataError
 
 from psyche_client.round.context import RoundContext
 from psyche_client.round.exchange import ResultExchange
+from psyche_client.round.phase import Phase
 from psyche_client.round.ports import DataFetcher, RunnerOptions
 from psyche_client.round.state import RoundState
 
@@ -79,6 +80,15 @@ class RoundTraining:
                 batches=len(round_.losses),
             ),
         )
+
+    def end_training_time(self) -> None:
+        """The current round's training time is over (if we were training in it)."""
+        round_ = self.ctx.current
+        if self.ctx.phase != Phase.TRAINING or round_ is None:
+            return
+        if not round_.training_done:
+            round_.cancelled = True
+        self.ctx.stats.round_finished(round_)
 
     async def confirm(self, round_: RoundState) -> None:
         """The predicted round really started: publish what was held, publish from now on."""
