@@ -34,9 +34,14 @@ APPLIED_FROM_HEIGHT = 2
 """The first round height at which clients have applied a round of the epoch (h − 2)."""
 
 
+def has_resume_point(coord: Coordinator) -> bool:
+    """False in Warmup, where the point saved before it is still the one (cheap: no copy)."""
+    return coord.run_state != RunState.Warmup
+
+
 def resume_point(coord: Coordinator) -> Coordinator | None:
     """The coordinator a restarted server should load, or None in Warmup (keep the last one)."""
-    if coord.run_state == RunState.Warmup:
+    if not has_resume_point(coord):
         return None
     point = coord.copy()
     if point.run_state in ROUND_STATES:
