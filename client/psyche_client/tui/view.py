@@ -149,11 +149,10 @@ def build_view(app: Any, bandwidth: BandwidthMeter) -> ClientView:
     for candidate_round in (getattr(runner, "previous", None), round_):
         if candidate_round is None:
             continue
-        for data_hash, task in candidate_round.downloads.items():
-            if task.done():
+        for data_hash, download in candidate_round.downloads.items():
+            if download.settled:
                 continue
-            announcement = candidate_round.announcements.get(data_hash)
-            size = announcement.size if announcement is not None else 0
+            size = download.announcement.size
             downloads.append(DownloadRow(f"result {data_hash.hex()[:12]}", 0, size))
     if app.model_download_progress is not None:
         done, total = app.model_download_progress
