@@ -1,10 +1,12 @@
-"""The client application: wires the server link, the P2P node and the round runner.
+"""The client application: wires the server session, the P2P node and the round runner.
 
-`run_client(options)` connects to the server, starts the P2P node, loads the model when the
+`run_client(options)` starts the P2P node, connects to the server, loads the model when the
 first Warmup lists us (checkpoint from the Hub / a local directory / a builtin preset, or
-peer-to-peer after the first epoch), follows the coordinator until the run is Finished or the
-connection drops, and shares/saves the model at every Cooldown (`psyche_client.model.sharing`).
-It returns the exit code.
+peer-to-peer after the first epoch), follows the coordinator until the run is Finished, and
+shares/saves the model at every Cooldown (`psyche_client.model.sharing`). When the server
+connection is lost the model, the P2P node and the round runner stay up while
+`reconnect.ServerSession` connects again (for up to `server_reconnect_timeout` seconds). It
+returns the exit code.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from psyche_client.model.sync import WeightsSync
 from psyche_client.p2p.config import P2PConfig
 from psyche_client.p2p.model_share import download_model, poll_manifests
 from psyche_client.p2p.node import P2PNode
+from psyche_client.reconnect import ServerSession
 from psyche_client.round.phase import Phase
 from psyche_client.round.ports import RunnerOptions
 from psyche_client.round.runner import RoundRunner
@@ -65,6 +68,8 @@ class ClientOptions:
     keep_checkpoints: int = 3
     data_fetch_attempts: int = 7
     data_fetch_retry_delay: float = 2.0
+    server_reconnect_timeout: float = 600.0
+    """Seconds to keep reconnecting after losing the server (0: exit at once)."""
 
 
 class NodeNetwork:
@@ -120,8 +125,18 @@ class ClientApp:
             get_parameter_bytes=lambda name: self.shared.parameters.get(name),
         )
         self.runner: RoundRunner | None = None
-        self.link: ServerLink | None = None
+        self.server = ServerSession(self._connect, options.server_reconnect_timeout)
         self.fetcher = self._make_fetcher()
+
+    async def _connect(self, timeout: float) -> ServerLink:
+        """A new connection to the server, with our identity and P2P address (sends Join)."""
+        return await ServerLink.connect(
+            self.options.server_addr,
+            self.identity,
+            self.options.run_id,
+            self.node.address,
+            timeout=timeout,
+        )
 
     def _on_announcement(self, announcement: Any, _from_peer: bytes) -> None:
         if self.runner is not None:
@@ -223,8 +238,7 @@ class ClientApp:
         path = None if outcome.path is None else str(outcome.path)
         self.stats.checkpointed(path, outcome.revision, outcome.error)
         if self.options.hub_repo and outcome.revision is not None:
-            assert self.link is not None
-            await self.link.send_checkpoint(
+            await self.server.uplink.send_checkpoint(
                 {"Hub": {"repo_id": self.options.hub_repo, "revision": outcome.revision}}
             )
 
@@ -234,19 +248,14 @@ class ClientApp:
         await self.node.start()
         try:
             try:
-                self.link = await ServerLink.connect(
-                    self.options.server_addr,
-                    self.identity,
-                    self.options.run_id,
-                    self.node.address,
-                )
+                await self.server.open()
             except (ServerLinkError, ValueError) as exc:
                 log.error("%s", exc)
                 return 1
             self.runner = RoundRunner(
                 self.identity,
                 NodeNetwork(self.node),
-                self.link,
+                self.server.uplink,
                 self._load_backend,
                 self.fetcher,
                 RunnerOptions(
@@ -258,7 +267,7 @@ class ClientApp:
                 check_weights=self._check_weights,
             )
             tasks = [
-                asyncio.create_task(self._follow_server(self.link, self.runner), name="server"),
+                asyncio.create_task(self._follow_server(self.runner), name="server"),
                 asyncio.create_task(self.runner.wait_fatal(), name="fatal"),
                 asyncio.create_task(self._tick_forever(self.runner), name="ticker"),
             ]
@@ -272,17 +281,18 @@ class ClientApp:
         finally:
             if self.runner is not None:
                 await self.runner.aclose()
-            if self.link is not None:
-                await self.link.close()
+            await self.server.aclose()
             if self.fetcher is not None:
                 await self.fetcher.aclose()
             with contextlib.suppress(Exception):
                 await self.node.close()
 
-    async def _follow_server(self, link: ServerLink, runner: RoundRunner) -> None:
-        """Feed every new coordinator state to the runner; return when the run is Finished
-        (with `exit_when_finished`)."""
-        async for update in link.states():
+    async def _follow_server(self, runner: RoundRunner) -> None:
+        """Feed every new coordinator state to the runner, across reconnections; return when
+        the run is Finished (with `exit_when_finished`). While the server is away the runner
+        simply receives nothing; its next state (typically WaitingForMembers) ends the epoch
+        it was in."""
+        async for update in self.server.updates():
             coordinator = Coordinator.from_wire(update.coordinator)
             self.coordinator = coordinator
             self.members = {c.id for c in coordinator.epoch_state.clients}

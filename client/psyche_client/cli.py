@@ -217,6 +217,17 @@ def show_identity(identity_secret_key_path: Path | None) -> None:
     "this (0, 2, 4, ... 12 s with the defaults).",
 )
 @click.option(
+    "--server-reconnect-timeout",
+    type=click.FloatRange(min=0),
+    default=600.0,
+    show_default=True,
+    envvar="SERVER_RECONNECT_TIMEOUT",
+    help="Seconds to keep reconnecting after the server connection is lost (a crashed or "
+    "restarted server, a network cut), with the same identity; meanwhile the client keeps "
+    "its model and keeps serving its peers. Attempts wait 0.5 s, doubling up to 10 s, each "
+    "+-20% at random. 0: exit at once (exit code 1). The first connection is not retried.",
+)
+@click.option(
     "--dummy-training-delay-secs",
     type=click.FloatRange(min=0),
     default=None,
@@ -242,6 +253,7 @@ def train(
     gossip_fanout: int,
     data_fetch_attempts: int,
     data_fetch_retry_delay: float,
+    server_reconnect_timeout: float,
     dummy_training_delay_secs: float | None,
 ) -> None:
     """Join run RUN_ID at the coordinator SERVER_ADDR and train until the run finishes."""
@@ -268,6 +280,7 @@ def train(
         gossip_fanout=gossip_fanout,
         data_fetch_attempts=data_fetch_attempts,
         data_fetch_retry_delay=data_fetch_retry_delay,
+        server_reconnect_timeout=server_reconnect_timeout,
         dummy_training_delay_secs=dummy_training_delay_secs,
     )
     sys.exit(_run(options, logs, write_log))

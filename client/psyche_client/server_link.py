@@ -3,8 +3,9 @@
 Connect, answer the challenge with our identity, send `Join` once, then read the server's
 `CoordinatorState` frames (de-duplicated by the hash of their bytes, like the reference) into
 an asyncio queue, and send `Witness`, `WarmupWitness`, `HealthCheck` and `Checkpoint`.
-Writes are serialized by a lock; every network wait has a timeout. A `Rejected` frame or a
-closed connection ends `states()` with `ServerLinkError` naming the reason.
+Writes are serialized by a lock; every network wait has a timeout. A closed connection ends
+`states()` with `ServerLinkError` naming the reason, a `Rejected` frame with `ServerRejected`.
+One link is one connection; `reconnect.ServerSession` makes new ones when it is lost.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from psyche_common.protocol.messages import (
     WarmupWitness,
     Witness,
     WitnessMetadata,
+    is_already_connected,
     parse_server_message,
     to_wire,
 )
@@ -55,6 +57,17 @@ MAX_SERVER_FRAME = max(DEFAULT_MAX_FRAME_SIZE, 64 * 1024 * 1024)
 
 class ServerLinkError(ConnectionError):
     """The server connection failed, was closed, or the server rejected us."""
+
+
+class ServerRejected(ServerLinkError):
+    """The server sent `Rejected`. `retryable` only when it still holds another connection of
+    our identity (a dead one it has not noticed yet); any other reason (a wrong run id) is
+    final."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"server rejected this client: {reason}")
+        self.reason = reason
+        self.retryable = is_already_connected(reason)
 
 
 @dataclass(frozen=True)
@@ -138,7 +151,7 @@ class ServerLink:
             except (ProtocolError, OSError) as exc:
                 raise ServerLinkError(f"server connection lost: {exc}") from exc
             if isinstance(message, Rejected):
-                raise ServerLinkError(f"server rejected this client: {message.reason}")
+                raise ServerRejected(message.reason)
             assert isinstance(message, CoordinatorState)
             digest = hashlib.sha256(raw).digest()
             if digest == self._last_digest:

@@ -2,8 +2,9 @@
 
 `ServerApp` is the asyncio shell around the pure `Coordinator`: it feeds it the clock, random
 seeds, the pending set and client messages; broadcasts the full state after every change and on
-every tick; withdraws clients that disconnect; kicks the unhealthy; saves the state at each
-successful epoch end; and runs the optional TCP data server. `serve(stop)` runs until `stop`.
+every tick; withdraws clients that disconnect; kicks the unhealthy; keeps the saved state
+current (`persistence.StateSaver`: before every broadcast, at each epoch end, and on the way
+out); and runs the optional TCP data server. `serve(stop)` runs until `stop`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from .connections import CloseConnection, Connection, ConnectionManager
 from .consistency import WeightsHashMonitor
 from .data_server import DataServer
 from .options import ServerOptions, ServerStats
-from .persistence import save_state
+from .persistence import StateSaver
 from .roster import ClientRoster
 
 log = logging.getLogger("psyche.server")
@@ -83,6 +84,8 @@ class ServerApp:
         self._state_changed = asyncio.Event()
         coordinator.reset_ephemeral()
         self.original_warmup_time = coordinator.config.warmup_time
+        save_dir = self.options.save_state_dir
+        self.saver = None if save_dir is None else StateSaver(save_dir, self.original_warmup_time)
         if self.options.init_warmup_time is not None:
             coordinator.config.warmup_time = self.options.init_warmup_time
         self.connections = ConnectionManager(
@@ -125,6 +128,7 @@ class ServerApp:
             self.run_id,
             extra={"port": self.port, "run_id": self.run_id},
         )
+        self.save_progress()  # the latest file describes this process from its start on
         return self.port
 
     async def serve(self, stop: asyncio.Event) -> None:
@@ -157,6 +161,7 @@ class ServerApp:
                         self.tick(broadcast=False)
                         self._broadcast_if_changed()
         finally:
+            self.save_on_exit()
             await self.close()
 
     async def _sleep(self, stop: asyncio.Event, seconds: float) -> bool:
@@ -260,18 +265,25 @@ class ServerApp:
                 "step": self.coordinator.progress.step,
             },
         )
-        if self.options.save_state_dir is not None:
-            try:
-                path = save_state(self.coordinator, self.options.save_state_dir)
-            except OSError as exc:
-                log.error("could not save the state to %s: %s", self.options.save_state_dir, exc)
-            else:
-                self.stats.saved_states.append(path)
-                log.info("saved state to %s", path, extra={"path": str(path)})
+        path = None if self.saver is None else self.saver.save_epoch_end(self.coordinator)
+        if path is not None:
+            self.stats.saved_states.append(path)
+
+    def save_progress(self) -> None:
+        """Keep the latest saved state equal to where a restart would resume (written only
+        when that changed, and before the broadcast that tells the clients)."""
+        if self.saver is not None:
+            self.saver.update(self.coordinator)
+
+    def save_on_exit(self) -> None:
+        """SIGTERM, SIGINT, `q`: write where a restart resumes one last time."""
+        if self.saver is not None:
+            self.saver.save_now(self.coordinator)
 
     def post_state_change(self, broadcast: bool = True) -> None:
         if self.run_state in ACTIVE_STATES:
             self.coordinator.config.warmup_time = self.original_warmup_time
+        self.save_progress()
         if broadcast:
             self.broadcast()
 

@@ -25,7 +25,7 @@ from psyche_common.protocol import (
     read_frame,
     short_id,
 )
-from psyche_common.protocol.messages import Rejected, to_wire
+from psyche_common.protocol.messages import Rejected, already_connected_reason, to_wire
 
 from .limits import ConnectionLimits, RateLimiter
 
@@ -216,7 +216,7 @@ class ConnectionManager(Generic[MessageT]):
             writer.transport.abort()
             return
         if peer_id in self.connections:
-            reason = f"identity {short_id(peer_id)} is already connected"
+            reason = already_connected_reason(short_id(peer_id))
             self.rejected_connections += 1
             log.warning(
                 "%s: refusing %s: %s",

@@ -126,14 +126,16 @@ class Cluster:
         env.setdefault("PSYCHE_CACHE_DIR", str(self.tmp / "cache"))
         return env
 
-    def start_server(self) -> Proc:
-        log = self.tmp / "server.log"
+    def start_server(self, *extra: str, state: Path | None = None, name: str = "server") -> Proc:
+        """Start `psyche-server run` on the cluster's port (`state`: another state file, e.g.
+        a saved one to restart from; `extra`: more flags); waits until the port is open."""
+        log = self.tmp / f"{name}.log"
         popen = subprocess.Popen(
             [
                 str(BIN / "psyche-server"),
                 "run",
                 "--state",
-                str(self.state),
+                str(state or self.state),
                 "--no-tui",
                 "-s",
                 str(self.port),
@@ -141,12 +143,13 @@ class Cluster:
                 "127.0.0.1",
                 "--log-format",
                 "json",
+                *extra,
             ],
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,
             env=self.env(),
         )
-        self.server = Proc("server", popen, log)
+        self.server = Proc(name, popen, log)
         wait_for(lambda: _port_open(self.port), 30, "server port", self.diagnostics)
         return self.server
 

@@ -109,7 +109,7 @@ async def test_save_kill_restart_resumes(tmp_path: Path) -> None:
     server = await start_server(tmp_path, "--state", str(state), "--save-state-dir", str(save_dir))
     clients = await start_clients(2, server.port, run_id)
     await clients[0].wait_for(lambda c: c.progress.epoch == 1, timeout=40)
-    saved = await poll_until(lambda: sorted(save_dir.glob("*.toml")), timeout=10)
+    saved = await poll_until(lambda: sorted(save_dir.glob("*-step*.toml")), timeout=10)
     assert await server.stop(signal.SIGKILL) == -signal.SIGKILL  # a crash, not a shutdown
     for c in clients:
         await c.close()
@@ -126,7 +126,7 @@ async def test_save_kill_restart_resumes(tmp_path: Path) -> None:
     assert first.progress.epoch == 1
     assert first.progress.step == saved_state.progress.step
     assert first.progress.epoch_start_data_index == saved_state.progress.epoch_start_data_index
-    # nobody from before the restart can serve the model: P2P fell back to Hub (as the reference: Dummy → P2P → Hub)
+    # new identities: nobody from before the restart can serve the model, P2P fell back to Hub
     assert first.model.checkpoint.kind == "Hub"
     await clients[0].wait_for(lambda c: c.progress.epoch == 2, timeout=40)
     assert await restarted.stop() == 0

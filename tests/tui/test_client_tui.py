@@ -145,3 +145,38 @@ async def test_dashboard_follows_a_live_run(tmp_path) -> None:
         await asyncio.gather(other, return_exceptions=True)
     finally:
         cluster.stop()
+
+
+def test_view_of_a_client_reconnecting_with_a_result_download_in_flight() -> None:
+    """Regression: a result download in flight crashed the view (it expected asyncio tasks);
+    and while the server is away the status says the client is reconnecting."""
+    import time
+    from types import SimpleNamespace
+
+    from psyche_client.app import ClientApp, ClientOptions
+    from psyche_client.round.state import DownloadStatus, ResultDownload
+    from psyche_client.tui.view import build_view
+    from psyche_common.assignment import BatchId
+    from psyche_common.protocol import Identity
+
+    app = ClientApp(
+        ClientOptions(server_addr="127.0.0.1:1", run_id="r", identity=Identity.generate())
+    )
+    pending = ResultDownload(announcement=SimpleNamespace(size=4096), batch=BatchId(0, 3))  # type: ignore[arg-type]
+    done = ResultDownload(
+        announcement=SimpleNamespace(size=1),
+        batch=BatchId(4, 7),
+        status=DownloadStatus.VERIFIED,  # type: ignore[arg-type]
+    )
+    round_ = SimpleNamespace(
+        downloads={b"\xaa" * 32: pending, b"\xbb" * 32: done},
+        batches_left=0,
+        roles=SimpleNamespace(my_batches=[], is_trainer=True, is_witness=False),
+    )
+    app.runner = SimpleNamespace(current=round_, previous=None)  # type: ignore[assignment]
+    status = app.server.status
+    status.connected, status.attempt = False, 3
+    status.lost_at, status.next_attempt_at = time.monotonic() - 5, time.monotonic() + 4.2
+    view = build_view(app, BandwidthMeter())
+    assert [(row.label, row.total) for row in view.downloads] == [("result " + "aa" * 6, 4096)]
+    assert view.status.startswith("Server reconnecting (attempt 3, next in ")

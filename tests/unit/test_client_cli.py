@@ -27,6 +27,7 @@ TRAIN_FLAGS = [
     "--max-concurrent-downloads",
     "--data-fetch-attempts",
     "--data-fetch-retry-delay",
+    "--server-reconnect-timeout",
     "--dummy-training-delay-secs",
 ]
 
@@ -38,6 +39,22 @@ def test_train_help_explains_every_flag() -> None:
     for flag in TRAIN_FLAGS:
         assert flag in result.output, flag
         assert helps.get(flag) and len(helps[flag]) > 20, f"{flag} has no explanation"
+
+
+def test_server_reconnect_timeout_reaches_the_client_options(monkeypatch) -> None:
+    import psyche_client.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_run", lambda options, logs, write_log: seen.append(options) or 0)
+    base = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
+    runner = CliRunner()
+    assert runner.invoke(main, base).exit_code == 0
+    assert runner.invoke(main, [*base, "--server-reconnect-timeout", "0"]).exit_code == 0
+    env = {"SERVER_RECONNECT_TIMEOUT": "45.5"}
+    assert runner.invoke(main, base, env=env).exit_code == 0
+    assert [o.server_reconnect_timeout for o in seen] == [600.0, 0.0, 45.5]
+    refused = runner.invoke(main, [*base, "--server-reconnect-timeout", "-1"])
+    assert refused.exit_code == 2 and "--server-reconnect-timeout" in refused.output
 
 
 def test_data_fetch_retry_flags_reach_the_client_options(monkeypatch) -> None:

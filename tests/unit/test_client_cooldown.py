@@ -49,7 +49,7 @@ async def test_cooldown_shares_saves_prunes_and_reports(tmp_path: Path, monkeypa
     )
     app = ClientApp(options)
     link = RecordingLink()
-    app.link = link  # type: ignore[assignment]
+    app.server.uplink.attach(link)  # type: ignore[arg-type]
     backend = DummyBackend(0.0)
     for step in (5, 9, 13):
         coordinator = SimpleNamespace(progress=SimpleNamespace(step=step, epoch=step // 4))
@@ -92,7 +92,7 @@ def make_app(tmp_path: Path, hub_repo: str | None = None) -> tuple[ClientApp, Re
     )
     app = ClientApp(options)
     link = RecordingLink()
-    app.link = link  # type: ignore[assignment]
+    app.server.uplink.attach(link)  # type: ignore[arg-type]
     return app, link
 
 

@@ -112,11 +112,15 @@ def test_bad_epoch_state_in_a_file_is_reported() -> None:
         Coordinator.from_state_file(parse_state(document))
 
 
-def test_reset_ephemeral_forgets_connections() -> None:
+def test_reset_ephemeral_forgets_connections_but_keeps_the_members() -> None:
     coord = busy_coordinator()
+    coord.withdraw(coord.client_index(B))
     coord.reset_ephemeral()
     assert coord.run_state == RunState.WaitingForMembers
-    assert coord.epoch_state.clients == [] and coord.epoch_state.exited_clients == []
+    # the Healthy members hold the model: kept for the P2P check; B (withdrawn) and the
+    # exited C are forgotten
+    assert [(c.id, c.state) for c in coord.epoch_state.clients] == [(A, ClientState.Healthy)]
+    assert coord.epoch_state.exited_clients == []
     assert coord.epoch_state.cold_start_epoch  # kept: a paused run re-warms after a restart
 
 
@@ -128,7 +132,8 @@ def test_reset_ephemeral_of_a_finished_run_stays_finished() -> None:
     assert coord.run_state == RunState.Finished
 
 
-def test_restart_after_saving_falls_back_to_hub() -> None:
+def restarted_after_an_epoch() -> tuple[Coordinator, Coordinator, int]:
+    """A run after one successful epoch of A and B, and a coordinator restarted from it."""
     coord = make_coordinator(epoch_time=20)
     now = to_round_train(coord, [A, B])
     while coord.run_state == RunState.RoundTrain:
@@ -140,7 +145,20 @@ def test_restart_after_saving_falls_back_to_hub() -> None:
     restarted = Coordinator.from_state_file(parse_state(saved.to_state_file().to_toml_dict()))
     restarted.reset_ephemeral()
     assert restarted.progress == coord.progress
-    restarted.tick([A, B], now + 100, 0)  # the same ids reconnect, but nobody holds the model
+    return coord, restarted, now
+
+
+def test_restart_keeps_p2p_when_a_previous_member_rejoins() -> None:
+    _, restarted, now = restarted_after_an_epoch()
+    restarted.tick([C, B], now + 100, 0)  # B held the model before the restart
+    assert restarted.run_state == RunState.Warmup
+    assert isinstance(restarted.model.checkpoint, P2PCheckpoint)
+    assert [c.id for c in restarted.epoch_state.clients] == [C, B]
+
+
+def test_restart_falls_back_to_hub_when_no_previous_member_rejoins() -> None:
+    _, restarted, now = restarted_after_an_epoch()
+    restarted.tick([C, *ids(1, "other")], now + 100, 0)
     assert restarted.run_state == RunState.Warmup
     assert isinstance(restarted.model.checkpoint, HubCheckpoint)
     assert [c.state for c in restarted.epoch_state.clients] == [ClientState.Healthy] * 2

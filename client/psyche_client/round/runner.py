@@ -106,6 +106,10 @@ class RoundRunner:
         return self.ctx.current
 
     @property
+    def previous(self) -> RoundState | None:
+        return self.ctx.previous
+
+    @property
     def fatal(self) -> BaseException | None:
         return self.ctx.tasks.fatal
 

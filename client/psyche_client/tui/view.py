@@ -133,6 +133,9 @@ def build_view(app: Any, bandwidth: BandwidthMeter) -> ClientView:
     status = state
     if coordinator is not None and state == "RoundTrain" and round_ is not None:
         status = f"Training ({round_.batches_left} batches left)"
+    session = getattr(app, "server", None)  # a reconnect.ServerSession
+    if session is not None and not session.status.connected and session.status.lost_at is not None:
+        status = "Server " + session.status.describe(time.monotonic())
     peers = []
     for peer_id in node.known_peers():
         peer_stats = node.stats.peers.get(peer_id)
@@ -146,7 +149,7 @@ def build_view(app: Any, bandwidth: BandwidthMeter) -> ClientView:
             )
         )
     downloads = []
-    for candidate_round in (runner.ctx.previous, round_) if runner is not None else ():
+    for candidate_round in (runner.previous, round_) if runner is not None else ():
         if candidate_round is None:
             continue
         for data_hash, download in candidate_round.downloads.items():

@@ -4,7 +4,8 @@
 (`now`, integer unix seconds) and randomness (`seed`, u64) as arguments; it never does I/O.
 Modules: `types` (value types), `errors`, `quorum`, `state` (the dataclass and helpers),
 `transitions` (tick, pause, resume), `witnesses` (witnesses and health checks),
-`checkpoints`, `wire` (msgpack and state.toml forms).
+`checkpoints`, `wire` (msgpack and state.toml forms), `resume` (what a restarted server
+resumes from).
 """
 
 from psyche_common.client_id import short_id

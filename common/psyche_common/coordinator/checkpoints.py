@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 
 def after_cooldown(checkpoint: AnyCheckpoint) -> AnyCheckpoint:
-    """At a successful cooldown end the epoch's members can serve the model: go P2P."""
+    """The epoch's members hold the model and can serve it: go P2P (at a successful cooldown
+    end, and when a restart resumes from weights the members trained)."""
     if isinstance(checkpoint, HubCheckpoint | DummyCheckpoint):
         return P2PCheckpoint(repo_id=checkpoint.repo_id, revision=checkpoint.revision)
     if isinstance(checkpoint, GcsCheckpoint):

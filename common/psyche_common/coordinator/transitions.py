@@ -171,6 +171,20 @@ def start_cooldown(coord: Coordinator, now: float) -> None:
 def tick_cooldown(coord: Coordinator, now: float) -> TickResult:
     if not coord.check_timeout(now, coord.config.cooldown_time):
         return TickResult.ticked()
+    pausing = coord.pending_pause
+    finish_epoch(coord)
+    if pausing:
+        coord.change_state(now, RunState.Paused)
+    else:
+        start_waiting_for_members(coord, now)
+    return TickResult.epoch_end(True)
+
+
+def finish_epoch(coord: Coordinator) -> None:
+    """The bookkeeping of a Cooldown that ends: the next epoch's data cursor and number, the
+    non-Healthy members moved to exited, Hub→P2P (the members hold the model), and a pending
+    pause withdraws everyone and makes the next epoch a cold start. The run state is left to
+    the caller."""
     current = coord.current_round()
     coord.progress.epoch_start_data_index = current.data_index + coord.batch_size_at(
         current.data_index
@@ -180,13 +194,10 @@ def tick_cooldown(coord: Coordinator, now: float) -> TickResult:
     coord.model.checkpoint = checkpoints.after_cooldown(coord.model.checkpoint)
     if coord.pending_pause:
         coord.withdraw_all()
-        coord.change_state(now, RunState.Paused)
         coord.pending_pause = False
         coord.epoch_state.cold_start_epoch = True
     else:
-        start_waiting_for_members(coord, now)
         coord.epoch_state.cold_start_epoch = False
-    return TickResult.epoch_end(True)
 
 
 def start_waiting_for_members(coord: Coordinator, now: float) -> None:

@@ -81,16 +81,20 @@ def from_wire(data: Any) -> Coordinator:
 def reset_ephemeral(coord: Coordinator) -> None:
     """Forget everything tied to live connections, as the server does at startup.
 
-    The reference overwrites every stored client with a zero-id client and keeps the list
-    lengths; we empty both client lists instead (see docs/deviations.md). A run whose step
-    already reached `total_steps` starts as Finished instead of WaitingForMembers.
+    The run waits for members again (a run whose step already reached `total_steps` starts as
+    Finished). The Healthy clients stay in `epoch_state.clients` as the previous epoch's
+    members: they hold the model, so when one of them joins again the next epoch keeps a P2P
+    checkpoint, and only an epoch none of them is back for falls back to the Hub. Exited
+    clients are dropped. (The reference overwrites every stored client with a zero id, which
+    always forces the Hub fallback after a restart; see docs/deviations.md.)
     """
     if coord.progress.step >= coord.config.total_steps:
         coord.run_state = RunState.Finished
     else:
         coord.run_state = RunState.WaitingForMembers
-    coord.epoch_state.clients = []
-    coord.epoch_state.exited_clients = []
+    es = coord.epoch_state
+    es.clients = [client for client in es.clients if client.state == ClientState.Healthy]
+    es.exited_clients = []
 
 
 # ----- state.toml -----

@@ -124,6 +124,20 @@ class Rejected(_Message):
     reason: str
 
 
+_ALREADY_CONNECTED = " is already connected"
+
+
+def already_connected_reason(client_short_id: str) -> str:
+    """The `Rejected` reason for a second connection of an identity that is connected."""
+    return f"identity {client_short_id}{_ALREADY_CONNECTED}"
+
+
+def is_already_connected(reason: str) -> bool:
+    """Whether a `Rejected` reason is `already_connected_reason`: the only rejection worth
+    retrying (the server may still hold a dead connection of ours it has not noticed yet)."""
+    return reason.startswith("identity ") and reason.endswith(_ALREADY_CONNECTED)
+
+
 AnyServerMessage = CoordinatorState | Rejected
 """Plain union of the server → client messages, for type hints."""
 

@@ -6,7 +6,7 @@ import tomllib
 from pathlib import Path
 
 from psyche_common.config import load_state
-from psyche_common.coordinator import RunState
+from psyche_common.coordinator import Client, ClientState, RunState
 from psyche_server.consistency import WeightsHashTracker
 from psyche_server.persistence import save_state, saved_state_name
 
@@ -32,19 +32,23 @@ def test_majority_and_outliers() -> None:
     assert tracker.latest() is not None and tracker.latest().step == 7
 
 
-def test_saved_state_resumes_progress_with_fresh_membership(tmp_path: Path) -> None:
+def test_saved_state_resumes_progress_and_remembers_the_members(tmp_path: Path) -> None:
     coordinator = load_coordinator(
         write_state(tmp_path / "s.toml", run_id="run/x", init_min_clients=1)
     )
-    coordinator.tick([A], 100, 1)
-    assert coordinator.run_state == RunState.Warmup
+    coordinator.epoch_state.clients = [Client(A), Client(B, ClientState.Withdrawn)]
+    coordinator.epoch_state.exited_clients = [Client(C, ClientState.Dropped)]
     coordinator.progress.step = 9
     coordinator.progress.epoch = 2
     coordinator.progress.epoch_start_data_index = 77
     path = save_state(coordinator, tmp_path / "saved")
     assert path.name == saved_state_name("run/x", 8) == "run_x-step8.toml"
-    assert coordinator.run_state == RunState.Warmup  # the live coordinator is untouched
+    assert len(coordinator.epoch_state.exited_clients) == 1  # the live coordinator is untouched
     saved = load_state(path)
+    assert saved.epoch_state is not None
+    # A holds the model; the withdrawn B and the dropped C are forgotten
+    assert [c["id"] for c in saved.epoch_state["clients"]] == [A.hex()]
+    assert saved.epoch_state["exited_clients"] == []
     assert saved.run_id == "run/x"
     assert (saved.progress.epoch, saved.progress.step, saved.progress.epoch_start_data_index) == (
         2,
