@@ -56,8 +56,10 @@ class WarmupReadiness:
 
 @dataclass
 class WarmupProgress:
-    """Our side of one Warmup: when we last sent our warmup Finished, and our witness."""
+    """Our side of one Warmup (`tag`): when we last sent our warmup Finished, and our
+    witness."""
 
+    tag: bytes = b""
     sent_finished_at: float | None = None
     sent_witness: bool = False
 
@@ -156,8 +158,10 @@ class Warmup:
         if self.ctx.me not in members:
             return
         index = members.index(self.ctx.me)
-        progress = self.progress
         tag = warmup_tag(coordinator)
+        if self.progress.tag != tag:  # a new Warmup (the last may have ended without a round)
+            self.progress = WarmupProgress(tag)
+        progress = self.progress
         if not self._ensure_weights(coordinator, tag):
             return
         if (
