@@ -26,6 +26,7 @@ from psyche_common.coordinator import Coordinator, RunState
 from psyche_common.data.fetcher import DataSource, SampleFetcher
 from psyche_common.data.retry import RetryPolicy
 from psyche_common.protocol import Identity
+from psyche_common.protocol.messages import WeightsMismatch
 
 from psyche_client.model.sharing import SharedModel, checkpoint_model
 from psyche_client.model.sync import WeightsSync
@@ -130,12 +131,24 @@ class ClientApp:
 
     async def _connect(self, timeout: float) -> ServerLink:
         """A new connection to the server, with our identity and P2P address (sends Join)."""
-        return await ServerLink.connect(
+        link = await ServerLink.connect(
             self.options.server_addr,
             self.identity,
             self.options.run_id,
             self.node.address,
             timeout=timeout,
+        )
+        link.on_weights_mismatch = self._on_weights_mismatch
+        return link
+
+    def _on_weights_mismatch(self, notice: WeightsMismatch) -> None:
+        """The server saw our weights at a step differ from the majority's: resync."""
+        mine = self.stats.weights_hashes.get(notice.step)
+        if self.runner is None or mine == notice.majority_hash:
+            return
+        self.runner.ctx.lose_sync(
+            f"the server reports that our weights at step {notice.step} differ from the "
+            f"majority's ({notice.majority_hash.hex()[:16]})"
         )
 
     def _on_announcement(self, announcement: Any, _from_peer: bytes) -> None:

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ from psyche_common.protocol.messages import (
     Join,
     Rejected,
     WarmupWitness,
+    WeightsMismatch,
     Witness,
     WitnessMetadata,
     is_already_connected,
@@ -102,6 +103,8 @@ class ServerLink:
         self._last_digest: bytes | None = None
         self._join: Join | None = None
         self.states_received = 0
+        self.on_weights_mismatch: Callable[[WeightsMismatch], None] | None = None
+        """Called when the server says our weights differ from the majority's."""
 
     @classmethod
     async def connect(
@@ -152,6 +155,10 @@ class ServerLink:
                 raise ServerLinkError(f"server connection lost: {exc}") from exc
             if isinstance(message, Rejected):
                 raise ServerRejected(message.reason)
+            if isinstance(message, WeightsMismatch):
+                if self.on_weights_mismatch is not None:
+                    self.on_weights_mismatch(message)
+                continue
             assert isinstance(message, CoordinatorState)
             digest = hashlib.sha256(raw).digest()
             if digest == self._last_digest:

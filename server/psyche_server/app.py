@@ -23,7 +23,9 @@ from psyche_common.protocol import encode_frame, short_id
 from psyche_common.protocol.messages import (
     AnyClientMessage,
     Join,
+    WeightsMismatch,
     parse_client_message,
+    to_wire,
 )
 
 from .bridge import (
@@ -76,7 +78,7 @@ class ServerApp:
         self.clock = clock
         self.data_server = data_server
         self.roster = ClientRoster()
-        self.weights = WeightsHashMonitor()
+        self.weights = WeightsHashMonitor(on_divergence=self._tell_divergent)
         self.stats = ServerStats()
         self.port: int | None = None
         self._last_state_frame: bytes | None = None
@@ -371,6 +373,12 @@ class ServerApp:
                 short_id(client_id),
                 extra={"client": short_id(client_id), "index": index},
             )
+
+    def _tell_divergent(self, client_id: bytes, step: int, majority: bytes) -> None:
+        """Tell a client that its weights at `step` are not the majority's (it resyncs)."""
+        conn = self.connections.connections.get(client_id)
+        if conn is not None:
+            conn.send(to_wire(WeightsMismatch(step=step, majority_hash=majority)))
 
     async def _on_message(self, conn: Connection, message: AnyClientMessage) -> None:
         self.stats.messages += 1

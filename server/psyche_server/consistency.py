@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 log = logging.getLogger("psyche.server.consistency")
@@ -64,8 +65,14 @@ class WeightsHashTracker:
 class WeightsHashMonitor:
     """A tracker that logs each (step, client) found to disagree with the majority once."""
 
-    def __init__(self, tracker: WeightsHashTracker | None = None) -> None:
+    def __init__(
+        self,
+        tracker: WeightsHashTracker | None = None,
+        on_divergence: Callable[[bytes, int, bytes], None] | None = None,
+    ) -> None:
         self.tracker = tracker or WeightsHashTracker()
+        self.on_divergence = on_divergence
+        """Called once per flagged (client, step) with the majority's hash."""
         self._flagged: set[tuple[int, bytes]] = set()
 
     def record(self, step: int, client_id: bytes, weights_hash: bytes) -> StepVerdict:
@@ -87,6 +94,8 @@ class WeightsHashMonitor:
                     "majority_hash": verdict.majority.hex() if verdict.majority else None,
                 },
             )
+            if self.on_divergence is not None and verdict.majority is not None:
+                self.on_divergence(outlier, step, verdict.majority)
         return verdict
 
     def latest(self) -> StepVerdict | None:

@@ -40,6 +40,7 @@ from psyche_common.protocol.messages import (
     Join,
     Rejected,
     WarmupWitness,
+    WeightsMismatch,
     WitnessMetadata,
     parse_server_message,
     to_wire,
@@ -83,6 +84,7 @@ class ProtocolClient:
         self.peers: dict[bytes, str] = {}
         self.states_received = 0
         self.rejected: str | None = None
+        self.mismatches: list[WeightsMismatch] = []
         self.closed_reason: str | None = None
         self.sent: list[str] = []
         self._reader: asyncio.StreamReader | None = None
@@ -155,6 +157,9 @@ class ProtocolClient:
                 message = parse_server_message(await read_frame(self._reader, 64 * 1024 * 1024))
                 if isinstance(message, Rejected):
                     self.rejected = message.reason
+                    continue
+                if isinstance(message, WeightsMismatch):
+                    self.mismatches.append(message)
                     continue
                 self._on_state(message)
         except (ConnectionClosed, OSError) as exc:

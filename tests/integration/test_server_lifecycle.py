@@ -97,6 +97,11 @@ async def test_divergent_weights_are_flagged(tmp_path: Path, caplog) -> None:
         assert not (app.weights.divergent_clients() & {c.id for c in others})
         records = [r for r in caplog.records if getattr(r, "event", None) == "weights_divergence"]
         assert records and records[0].client == odd.short_id
+        # the outlier is told, with the majority's hash, so that it resyncs; the others are not
+        await poll_until(lambda: bool(odd.mismatches), timeout=10)
+        notice = odd.mismatches[0]
+        assert notice.majority_hash == others[0].weights_hash(notice.step)
+        assert not any(c.mismatches for c in others)
         await asyncio.gather(*(c.close() for c in [odd, *others]))
 
 

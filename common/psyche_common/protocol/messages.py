@@ -138,13 +138,22 @@ def is_already_connected(reason: str) -> bool:
     return reason.startswith("identity ") and reason.endswith(_ALREADY_CONNECTED)
 
 
-AnyServerMessage = CoordinatorState | Rejected
+class WeightsMismatch(_Message):
+    """This client's reported weights hash at `step` differs from the majority's
+    (`majority_hash`): it must resync before it trains or witnesses again."""
+
+    type: Literal["WeightsMismatch"] = "WeightsMismatch"
+    step: NonNegInt
+    majority_hash: Bytes32
+
+
+AnyServerMessage = CoordinatorState | Rejected | WeightsMismatch
 """Plain union of the server → client messages, for type hints."""
 
 ServerMessage = Annotated[AnyServerMessage, Field(discriminator="type")]
 
 CLIENT_MESSAGE_TYPES = frozenset({"Join", "Witness", "WarmupWitness", "HealthCheck", "Checkpoint"})
-SERVER_MESSAGE_TYPES = frozenset({"CoordinatorState", "Rejected"})
+SERVER_MESSAGE_TYPES = frozenset({"CoordinatorState", "Rejected", "WeightsMismatch"})
 
 _client_adapter: TypeAdapter[AnyClientMessage] = TypeAdapter(ClientMessage)
 _server_adapter: TypeAdapter[AnyServerMessage] = TypeAdapter(ServerMessage)
