@@ -57,6 +57,9 @@ class ClientOptions:
     dummy_training_delay_secs: float | None = None
     exit_when_finished: bool = True
     keep_checkpoints: int = 3
+    data_parallelism: int = 1
+    fsdp: bool = False
+    parallel_timeout: float = 300.0
 
 
 class NodeNetwork:
@@ -126,6 +129,21 @@ class ClientApp:
         from_peers = kind in ("P2P", "P2PGcs") and bool(peers)
         if self.options.dummy_training_delay_secs is not None:
             backend: Any = DummyBackend(self.options.dummy_training_delay_secs)
+        elif self.options.data_parallelism > 1:
+            from psyche_client.training.parallel.backend import ParallelBackend
+            from psyche_client.training.parallel.plan import ParallelSpec
+
+            peer_config = await self._peer_config(peers) if from_peers else None
+            backend = await asyncio.to_thread(
+                ParallelBackend.load,
+                coordinator,
+                spec=ParallelSpec(self.options.data_parallelism, self.options.fsdp),
+                device=self.options.device,
+                micro_batch_size=self.options.micro_batch_size,
+                timeout=self.options.parallel_timeout,
+                from_peers=from_peers,
+                peer_config=peer_config,
+            )
         else:
             from psyche_client.training.distro_backend import DistroBackend
 

@@ -123,3 +123,21 @@ def test_write_log_gets_the_json_lines(tmp_path: Path) -> None:
             handler.close()
     assert result.exit_code == 1, result.output
     assert "cannot connect to server 127.0.0.1:1" in log_file.read_text()
+
+
+def test_check_reports_memory_per_device_for_a_sharded_client(repo_root: Path) -> None:
+    state = str(repo_root / "state.toml.example")
+    args = ["check", "--state", state, "--device", "cpu", "--data-parallelism", "2", "--fsdp"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "2 ranks on cpu, model sharded (--fsdp)" in result.output
+    assert "memory per device: parameter shards" in result.output
+    refused = CliRunner().invoke(main, ["check", "--state", state, "--fsdp"])
+    assert refused.exit_code != 0 and "data_parallelism >= 2" in refused.output
+
+
+def test_train_refuses_fsdp_without_several_ranks() -> None:
+    result = CliRunner().invoke(
+        main, ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x", "--fsdp"]
+    )
+    assert result.exit_code != 0 and "data_parallelism >= 2" in result.output
