@@ -19,11 +19,12 @@ at the next `train` (error feedback). With an AdamW config `train` steps AdamW d
 returns no result (central or comparison runs); `apply` is DisTrO only.
 
 Data parallelism: `train(..., sync=...)` takes a `GradientSync` (implemented in
-`psyche_client.training.parallel.sync`) when `tokens` is one rank's share of a batch that
-several ranks train together. Micro-batch weights then use the whole batch's sample count,
-every rank steps through the same number of micro-batch slots (asking its peers before each
-one whether to stop, so a cancellation ends every rank at the same slot), and the gradients and
-loss sums are summed over the ranks before clipping and `generate`.
+`psyche_client.training.parallel.collectives`) when `tokens` is one rank's share of a batch
+that several ranks train together. Micro-batch weights then use the whole batch's sample count;
+before each micro-batch the rank asks `sync` whether to stop (a cancellation seen by one rank
+reaches the others without waiting for them); after its micro-batches `sync.reduce` either sums
+the gradients and loss sums over the ranks (before clipping and `generate`) or, when any rank
+stopped, tells every rank to raise `TrainingCancelled`.
 
 API: `AdamWSettings`, `optimizer_settings(config)`, `TrainOutput`, `TrainingCancelled`,
 `GradientSync`, `Trainer(model, optimizer, *, device, micro_batch_size, dtype=None)` with
@@ -109,20 +110,21 @@ class GradientSync(Protocol):
         """Samples in the whole batch, over every rank (the micro-batch weights' denominator)."""
         ...
 
-    @property
-    def slots(self) -> int:
-        """Micro-batch slots every rank steps through (the most micro-batches any rank has)."""
-        ...
-
     def should_stop(self, local: bool) -> bool:
-        """Collective, once per slot: True when any rank asks to stop."""
+        """Before each of this rank's micro-batches (not collective): True when this rank
+        (`local`, which the other ranks are then told about) or another one stopped."""
         ...
 
     def reduce(
-        self, params: Sequence[torch.nn.Parameter], loss_sum: float, counted: int
-    ) -> tuple[float, int]:
-        """Collective: sum every parameter's gradient (None counts as zeros) and the loss sums
-        over the ranks, in place; returns the summed `(loss_sum, counted)`."""
+        self,
+        params: Sequence[torch.nn.Parameter],
+        loss_sum: float,
+        counted: int,
+        stopped: bool,
+    ) -> tuple[float, int] | None:
+        """Collective, once after the micro-batches: None on every rank when any rank stopped;
+        otherwise sum every parameter's gradient (None counts as zeros) and the loss sums over
+        the ranks, in place, and return the summed `(loss_sum, counted)`."""
         ...
 
 
@@ -264,16 +266,16 @@ class Trainer:
         micro_batches = (
             torch.split(input_ids, self.micro_batch_size, dim=0) if len(input_ids) else ()
         )
-        slots = len(micro_batches) if sync is None else sync.slots
-        for slot in range(slots):
+        stopped = False
+        for micro_batch in micro_batches:
             stop = cancelled is not None and cancelled()
             if sync is not None:
                 stop = sync.should_stop(stop)
             if stop:
-                raise TrainingCancelled("training cancelled before a micro-batch")
-            if slot >= len(micro_batches):
-                continue  # a rank with fewer micro-batches still answers every slot
-            micro_batch = micro_batches[slot]
+                if sync is None:
+                    raise TrainingCancelled("training cancelled before a micro-batch")
+                stopped = True
+                break
             loss = self.model(input_ids=micro_batch, labels=micro_batch).loss
             weight = micro_batch.shape[0] / total  # equal-length samples: share of tokens
             value = float(loss.detach())
@@ -285,7 +287,10 @@ class Trainer:
             loss_sum += value * weight
             counted += micro_batch.shape[0]
         if sync is not None:
-            loss_sum, counted = sync.reduce([p for _, p in self._params], loss_sum, counted)
+            reduced = sync.reduce([p for _, p in self._params], loss_sum, counted, stopped)
+            if reduced is None:
+                raise TrainingCancelled("training cancelled on a rank before a micro-batch")
+            loss_sum, counted = reduced
         mean_loss = loss_sum * total / counted if counted else math.nan
         return mean_loss, len(micro_batches), skipped
 

@@ -1,7 +1,7 @@
 """The collectives a multi-device client's ranks use, in the shapes its engines need.
 
-* `DataParallelSync`: the trainer's `GradientSync` over the ranks (stop flags per micro-batch
-  slot, gradient and loss sums in fp32 buckets);
+* `DataParallelSync`: the trainer's `GradientSync` over the ranks (a stop flag in the store,
+  then one meeting point: the stop decision, gradient and loss sums in fp32 buckets);
 * `agree`: every rank contributes a digest; a mismatch raises `RankMismatch` naming the rank;
 * `scatter_rows` / `gather_rows`: move a parameter between its full form on one rank and the
   dimension-0 shards of every rank (the `plan.shard_rows` layout);
@@ -27,31 +27,38 @@ class RankMismatch(RuntimeError):
 
 
 class DataParallelSync:
-    """`GradientSync` for ranks that each hold a full replica."""
+    """`GradientSync` for ranks that each hold a full replica. A rank that stops sets the
+    store key `key`, which the others check before each of their micro-batches (one store
+    round trip, no waiting for each other); `reduce` is the step's one meeting point."""
 
-    def __init__(self, groups: RankGroups, batch_samples: int, slots: int) -> None:
+    def __init__(self, groups: RankGroups, batch_samples: int, key: str) -> None:
         self.groups = groups
         self._batch_samples = batch_samples
-        self._slots = slots
+        self.key = key
 
     @property
     def batch_samples(self) -> int:
         return self._batch_samples
 
-    @property
-    def slots(self) -> int:
-        return self._slots
-
     def should_stop(self, local: bool) -> bool:
-        flag = torch.tensor([1 if local else 0], dtype=torch.int32)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.groups.control)
-        return bool(flag.item())
+        if local:
+            self.groups.store.set(self.key, "1")
+            return True
+        return bool(self.groups.store.check([self.key]))
 
     def reduce(
-        self, params: Sequence[torch.nn.Parameter], loss_sum: float, counted: int
-    ) -> tuple[float, int]:
-        sums = torch.tensor([loss_sum, float(counted)], dtype=torch.float64)
+        self,
+        params: Sequence[torch.nn.Parameter],
+        loss_sum: float,
+        counted: int,
+        stopped: bool,
+    ) -> tuple[float, int] | None:
+        sums = torch.tensor(
+            [loss_sum, float(counted), 1.0 if stopped else 0.0], dtype=torch.float64
+        )
         dist.all_reduce(sums, group=self.groups.control)
+        if sums[2] > 0:
+            return None
         grads = []
         for p in params:
             if p.grad is None:

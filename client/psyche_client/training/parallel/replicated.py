@@ -4,7 +4,9 @@ state, and trains a share of each batch.
 A batch's samples are split into contiguous shares (`plan.split_samples`, the remainder to the
 first ranks); each rank cuts its share into micro-batches of `micro_batch_size` and weights
 each micro-batch by its share of the *whole* batch's samples, so the gradient sum over the
-ranks is the single-device gradient up to float reassociation. The ranks sum gradients and
+ranks is the single-device gradient up to float reassociation. The ranks meet once per step,
+after their micro-batches; a cancellation on rank 0 reaches the workers through the store
+before their next micro-batch. The ranks sum gradients and
 loss sums in fp32 before clipping; each then runs the same `generate` on the same gradient, so
 momentum and result are identical on every rank (checked: the result's commitment hash is
 compared across ranks after every `train`). `apply` runs the same code on every rank (rank 0
@@ -35,7 +37,7 @@ from psyche_client.training.parallel.collectives import (
 )
 from psyche_client.training.parallel.commands import Apply, LoadModel, Train
 from psyche_client.training.parallel.launch import RankGroups
-from psyche_client.training.parallel.plan import micro_batch_slots, split_samples
+from psyche_client.training.parallel.plan import split_samples
 from psyche_client.training.trainer import Trainer, TrainOutput
 
 if TYPE_CHECKING:
@@ -50,6 +52,7 @@ class ReplicatedEngine:
         self.trainer = trainer
         self.info = info
         self.digest = b""
+        self.trains = 0  # train commands so far: the same count on every rank
 
     @classmethod
     def load(cls, groups: RankGroups, command: LoadModel) -> ReplicatedEngine:
@@ -77,9 +80,8 @@ class ReplicatedEngine:
         count = len(tokens)
         ranks = self.groups.world_size
         share = split_samples(count, ranks)[self.groups.rank]
-        sync = DataParallelSync(
-            self.groups, count, micro_batch_slots(count, ranks, self.trainer.micro_batch_size)
-        )
+        self.trains += 1
+        sync = DataParallelSync(self.groups, count, key=f"stop-train/{self.trains}")
         output = self.trainer.train(
             command.batch,
             tokens[share.start : share.stop],
