@@ -2,7 +2,7 @@
 runs next to single-device clients, and what happens when one of their ranks dies or freezes.
 
 Every client is a real `psyche-client` process; a multi-device client starts its worker rank
-itself (gloo on CPU, one torch thread per rank).
+itself (gloo on CPU, one torch thread per rank), or `torchrun` starts both ranks.
 """
 
 from __future__ import annotations
@@ -10,12 +10,21 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import Cluster, Proc, applied_hashes, losses, wait_for, write_state
+from tests.e2e.client_run import (
+    BIN,
+    Cluster,
+    Proc,
+    applied_hashes,
+    losses,
+    wait_for,
+    write_state,
+)
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -159,3 +168,40 @@ def test_killed_client_takes_its_worker_along(cluster) -> None:
     multi.kill(signal.SIGKILL)
     multi.popen.wait(10)
     wait_for(lambda: not alive(worker), 20, "the orphaned worker rank to exit", c.diagnostics)
+
+
+def test_torchrun_launched_client_trains_with_a_single_peer(cluster) -> None:
+    """`torchrun --nproc-per-node 2 psyche-client train ...`: rank 0 joins the run, rank 1
+    serves it; both exit 0 at the end of the run and the weights match the single peer's."""
+    c = cluster(total_steps=6, epoch_time=600, init_min_clients=2)
+    c.start_server()
+    log = c.tmp / "torchrun.log"
+    command = [
+        str(BIN / "torchrun"),
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(BIN / "psyche-client"),
+        "train",
+        "--server-addr",
+        f"127.0.0.1:{c.port}",
+        "--run-id",
+        "e2e-run",
+        "--device",
+        "cpu",
+    ]
+    # torchrun takes `--logs` for a prefix of its own options: pass it as LOGS
+    env = dict(c.env(), LOGS="json")
+    popen = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
+    launched = Proc("torchrun", popen, log)
+    c.clients.append(launched)
+    single = c.start_client()
+    wait_for(
+        lambda: all(p.popen.poll() is not None for p in (launched, single)),
+        300,
+        "both clients to finish the run",
+        c.diagnostics,
+    )
+    assert [launched.popen.returncode, single.popen.returncode] == [0, 0], c.diagnostics()
+    common = assert_same_hashes_every_step([launched, single], min_common=3)
+    assert common[-1] >= 5
