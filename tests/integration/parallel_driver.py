@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import tempfile
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -80,8 +81,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     setup = coordinator(args.model, args.chunk, args.topk, not args.bf16_values)
     spec = ParallelSpec(args.ranks, args.fsdp)
     parallel = ParallelBackend.load(
-        setup, spec=spec, device="cpu", micro_batch_size=args.mbs, timeout=120
+        setup, spec=spec, device="cpu", micro_batch_size=args.mbs, timeout=args.timeout
     )
+    time.sleep(args.idle)  # longer than the timeout: only heartbeats keep the workers waiting
     single = DistroBackend.load(setup, device="cpu", micro_batch_size=args.mbs)
     report: dict[str, Any] = {
         "initial": [parallel.weights_hash().hex(), single.weights_hash().hex()]
@@ -175,6 +177,8 @@ def main() -> int:
     parser.add_argument("--chunk", type=int, default=16)
     parser.add_argument("--topk", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=120.0, help="--parallel-timeout")
+    parser.add_argument("--idle", type=float, default=0.0, help="seconds to idle after loading")
     parser.add_argument("--bf16-values", action="store_true", help="send bf16 values, not signs")
     args = parser.parse_args()
     print(json.dumps(run(args)))

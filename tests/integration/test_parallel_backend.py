@@ -67,8 +67,11 @@ def check_matches_single_device(report: dict[str, Any]) -> None:
 
 def test_data_parallel_matches_single_device(repo_root: Path) -> None:
     """2 ranks, 5 samples (shares 3 and 2), micro-batches of 2: the shares' micro-batches are
-    not the single device's, yet the results agree within the tolerance."""
-    report = run_driver(repo_root, "--steps", "3", "--batch", "5", "--mbs", "2")
+    not the single device's, yet the results agree within the tolerance. The client idles for
+    twice its parallel timeout after loading: heartbeats keep the idle workers waiting."""
+    report = run_driver(
+        repo_root, "--steps", "3", "--batch", "5", "--mbs", "2", "--timeout", "5", "--idle", "10"
+    )
     check_matches_single_device(report)
     assert [step["tokens"] for step in report["steps"]] == [5 * 32, 5 * 32, 1 * 32]
 

@@ -27,7 +27,8 @@ from psyche_common.assignment import BatchId
 from psyche_common.lr_schedule import effective_lr
 
 from psyche_client.distro import DistroSettings
-from psyche_client.model.loading import ModelInfo
+from psyche_client.model.checkpoint import save_state_checkpoint
+from psyche_client.model.loading import ModelInfo, config_from_dict
 from psyche_client.training.backend import TrainOutput
 from psyche_client.training.distro_backend import checkpoint_source, decode_checked
 from psyche_client.training.parallel.commands import (
@@ -35,9 +36,9 @@ from psyche_client.training.parallel.commands import (
     Cancel,
     CommandChannel,
     ExportParameters,
+    GatherState,
     LoadModel,
     LoadParameters,
-    SaveCheckpoint,
     Shutdown,
     Train,
 )
@@ -172,8 +173,11 @@ class ParallelBackend:
         return self.engine.digest
 
     def export_parameters(self) -> list[tuple[str, str, tuple[int, ...], bytes]]:
-        with self.supervisor.command(ExportParameters(), "exporting the parameters"):
+        if self.engine.holds_whole_model:
             entries = self.engine.export_parameters()
+        else:
+            with self.supervisor.command(ExportParameters(), "exporting the parameters"):
+                entries = self.engine.export_parameters()
         assert entries is not None
         return entries
 
@@ -187,9 +191,16 @@ class ParallelBackend:
             self.engine.load_parameters(parameters)
 
     def save_checkpoint(self, directory: str) -> None:
-        command = SaveCheckpoint(directory)
-        with self.supervisor.command(command, f"saving a checkpoint to {directory}"):
-            self.engine.save_checkpoint(directory)
+        """Gather the parameters on rank 0, then write the files there while the workers wait
+        idle (heartbeats keep their waits short however long the writing takes)."""
+        if self.engine.holds_whole_model:
+            state = self.engine.checkpoint_state()
+        else:
+            with self.supervisor.command(GatherState(), "gathering the model for a checkpoint"):
+                state = self.engine.checkpoint_state()
+        assert state is not None
+        config = config_from_dict(self.info.config)
+        save_state_checkpoint(state, config, directory, self.info.extra_files)
 
     def config_json(self) -> str:
         return json.dumps(self.info.config, sort_keys=True)

@@ -3,7 +3,8 @@
 Every rank executes the same sequence of commands (SPMD): rank 0 broadcasts a command over the
 gloo control group, then rank 0 and every worker run the matching engine method, whose
 collectives meet in the same order on every rank. Large data (result payloads, parameters)
-travels inside the engine methods, not in the command.
+travels inside the engine methods, not in the command. What rank 0 can do alone (decoding,
+exporting a replica, writing files) is no command: the workers would only wait for it.
 
 Workers report progress in the shared store (`progress/<rank>` = `<seq> <command> started` /
 `finished`) and stamp `alive/<rank>` with the time every few seconds, so that when a collective
@@ -73,10 +74,8 @@ class ExportParameters:
 
 
 @dataclass(frozen=True)
-class SaveCheckpoint:
-    """Write the model as a checkpoint directory on rank 0."""
-
-    directory: str
+class GatherState:
+    """Bring every parameter to rank 0 as a CPU tensor (rank 0 then writes a checkpoint)."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,7 @@ Command = (
     | Cancel
     | LoadParameters
     | ExportParameters
-    | SaveCheckpoint
+    | GatherState
     | Heartbeat
     | Shutdown
 )

@@ -22,10 +22,10 @@ from psyche_client.training.parallel.commands import (
     Cancel,
     Command,
     ExportParameters,
+    GatherState,
     Heartbeat,
     LoadModel,
     LoadParameters,
-    SaveCheckpoint,
     Train,
 )
 from psyche_client.training.parallel.launch import RankGroups
@@ -35,6 +35,7 @@ from psyche_client.training.trainer import TrainingCancelled, TrainOutput
 class Engine(Protocol):
     info: ModelInfo
     digest: bytes  # the weights hash (on rank 0), refreshed by load, apply and load_parameters
+    holds_whole_model: bool  # rank 0 exports and checkpoints alone (no command)
 
     @property
     def layout(self) -> ResultLayout:
@@ -51,7 +52,9 @@ class Engine(Protocol):
 
     def export_parameters(self) -> list[tuple[str, str, tuple[int, ...], bytes]] | None: ...
 
-    def save_checkpoint(self, directory: str) -> None: ...
+    def checkpoint_state(self) -> dict[str, torch.Tensor] | None:
+        """Every parameter as a CPU tensor, on rank 0 (None elsewhere)."""
+        ...
 
 
 def build_engine(groups: RankGroups, command: LoadModel) -> Engine:
@@ -90,8 +93,8 @@ def execute(engine: Engine | None, groups: RankGroups, command: Command) -> Engi
         engine.load_parameters(None)
     elif isinstance(command, ExportParameters):
         engine.export_parameters()
-    elif isinstance(command, SaveCheckpoint):
-        engine.save_checkpoint(command.directory)
+    elif isinstance(command, GatherState):
+        engine.checkpoint_state()
     else:
         raise RuntimeError(f"unknown command {command!r}")
     return engine

@@ -17,7 +17,7 @@ and after every apply; a mismatch raises `RankMismatch` naming the rank.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,7 +26,6 @@ from psyche_client.model.loading import (
     ModelInfo,
     load_parameter_bytes,
     raw_parameters,
-    save_checkpoint,
 )
 from psyche_client.training.distro_backend import RNG_SEED, load_run_model
 from psyche_client.training.parallel.collectives import (
@@ -41,7 +40,7 @@ from psyche_client.training.parallel.plan import split_samples
 from psyche_client.training.trainer import Trainer, TrainOutput
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+    pass
 
 
 class ReplicatedEngine:
@@ -53,6 +52,7 @@ class ReplicatedEngine:
         self.info = info
         self.digest = b""
         self.trains = 0  # train commands so far: the same count on every rank
+        self.holds_whole_model = True
 
     @classmethod
     def load(cls, groups: RankGroups, command: LoadModel) -> ReplicatedEngine:
@@ -124,10 +124,10 @@ class ReplicatedEngine:
     def export_parameters(self) -> list[tuple[str, str, tuple[int, ...], bytes]] | None:
         return raw_parameters(self.trainer.model) if self.groups.is_rank0 else None
 
-    def save_checkpoint(self, directory: str) -> None:
-        if self.groups.is_rank0:
-            model = cast("PreTrainedModel", self.trainer.model)
-            save_checkpoint(model, directory, extra_files=self.info.extra_files)
+    def checkpoint_state(self) -> dict[str, torch.Tensor] | None:
+        if not self.groups.is_rank0:
+            return None
+        return {name: p.detach().cpu() for name, p in self.trainer.model.named_parameters()}
 
     def _check(self, what: str) -> None:
         digest = self.trainer.weights_digest()

@@ -43,8 +43,6 @@ from psyche_client.distro import (
     ResultLayout,
     TensorPayload,
 )
-from psyche_client.model.checkpoint import save_state_checkpoint
-from psyche_client.model.loading import config_from_dict
 from psyche_client.model.params import hash_parameters, raw_entry
 from psyche_client.training.parallel.collectives import (
     any_rank,
@@ -96,6 +94,7 @@ class ShardedEngine:
         self.pending_own: dict[str, OwnResult] = {}
         self.trainer_nonce = 0
         self.digest = b""
+        self.holds_whole_model = False
 
     @classmethod
     def load(cls, groups: RankGroups, command: LoadModel) -> ShardedEngine:
@@ -280,11 +279,9 @@ class ShardedEngine:
         entries = [raw_entry(name, value) for name, value in self.model.stream_to_rank0()]
         return entries if self.groups.is_rank0 else None
 
-    def save_checkpoint(self, directory: str) -> None:
+    def checkpoint_state(self) -> dict[str, torch.Tensor] | None:
         state = {name: value.detach().cpu() for name, value in self.model.stream_to_rank0()}
-        if self.groups.is_rank0:
-            config = config_from_dict(self.info.config)
-            save_state_checkpoint(state, config, directory, self.info.extra_files)
+        return state if self.groups.is_rank0 else None
 
     def _refresh(self, what: str) -> None:
         self.model.verify(what)
