@@ -246,7 +246,9 @@ def train(
 
     if hub_repo and checkpoint_dir is None:
         raise click.UsageError("--hub-repo needs --checkpoint-dir")
-    data_parallelism = _parallel_rank_setup(data_parallelism, fsdp, device, parallel_timeout)
+    data_parallelism = _parallel_rank_setup(
+        data_parallelism, fsdp, device, parallel_timeout, dummy_training_delay_secs is not None
+    )
     identity = load_identity(identity_secret_key_path)
     bind = _interface_address(bind_p2p_interface) if bind_p2p_interface else "0.0.0.0"
     options = ClientOptions(
@@ -272,7 +274,7 @@ def train(
 
 
 def _parallel_rank_setup(
-    data_parallelism: int | None, fsdp: bool, device: str, timeout: float
+    data_parallelism: int | None, fsdp: bool, device: str, timeout: float, dummy: bool
 ) -> int:
     """The client's rank count. Under torchrun (`RANK`/`WORLD_SIZE` set) it is `WORLD_SIZE`,
     and a rank other than 0 becomes a worker here: it serves rank 0's commands and exits."""
@@ -294,10 +296,18 @@ def _parallel_rank_setup(
         ParallelSpec(ranks, fsdp)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    if env is not None and env.world_size > 1 and env.rank != 0:
-        from psyche_client.training.parallel.worker import serve
+    if dummy and ranks > 1:
+        raise click.UsageError("--dummy-training-delay-secs trains no model on several ranks")
+    if env is not None and env.world_size > 1:
+        if env.rank != 0:
+            from psyche_client.training.parallel.worker import serve
 
-        sys.exit(serve(env, device, timeout))
+            sys.exit(serve(env, device, timeout))
+        import atexit
+
+        from psyche_client.training.parallel.launch import release_workers
+
+        atexit.register(release_workers, env)  # workers waiting for a model load that never came
     return ranks
 
 

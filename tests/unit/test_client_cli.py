@@ -141,3 +141,18 @@ def test_train_refuses_fsdp_without_several_ranks() -> None:
         main, ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x", "--fsdp"]
     )
     assert result.exit_code != 0 and "data_parallelism >= 2" in result.output
+
+
+def test_train_refuses_dummy_training_on_several_ranks() -> None:
+    args = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
+    args += ["--data-parallelism", "2", "--dummy-training-delay-secs", "0.1"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code != 0 and "trains no model on several ranks" in result.output
+
+
+def test_train_refuses_a_rank_count_other_than_torchruns(monkeypatch) -> None:
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    args = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x", "--data-parallelism", "2"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code != 0 and "differs from torchrun's WORLD_SIZE 4" in result.output

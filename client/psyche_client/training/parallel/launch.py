@@ -13,8 +13,9 @@ its commands. Two ways to get there:
   store is torchrun's agent store when it provides one (`TORCHELASTIC_USE_AGENT_STORE`).
 
 Workers wait for rank 0 without a deadline (rank 0 may load its model long after start-up
-under torchrun): they block on a store key that rank 0 sets when it joins; rank 0 waits (up to
-`STARTUP_TIMEOUT`) until every worker has announced itself. After that every collective has the
+under torchrun): they block on a store key that rank 0 sets when it joins, and exit (status 0) when rank 0
+instead marks that it exited without joining (`release_workers`, at its exit under torchrun);
+rank 0 waits (up to `STARTUP_TIMEOUT`) until every worker has announced itself. After that every collective has the
 client's `--parallel-timeout`. `connect` returns the `RankGroups`: the
 data group (NCCL on CUDA, gloo on CPU) for gradients and parameter rows, and a gloo control
 group for commands, flags and Python objects.
@@ -44,6 +45,7 @@ ENV_TIMEOUT = "PSYCHE_PARALLEL_TIMEOUT"
 ENV_PARENT = "PSYCHE_PARALLEL_PARENT"
 STORE_PREFIX = "psyche-parallel"
 GO_KEY = "rank0-joined"
+DONE_KEY = "rank0-exited"
 PATIENT_WAIT = timedelta(days=7)  # workers wait this long for rank 0 to join
 STARTUP_TIMEOUT = 600.0  # rank 0 waits this long for its workers to start
 WORKER_MODULE = "psyche_client.training.parallel.worker"
@@ -112,7 +114,7 @@ def connect(
         _wait_for_workers(shared, env.world_size, abort, startup_timeout)
     else:
         shared.set(f"arrived/{env.rank}", "1")
-        shared.wait([GO_KEY])
+        _wait_for_rank0(shared)
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -127,6 +129,31 @@ def connect(
     data = dist.group.WORLD
     control = data if backend == "gloo" else dist.new_group(backend="gloo", timeout=deadline)
     return RankGroups(env.rank, env.world_size, device, data, control, shared, timeout)
+
+
+class RankZeroGone(ParallelLaunchError):
+    """Rank 0 exited (under torchrun) without ever starting the ranks' world."""
+
+
+def _wait_for_rank0(store: Any) -> None:
+    while not store.check([GO_KEY]):
+        if store.check([DONE_KEY]):
+            raise RankZeroGone("rank 0 exited before it loaded the model")
+        time.sleep(0.5)
+
+
+def release_workers(env: LaunchEnv) -> None:
+    """Rank 0 under torchrun is exiting: tell workers still waiting for it to join that it
+    never will (they exit with status 0). Harmless when they are gone already."""
+    with contextlib.suppress(Exception):
+        store = dist.TCPStore(
+            env.master_addr,
+            env.master_port,
+            is_master=not env.agent_store,
+            timeout=timedelta(seconds=5),
+            wait_for_workers=False,
+        )
+        dist.PrefixStore(STORE_PREFIX, store).set(DONE_KEY, "1")
 
 
 def _wait_for_workers(

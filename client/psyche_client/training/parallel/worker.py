@@ -21,6 +21,7 @@ from psyche_client.training.parallel.launch import (
     ENV_DEVICE,
     ENV_PARENT,
     ENV_TIMEOUT,
+    RankZeroGone,
     connect,
     disconnect,
     rank_device,
@@ -37,6 +38,9 @@ def serve(env: LaunchEnv, device_spec: str, timeout: float) -> int:
     try:
         device = rank_device(device_spec, env.local_rank, env.world_size)
         groups = connect(env, device, timeout)
+    except RankZeroGone as exc:
+        _say(env.rank, f"{exc}: nothing to do")
+        return 0
     except (DeviceError, ParallelLaunchError, RuntimeError, ValueError) as exc:
         _say(env.rank, f"cannot join the client's ranks: {exc}")
         return 1
