@@ -1,11 +1,12 @@
 """`ParallelBackend`: the `TrainingBackend` of a multi-device client, on rank 0.
 
-The round pipeline sees one backend, as for a single device. Every method that touches the
-model becomes a command that rank 0 broadcasts to its worker ranks and then executes its own
-share of (`engines`); `decode`, `begin_round` and `weights_hash` stay on rank 0 (the hash is
-the one every engine refreshed after loading and after every apply, so asking for it never
-waits). Results are encoded by rank 0 alone; their bytes are a single-device client's for the
-same gradient.
+The round pipeline sees one backend, as for a single device. Every method that changes or
+needs every rank's model becomes a command that rank 0 broadcasts to its worker ranks and then
+executes its own share of (`engines`); `decode`, `begin_round` and `weights_hash` stay on rank
+0 (the hash is the one every engine refreshed after loading and after every apply, so asking
+for it never waits), and so do exporting and checkpointing a replica (a sharded model is first
+gathered on rank 0 by a command; the files are written outside it). Results are encoded by
+rank 0 alone; their bytes are a single-device client's for the same gradient.
 
 `ParallelBackend.load` starts the world: under `torchrun` (the launch variables are set) rank 0
 joins the ranks torchrun started; otherwise it starts `data_parallelism - 1` worker
