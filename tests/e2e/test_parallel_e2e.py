@@ -92,7 +92,15 @@ def assert_loss_falls(proc: Proc, by: float) -> None:
     assert last < first - by, f"{proc.name}: loss {first:.3f} -> {last:.3f}"
 
 
-@pytest.mark.parametrize("sharded", [False, True], ids=["data-parallel", "fsdp"])
+@pytest.mark.parametrize(
+    "sharded",
+    [
+        pytest.param(False, id="data-parallel"),
+        # slow (~75 s on 2 cores); the default suite checks a sharded client against a
+        # single-device one in tests/integration/test_parallel_backend.py
+        pytest.param(True, id="fsdp", marks=pytest.mark.slow),
+    ],
+)
 def test_two_rank_client_trains_with_single_device_peers(cluster, sharded: bool) -> None:
     """One 2-rank client and two 1-rank clients: identical weights hashes at every applied
     step, the loss falls on every client, and the workers exit with their client."""
