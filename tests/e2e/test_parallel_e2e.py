@@ -149,7 +149,7 @@ def test_dead_or_frozen_rank_ends_the_client(cluster, sig: int, expected: str) -
     """A worker rank killed or frozen mid-run: the client exits with status 2, says which
     rank failed and how, and leaves no process behind."""
     c = cluster(total_steps=200, epoch_time=600, init_min_clients=2)
-    multi, _ = start_pair(c, "--parallel-timeout", "6")
+    multi, _ = start_pair(c, "--parallel-timeout", "10")
     (worker,) = worker_pids(multi)
     time.sleep(2)
     os.kill(worker, sig)
