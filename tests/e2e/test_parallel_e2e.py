@@ -131,7 +131,7 @@ def start_pair(c: Cluster, *extra: str) -> tuple[Proc, Proc]:
     c.start_server()
     multi = c.start_client("--data-parallelism", "2", *extra)
     single = c.start_client()
-    wait_for(lambda: multi.events("model ready"), 120, "the 2-rank client's model", c.diagnostics)
+    wait_for(lambda: multi.events("model ready"), 240, "the 2-rank client's model", c.diagnostics)
     workers = worker_pids(multi)
     assert len(workers) == 1, workers
     return multi, single
