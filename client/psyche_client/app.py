@@ -71,6 +71,9 @@ class ClientOptions:
     data_fetch_retry_delay: float = 2.0
     server_reconnect_timeout: float = 600.0
     """Seconds to keep reconnecting after losing the server (0: exit at once)."""
+    data_parallelism: int = 1
+    fsdp: bool = False
+    parallel_timeout: float = 300.0
 
 
 class NodeNetwork:
@@ -163,6 +166,19 @@ class ClientApp:
         backend: TrainingBackend
         if self.options.dummy_training_delay_secs is not None:
             backend = DummyBackend(self.options.dummy_training_delay_secs)
+        elif self.options.data_parallelism > 1:
+            peer_config = await self._peer_config(peers) if from_peers else None
+            backend = await asyncio.to_thread(
+                _load_parallel_backend,
+                coordinator,
+                data_parallelism=self.options.data_parallelism,
+                fsdp=self.options.fsdp,
+                device=self.options.device,
+                micro_batch_size=self.options.micro_batch_size,
+                timeout=self.options.parallel_timeout,
+                from_peers=from_peers,
+                peer_config=peer_config,
+            )
         else:
             peer_config = await self._peer_config(peers) if from_peers else None
             # importing torch and transformers takes seconds (tens on a loaded machine): in the
@@ -357,6 +373,16 @@ def _load_distro_backend(
         from_peers=from_peers,
         peer_config=peer_config,
     )
+
+
+def _load_parallel_backend(
+    coordinator: Coordinator, *, data_parallelism: int, fsdp: bool, **options: Any
+) -> TrainingBackend:
+    """Like `_load_distro_backend`, over several local ranks (torch imported here too)."""
+    from psyche_client.training.parallel.backend import ParallelBackend
+    from psyche_client.training.parallel.plan import ParallelSpec
+
+    return ParallelBackend.load(coordinator, spec=ParallelSpec(data_parallelism, fsdp), **options)
 
 
 def _exit_code(first: asyncio.Task[Any]) -> int:

@@ -228,6 +228,32 @@ def show_identity(identity_secret_key_path: Path | None) -> None:
     "+-20% at random. 0: exit at once (exit code 1). The first connection is not retried.",
 )
 @click.option(
+    "--data-parallelism",
+    type=click.IntRange(min=1),
+    default=None,
+    envvar="DATA_PARALLELISM",
+    help="Local ranks (devices) this client trains on; each trains a share of every batch. "
+    "The client starts the other ranks itself; under torchrun the default is WORLD_SIZE. "
+    "With CUDA, rank r uses GPU r.  [default: 1]",
+)
+@click.option(
+    "--fsdp",
+    is_flag=True,
+    default=False,
+    envvar="FSDP",
+    help="Shard the model over the --data-parallelism ranks (FSDP2 fully_shard) instead of "
+    "holding a full copy on each: trains a model that does not fit one device.",
+)
+@click.option(
+    "--parallel-timeout",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    envvar="PARALLEL_TIMEOUT",
+    help="Seconds a rank may keep the others waiting (a collective, or no sign of life) "
+    "before the client gives up on it and exits.",
+)
+@click.option(
     "--dummy-training-delay-secs",
     type=click.FloatRange(min=0),
     default=None,
@@ -254,6 +280,9 @@ def train(
     data_fetch_attempts: int,
     data_fetch_retry_delay: float,
     server_reconnect_timeout: float,
+    data_parallelism: int | None,
+    fsdp: bool,
+    parallel_timeout: float,
     dummy_training_delay_secs: float | None,
 ) -> None:
     """Join run RUN_ID at the coordinator SERVER_ADDR and train until the run finishes."""
@@ -261,6 +290,9 @@ def train(
 
     if hub_repo and checkpoint_dir is None:
         raise click.UsageError("--hub-repo needs --checkpoint-dir")
+    data_parallelism = _parallel_rank_setup(
+        data_parallelism, fsdp, device, parallel_timeout, dummy_training_delay_secs is not None
+    )
     identity = load_identity(identity_secret_key_path)
     bind = _interface_address(bind_p2p_interface) if bind_p2p_interface else "0.0.0.0"
     options = ClientOptions(
@@ -282,8 +314,49 @@ def train(
         data_fetch_retry_delay=data_fetch_retry_delay,
         server_reconnect_timeout=server_reconnect_timeout,
         dummy_training_delay_secs=dummy_training_delay_secs,
+        data_parallelism=data_parallelism,
+        fsdp=fsdp,
+        parallel_timeout=parallel_timeout,
     )
     sys.exit(_run(options, logs, write_log))
+
+
+def _parallel_rank_setup(
+    data_parallelism: int | None, fsdp: bool, device: str, timeout: float, dummy: bool
+) -> int:
+    """The client's rank count. Under torchrun (`RANK`/`WORLD_SIZE` set) it is `WORLD_SIZE`,
+    and a rank other than 0 becomes a worker here: it serves rank 0's commands and exits."""
+    from psyche_client.training.parallel.plan import LaunchEnv, ParallelLaunchError, ParallelSpec
+
+    try:
+        env = LaunchEnv.from_env(os.environ)
+    except ParallelLaunchError as exc:
+        raise click.UsageError(str(exc)) from exc
+    ranks = data_parallelism or 1
+    if env is not None and env.world_size > 1:
+        if data_parallelism not in (None, env.world_size):
+            raise click.UsageError(
+                f"--data-parallelism {data_parallelism} differs from torchrun's WORLD_SIZE "
+                f"{env.world_size}"
+            )
+        ranks = env.world_size
+    try:
+        ParallelSpec(ranks, fsdp)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if dummy and ranks > 1:
+        raise click.UsageError("--dummy-training-delay-secs trains no model on several ranks")
+    if env is not None and env.world_size > 1:
+        if env.rank != 0:
+            from psyche_client.training.parallel.worker import serve
+
+            sys.exit(serve(env, device, timeout))
+        import atexit
+
+        from psyche_client.training.parallel.launch import release_workers
+
+        atexit.register(release_workers, env)  # workers waiting for a model load that never came
+    return ranks
 
 
 def _is_loopback_server(server_addr: str) -> bool:
@@ -345,13 +418,24 @@ def _add_file_log(path: Path) -> None:
     help="Micro-batch size you plan to train with.",
 )
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-def check(state_path: Path, micro_batch_size: int, device: str) -> None:
-    """Estimate memory and DisTrO traffic of a run for this machine (no download of weights
-    when the model is a builtin preset or a local directory)."""
+@click.option(
+    "--data-parallelism",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Local ranks (devices) the client will train on.",
+)
+@click.option("--fsdp", is_flag=True, default=False, help="The model will be sharded (--fsdp).")
+def check(
+    state_path: Path, micro_batch_size: int, device: str, data_parallelism: int, fsdp: bool
+) -> None:
+    """Estimate memory per device and DisTrO traffic of a run for this machine (no download
+    of weights when the model is a builtin preset or a local directory)."""
     from psyche_common.config import load_state
 
     from psyche_client.model.estimate import estimate_run
     from psyche_client.model.loading import ModelLoadError, load_model_config
+    from psyche_client.training.parallel.plan import ParallelSpec
 
     state = load_state(state_path)
     checkpoint = state.model.checkpoint
@@ -365,7 +449,11 @@ def check(state_path: Path, micro_batch_size: int, device: str) -> None:
         model_config = load_model_config(repo_id, getattr(checkpoint, "revision", None))
     except ModelLoadError as exc:
         raise click.ClickException(f"{state_path}: model.LLM.checkpoint: {exc}") from exc
-    estimate = estimate_run(state.model, model_config, micro_batch_size, device)
+    try:
+        spec = ParallelSpec(data_parallelism, fsdp)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    estimate = estimate_run(state.model, model_config, micro_batch_size, device, parallel=spec)
     click.echo(estimate.render())
     if estimate.fits is False:
         sys.exit(1)

@@ -165,3 +165,36 @@ def test_write_log_gets_the_json_lines(tmp_path: Path) -> None:
             handler.close()
     assert result.exit_code == 1, result.output
     assert "cannot connect to server 127.0.0.1:1" in log_file.read_text()
+
+
+def test_check_reports_memory_per_device_for_a_sharded_client(repo_root: Path) -> None:
+    state = str(repo_root / "state.toml.example")
+    args = ["check", "--state", state, "--device", "cpu", "--data-parallelism", "2", "--fsdp"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "2 ranks on cpu, model sharded (--fsdp)" in result.output
+    assert "memory per device: parameter shards" in result.output
+    refused = CliRunner().invoke(main, ["check", "--state", state, "--fsdp"])
+    assert refused.exit_code != 0 and "data_parallelism >= 2" in refused.output
+
+
+def test_train_refuses_fsdp_without_several_ranks() -> None:
+    result = CliRunner().invoke(
+        main, ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x", "--fsdp"]
+    )
+    assert result.exit_code != 0 and "data_parallelism >= 2" in result.output
+
+
+def test_train_refuses_dummy_training_on_several_ranks() -> None:
+    args = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
+    args += ["--data-parallelism", "2", "--dummy-training-delay-secs", "0.1"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code != 0 and "trains no model on several ranks" in result.output
+
+
+def test_train_refuses_a_rank_count_other_than_torchruns(monkeypatch) -> None:
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    args = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x", "--data-parallelism", "2"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code != 0 and "differs from torchrun's WORLD_SIZE 4" in result.output

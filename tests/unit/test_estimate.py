@@ -10,6 +10,8 @@ from psyche_client.model.estimate import (
     estimate_run,
 )
 from psyche_client.model.loading import builtin_config
+from psyche_client.training.parallel.collectives import BUCKET_ELEMENTS
+from psyche_client.training.parallel.plan import ParallelSpec
 from psyche_common.config import AdamWOptimizer, DistroOptimizer, SparseLocoOptimizer
 
 
@@ -131,3 +133,70 @@ def test_render_and_fit_verdict() -> None:
 def test_bad_micro_batch() -> None:
     with pytest.raises(ValueError, match="micro_batch_size"):
         estimate_run(LLM(distro(64, 8, True)), builtin_config("llama-tiny"), 0)
+
+
+def test_per_device_memory_for_each_parallel_layout() -> None:
+    """Replicas hold what one device holds plus the fp32 all-reduce bucket (at most
+    `BUCKET_ELEMENTS`); sharding over N
+    ranks cuts the model's share per device to about 1/N (owned copies, momentum and shards),
+    plus the unsharded root and two layers while training."""
+    config = builtin_config("llama-20m")
+    llm = LLM(distro(64, 8, True), 512)
+    single = estimate_run(llm, config, 1, "cpu")
+    replicated = estimate_run(llm, config, 1, "cpu", parallel=ParallelSpec(2))
+    sharded = {
+        n: estimate_run(llm, config, 1, "cpu", parallel=ParallelSpec(n, fsdp=True)) for n in (2, 4)
+    }
+    rows = dict(replicated.memory)
+    bucket = min(single.num_parameters, BUCKET_ELEMENTS) * 4
+    assert rows["gradient all-reduce bucket (fp32)"] == bucket
+    assert replicated.total_bytes == single.total_bytes + bucket
+    weights = single.num_parameters * 2  # bf16
+    for ranks, estimate in sharded.items():
+        rows = dict(estimate.memory)
+        assert rows["parameter shards"] == pytest.approx(weights / ranks, rel=0.01)
+        assert "saved weights (lookahead undo)" not in rows
+    # DisTrO state is owned by whole parameters: two ranks split it about evenly; with four,
+    # the rank that owns the 32000 x 256 embedding holds more than a quarter
+    assert dict(sharded[2].memory)["full copies of owned parameters"] == pytest.approx(
+        weights / 2, rel=0.1
+    )
+    assert dict(sharded[4].memory)["full copies of owned parameters"] == 32000 * 256 * 2
+    text = sharded[2].render()
+    assert "2 ranks on cpu, model sharded (--fsdp)" in text
+    assert "memory per device: parameter shards" in text
+    # CPU ranks share the host's memory: all of them must fit into it together
+    assert sharded[2].needed_bytes == 2 * sharded[2].total_bytes
+    assert "memory of all 2 ranks (shared)" in text
+
+
+TINYLLAMA_1B = {
+    "model_type": "llama",
+    "hidden_size": 2048,
+    "intermediate_size": 5632,
+    "num_hidden_layers": 22,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "vocab_size": 32000,
+    "tie_word_embeddings": False,
+}
+
+
+def test_sharding_a_1b_model_cuts_its_memory_per_device() -> None:
+    llm = LLM(distro(64, 8, True), 2048)
+    single = estimate_run(llm, TINYLLAMA_1B, 1, "cpu")
+    activations = dict(single.memory)["activations (one micro-batch)"]
+    model = single.total_bytes - activations
+    for ranks in (2, 4, 8):
+        estimate = estimate_run(
+            llm, TINYLLAMA_1B, 1, "cpu", parallel=ParallelSpec(ranks, fsdp=True)
+        )
+        assert dict(estimate.memory)["activations (one micro-batch)"] == activations
+        per_device = estimate.total_bytes - activations
+        assert per_device < model * (1.3 / ranks + 0.1), ranks
+
+
+def test_parallel_estimate_needs_distro() -> None:
+    adamw = AdamWOptimizer(betas=(0.9, 0.95), weight_decay=0.0, eps=1e-8)
+    with pytest.raises(ValueError, match="DisTrO only"):
+        estimate_run(LLM(adamw), builtin_config("llama-tiny"), 1, parallel=ParallelSpec(2))

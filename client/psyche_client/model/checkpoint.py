@@ -1,5 +1,6 @@
 """Checkpoints of a trained model: a Hugging Face safetensors directory (with the tokenizer and
-the model's other files) and its upload to the Hub as one commit."""
+the model's other files), written from a model or from a state dict, and its upload to the Hub
+as one commit."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from transformers import PreTrainedModel
+import torch
+from transformers import PretrainedConfig, PreTrainedModel
 
 from psyche_client.model.checkpoint_dir import CheckpointError
 
@@ -45,6 +47,32 @@ def save_checkpoint(
     model.save_pretrained(str(target))
     if tokenizer_path is not None:
         _copy_tokenizer(Path(tokenizer_path), target)
+    for extra in extra_files:
+        extra_path = Path(extra)
+        if not (target / extra_path.name).exists():
+            shutil.copy2(extra_path, target / extra_path.name)
+    return target
+
+
+def save_state_checkpoint(
+    state: dict[str, torch.Tensor],
+    config: PretrainedConfig,
+    directory: str | Path,
+    extra_files: Iterable[str | Path] = (),
+) -> Path:
+    """Write a checkpoint from a state dict (a model no process holds whole, e.g. a sharded
+    one): `model.safetensors` and `config.json` in the layout `save_checkpoint` writes, plus
+    any extra files that are not written already."""
+    from safetensors.torch import save_file
+
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    save_file(
+        {name: tensor.contiguous() for name, tensor in state.items()},
+        str(target / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
+    config.save_pretrained(str(target))
     for extra in extra_files:
         extra_path = Path(extra)
         if not (target / extra_path.name).exists():

@@ -11,7 +11,9 @@
     chosen per dimension, top-k indices u8/u16/u32, bf16 or 1-bit values, postcard overhead);
     for SparseLoCo (not in the reference) the payload of psyche-py's own format instead.
 It compares the total with the free memory of the device (MemAvailable of /proc/meminfo for the
-CPU, `torch.cuda.mem_get_info` for CUDA). `Estimate.render()` gives a text table.
+CPU, `torch.cuda.mem_get_info` for CUDA). With a multi-device `parallel` layout the memory rows
+are per device (`estimate_parallel`); CPU ranks share the host's memory, so there the total
+of all ranks is compared with it. `Estimate.render()` gives a text table.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from psyche_client.distro.result import ResultLayout
 from psyche_client.distro.values import ValueKind
+from psyche_client.model.estimate_parallel import per_device_memory
 from psyche_client.model.loading import config_from_dict
 from psyche_client.training.device import resolve_device
+from psyche_client.training.parallel.plan import ParallelSpec
 from psyche_client.units import format_bytes
 
 FIT_MARGIN = 0.9  # use at most this share of the free memory
@@ -155,9 +159,12 @@ def free_memory_bytes(device: torch.device) -> int | None:
     return None
 
 
-def _meta_shapes(config: PretrainedConfig) -> list[tuple[str, tuple[int, ...]]]:
+def _meta_model(config: PretrainedConfig) -> torch.nn.Module:
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        return AutoModelForCausalLM.from_config(config)
+
+
+def _shapes(model: torch.nn.Module) -> list[tuple[str, tuple[int, ...]]]:
     return sorted((name, tuple(p.shape)) for name, p in model.named_parameters())
 
 
@@ -194,16 +201,29 @@ class Estimate:
     distro_result_bytes: int | None = None
     num_clients: int | None = None
     notes: list[str] = field(default_factory=list)
+    parallel: ParallelSpec = field(default_factory=ParallelSpec)
 
     @property
     def total_bytes(self) -> int:
+        """Memory of one device (of every device alike with a multi-device layout)."""
         return sum(size for _, size in self.memory)
+
+    @property
+    def shares_free_memory(self) -> bool:
+        """All ranks draw on the same free memory (CPU ranks share the host's)."""
+        return self.parallel.enabled and self.device.startswith("cpu")
+
+    @property
+    def needed_bytes(self) -> int:
+        """What must fit into `free_bytes`."""
+        ranks = self.parallel.world_size if self.shares_free_memory else 1
+        return self.total_bytes * ranks
 
     @property
     def fits(self) -> bool | None:
         if self.free_bytes is None:
             return None
-        return self.total_bytes <= self.free_bytes * FIT_MARGIN
+        return self.needed_bytes <= self.free_bytes * FIT_MARGIN
 
     @property
     def distro_download_bytes_per_step(self) -> int | None:
@@ -214,11 +234,16 @@ class Estimate:
     def render(self) -> str:
         rows: list[tuple[str, str]] = [
             ("parameters", f"{self.num_parameters:,} ({self.dtype})"),
+            ("devices", self._devices()),
             ("micro-batch", f"{self.micro_batch_size} x {self.max_seq_len} tokens"),
             ("optimizer", self.optimizer),
         ]
-        rows += [(f"memory: {label}", format_bytes(size)) for label, size in self.memory]
-        rows.append(("memory: total (approx.)", format_bytes(self.total_bytes)))
+        memory = "memory per device" if self.parallel.enabled else "memory"
+        rows += [(f"{memory}: {label}", format_bytes(size)) for label, size in self.memory]
+        rows.append((f"{memory}: total (approx.)", format_bytes(self.total_bytes)))
+        if self.shares_free_memory:
+            ranks = self.parallel.world_size
+            rows.append((f"memory of all {ranks} ranks (shared)", format_bytes(self.needed_bytes)))
         free = "unknown" if self.free_bytes is None else format_bytes(self.free_bytes)
         rows.append((f"free on {self.device}", free))
         verdict = {True: "yes", False: "NO", None: "unknown"}[self.fits]
@@ -238,6 +263,13 @@ class Estimate:
         lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)
 
+    def _devices(self) -> str:
+        spec = self.parallel
+        if not spec.enabled:
+            return f"1 ({self.device})"
+        layout = "model sharded (--fsdp)" if spec.fsdp else "a full replica each"
+        return f"{spec.world_size} ranks on {self.device.split(':')[0]}, {layout}"
+
 
 def _read(obj: Any, name: str, default: Any = None) -> Any:
     return obj.get(name, default) if isinstance(obj, dict) else getattr(obj, name, default)
@@ -251,8 +283,10 @@ def estimate_run(
     *,
     dtype: torch.dtype = torch.bfloat16,
     num_clients: int | None = None,
+    parallel: ParallelSpec | None = None,
 ) -> Estimate:
-    """Estimate one client's memory and DisTrO traffic for a run.
+    """Estimate one client's memory (per device, with a multi-device `parallel` layout) and
+    DisTrO traffic for a run.
 
     `llm_config` is `psyche_common.config.LLMConfig` (reads `max_seq_len` and `optimizer`);
     `model_config` is the model's config.json dict or a transformers config.
@@ -265,7 +299,9 @@ def estimate_run(
     optimizer = _read(llm_config, "optimizer")
     kind = _read(optimizer, "kind", "Dummy") if optimizer is not None else "Dummy"
     elem = torch.empty((), dtype=dtype).element_size()
-    shapes = _meta_shapes(config)
+    spec = parallel or ParallelSpec()
+    meta = _meta_model(config)
+    shapes = _shapes(meta)
     num_parameters = sum(math.prod(shape) for _, shape in shapes)
     weights = num_parameters * elem
     memory: list[tuple[str, int]] = [("parameters", weights), ("gradients", weights)]
@@ -294,6 +330,12 @@ def estimate_run(
         notes.append("SparseLoCo sizes are payloads of psyche-py's result format (docs/distro.md)")
     elif kind == "AdamW":
         memory.append(("AdamW moments", 2 * weights))
+    if spec.enabled:
+        memory = per_device_memory(meta, spec, elem, kind == "Distro") + [
+            row for row in memory if row[0] == "peer results (2 rounds)"
+        ]
+        if kind == "AdamW":
+            raise ValueError("a multi-device client trains with DisTrO only")
     memory.append(
         ("activations (one micro-batch)", activation_bytes(config, micro_batch_size, seq_len, elem))
     )
@@ -309,4 +351,5 @@ def estimate_run(
         distro_result_bytes=result_bytes,
         num_clients=num_clients,
         notes=notes,
+        parallel=spec,
     )

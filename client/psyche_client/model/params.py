@@ -8,6 +8,7 @@ raw bytes are the contiguous CPU layout (native little-endian).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import torch
@@ -43,8 +44,14 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def weights_hash(model: torch.nn.Module) -> str:
     """SHA-256 (hex) over every parameter in ascending name order: for each one the name, the
     dtype, the shape and the raw little-endian bytes, each length-prefixed."""
+    return hash_parameters(_sorted_parameters(model))
+
+
+def hash_parameters(named: Iterable[tuple[str, torch.Tensor]]) -> str:
+    """`weights_hash` over `(name, tensor)` pairs given in ascending name order, consumed one
+    at a time (a sharded model streams its parameters through it)."""
     digest = hashlib.sha256()
-    for name, param in _sorted_parameters(model):
+    for name, param in named:
         for part in (name.encode(), _dtype_name(param.dtype).encode()):
             digest.update(len(part).to_bytes(4, "little"))
             digest.update(part)
@@ -73,15 +80,17 @@ def model_parameters_manifest(model: torch.nn.Module) -> list[ParameterEntry]:
 def raw_parameters(model: torch.nn.Module) -> list[tuple[str, str, tuple[int, ...], bytes]]:
     """(name, dtype, shape, raw bytes) of every parameter, in name order; unlike
     `model_parameters_manifest` it hashes nothing."""
-    return [
-        (
-            name,
-            _dtype_name(param.dtype),
-            tuple(int(d) for d in param.shape),
-            bytes(_raw_view(param)),
-        )
-        for name, param in _sorted_parameters(model)
-    ]
+    return [raw_entry(name, param) for name, param in _sorted_parameters(model)]
+
+
+def raw_entry(name: str, tensor: torch.Tensor) -> tuple[str, str, tuple[int, ...], bytes]:
+    """(name, dtype, shape, raw bytes) of one tensor, as `raw_parameters` lists them."""
+    return (name, _dtype_name(tensor.dtype), tuple(int(d) for d in tensor.shape), raw_bytes(tensor))
+
+
+def raw_bytes(tensor: torch.Tensor) -> bytes:
+    """The raw contiguous CPU bytes of a tensor (native little-endian layout)."""
+    return bytes(_raw_view(tensor))
 
 
 def parameter_names(model: torch.nn.Module) -> set[str]:

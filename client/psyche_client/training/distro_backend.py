@@ -5,6 +5,9 @@ Loads the model the coordinator's checkpoint names (`model_io.load_model`: local
 computes learning rates from the run's schedule (cold-start factor included). Results travel
 as `DistroResult.encode()` bytes; `decode` checks them strictly against this model's layout,
 the announced step/batch and the signed commitment before anything uses them.
+
+`load_run_model` and `decode_checked` are the model loading and result checking shared with
+the multi-device backend (`psyche_client.training.parallel`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from psyche_common.assignment import BatchId
 from psyche_common.coordinator import Coordinator
 from psyche_common.lr_schedule import effective_lr
 
-from psyche_client.distro.result import DistroResult, ResultDecodeError
+from psyche_client.distro.result import DistroResult, ResultDecodeError, ResultLayout
 from psyche_client.model.loading import (
     ModelInfo,
     build_model_from_config,
@@ -37,6 +40,54 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 RNG_SEED = 1337
+
+
+def checkpoint_source(checkpoint: Any) -> str | None:
+    """The model repository a coordinator checkpoint names (None for one that names none)."""
+    return getattr(checkpoint, "repo_id", None) or None
+
+
+def load_run_model(
+    source: str | None,
+    revision: str | None,
+    peer_config: dict[str, Any] | None,
+    device: torch.device,
+) -> tuple[torch.nn.Module, ModelInfo]:
+    """The run's model in fp32 on `device`: built from a peer-shared `peer_config` (weights
+    come later from peers), else loaded from `source` (local directory, `builtin:` or Hub)."""
+    if peer_config is not None:
+        model = build_model_from_config(peer_config, device=device)
+        info = ModelInfo(
+            source="p2p",
+            kind="p2p",
+            seeded=False,
+            seed=None,
+            path=None,
+            config=peer_config,
+            num_parameters=sum(p.numel() for p in model.parameters()),
+        )
+        return model, info
+    if not source:
+        raise ValueError("the run's checkpoint names no model repository")
+    return load_model(source, revision, device=device, dtype=torch.float32)
+
+
+def decode_checked(
+    payload: bytes, layout: ResultLayout, step: int, batch: BatchId, data_hash: bytes
+) -> DistroResult:
+    """Strictly decode a peer's result and check it against its announcement (step, batch)
+    and its signed commitment; raises ValueError."""
+    try:
+        result = DistroResult.decode(payload, layout)
+    except ResultDecodeError as exc:
+        raise ValueError(f"malformed result: {exc}") from exc
+    if result.step != step or result.batch_id != batch:
+        raise ValueError(
+            f"result is for step {result.step} {result.batch_id}, announced for step {step} {batch}"
+        )
+    if result.data_hash() != data_hash:
+        raise ValueError("result bytes do not match the signed commitment")
+    return result
 
 
 class DistroBackend:
@@ -71,27 +122,15 @@ class DistroBackend:
         llm = coordinator.model
         checkpoint = llm.checkpoint
         torch_device = resolve_device(device)
-        if peer_config is not None:
-            model = build_model_from_config(peer_config, device=torch_device)
-            info = ModelInfo(
-                source="p2p",
-                kind="p2p",
-                seeded=False,
-                seed=None,
-                path=None,
-                config=peer_config,
-                num_parameters=sum(p.numel() for p in model.parameters()),
-            )
-        else:
-            repo_id = getattr(checkpoint, "repo_id", None)
-            if not repo_id:
-                raise ValueError(f"checkpoint {checkpoint!r} names no model repository")
-            model, info = load_model(
-                repo_id,
-                getattr(checkpoint, "revision", None),
-                device=torch_device,
-                dtype=torch.float32,
-            )
+        source = checkpoint_source(checkpoint)
+        if source is None and peer_config is None:
+            raise ValueError(f"checkpoint {checkpoint!r} names no model repository")
+        model, info = load_run_model(
+            source,
+            getattr(checkpoint, "revision", None),
+            peer_config,
+            torch_device,
+        )
         trainer = Trainer(
             model, llm.optimizer, device=torch_device, micro_batch_size=micro_batch_size
         )
@@ -128,18 +167,7 @@ class DistroBackend:
         )
 
     def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> DistroResult:
-        try:
-            result = self.trainer.decode_result(payload)
-        except ResultDecodeError as exc:
-            raise ValueError(f"malformed result: {exc}") from exc
-        if result.step != step or result.batch_id != batch:
-            raise ValueError(
-                f"result is for step {result.step} {result.batch_id}, announced for step "
-                f"{step} {batch}"
-            )
-        if result.data_hash() != data_hash:
-            raise ValueError("result bytes do not match the signed commitment")
-        return result
+        return decode_checked(payload, self.trainer.layout, step, batch, data_hash)
 
     def apply(self, step: int, results: Sequence[DecodedResult]) -> None:
         distro_results = [r for r in results if isinstance(r, DistroResult)]

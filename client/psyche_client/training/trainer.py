@@ -21,9 +21,18 @@ at the next `train` (error feedback). With a SparseLoCo config `train` splits th
 AdamW config `train` steps AdamW directly and returns no result (central or comparison runs);
 `apply` is DisTrO and SparseLoCo only.
 
+Data parallelism: `train(..., sync=...)` takes a `GradientSync` (implemented in
+`psyche_client.training.parallel.collectives`) when `tokens` is one rank's share of a batch
+that several ranks train together. Micro-batch weights then use the whole batch's sample count;
+before each micro-batch the rank asks `sync` whether to stop (a cancellation seen by one rank
+reaches the others without waiting for them); after its micro-batches `sync.reduce` either sums
+the gradients and loss sums over the ranks (before clipping and `generate`) or, when any rank
+stopped, tells every rank to raise `TrainingCancelled`.
+
 API: `AdamWSettings`, `optimizer_settings(config)` (from `optimizer_settings`), `TrainOutput`,
 `TrainingCancelled`,
-`Trainer(model, optimizer, *, device, micro_batch_size, dtype=None)` with `.train(...)`,
+`GradientSync`, `Trainer(model, optimizer, *, device, micro_batch_size, dtype=None)` with
+`.train(...)`,
 `.apply(results, step, lr) -> int`, `.evaluate(tokens) -> float`, `.decode_result(data)`,
 `.drop_pending_result()`, `.weights_hash() -> str` (hex), `.weights_digest() -> bytes`,
 `.layout`, and `weights_digest(model) -> bytes` (same value as `model_io.weights_hash`).
@@ -36,7 +45,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -76,6 +85,32 @@ _DTYPES = {
 class TrainingCancelled(RuntimeError):
     """`train` stopped before a micro-batch because the round was cancelled; weights and
     momentum are as they were before the call."""
+
+
+class GradientSync(Protocol):
+    """How one data-parallel rank's `train` call meets the other ranks training the same batch."""
+
+    @property
+    def batch_samples(self) -> int:
+        """Samples in the whole batch, over every rank (the micro-batch weights' denominator)."""
+        ...
+
+    def should_stop(self, local: bool) -> bool:
+        """Before each of this rank's micro-batches (not collective): True when this rank
+        (`local`, which the other ranks are then told about) or another one stopped."""
+        ...
+
+    def reduce(
+        self,
+        params: Sequence[torch.nn.Parameter],
+        loss_sum: float,
+        counted: int,
+        stopped: bool,
+    ) -> tuple[float, int] | None:
+        """Collective, once after the micro-batches: None on every rank when any rank stopped;
+        otherwise sum every parameter's gradient (None counts as zeros) and the loss sums over
+        the ranks, in place, and return the summed `(loss_sum, counted)`."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -156,13 +191,15 @@ class Trainer:
         *,
         zero_optim: bool = False,
         cancelled: Callable[[], bool] | None = None,
+        sync: GradientSync | None = None,
     ) -> TrainOutput:
         """Train on `tokens` (int64, `(n, seq_len)`) for coordinator `step` (see module doc).
 
-        Raises `TrainingCancelled` when `cancelled()` turns true before a micro-batch; the
-        weights are then restored and the momentum is untouched.
+        Raises `TrainingCancelled` when `cancelled()` turns true before a micro-batch (with
+        `sync`: on any rank); the weights are then restored and the momentum is untouched.
+        With `sync`, `tokens` is this rank's share of the batch and may have no rows.
         """
-        input_ids = self._to_input(tokens)
+        input_ids = self._to_input(tokens, allow_empty=sync is not None)
         nonce = self.trainer_nonce
         self.trainer_nonce += 1
         self.model.train()
@@ -179,9 +216,9 @@ class Trainer:
         try:
             if self._distro is not None:
                 with self._distro.lookahead(prev_lr):
-                    loss, used, skipped = self._forward_backward(input_ids, cancelled)
+                    loss, used, skipped = self._forward_backward(input_ids, cancelled, sync)
             else:
-                loss, used, skipped = self._forward_backward(input_ids, cancelled)
+                loss, used, skipped = self._forward_backward(input_ids, cancelled, sync)
         except TrainingCancelled:
             self.model.zero_grad(set_to_none=True)
             raise
@@ -260,16 +297,28 @@ class Trainer:
         )
 
     def _forward_backward(
-        self, input_ids: torch.Tensor, cancelled: Callable[[], bool] | None
+        self,
+        input_ids: torch.Tensor,
+        cancelled: Callable[[], bool] | None,
+        sync: GradientSync | None = None,
     ) -> tuple[float, int, int]:
-        total = input_ids.shape[0]
+        total = input_ids.shape[0] if sync is None else sync.batch_samples
         loss_sum = 0.0
         counted = 0
         skipped = 0
-        micro_batches = torch.split(input_ids, self.micro_batch_size, dim=0)
+        micro_batches = (
+            torch.split(input_ids, self.micro_batch_size, dim=0) if len(input_ids) else ()
+        )
+        stopped = False
         for micro_batch in micro_batches:
-            if cancelled is not None and cancelled():
-                raise TrainingCancelled("training cancelled before a micro-batch")
+            stop = cancelled is not None and cancelled()
+            if sync is not None:
+                stop = sync.should_stop(stop)
+            if stop:
+                if sync is None:
+                    raise TrainingCancelled("training cancelled before a micro-batch")
+                stopped = True
+                break
             loss = self.model(input_ids=micro_batch, labels=micro_batch).loss
             weight = micro_batch.shape[0] / total  # equal-length samples: share of tokens
             value = float(loss.detach())
@@ -280,6 +329,11 @@ class Trainer:
             (loss * weight).backward()
             loss_sum += value * weight
             counted += micro_batch.shape[0]
+        if sync is not None:
+            reduced = sync.reduce([p for _, p in self._params], loss_sum, counted, stopped)
+            if reduced is None:
+                raise TrainingCancelled("training cancelled on a rank before a micro-batch")
+            loss_sum, counted = reduced
         mean_loss = loss_sum * total / counted if counted else math.nan
         return mean_loss, len(micro_batches), skipped
 
@@ -344,9 +398,10 @@ class Trainer:
             raise RuntimeError("this trainer uses AdamW; DisTrO results do not apply")
         return self._distro
 
-    def _to_input(self, tokens: np.ndarray) -> torch.Tensor:
+    def _to_input(self, tokens: np.ndarray, allow_empty: bool = False) -> torch.Tensor:
         array = np.asarray(tokens)
-        if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 2:
+        min_rows = 0 if allow_empty else 1
+        if array.ndim != 2 or array.shape[0] < min_rows or array.shape[1] < 2:
             raise ValueError(f"tokens must have shape (n >= 1, seq_len >= 2), got {array.shape}")
         if not np.issubdtype(array.dtype, np.integer):
             raise ValueError(f"tokens must be integers, got dtype {array.dtype}")

@@ -1,0 +1,167 @@
+"""Multi-device client benchmark: prints one JSON object.
+
+Tokens/s of a 2-rank data-parallel client (`ParallelBackend`, replicated: this process is rank
+0, its worker rank a process of its own) over a single-device client (`DistroBackend`) on the
+same model, data and batches, each rank with one torch thread. A step is what a client does
+with the model every round: train its batch (forward/backward, DisTrO generate, encode) and
+apply the round's results (here its own). Both clients live in this process; their
+measurement blocks alternate (1-rank, 2-rank, 1-rank, ...) so that the machine's load drift
+hits both alike, and each figure is the median over the blocks. `--fsdp` adds a second phase
+that times the sharded mode against the same single-device client (`ratio_sharded_2_over_1`);
+a process holds one torch.distributed world at a time, so the phases run one after the other.
+
+The ratio can reach 2 only when two cores are free for the two ranks: the JSON carries the
+machine's core count and load averages (`os.getloadavg()`) before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one torch thread per rank (inherited by workers)
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+MODEL = "builtin:llama-2m"
+
+
+def progress(message: str) -> None:
+    print(f"[bench/parallel] {message}", file=sys.stderr, flush=True)
+
+
+def coordinator(seq_len: int) -> SimpleNamespace:
+    from psyche_common.config.lr_schedule import ConstantLR
+    from psyche_common.config.optimizer import DistroOptimizer
+
+    llm = SimpleNamespace(
+        checkpoint=SimpleNamespace(kind="Hub", repo_id=MODEL, revision=None),
+        optimizer=DistroOptimizer(
+            compression_chunk=64,
+            compression_topk=8,
+            quantize_1bit=True,
+            compression_decay=0.999,
+            clip_grad_norm=1.0,
+        ),
+        lr_schedule=ConstantLR(base_lr=3e-3, warmup_steps=0, warmup_init_lr=0.0),
+        max_seq_len=seq_len,
+    )
+    return SimpleNamespace(model=llm, get_cold_start_warmup_bounds=lambda: None)
+
+
+def batches(args: argparse.Namespace) -> list[np.ndarray]:
+    """The run's samples: the builtin corpus, the same for both clients."""
+    from psyche_common.assignment import BatchId
+    from psyche_common.data.builtin import BuiltinDataProvider
+
+    provider = BuiltinDataProvider("python-stdlib", args.seq_len, None)
+    count = args.steps * args.blocks + 1
+    return [
+        provider.read(BatchId(i * args.batch, (i + 1) * args.batch - 1)).astype(np.int64)
+        for i in range(count)
+    ]
+
+
+class Client:
+    """A backend and the step counter it has reached."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.step = 0
+
+    def run(self, data: list[np.ndarray]) -> float:
+        """Train and apply one step per batch; returns the seconds taken."""
+        from psyche_common.assignment import BatchId
+
+        started = time.perf_counter()
+        for tokens in data:
+            self.step += 1
+            batch = BatchId(self.step * len(tokens), (self.step + 1) * len(tokens) - 1)
+            out = self.backend.train(self.step, batch, tokens, lambda: False)
+            result = self.backend.decode(self.step, batch, out.payload, out.data_hash)
+            self.backend.apply(self.step, [result])
+        return time.perf_counter() - started
+
+
+def measure(
+    clients: dict[str, Client], data: list[np.ndarray], args: argparse.Namespace
+) -> dict[str, Any]:
+    tokens_per_block = args.steps * args.batch * args.seq_len
+    for client in clients.values():
+        client.run(data[:1])  # first step: allocations, caches
+    rates: dict[str, list[float]] = {name: [] for name in clients}
+    for block in range(args.blocks):
+        chunk = data[1 + block * args.steps : 1 + (block + 1) * args.steps]
+        for name, client in clients.items():
+            seconds = client.run(chunk)
+            rates[name].append(tokens_per_block / seconds)
+            progress(f"block {block}: {name} {rates[name][-1]:.0f} tokens/s")
+    return {name: statistics.median(values) for name, values in rates.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=32, help="samples per batch")
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--micro-batch", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=3, help="steps per measurement block")
+    parser.add_argument("--blocks", type=int, default=3, help="alternating blocks per client")
+    parser.add_argument("--fsdp", action="store_true", help="also time the sharded mode")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    from psyche_client.training.distro_backend import DistroBackend
+    from psyche_client.training.parallel.backend import ParallelBackend
+    from psyche_client.training.parallel.plan import ParallelSpec
+
+    load_before = os.getloadavg()
+    setup = coordinator(args.seq_len)
+    data = batches(args)
+    single = Client(DistroBackend.load(setup, device="cpu", micro_batch_size=args.micro_batch))
+    rates: dict[str, float] = {}
+    ratios: dict[str, float] = {}
+    for name, fsdp in [("2_ranks", False)] + ([("2_ranks_sharded", True)] if args.fsdp else []):
+        progress(f"phase {name}: starting the 2-rank client")
+        backend = ParallelBackend.load(
+            setup, spec=ParallelSpec(2, fsdp), device="cpu", micro_batch_size=args.micro_batch
+        )
+        try:
+            phase = measure({"1_rank": single, name: Client(backend)}, data, args)
+        finally:
+            backend.close()  # one torch.distributed world per process at a time
+        rates[name] = phase[name]
+        rates[f"1_rank_next_to_{name}"] = phase["1_rank"]
+        ratios[name] = phase[name] / phase["1_rank"]
+    result: dict[str, Any] = {
+        "benchmark": "parallel",
+        "model": MODEL,
+        "batch": args.batch,
+        "seq_len": args.seq_len,
+        "micro_batch": args.micro_batch,
+        "steps_per_block": args.steps,
+        "blocks": args.blocks,
+        "torch_threads_per_rank": 1,
+        "tokens_per_sec": {name: round(rate, 1) for name, rate in rates.items()},
+        "ratio_2_over_1": round(ratios["2_ranks"], 3),
+        "cpu_count": os.cpu_count(),
+        "load_average_before": [round(v, 2) for v in load_before],
+        "load_average_after": [round(v, 2) for v in os.getloadavg()],
+    }
+    if args.fsdp:
+        result["ratio_sharded_2_over_1"] = round(ratios["2_ranks_sharded"], 3)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
