@@ -19,7 +19,7 @@ from typing import Any
 from psyche_common.coordinator import Coordinator
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.types import ACTIVE_STATES, RunState, TickResult
-from psyche_common.protocol import encode_frame, short_id
+from psyche_common.protocol import coordinator_domain, encode_frame, short_id
 from psyche_common.protocol.messages import (
     AnyClientMessage,
     Join,
@@ -95,6 +95,8 @@ class ServerApp:
             parse_client_message,
             self._on_message,
             self.options.limits,
+            domain=coordinator_domain(coordinator.run_id),
+            service=f"the coordinator of run {coordinator.run_id!r}",
             on_connect=self._on_connect,
             on_disconnect=self._on_disconnect,
         )

@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from psyche_common.protocol import (
     ConnectionClosed,
+    HandshakeError,
     ProtocolError,
     accept_handshake,
     encode_frame,
@@ -125,10 +126,17 @@ class ConnectionManager(Generic[MessageT]):
         parse: Callable[[object], MessageT],
         on_message: Callable[[Connection, MessageT], Awaitable[None]],
         limits: ConnectionLimits,
+        *,
+        domain: bytes,
+        service: str | None = None,
         on_connect: ConnectHook | None = None,
         on_disconnect: ConnectHook | None = None,
     ) -> None:
         self.name = name
+        self.domain = domain
+        """The handshake domain of this port (`psyche_common.protocol.handshake`)."""
+        self.service = service or name
+        """What a peer whose signature is for another service or run is told it reached."""
         self._parse = parse
         self._on_message = on_message
         self._on_connect = on_connect
@@ -196,6 +204,7 @@ class ConnectionManager(Generic[MessageT]):
             peer_id = await accept_handshake(
                 reader,
                 writer,
+                domain=self.domain,
                 timeout=limits.handshake_timeout,
                 max_frame_size=limits.max_frame_size,
             )
@@ -213,7 +222,19 @@ class ConnectionManager(Generic[MessageT]):
                 reason,
                 extra={"remote": remote, "reason": reason},
             )
-            writer.transport.abort()
+            if isinstance(exc, HandshakeError):
+                # tell an honest peer of another run or service why (the reason is final there)
+                with contextlib.suppress(Exception):
+                    writer.write(
+                        encode_frame(
+                            to_wire(
+                                Rejected(reason=f"handshake with {self.service} failed: {reason}")
+                            )
+                        )
+                    )
+                writer.close()
+            else:
+                writer.transport.abort()
             return
         if peer_id in self.connections:
             reason = already_connected_reason(short_id(peer_id))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import socket
@@ -21,7 +22,7 @@ from psyche_client.p2p import (
     make_result_announcement,
 )
 from psyche_client.p2p.node import AnnounceReport
-from psyche_common.protocol import Identity
+from psyche_common.protocol import ConnectionClosed, Identity, read_frame, write_frame
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -346,6 +347,37 @@ async def test_dialer_checks_the_listener_identity(cluster: Cluster) -> None:
     cluster.wire({impostor_id: a.address})  # an address that belongs to someone else
     with pytest.raises(FetchError, match=f"is {a.peer_id[:4].hex()}, not"):
         await b.fetch_blob(a.publish_blob(b"z"), [impostor_id])
+
+
+async def test_dialer_signs_nothing_before_the_listener_proves_its_key(cluster: Cluster) -> None:
+    """A listener that cannot prove the key the dialer meant to reach gets no signature."""
+    dialer = await cluster.add()
+    claimed = Identity.generate()
+    cluster.members.add(claimed.public_key)
+    received: list[object] = []
+
+    async def bogus_listener(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await write_frame(writer, {"type": "Challenge", "challenge": os.urandom(32)})
+        received.append(await read_frame(reader, timeout=5))  # the dialer's Hello
+        wrong = Identity.generate().sign(b"not the transcript")
+        await write_frame(
+            writer, {"type": "Proof", "public_key": claimed.public_key, "signature": wrong}
+        )
+        with contextlib.suppress(ConnectionClosed, TimeoutError):
+            while True:
+                received.append(await read_frame(reader, timeout=5))
+        writer.close()
+
+    listener = await asyncio.start_server(bogus_listener, "127.0.0.1", 0)
+    async with listener:
+        port = listener.sockets[0].getsockname()[1]
+        cluster.wire({claimed.public_key: f"127.0.0.1:{port}"})
+        with pytest.raises(FetchError, match=r"Proof of .* does not verify"):
+            await dialer.fetch_blob(b"h" * 32, [claimed.public_key])
+        await wait_until(lambda: len(received) >= 1)
+        await asyncio.sleep(0.1)
+    # one Hello per attempt (the fetch retries), never a Proof
+    assert {frame["type"] for frame in received} == {"Hello"}  # type: ignore[index]
 
 
 async def test_large_blob_is_streamed_in_chunks(cluster: Cluster) -> None:
