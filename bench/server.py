@@ -150,6 +150,8 @@ async def start_server(state_path: Path) -> tuple[asyncio.subprocess.Process, in
         "warning",
         "--host",
         "127.0.0.1",
+        "--max-connections-per-ip",  # every bench client connects from loopback
+        "100000",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
     )

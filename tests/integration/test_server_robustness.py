@@ -34,7 +34,8 @@ async def authenticated_stream(app, identity: Identity | None = None):
     await connect_handshake(
         reader, writer, identity or Identity.generate(), domain=domain, timeout=5
     )
-    await read_frame(reader, 1 << 24, timeout=5)  # the state sent on connect
+    await write_frame(writer, to_wire(Join(run_id=app.run_id, p2p_address="127.0.0.1:1")))
+    await read_frame(reader, 1 << 24, timeout=5)  # the state sent on Join
     return reader, writer
 
 
@@ -246,3 +247,62 @@ async def test_connection_limit(tmp_path: Path, caplog) -> None:
         for _, w in [*idle, (reader, writer)]:
             w.close()
         await honest.close()
+
+
+async def test_connection_that_never_joins_gets_no_state_and_is_closed(
+    tmp_path: Path, caplog
+) -> None:
+    caplog.set_level(logging.INFO)
+    limits = ConnectionLimits(handshake_timeout=1.0, pre_join_timeout=0.5)
+    state = write_state(tmp_path / "s.toml", init_min_clients=3)
+    async with running_server(state, limits=limits, tick_interval=0.05) as app:
+        honest = await ProtocolClient(app.port, app.run_id, auto=False).connect()
+        reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
+        lurker = Identity.generate()
+        domain = coordinator_domain(app.run_id)
+        await connect_handshake(reader, writer, lurker, domain=domain, timeout=5)
+        frames = await assert_closed(reader)
+        # ten ticks went by, and it saw none of them: only the reason it was closed
+        assert [f["type"] for f in frames] == ["Rejected"]
+        assert "no Join within 0.5s" in frames[0]["reason"]
+        assert reason_logged(caplog, "no Join within 0.5s")
+        assert lurker.public_key not in app.connections.connections
+        await assert_still_served(honest)
+        await honest.close()
+        writer.close()
+
+
+async def test_connections_per_ip_are_capped(tmp_path: Path, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    limits = ConnectionLimits(handshake_timeout=2.0, max_connections_per_ip=2)
+    state = write_state(tmp_path / "s.toml", init_min_clients=3)
+    async with running_server(state, limits=limits) as app:
+        honest = await ProtocolClient(app.port, app.run_id, auto=False).connect()
+        idle = await asyncio.open_connection("127.0.0.1", app.port)
+        await asyncio.sleep(0.2)
+        reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
+        assert await assert_closed(reader) == []
+        assert reason_logged(caplog, "connections open from 127.0.0.1 (--max-connections-per-ip 2)")
+        await assert_still_served(honest)
+        # a closed connection frees its slot
+        idle[1].close()
+        await poll_until(lambda: len(app.connections._writers) == 1)
+        again = await ProtocolClient(app.port, app.run_id, auto=False).connect()
+        await poll_until(lambda: again.id in app.pending)
+        writer.close()
+        await asyncio.gather(honest.close(), again.close())
+
+
+async def test_a_burst_of_messages_costs_one_tick_not_one_per_message(tmp_path: Path) -> None:
+    state = write_state(tmp_path / "s.toml", init_min_clients=3)
+    async with running_server(state, tick_interval=60) as app:
+        _reader, writer = await authenticated_stream(app)
+        await poll_until(lambda: app.stats.message_ticks >= 1)  # the Join's
+        messages, ticks = app.stats.messages, app.stats.ticks
+        report = {"type": "HealthCheck", "checks": [], "step": 1, "weights_hash": bytes(32)}
+        writer.write(encode_frame(report) * 200)
+        await writer.drain()
+        await poll_until(lambda: app.stats.messages == messages + 200)
+        await asyncio.sleep(0.1)
+        assert app.stats.ticks - ticks <= 10, "one key's burst must not drive 200 ticks"
+        writer.close()
