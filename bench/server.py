@@ -38,6 +38,7 @@ from psyche_common.coordinator.types import Witness
 from psyche_common.protocol import (
     Identity,
     connect_handshake,
+    coordinator_domain,
     decode_payload,
     read_frame_bytes,
     write_frame,
@@ -110,7 +111,9 @@ class BenchClient:
 
     async def connect(self) -> None:
         self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
-        await connect_handshake(self.reader, self.writer, self.identity, timeout=30)
+        await connect_handshake(
+            self.reader, self.writer, self.identity, domain=coordinator_domain("bench"), timeout=30
+        )
         self.task = asyncio.create_task(self.read_loop())
 
     async def read_loop(self) -> None:
@@ -147,6 +150,8 @@ async def start_server(state_path: Path) -> tuple[asyncio.subprocess.Process, in
         "warning",
         "--host",
         "127.0.0.1",
+        "--max-connections-per-ip",  # every bench client connects from loopback
+        "100000",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
     )

@@ -64,6 +64,9 @@ class ClientOptions:
     max_concurrent_parameter_requests: int = 8
     max_concurrent_downloads: int = 4
     gossip_fanout: int = 8
+    p2p_max_inbound_connections: int = 256
+    p2p_max_concurrent_serving: int = 32
+    p2p_max_result_size: int = 256 * 1024 * 1024
     dummy_training_delay_secs: float | None = None
     exit_when_finished: bool = True
     keep_checkpoints: int = 3
@@ -118,6 +121,9 @@ class ClientApp:
             advertise_host=options.advertise_host,
             max_concurrent_downloads=options.max_concurrent_downloads,
             gossip_fanout=options.gossip_fanout,
+            max_inbound_connections=options.p2p_max_inbound_connections,
+            max_concurrent_serving=options.p2p_max_concurrent_serving,
+            max_result_size=options.p2p_max_result_size,
             max_concurrent_parameter_requests=options.max_concurrent_parameter_requests,
         )
         self.node = P2PNode(

@@ -198,6 +198,30 @@ def show_identity(identity_secret_key_path: Path | None) -> None:
     "to a single member still reaches all (0: never forward).",
 )
 @click.option(
+    "--p2p-max-inbound-connections",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    envvar="P2P_MAX_INBOUND_CONNECTIONS",
+    help="Incoming P2P connections open at once; more are closed before their handshake.",
+)
+@click.option(
+    "--p2p-max-concurrent-serving",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    envvar="P2P_MAX_CONCURRENT_SERVING",
+    help="Blob, manifest and parameter requests of peers served at once (others wait).",
+)
+@click.option(
+    "--p2p-max-result-size",
+    type=click.IntRange(min=1),
+    default=256 * 1024 * 1024,
+    show_default=True,
+    envvar="P2P_MAX_RESULT_SIZE",
+    help="Bytes beyond which a peer's result announcement is refused before any download.",
+)
+@click.option(
     "--data-fetch-attempts",
     type=click.IntRange(min=1),
     default=7,
@@ -277,6 +301,9 @@ def train(
     max_concurrent_parameter_requests: int,
     max_concurrent_downloads: int,
     gossip_fanout: int,
+    p2p_max_inbound_connections: int,
+    p2p_max_concurrent_serving: int,
+    p2p_max_result_size: int,
     data_fetch_attempts: int,
     data_fetch_retry_delay: float,
     server_reconnect_timeout: float,
@@ -310,6 +337,9 @@ def train(
         max_concurrent_parameter_requests=max_concurrent_parameter_requests,
         max_concurrent_downloads=max_concurrent_downloads,
         gossip_fanout=gossip_fanout,
+        p2p_max_inbound_connections=p2p_max_inbound_connections,
+        p2p_max_concurrent_serving=p2p_max_concurrent_serving,
+        p2p_max_result_size=p2p_max_result_size,
         data_fetch_attempts=data_fetch_attempts,
         data_fetch_retry_delay=data_fetch_retry_delay,
         server_reconnect_timeout=server_reconnect_timeout,

@@ -23,6 +23,7 @@ from psyche_common.protocol import (
     Identity,
     ProtocolError,
     connect_handshake,
+    coordinator_domain,
     decode_payload,
     read_frame_bytes,
     write_frame,
@@ -124,7 +125,9 @@ class ServerLink:
         link = cls(reader, writer, identity)
         link._join = Join(run_id=run_id, p2p_address=p2p_address, client_version=CLIENT_VERSION)
         try:
-            await connect_handshake(reader, writer, identity, timeout=timeout)
+            await connect_handshake(
+                reader, writer, identity, domain=coordinator_domain(run_id), timeout=timeout
+            )
             await link.send_join()
         except (ProtocolError, OSError, TimeoutError) as exc:
             await link.close()

@@ -19,10 +19,11 @@ from typing import Any
 from psyche_common.coordinator import Coordinator
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.types import ACTIVE_STATES, RunState, TickResult
-from psyche_common.protocol import encode_frame, short_id
+from psyche_common.protocol import coordinator_domain, encode_frame, short_id
 from psyche_common.protocol.messages import (
     AnyClientMessage,
     Join,
+    Rejected,
     WeightsMismatch,
     parse_client_message,
     to_wire,
@@ -84,6 +85,8 @@ class ServerApp:
         self._last_state_frame: bytes | None = None
         self._last_wire: dict[str, Any] | None = None
         self._state_changed = asyncio.Event()
+        self._message_tick: asyncio.Handle | None = None
+        self._message_tick_key: tuple[RunState, int] | None = None
         coordinator.reset_ephemeral()
         self.original_warmup_time = coordinator.config.warmup_time
         save_dir = self.options.save_state_dir
@@ -95,6 +98,8 @@ class ServerApp:
             parse_client_message,
             self._on_message,
             self.options.limits,
+            domain=coordinator_domain(coordinator.run_id),
+            service=f"the coordinator of run {coordinator.run_id!r}",
             on_connect=self._on_connect,
             on_disconnect=self._on_disconnect,
         )
@@ -201,6 +206,9 @@ class ServerApp:
             self._state_changed.set()
 
     async def close(self) -> None:
+        if self._message_tick is not None:
+            self._message_tick.cancel()
+            self._message_tick = None
         await self.connections.close()
         if self.data_server is not None:
             await self.data_server.close()
@@ -310,7 +318,7 @@ class ServerApp:
         frame = self.state_frame(wire)
         self._last_wire = wire
         self._last_state_frame = frame
-        self.connections.broadcast_frame(frame)
+        self.connections.broadcast_state(frame)
         self.stats.broadcasts += 1
         self.stats.last_broadcast_bytes = len(frame)
         if self.data_server is not None:
@@ -352,8 +360,22 @@ class ServerApp:
     # ------------------------------------------------------------------ connections
 
     def _on_connect(self, conn: Connection) -> None:
-        # A new connection gets the current state at once (the reference waits for the tick).
-        conn.send_frame(self._last_state_frame or self.state_frame())
+        timeout = self.options.limits.pre_join_timeout
+        asyncio.get_running_loop().call_later(timeout, self._drop_if_not_joined, conn, timeout)
+
+    def _drop_if_not_joined(self, conn: Connection, timeout: float) -> None:
+        """`--pre-join-timeout`: an authenticated connection that never joined is closed."""
+        if conn.joined or conn.closed:
+            return
+        reason = f"no Join within {timeout:g}s of the handshake"
+        log.warning(
+            "closing %s: %s",
+            conn,
+            reason,
+            extra={"client": short_id(conn.peer_id), "remote": conn.remote, "reason": reason},
+        )
+        conn.send(to_wire(Rejected(reason=reason)))
+        conn.close(reason)
 
     def _on_disconnect(self, conn: Connection) -> None:
         client_id = conn.peer_id
@@ -382,7 +404,8 @@ class ServerApp:
 
     async def _on_message(self, conn: Connection, message: AnyClientMessage) -> None:
         self.stats.messages += 1
-        key = self._state_key()
+        if self._message_tick is None:
+            self._message_tick_key = self._state_key()
         client_id = conn.peer_id
         if isinstance(message, Join):
             self._on_join(conn, message)
@@ -405,6 +428,19 @@ class ServerApp:
                         "error": str(exc),
                     },
                 )
+        self._schedule_message_tick()
+
+    def _schedule_message_tick(self) -> None:
+        """Tick once after the messages that are ready now (a burst of N messages, from one
+        key or many, costs one tick and at most one broadcast, not N)."""
+        if self._message_tick is None:
+            self._message_tick = asyncio.get_running_loop().call_soon(self._tick_after_messages)
+
+    def _tick_after_messages(self) -> None:
+        self._message_tick = None
+        key = self._message_tick_key or self._state_key()
+        self._message_tick_key = None
+        self.stats.message_ticks += 1
         self.tick(broadcast=False)
         self._note_state_change(key)
         self._broadcast_if_changed()
@@ -421,6 +457,9 @@ class ServerApp:
             raise CloseConnection(
                 f"unknown run id {message.run_id!r}: this server coordinates {self.run_id!r}"
             )
+        if not conn.joined:
+            conn.joined = True  # from now on it gets every state, starting with the current one
+            conn.send_frame(self._last_state_frame or self.state_frame())
         if self.roster.join(client_id, message.p2p_address):
             log.info(
                 "%s joined run %r (p2p %s, version %r)",

@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from psyche_common.protocol import (
     ConnectionClosed,
+    HandshakeError,
     ProtocolError,
     accept_handshake,
     encode_frame,
@@ -66,6 +67,11 @@ class Connection:
         self.close_reason: str | None = None
         self.bytes_sent = 0
         self.frames_sent = 0
+        self.joined = False
+        """Set by the app once the peer sent a valid Join (only joined peers get states)."""
+        self.max_skipped_states = 0
+        """0: never drop states; else how many in a row a slow reader may miss."""
+        self.skipped_states = 0
 
     @property
     def closed(self) -> bool:
@@ -89,6 +95,24 @@ class Connection:
         self.bytes_sent += len(frame)
         self.frames_sent += 1
         return True
+
+    def send_state(self, frame: bytes) -> bool:
+        """Queue a state frame unless much is still queued: only the latest state matters, so
+        a slow reader skips states (the next tick carries a newer one) and is dropped only
+        after `max_skipped_states` in a row."""
+        if self.closed:
+            return False
+        buffered = self._writer.transport.get_write_buffer_size()
+        if self.max_skipped_states and buffered > self._max_buffered // 4:
+            self.skipped_states += 1
+            if self.skipped_states >= self.max_skipped_states:
+                self.close(
+                    f"peer is not reading: {self.skipped_states} states skipped in a row "
+                    f"({buffered} bytes still queued)"
+                )
+            return False
+        self.skipped_states = 0
+        return self.send_frame(frame)
 
     def send(self, message: dict[str, Any]) -> bool:
         return self.send_frame(encode_frame(message))
@@ -125,10 +149,17 @@ class ConnectionManager(Generic[MessageT]):
         parse: Callable[[object], MessageT],
         on_message: Callable[[Connection, MessageT], Awaitable[None]],
         limits: ConnectionLimits,
+        *,
+        domain: bytes,
+        service: str | None = None,
         on_connect: ConnectHook | None = None,
         on_disconnect: ConnectHook | None = None,
     ) -> None:
         self.name = name
+        self.domain = domain
+        """The handshake domain of this port (`psyche_common.protocol.handshake`)."""
+        self.service = service or name
+        """What a peer whose signature is for another service or run is told it reached."""
         self._parse = parse
         self._on_message = on_message
         self._on_connect = on_connect
@@ -136,6 +167,7 @@ class ConnectionManager(Generic[MessageT]):
         self.limits = limits
         self.connections: dict[bytes, Connection] = {}
         self._writers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._per_ip: dict[str, int] = {}
         self._server: asyncio.Server | None = None
         self.rejected_connections = 0
         self.protocol_violations = 0
@@ -162,27 +194,46 @@ class ConnectionManager(Generic[MessageT]):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
 
-    def broadcast_frame(self, frame: bytes) -> int:
-        """Send one pre-encoded frame to every connection; returns how many accepted it."""
-        return sum(conn.send_frame(frame) for conn in list(self.connections.values()))
+    def broadcast_state(self, frame: bytes) -> int:
+        """Send one pre-encoded state frame to every joined connection (`send_state`);
+        returns how many accepted it."""
+        return sum(
+            conn.send_state(frame) for conn in list(self.connections.values()) if conn.joined
+        )
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        peer = writer.get_extra_info("peername")
+        ip = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        refusal = None
         if len(self._writers) >= self.limits.max_connections:
+            refusal = f"{len(self._writers)} connections open (limit)"
+        elif self._per_ip.get(ip, 0) >= self.limits.max_connections_per_ip:
+            refusal = (
+                f"{self._per_ip[ip]} connections open from {ip} "
+                f"(--max-connections-per-ip {self.limits.max_connections_per_ip})"
+            )
+        if refusal is not None:
             self.rejected_connections += 1
             log.warning(
-                "%s: refusing a connection: %d connections open (limit)",
+                "%s: refusing a connection from %s: %s",
                 self.name,
-                len(self._writers),
+                ip,
+                refusal,
+                extra={"remote": ip, "reason": refusal},
             )
             writer.transport.abort()
             return
         self._writers[task] = writer
+        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
         try:
             await self._serve(reader, writer)
         finally:
             del self._writers[task]
+            self._per_ip[ip] -= 1
+            if not self._per_ip[ip]:
+                del self._per_ip[ip]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
@@ -196,6 +247,7 @@ class ConnectionManager(Generic[MessageT]):
             peer_id = await accept_handshake(
                 reader,
                 writer,
+                domain=self.domain,
                 timeout=limits.handshake_timeout,
                 max_frame_size=limits.max_frame_size,
             )
@@ -213,7 +265,19 @@ class ConnectionManager(Generic[MessageT]):
                 reason,
                 extra={"remote": remote, "reason": reason},
             )
-            writer.transport.abort()
+            if isinstance(exc, HandshakeError):
+                # tell an honest peer of another run or service why (the reason is final there)
+                with contextlib.suppress(Exception):
+                    writer.write(
+                        encode_frame(
+                            to_wire(
+                                Rejected(reason=f"handshake with {self.service} failed: {reason}")
+                            )
+                        )
+                    )
+                writer.close()
+            else:
+                writer.transport.abort()
             return
         if peer_id in self.connections:
             reason = already_connected_reason(short_id(peer_id))
@@ -230,6 +294,7 @@ class ConnectionManager(Generic[MessageT]):
             writer.close()
             return
         conn = Connection(peer_id, remote, writer, limits.max_buffered_send_bytes)
+        conn.max_skipped_states = limits.max_skipped_states
         self.connections[peer_id] = conn
         log.info(
             "%s: %s connected from %s",

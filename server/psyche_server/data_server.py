@@ -1,6 +1,6 @@
 """TCP data server: serves token sequences to authenticated clients of the current epoch.
 
-Same framing and handshake as the coordinator port. A request (`RequestTrainingData`) from a key
+Same framing and handshake as the coordinator port, in its own domain (`DATA_SERVER_DOMAIN`). A request (`RequestTrainingData`) from a key
 that is not in the latest broadcast's `epoch_state.clients` is rejected with `NotInThisRound`;
 a provider failure becomes a `RequestRejected` reply (`OutOfRange` / `DataError`), never a crash.
 Samples served per client are counted for the dashboard.
@@ -16,7 +16,7 @@ import numpy as np
 from psyche_common.assignment import BatchId
 from psyche_common.coordinator import Coordinator
 from psyche_common.data.errors import DataError, DataIndexError
-from psyche_common.protocol import short_id
+from psyche_common.protocol import DATA_SERVER_DOMAIN, short_id
 from psyche_common.protocol.data_messages import (
     RejectReason,
     RequestRejected,
@@ -67,7 +67,12 @@ class DataServer:
         self.served: Counter[bytes] = Counter()
         self.rejections = 0
         self.connections = ConnectionManager(
-            "data-server", parse_data_request, self._on_request, limits or ConnectionLimits()
+            "data-server",
+            parse_data_request,
+            self._on_request,
+            limits or ConnectionLimits(),
+            domain=DATA_SERVER_DOMAIN,
+            service="the data server",
         )
 
     @property

@@ -30,5 +30,7 @@ class ServerStats:
     broadcasts: int = 0
     last_broadcast_bytes: int = 0
     messages: int = 0
+    message_ticks: int = 0
+    """Ticks run after client messages (one per burst of ready messages)."""
     coordinator_errors: int = 0
     saved_states: list[Path] = field(default_factory=list)

@@ -90,6 +90,28 @@ _existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
     help="open connections beyond which new ones are dropped",
 )
 @click.option(
+    "--max-connections-per-ip",
+    type=click.IntRange(1),
+    default=32,
+    show_default=True,
+    help="open connections from one IP address beyond which its new ones are dropped",
+)
+@click.option(
+    "--pre-join-timeout",
+    type=click.FloatRange(0.1),
+    default=10.0,
+    show_default=True,
+    help="seconds an authenticated connection has to send a valid Join before it is closed",
+)
+@click.option(
+    "--max-send-buffer",
+    type=click.IntRange(64 * 1024),
+    default=8 * 1024 * 1024,
+    show_default=True,
+    help="bytes queued for one connection beyond which it is dropped as not reading (states "
+    "are skipped for a connection with a quarter of this queued)",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["console", "json"]),
     default="console",
@@ -123,6 +145,9 @@ def run(
     max_frame_size: int,
     handshake_timeout: float,
     max_connections: int,
+    max_connections_per_ip: int,
+    pre_join_timeout: float,
+    max_send_buffer: int,
     log_format: str,
     log_level: str,
     log_file: Path | None,
@@ -145,6 +170,9 @@ def run(
             max_frame_size=max_frame_size,
             handshake_timeout=handshake_timeout,
             max_connections=max_connections,
+            max_connections_per_ip=max_connections_per_ip,
+            pre_join_timeout=pre_join_timeout,
+            max_buffered_send_bytes=max_send_buffer,
         ),
     )
     request = RunRequest(state_path, options, data_config, tui=use_tui)

@@ -30,6 +30,7 @@ from psyche_common.protocol import (
     Identity,
     ProtocolError,
     connect_handshake,
+    coordinator_domain,
     read_frame,
     write_frame,
 )
@@ -102,9 +103,13 @@ class ProtocolClient:
 
     # ------------------------------------------------------------------ connection
 
-    async def connect(self, join: bool = True, run_id: str | None = None) -> ProtocolClient:
+    async def connect(
+        self, join: bool = True, run_id: str | None = None, handshake_run_id: str | None = None
+    ) -> ProtocolClient:
+        """Handshake for `handshake_run_id` (default: this client's run), then Join `run_id`."""
         self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
-        await connect_handshake(self._reader, self._writer, self.identity, timeout=5)
+        domain = coordinator_domain(handshake_run_id or self.run_id)
+        await connect_handshake(self._reader, self._writer, self.identity, domain=domain, timeout=5)
         self._reader_task = asyncio.create_task(self._read_loop())
         if join:
             await self.send(

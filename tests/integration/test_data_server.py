@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 import numpy as np
 import pytest
+from psyche_client.p2p.connection import dial_peer
+from psyche_client.p2p.stats import TransferStats
 from psyche_common.assignment import BatchId
 from psyche_common.coordinator import RunState
 from psyche_common.data import DataFetchError, DataIndexError
@@ -15,7 +18,15 @@ from psyche_common.data.fetcher import DataSource, SampleFetcher
 from psyche_common.data.local import LocalDataProvider
 from psyche_common.data.retry import RetryPolicy
 from psyche_common.data.server_client import DataServerProvider, data_server_provider_factory
-from psyche_common.protocol import Identity
+from psyche_common.protocol import (
+    ConnectionClosed,
+    Identity,
+    connect_handshake,
+    coordinator_domain,
+    read_frame,
+    write_frame,
+)
+from psyche_common.protocol.handshake import mutual_transcript
 from psyche_server.app import ServerOptions
 from psyche_server.data_server import DataServer
 from psyche_server.runner import RunRequest, StartupError, build_app
@@ -182,3 +193,81 @@ def test_server_data_location_needs_data_config(tmp_path: Path, token_dir: Path)
     )
     app = build_app(RunRequest(state, ServerOptions(), data_config_path=data_toml))
     assert app.data_server is not None and app.data_server.total_samples == 40
+
+
+async def test_a_relayed_p2p_handshake_cannot_log_in_to_the_data_server(
+    tmp_path: Path, token_dir: Path
+) -> None:
+    """A member M hands the data server's challenge to a victim V that dials M over P2P and
+    forwards V's signature: the data server refuses it, and V itself still logs in."""
+    local = LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN)
+    data_server = DataServer(local, "127.0.0.1", 0)
+    state = write_state(tmp_path / "s.toml", init_min_clients=2, warmup_time=30)
+    async with running_server(state, data_server=data_server) as app:
+        victim, relay = await start_clients(2, app.port, app.run_id, auto=False)
+        await poll_until(lambda: app.run_state == RunState.Warmup)
+        refusals: list[object] = []
+
+        async def relaying_listener(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+            ds_reader, ds_writer = await asyncio.open_connection("127.0.0.1", data_server.port)
+            challenge = (await read_frame(ds_reader, timeout=5))["challenge"]
+            await write_frame(writer, {"type": "Challenge", "challenge": challenge})
+            hello = await read_frame(reader, timeout=5)
+            mine = mutual_transcript(
+                "listener", challenge, hello["challenge"], relay.id, hello["public_key"]
+            )
+            proof = {
+                "type": "Proof",
+                "public_key": relay.id,
+                "signature": relay.identity.sign(mine),
+            }
+            await write_frame(writer, proof)
+            dialer_proof = await read_frame(reader, timeout=5)
+            await write_frame(ds_writer, {**dialer_proof, "type": "ChallengeResponse"})
+            with contextlib.suppress(ConnectionClosed):
+                while True:
+                    refusals.append(await read_frame(ds_reader, timeout=5))
+            ds_writer.close()
+            writer.close()
+
+        listener = await asyncio.start_server(relaying_listener, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        async with listener:
+            conn = await dial_peer(
+                relay.id,
+                "127.0.0.1",
+                port,
+                victim.identity,
+                TransferStats(),
+                connect_timeout=5,
+                handshake_timeout=5,
+                max_frame_size=1 << 20,
+            )
+            await poll_until(lambda: len(refusals) == 1)
+            await conn.close()
+        assert refusals[0]["type"] == "Rejected"
+        assert "handshake with the data server failed" in refusals[0]["reason"]
+        assert victim.id not in data_server.connections.connections
+        # the victim is not locked out: its own connection works
+        member = DataServerProvider(f"127.0.0.1:{data_server.port}", victim.identity, SEQ_LEN)
+        np.testing.assert_array_equal(
+            await member.get_samples(BatchId(0, 1)), local.read(BatchId(0, 1))
+        )
+        await asyncio.gather(member.aclose(), victim.close(), relay.close())
+
+
+async def test_a_coordinator_signature_is_refused_by_the_data_server(
+    tmp_path: Path, token_dir: Path
+) -> None:
+    data_server = DataServer(LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN), "127.0.0.1", 0)
+    state = write_state(tmp_path / "s.toml", init_min_clients=1, warmup_time=30)
+    async with running_server(state, data_server=data_server) as app:
+        reader, writer = await asyncio.open_connection("127.0.0.1", data_server.port)
+        domain = coordinator_domain(app.run_id)
+        await connect_handshake(reader, writer, Identity.generate(), domain=domain, timeout=5)
+        reply = await read_frame(reader, timeout=5)
+        assert reply["type"] == "Rejected" and "does not verify" in reply["reason"]
+        with pytest.raises(ConnectionClosed):
+            await read_frame(reader, timeout=5)
+        assert data_server.connections.connections == {}
+        writer.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import socket
@@ -21,7 +22,7 @@ from psyche_client.p2p import (
     make_result_announcement,
 )
 from psyche_client.p2p.node import AnnounceReport
-from psyche_common.protocol import Identity
+from psyche_common.protocol import ConnectionClosed, Identity, read_frame, write_frame
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -348,6 +349,37 @@ async def test_dialer_checks_the_listener_identity(cluster: Cluster) -> None:
         await b.fetch_blob(a.publish_blob(b"z"), [impostor_id])
 
 
+async def test_dialer_signs_nothing_before_the_listener_proves_its_key(cluster: Cluster) -> None:
+    """A listener that cannot prove the key the dialer meant to reach gets no signature."""
+    dialer = await cluster.add()
+    claimed = Identity.generate()
+    cluster.members.add(claimed.public_key)
+    received: list[object] = []
+
+    async def bogus_listener(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await write_frame(writer, {"type": "Challenge", "challenge": os.urandom(32)})
+        received.append(await read_frame(reader, timeout=5))  # the dialer's Hello
+        wrong = Identity.generate().sign(b"not the transcript")
+        await write_frame(
+            writer, {"type": "Proof", "public_key": claimed.public_key, "signature": wrong}
+        )
+        with contextlib.suppress(ConnectionClosed, TimeoutError):
+            while True:
+                received.append(await read_frame(reader, timeout=5))
+        writer.close()
+
+    listener = await asyncio.start_server(bogus_listener, "127.0.0.1", 0)
+    async with listener:
+        port = listener.sockets[0].getsockname()[1]
+        cluster.wire({claimed.public_key: f"127.0.0.1:{port}"})
+        with pytest.raises(FetchError, match=r"Proof of .* does not verify"):
+            await dialer.fetch_blob(b"h" * 32, [claimed.public_key])
+        await wait_until(lambda: len(received) >= 1)
+        await asyncio.sleep(0.1)
+    # one Hello per attempt (the fetch retries), never a Proof
+    assert {frame["type"] for frame in received} == {"Hello"}  # type: ignore[index]
+
+
 async def test_large_blob_is_streamed_in_chunks(cluster: Cluster) -> None:
     server = await cluster.add(chunk_size=256 * 1024)
     fetcher = await cluster.add()
@@ -510,3 +542,117 @@ async def test_fetched_blob_takes_the_step_of_its_announcement(cluster: Cluster)
     assert announcement.blob_hash not in b.blobs
     a.forget_before(10)  # the announcer's own published blob too
     assert announcement.blob_hash not in a.blobs
+
+
+async def test_inbound_connections_are_capped(cluster: Cluster) -> None:
+    node = await cluster.add(max_inbound_connections=2)
+    other = await cluster.add()
+    idle = [await asyncio.open_connection("127.0.0.1", node.port) for _ in range(2)]
+    await wait_until(lambda: len(node._server_conns) == 2)
+    reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
+    with pytest.raises((asyncio.IncompleteReadError, ConnectionError)):
+        await asyncio.wait_for(reader.readexactly(4), 5)  # closed before any Challenge
+    assert node.refused_inbound == 1
+    for _, w in idle:
+        w.close()
+    await wait_until(lambda: not node._server_conns)
+    assert await other.fetch_blob(node.publish_blob(b"x" * 10), [node.peer_id]) == b"x" * 10
+    writer.close()
+
+
+async def test_serving_concurrency_is_capped(cluster: Cluster) -> None:
+    release = asyncio.Event()
+    running: list[str] = []
+
+    def parameter(name: str) -> bytes:
+        running.append(name)
+        asyncio.run_coroutine_threadsafe(release.wait(), loop).result(10)
+        return b"p" * 100
+
+    loop = asyncio.get_running_loop()
+    server = P2PNode(
+        Identity.generate(),
+        is_member=lambda _peer: True,
+        config=dataclasses.replace(FAST, max_concurrent_serving=2),
+        get_parameter_bytes=parameter,
+    )
+    await server.start()
+    try:
+        clients = [await cluster.add() for _ in range(4)]
+        for client in clients:
+            client.set_peers({server.peer_id: server.address})
+        requests = [
+            asyncio.ensure_future(
+                client.request_stream(
+                    server.peer_id, {"type": "GetParameter", "name": f"w{i}"}, max_size=1000
+                )
+            )
+            for i, client in enumerate(clients)
+        ]
+        await wait_until(lambda: len(running) == 2)
+        await asyncio.sleep(0.2)
+        assert len(running) == 2, "only two requests may be served at once"
+        release.set()
+        results = await asyncio.gather(*requests)
+        assert [r.data for r in results] == [b"p" * 100] * 4
+    finally:
+        release.set()
+        await server.close()
+
+
+async def test_oversized_result_announcement_is_refused(cluster: Cluster) -> None:
+    sender, receiver = await cluster.add(), await cluster.add(max_result_size=1000)
+    announcement = make_result_announcement(
+        sender.identity,
+        step=3,
+        batch_start=0,
+        batch_end=1,
+        data_hash=blob_hash(b"c"),
+        blob_hash=blob_hash(b"b"),
+        size=1001,
+    )
+    report = await sender.announce(announcement, [receiver.peer_id])
+    assert "1001 bytes (max_result_size 1000)" in report.failed[receiver.peer_id]
+    assert cluster.received[receiver.peer_id] == []
+
+
+async def test_a_second_commitment_for_the_same_batch_is_equivocation(cluster: Cluster) -> None:
+    sender, receiver = await cluster.add(), await cluster.add()
+
+    def result(commitment: bytes, blob: bytes) -> Any:
+        return make_result_announcement(
+            sender.identity,
+            step=3,
+            batch_start=0,
+            batch_end=1,
+            data_hash=blob_hash(commitment),
+            blob_hash=blob_hash(blob),
+            size=10,
+        )
+
+    first = await sender.announce(result(b"one", b"b1"), [receiver.peer_id])
+    assert first.delivered == [receiver.peer_id]
+    second = await sender.announce(result(b"two", b"b2"), [receiver.peer_id])
+    assert "equivocation" in second.failed[receiver.peer_id]
+    same = await sender.announce(result(b"one", b"b3"), [receiver.peer_id])  # same commitment
+    assert same.delivered == [receiver.peer_id]
+    assert len(cluster.received[receiver.peer_id]) == 2
+
+
+async def test_a_stalled_peer_does_not_hold_the_announcer(cluster: Cluster) -> None:
+    silent = await start_silent_server()
+    try:
+        silent_id = Identity.generate().public_key
+        cluster.members.add(silent_id)
+        sender = await cluster.add(announce_wait=0.3, announce_timeout=3.0)
+        good = await cluster.add()
+        cluster.wire({silent_id: f"127.0.0.1:{silent.port}"})
+        started = time.monotonic()
+        report = await sender.announce(announce_blob(sender, b"data"))
+        assert time.monotonic() - started < 1.5
+        assert report.delivered == [good.peer_id]
+        assert report.pending == [silent_id]
+        # the push to the stalled peer goes on in the background and ends by its own bound
+        await wait_until(lambda: silent_id in report.failed, timeout=10)
+    finally:
+        await silent.stop()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from psyche_common.coordinator import RunState
-from psyche_common.protocol import Identity, connect_handshake, encode_payload
+from psyche_common.protocol import Identity, connect_handshake, coordinator_domain, encode_payload
 from psyche_server.connections import ConnectionLimits
 
 from .protocol_client import start_clients
@@ -121,7 +121,7 @@ def random_frame(rng: random.Random) -> bytes:
     return struct.pack(">I", len(payload)) + payload
 
 
-async def fuzz_worker(port: int, seed: int, counter: list[int]) -> None:
+async def fuzz_worker(port: int, run_id: str, seed: int, counter: list[int]) -> None:
     rng = random.Random(seed)
     sent = 0
     while sent < FRAMES_PER_WORKER:
@@ -133,7 +133,13 @@ async def fuzz_worker(port: int, seed: int, counter: list[int]) -> None:
                     sent += 1
                     await writer.drain()
                     continue
-                await connect_handshake(reader, writer, Identity.generate(), timeout=5)
+                await connect_handshake(
+                    reader,
+                    writer,
+                    Identity.generate(),
+                    domain=coordinator_domain(run_id),
+                    timeout=5,
+                )
                 for _ in range(rng.randrange(1, 40)):
                     writer.write(random_frame(rng))
                     sent += 1
@@ -160,7 +166,9 @@ async def test_fuzzed_server_still_completes_rounds(tmp_path: Path) -> None:
         limits = ConnectionLimits(max_frame_size=64 * 1024, handshake_timeout=1.0)
         async with running_server(state, limits=limits) as app:
             counter = [0]
-            await asyncio.gather(*(fuzz_worker(app.port, seed, counter) for seed in range(WORKERS)))
+            await asyncio.gather(
+                *(fuzz_worker(app.port, app.run_id, seed, counter) for seed in range(WORKERS))
+            )
             assert counter[0] >= WORKERS * FRAMES_PER_WORKER
             assert app.pending == {}, "no fuzzer may have joined"
             # the fuzz reached the server: many connections ended by a protocol violation

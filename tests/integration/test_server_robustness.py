@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 from psyche_common.protocol import (
+    DATA_SERVER_DOMAIN,
     Identity,
     connect_handshake,
+    coordinator_domain,
     encode_frame,
     read_frame,
     sign_challenge,
@@ -26,10 +28,14 @@ from .server_harness import poll_until, running_server, write_state
 LIMITS = ConnectionLimits(max_frame_size=64 * 1024, handshake_timeout=1.0)
 
 
-async def authenticated_stream(port: int, identity: Identity | None = None):
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    await connect_handshake(reader, writer, identity or Identity.generate(), timeout=5)
-    await read_frame(reader, 1 << 24, timeout=5)  # the state sent on connect
+async def authenticated_stream(app, identity: Identity | None = None):
+    reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
+    domain = coordinator_domain(app.run_id)
+    await connect_handshake(
+        reader, writer, identity or Identity.generate(), domain=domain, timeout=5
+    )
+    await write_frame(writer, to_wire(Join(run_id=app.run_id, p2p_address="127.0.0.1:1")))
+    await read_frame(reader, 1 << 24, timeout=5)  # the state sent on Join
     return reader, writer
 
 
@@ -96,7 +102,7 @@ async def test_bad_frames_end_only_that_connection(
     server, honest: ProtocolClient, caplog: pytest.LogCaptureFixture, payload: bytes, reason: str
 ) -> None:
     caplog.set_level(logging.INFO)
-    reader, writer = await authenticated_stream(server.port)
+    reader, writer = await authenticated_stream(server)
     writer.write(payload)
     await writer.drain()
     await assert_closed(reader)
@@ -109,7 +115,7 @@ async def test_bad_frames_end_only_that_connection(
 async def test_wrong_run_id_is_rejected_with_reason(server, honest: ProtocolClient, caplog) -> None:
     caplog.set_level(logging.INFO)
     intruder = ProtocolClient(server.port, "some-other-run", auto=False)
-    await intruder.connect()
+    await intruder.connect(handshake_run_id=server.run_id)
     await intruder.wait_closed()
     assert intruder.rejected is not None and "unknown run id 'some-other-run'" in intruder.rejected
     assert intruder.id not in server.pending
@@ -117,14 +123,44 @@ async def test_wrong_run_id_is_rejected_with_reason(server, honest: ProtocolClie
     await assert_still_served(honest)
 
 
+async def test_handshake_for_another_run_is_refused_with_reason(
+    server, honest: ProtocolClient, caplog
+) -> None:
+    caplog.set_level(logging.INFO)
+    stranger = ProtocolClient(server.port, "some-other-run", auto=False)
+    await stranger.connect()  # signs the challenge for the coordinator of "some-other-run"
+    await stranger.wait_closed()
+    assert stranger.rejected is not None
+    assert f"handshake with the coordinator of run {server.run_id!r} failed" in stranger.rejected
+    assert stranger.id not in server.connections.connections
+    assert reason_logged(caplog, "does not verify for this service")
+    await assert_still_served(honest)
+
+
+async def test_data_server_signature_is_refused_by_the_coordinator(
+    server, honest: ProtocolClient, caplog
+) -> None:
+    caplog.set_level(logging.INFO)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    challenge = (await read_frame(reader, 1 << 20, timeout=5))["challenge"]
+    await write_frame(writer, sign_challenge(Identity.generate(), challenge, DATA_SERVER_DOMAIN))
+    frames = await assert_closed(reader)
+    assert [f["type"] for f in frames] == ["Rejected"]
+    assert "does not verify" in frames[0]["reason"]
+    assert len(server.connections.connections) == 1
+    await assert_still_served(honest)
+    writer.close()
+
+
 async def test_bad_signature_fails_handshake(server, honest: ProtocolClient, caplog) -> None:
     caplog.set_level(logging.INFO)
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     challenge = (await read_frame(reader, 1 << 20, timeout=5))["challenge"]
-    response = sign_challenge(Identity.generate(), challenge)
+    response = sign_challenge(Identity.generate(), challenge, coordinator_domain(server.run_id))
     response["public_key"] = Identity.generate().public_key  # signed by someone else
     await write_frame(writer, response)
-    assert await assert_closed(reader) == []
+    frames = await assert_closed(reader)
+    assert [f["type"] for f in frames] == ["Rejected"]
     await poll_until(lambda: reason_logged(caplog, "signature does not verify"))
     await assert_still_served(honest)
 
@@ -165,7 +201,9 @@ async def test_client_that_stops_reading_is_disconnected(tmp_path: Path, caplog)
         await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", app.port))
         reader, writer = await asyncio.open_connection(sock=sock)
         stalled = Identity.generate()
-        await connect_handshake(reader, writer, stalled, timeout=5)
+        await connect_handshake(
+            reader, writer, stalled, domain=coordinator_domain(app.run_id), timeout=5
+        )
         await write_frame(writer, to_wire(Join(run_id=app.run_id, p2p_address="127.0.0.1:1")))
         # never read again: the server's bounded queue fills and it drops us
         await poll_until(lambda: reason_logged(caplog, "peer is not reading"), timeout=30)
@@ -182,7 +220,7 @@ async def test_flooding_client_is_disconnected(tmp_path: Path, caplog) -> None:
     state = write_state(tmp_path / "s.toml", init_min_clients=3)
     async with running_server(state, limits=limits) as app:
         honest = await ProtocolClient(app.port, app.run_id, auto=False).connect()
-        reader, writer = await authenticated_stream(app.port)
+        reader, writer = await authenticated_stream(app)
         report = {"type": "HealthCheck", "checks": [], "step": 1, "weights_hash": bytes(32)}
         frame = encode_frame(report)
         for _ in range(200):
@@ -209,3 +247,62 @@ async def test_connection_limit(tmp_path: Path, caplog) -> None:
         for _, w in [*idle, (reader, writer)]:
             w.close()
         await honest.close()
+
+
+async def test_connection_that_never_joins_gets_no_state_and_is_closed(
+    tmp_path: Path, caplog
+) -> None:
+    caplog.set_level(logging.INFO)
+    limits = ConnectionLimits(handshake_timeout=1.0, pre_join_timeout=0.5)
+    state = write_state(tmp_path / "s.toml", init_min_clients=3)
+    async with running_server(state, limits=limits, tick_interval=0.05) as app:
+        honest = await ProtocolClient(app.port, app.run_id, auto=False).connect()
+        reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
+        lurker = Identity.generate()
+        domain = coordinator_domain(app.run_id)
+        await connect_handshake(reader, writer, lurker, domain=domain, timeout=5)
+        frames = await assert_closed(reader)
+        # ten ticks went by, and it saw none of them: only the reason it was closed
+        assert [f["type"] for f in frames] == ["Rejected"]
+        assert "no Join within 0.5s" in frames[0]["reason"]
+        assert reason_logged(caplog, "no Join within 0.5s")
+        assert lurker.public_key not in app.connections.connections
+        await assert_still_served(honest)
+        await honest.close()
+        writer.close()
+
+
+async def test_connections_per_ip_are_capped(tmp_path: Path, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    limits = ConnectionLimits(handshake_timeout=2.0, max_connections_per_ip=2)
+    state = write_state(tmp_path / "s.toml", init_min_clients=3)
+    async with running_server(state, limits=limits) as app:
+        honest = await ProtocolClient(app.port, app.run_id, auto=False).connect()
+        idle = await asyncio.open_connection("127.0.0.1", app.port)
+        await asyncio.sleep(0.2)
+        reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
+        assert await assert_closed(reader) == []
+        assert reason_logged(caplog, "connections open from 127.0.0.1 (--max-connections-per-ip 2)")
+        await assert_still_served(honest)
+        # a closed connection frees its slot
+        idle[1].close()
+        await poll_until(lambda: len(app.connections._writers) == 1)
+        again = await ProtocolClient(app.port, app.run_id, auto=False).connect()
+        await poll_until(lambda: again.id in app.pending)
+        writer.close()
+        await asyncio.gather(honest.close(), again.close())
+
+
+async def test_a_burst_of_messages_costs_one_tick_not_one_per_message(tmp_path: Path) -> None:
+    state = write_state(tmp_path / "s.toml", init_min_clients=3)
+    async with running_server(state, tick_interval=60) as app:
+        _reader, writer = await authenticated_stream(app)
+        await poll_until(lambda: app.stats.message_ticks >= 1)  # the Join's
+        messages, ticks = app.stats.messages, app.stats.ticks
+        report = {"type": "HealthCheck", "checks": [], "step": 1, "weights_hash": bytes(32)}
+        writer.write(encode_frame(report) * 200)
+        await writer.drain()
+        await poll_until(lambda: app.stats.messages == messages + 200)
+        await asyncio.sleep(0.1)
+        assert app.stats.ticks - ticks <= 10, "one key's burst must not drive 200 ticks"
+        writer.close()

@@ -12,7 +12,13 @@ import pytest
 from psyche_client.reconnect import Backoff, ServerSession, SessionStatus
 from psyche_client.server_link import ServerLink, ServerLinkError, ServerRejected
 from psyche_client.uplink import SwitchableUplink
-from psyche_common.protocol import Identity, accept_handshake, read_frame, write_frame
+from psyche_common.protocol import (
+    Identity,
+    accept_handshake,
+    coordinator_domain,
+    read_frame,
+    write_frame,
+)
 from psyche_common.protocol.messages import already_connected_reason, parse_client_message
 
 FAST = Backoff(initial=0.05, factor=2.0, cap=0.2, jitter=0.2)
@@ -53,7 +59,7 @@ class ScriptedServer:
         assert task is not None
         self._handlers.add(task)
         try:
-            peer = await accept_handshake(reader, writer)
+            peer = await accept_handshake(reader, writer, domain=coordinator_domain("run"))
             join = parse_client_message(await read_frame(reader, timeout=5))
             self.joins.append((peer, join.p2p_address))
             await self.script(len(self.joins), reader, writer)

@@ -6,15 +6,21 @@ import asyncio
 
 import pytest
 from psyche_client.server_link import ServerLink, ServerLinkError, parse_server_addr
-from psyche_common.protocol import Identity, accept_handshake, read_frame, write_frame
+from psyche_common.protocol import (
+    Identity,
+    accept_handshake,
+    coordinator_domain,
+    read_frame,
+    write_frame,
+)
 from psyche_common.protocol.messages import parse_client_message
 
 
-async def scripted_server(script):
+async def scripted_server(script, run_id: str = "r"):
     received: list = []
 
     async def handle(reader, writer):
-        peer = await accept_handshake(reader, writer)
+        peer = await accept_handshake(reader, writer, domain=coordinator_domain(run_id))
         received.append(("peer", peer))
         received.append(parse_client_message(await read_frame(reader)))
         await script(reader, writer, received)
@@ -36,7 +42,7 @@ async def test_join_dedup_and_messages() -> None:
         received.append(parse_client_message(await read_frame(reader, timeout=5)))
         writer.close()
 
-    server, port, received = await scripted_server(script)
+    server, port, received = await scripted_server(script, "run-x")
     identity = Identity.generate()
     async with server:
         link = await ServerLink.connect(f"127.0.0.1:{port}", identity, "run-x", "127.0.0.1:999")

@@ -52,6 +52,16 @@ class P2PConfig:
     max_concurrent_downloads: int = 8
     max_concurrent_parameter_requests: int = 8
     max_connections: int = 1024
+    """Outgoing connections open at once (the pool's bound)."""
+    max_inbound_connections: int = 256
+    """Incoming connections open at once; more are closed at accept, before any handshake."""
+    max_concurrent_serving: int = 32
+    """Blob, manifest and parameter requests served at once (others wait their turn)."""
+    max_result_size: int = 256 * MIB
+    """Result announcements with a larger `size` are refused before any byte is fetched."""
+    announce_wait: float = 1.0
+    """Longest an `announce()` caller waits; pushes to slower peers go on in the background
+    (each still bounded by `announce_timeout`)."""
     max_idle_per_peer: int = 4
     max_errors_per_peer: int = 5
     manifest_timeout: float = 10.0
@@ -73,6 +83,9 @@ class P2PConfig:
             "max_concurrent_downloads",
             "max_concurrent_parameter_requests",
             "max_connections",
+            "max_inbound_connections",
+            "max_concurrent_serving",
+            "max_result_size",
             "fetch_rounds",
             "parameter_rounds",
             "max_errors_per_peer",

@@ -1,13 +1,22 @@
 """Authenticated peer connections: mutual ed25519 handshake, counted frames, a connection pool.
 
-Handshake on a new P2P stream (both directions proven, built from
-`psyche_common.protocol.handshake`'s challenge helpers):
+Handshake on a new P2P stream (`P2P_DOMAIN`; each side signs
+`psyche_common.protocol.handshake.mutual_transcript(role, listener_challenge,
+dialer_challenge, listener_key, dialer_key)`):
 
-1. listener → `Challenge{challenge}`; dialer → `ChallengeResponse` (signs the listener's nonce).
-2. The listener verifies it and asks its `is_member(dialer_id)` callback. A non-member gets
-   `Rejected{reason}` and the stream is closed.
-3. dialer → `Challenge{challenge}`; listener → `ChallengeResponse`. The dialer checks that the
-   key equals the peer id it meant to reach (addresses come from the coordinator broadcast).
+1. listener → `Challenge{challenge}`.
+2. dialer → `Hello{challenge, public_key}` (its own nonce and the key it claims).
+3. The listener asks its `is_member(claimed key)` callback; a non-member gets `Rejected{reason}`
+   and the stream is closed. Otherwise listener → `Proof{public_key, signature}` over the
+   "listener" transcript.
+4. The dialer checks that the listener's key is the peer id it meant to reach (addresses come
+   from the coordinator broadcast) and its signature, and only then signs: dialer →
+   `Proof{public_key, signature}` over the "dialer" transcript.
+5. The listener checks the key is the one claimed in `Hello` and the signature.
+
+The dialer signs nothing before the listener proved its key, and what it signs names both keys
+and both nonces, so no signature of a handshake can be relayed to log in anywhere else (another
+peer, the coordinator or the data server, whose domains differ anyway).
 
 Every frame written or read through a `PeerConnection` is counted in `TransferStats`.
 """
@@ -31,13 +40,17 @@ from psyche_common.protocol import (
     encode_frame,
     read_frame_bytes,
     short_id,
+    verify_signature,
 )
 from psyche_common.protocol.handshake import (
+    CHALLENGE_SIZE,
     challenge_message,
+    mutual_transcript,
     new_challenge,
-    sign_challenge,
-    verify_challenge_response,
+    read_challenge,
+    signed_key,
 )
+from psyche_common.protocol.identity import PUBLIC_KEY_SIZE
 
 from .stats import TransferStats
 
@@ -102,18 +115,22 @@ async def accept_peer(
     async with asyncio.timeout(timeout):
         challenge = new_challenge()
         await conn.send(challenge_message(challenge))
-        dialer_id = verify_challenge_response(challenge, await conn.receive(None))
-        conn.peer_id = dialer_id
-        if not is_member(dialer_id):
-            reason = f"peer {short_id(dialer_id)} is not a member of the current epoch"
+        theirs, claimed = read_hello(await conn.receive(None))
+        conn.peer_id = claimed
+        if not is_member(claimed):
+            reason = f"peer {short_id(claimed)} is not a member of the current epoch"
             await conn.send({"type": "Rejected", "reason": reason})
             raise PeerRefused(reason)
-        theirs = await conn.receive(None)
-        if theirs.get("type") != "Challenge" or not isinstance(theirs.get("challenge"), bytes):
-            raise HandshakeError("expected the dialer's Challenge")
-        if len(theirs["challenge"]) != len(challenge):
-            raise HandshakeError(f"Challenge.challenge must be {len(challenge)} bytes")
-        await conn.send(sign_challenge(identity, theirs["challenge"]))
+        mine = mutual_transcript("listener", challenge, theirs, identity.public_key, claimed)
+        await conn.send(proof_message(identity, mine))
+        dialer_id, signature = signed_key(await conn.receive(None), "Proof")
+        if dialer_id != claimed:
+            raise HandshakeError(
+                f"the dialer claimed {short_id(claimed)} but proved {short_id(dialer_id)}"
+            )
+        signed = mutual_transcript("dialer", challenge, theirs, identity.public_key, dialer_id)
+        if not verify_signature(dialer_id, signed, signature):
+            raise HandshakeError(f"the Proof of {short_id(dialer_id)} does not verify")
     return dialer_id
 
 
@@ -142,20 +159,51 @@ async def dial_peer(
         async with asyncio.timeout(handshake_timeout):
             first = await conn.receive(None)
             raise_if_rejected(first, where)
-            if first.get("type") != "Challenge" or not isinstance(first.get("challenge"), bytes):
-                raise HandshakeError(f"{where} did not open with a Challenge")
-            await conn.send(sign_challenge(identity, first["challenge"]))
+            try:
+                theirs = read_challenge(first)
+            except HandshakeError as exc:
+                raise HandshakeError(f"{where} did not open with a Challenge: {exc}") from exc
             mine = new_challenge()
-            await conn.send(challenge_message(mine))
+            await conn.send({"type": "Hello", "challenge": mine, "public_key": identity.public_key})
             reply = await conn.receive(None)
             raise_if_rejected(reply, where)
-            actual = verify_challenge_response(mine, reply)
-        if actual != peer_id:
-            raise HandshakeError(f"the node at {host}:{port} is {short_id(actual)}, not {where}")
+            actual, signature = signed_key(reply, "Proof")
+            if actual != peer_id:
+                raise HandshakeError(
+                    f"the node at {host}:{port} is {short_id(actual)}, not {where}"
+                )
+            signed = mutual_transcript("listener", theirs, mine, actual, identity.public_key)
+            if not verify_signature(actual, signed, signature):
+                raise HandshakeError(f"the Proof of {where} does not verify")
+            ours = mutual_transcript("dialer", theirs, mine, actual, identity.public_key)
+            await conn.send(proof_message(identity, ours))
     except BaseException:
         await conn.close()
         raise
     return conn
+
+
+def read_hello(message: dict[str, Any]) -> tuple[bytes, bytes]:
+    """`(dialer challenge, claimed dialer key)` of a `Hello` frame."""
+    if message.get("type") != "Hello":
+        raise HandshakeError(f"expected the dialer's Hello, got {message.get('type')!r}")
+    challenge = message.get("challenge")
+    public_key = message.get("public_key")
+    if not isinstance(challenge, bytes) or len(challenge) != CHALLENGE_SIZE:
+        raise HandshakeError(f"Hello.challenge must be {CHALLENGE_SIZE} bytes")
+    if not isinstance(public_key, bytes) or len(public_key) != PUBLIC_KEY_SIZE:
+        raise HandshakeError(f"Hello.public_key must be {PUBLIC_KEY_SIZE} bytes")
+    if set(message) - {"type", "challenge", "public_key"}:
+        raise HandshakeError("Hello has unknown fields")
+    return challenge, public_key
+
+
+def proof_message(identity: Identity, transcript: bytes) -> dict[str, Any]:
+    return {
+        "type": "Proof",
+        "public_key": identity.public_key,
+        "signature": identity.sign(transcript),
+    }
 
 
 def raise_if_rejected(message: dict[str, Any], where: str) -> None:

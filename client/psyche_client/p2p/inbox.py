@@ -50,10 +50,14 @@ class AnnouncementInbox:
         is_member: Callable[[bytes], bool],
         callback: AnnouncementCallback | None,
         max_seen: int,
+        max_result_size: int | None = None,
     ) -> None:
         self._is_member = is_member
         self.callback = callback
         self._max_seen = max_seen
+        self._max_result_size = max_result_size
+        self._commitments: OrderedDict[tuple[int, int, int, bytes], bytes] = OrderedDict()
+        """(step, batch_start, batch_end, trainer) → the one commitment accepted for it."""
         self._seen: OrderedDict[bytes, None] = OrderedDict()
         self._blob_steps: OrderedDict[bytes, int] = OrderedDict()
 
@@ -76,6 +80,35 @@ class AnnouncementInbox:
                 self._blob_steps.popitem(last=False)
         return True
 
+    def _refuse_result(self, announcement: Announcement) -> str | None:
+        """Why a result announcement is refused (too large; a second, different commitment of
+        the same trainer for the same batch: equivocation), else None (and it is recorded)."""
+        if not isinstance(announcement, ResultAnnouncement):
+            return None
+        trainer = short_id(announcement.sender_id)
+        if self._max_result_size is not None and announcement.size > self._max_result_size:
+            return (
+                f"result of {trainer} for step {announcement.step} announces "
+                f"{announcement.size} bytes (max_result_size {self._max_result_size})"
+            )
+        key = (
+            announcement.step,
+            announcement.batch_start,
+            announcement.batch_end,
+            announcement.sender_id,
+        )
+        known = self._commitments.get(key)
+        if known is None:
+            self._commitments[key] = announcement.data_hash
+            while len(self._commitments) > self._max_seen:
+                self._commitments.popitem(last=False)
+        elif known != announcement.data_hash:
+            return (
+                f"equivocation: {trainer} already committed to {known.hex()[:16]} for step "
+                f"{announcement.step} batch {announcement.batch_start}..{announcement.batch_end}"
+            )
+        return None
+
     async def receive(self, from_peer: bytes, wire: Any) -> Receipt:
         """What became of one pushed announcement (accepted ones carry it, for forwarding)."""
         try:
@@ -88,6 +121,10 @@ class AnnouncementInbox:
             reason = f"signer {short_id(announcement.sender_id)} is not a member"
             log.warning("rejected announcement via %s: %s", short_id(from_peer), reason)
             return Receipt("rejected", reason)
+        refusal = self._refuse_result(announcement)
+        if refusal is not None:
+            log.warning("rejected announcement via %s: %s", short_id(from_peer), refusal)
+            return Receipt("rejected", refusal)
         if not self.remember(announcement):
             return Receipt("duplicate")
         if self.callback is not None:

@@ -53,10 +53,12 @@ CorruptCallback = Callable[[bytes, bytes], None]
 
 @dataclass
 class AnnounceReport:
-    """Outcome of pushing one announcement: peers that acknowledged it, and the others."""
+    """Outcome of pushing one announcement: peers that acknowledged it, those that failed, and
+    those still being pushed when `announce_wait` ran out (the push goes on in the background)."""
 
     delivered: list[bytes] = field(default_factory=list)
     failed: dict[bytes, str] = field(default_factory=dict)
+    pending: list[bytes] = field(default_factory=list)
 
 
 class P2PNode:
@@ -82,8 +84,13 @@ class P2PNode:
         self.health = PeerHealth()
         self._is_member = is_member
         self._inbox = AnnouncementInbox(
-            is_member, on_announcement, self.config.max_seen_announcements
+            is_member,
+            on_announcement,
+            self.config.max_seen_announcements,
+            self.config.max_result_size,
         )
+        self._serving_slots = asyncio.Semaphore(self.config.max_concurrent_serving)
+        self.refused_inbound = 0
         self._on_corrupt = on_corrupt
         self._get_manifest = get_manifest
         self._get_parameter_bytes = get_parameter_bytes
@@ -92,6 +99,7 @@ class P2PNode:
         self.parameter_slots = asyncio.Semaphore(self.config.max_concurrent_parameter_requests)
         self._inflight: dict[bytes, asyncio.Task[bytes]] = {}
         self._forwards: set[asyncio.Task[AnnounceReport]] = set()
+        self._pushes: set[asyncio.Future[None]] = set()
         self._rng = random.Random()
         self._step: int | None = None
         self._server: asyncio.Server | None = None
@@ -115,7 +123,12 @@ class P2PNode:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in [*self._inflight.values(), *self._forwards]:
+        background: list[asyncio.Future[Any]] = [
+            *self._inflight.values(),
+            *self._forwards,
+            *self._pushes,
+        ]
+        for task in background:
             task.cancel()
         await self._pool.close()
         for conn in list(self._server_conns):
@@ -181,7 +194,9 @@ class P2PNode:
         self, announcement: Announcement, peer_ids: Iterable[bytes] | None = None
     ) -> AnnounceReport:
         """Push a signed announcement to `peer_ids` (default: every known peer), concurrently.
-        Never raises for a peer's failure; the report says which peers got it."""
+        Returns after at most `announce_wait` s: pushes to slower peers continue in the
+        background (each bounded by `announce_timeout`). Never raises for a peer's failure; the
+        report says which peers got it, failed, or were still pending."""
         wire = {"type": "Announce", "announcement": to_wire(announcement)}
         self._inbox.remember(announcement)
         targets = self.known_peers() if peer_ids is None else list(peer_ids)
@@ -205,10 +220,17 @@ class P2PNode:
             except (OSError, ProtocolError) as exc:
                 report.failed[peer_id] = f"{type(exc).__name__}: {exc}"
 
-        async with asyncio.TaskGroup() as group:
-            for peer_id in targets:
-                if peer_id != self.peer_id:
-                    group.create_task(push(peer_id))
+        pushes = {
+            asyncio.ensure_future(push(peer_id)): peer_id
+            for peer_id in targets
+            if peer_id != self.peer_id
+        }
+        if pushes:
+            _, slow = await asyncio.wait(pushes, timeout=self.config.announce_wait)
+            for task in slow:  # a stalled peer never holds the caller: its push goes on alone
+                report.pending.append(pushes[task])
+                self._pushes.add(task)
+                task.add_done_callback(self._pushes.discard)
         if report.failed:
             log.debug(
                 "announcement not delivered to %d peer(s): %s",
@@ -348,11 +370,21 @@ class P2PNode:
     async def _serve_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        remote = writer.get_extra_info("peername")
+        if len(self._server_conns) >= self.config.max_inbound_connections:
+            self.refused_inbound += 1
+            log.warning(
+                "refusing P2P connection from %s: %d inbound connections open "
+                "(max_inbound_connections)",
+                remote,
+                len(self._server_conns),
+            )
+            writer.transport.abort()
+            return
         conn = PeerConnection(
             b"", reader, writer, self.stats, self.config.max_frame_size, self.config.read_timeout
         )
         self._server_conns.add(conn)
-        remote = writer.get_extra_info("peername")
         try:
             peer_id = await accept_peer(
                 conn, self.identity, self._is_member, self.config.read_timeout
@@ -366,7 +398,10 @@ class P2PNode:
                     reason = f"peer {short_id(peer_id)} is no longer a member"
                     await conn.send({"type": "Rejected", "reason": reason})
                     return
-                async with asyncio.timeout(self.config.fetch_deadline):
+                if request.get("type") == "Announce":
+                    await self._handle(conn, peer_id, request)
+                    continue
+                async with self._serving_slots, asyncio.timeout(self.config.fetch_deadline):
                     await self._handle(conn, peer_id, request)
         except PeerRefused as exc:
             log.info("refused P2P connection from %s: %s", remote, exc)

@@ -22,6 +22,7 @@ from psyche_common.assignment import BatchId
 from psyche_common.data.errors import DataFetchError, DataIndexError
 from psyche_common.data.retry import RetryPolicy, retry_async
 from psyche_common.protocol import (
+    DATA_SERVER_DOMAIN,
     ConnectionClosed,
     Identity,
     ProtocolError,
@@ -102,6 +103,7 @@ class DataServerProvider:
                     reader,
                     writer,
                     self.identity,
+                    domain=DATA_SERVER_DOMAIN,
                     timeout=self.timeout,
                     max_frame_size=self.max_frame_size,
                 )

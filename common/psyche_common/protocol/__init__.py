@@ -22,10 +22,12 @@ from .framing import (
     write_frame,
 )
 from .handshake import (
-    CHALLENGE_DOMAIN,
+    DATA_SERVER_DOMAIN,
+    P2P_DOMAIN,
     HandshakeError,
     accept_handshake,
     connect_handshake,
+    coordinator_domain,
     sign_challenge,
     verify_challenge_response,
 )
@@ -47,8 +49,9 @@ from .messages import (
 )
 
 __all__ = [
-    "CHALLENGE_DOMAIN",
+    "DATA_SERVER_DOMAIN",
     "DEFAULT_MAX_FRAME_SIZE",
+    "P2P_DOMAIN",
     "BadFrame",
     "Checkpoint",
     "ConnectionClosed",
@@ -67,6 +70,7 @@ __all__ = [
     "WitnessMetadata",
     "accept_handshake",
     "connect_handshake",
+    "coordinator_domain",
     "decode_payload",
     "encode_frame",
     "encode_payload",

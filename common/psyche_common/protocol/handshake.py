@@ -1,12 +1,21 @@
-"""Challenge–response handshake that authenticates a stream's peer by its ed25519 key.
+"""Challenge–response handshakes that authenticate a stream's peer by its ed25519 key.
+
+Every signature made in a handshake is bound to its service (and run): the signed bytes start
+with a *domain* — `coordinator_domain(run_id)`, `DATA_SERVER_DOMAIN` or `P2P_DOMAIN` — so a
+signature made for one service or run never verifies for another, and none is ever valid for
+any other signed message of the project (commitments, announcements).
+
+One-way handshake (the coordinator and data-server ports; the server has no key):
 
 1. The accepting side sends `{"type": "Challenge", "challenge": <32 random bytes>}`.
 2. The connecting side replies `{"type": "ChallengeResponse", "public_key": <32 bytes>,
-   "signature": <64 bytes>}`, signing `CHALLENGE_DOMAIN + challenge`.
-3. The accepting side verifies; the public key becomes the peer's identity.
+   "signature": <64 bytes>}`, signing `domain + challenge`.
+3. The accepting side verifies with its own domain; the public key becomes the peer's identity.
 
-The domain prefix keeps a handshake signature from ever being valid for any other signed
-message of the project (commitments, etc.). Used by the coordinator, data server and P2P ports.
+Mutual handshake (P2P; `mutual_transcript`): both sides sign a transcript naming the role,
+both challenges and both keys, and the listener signs first, so a dialer never signs anything
+before the listener proved its key, and a signature relayed to any other listener is useless
+(the wire steps are in `psyche_client.p2p.connection`).
 """
 
 from __future__ import annotations
@@ -18,12 +27,20 @@ from .framing import DEFAULT_MAX_FRAME_SIZE, ProtocolError, read_frame, write_fr
 from .identity import PUBLIC_KEY_SIZE, SIGNATURE_SIZE, Identity, verify_signature
 
 CHALLENGE_SIZE = 32
-CHALLENGE_DOMAIN = b"psyche-py/handshake/v1\x00"
+COORDINATOR_SERVICE = b"psyche-py/coordinator/v2"
+DATA_SERVER_DOMAIN = b"psyche-py/data-server/v2\x00"
+P2P_DOMAIN = b"psyche-py/p2p/v2\x00"
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
 
 
 class HandshakeError(ProtocolError):
     """The peer failed the challenge–response handshake (the reason says how)."""
+
+
+def coordinator_domain(run_id: str) -> bytes:
+    """The handshake domain of the coordinator port of run `run_id`."""
+    encoded = run_id.encode("utf-8")
+    return COORDINATOR_SERVICE + b"\x00" + len(encoded).to_bytes(4, "big") + encoded + b"\x00"
 
 
 def new_challenge() -> bytes:
@@ -34,49 +51,89 @@ def challenge_message(challenge: bytes) -> dict[str, object]:
     return {"type": "Challenge", "challenge": challenge}
 
 
-def sign_challenge(identity: Identity, challenge: bytes) -> dict[str, object]:
-    """The ChallengeResponse message for `challenge`."""
+def sign_challenge(identity: Identity, challenge: bytes, domain: bytes) -> dict[str, object]:
+    """The ChallengeResponse message for `challenge` in handshake domain `domain`."""
     return {
         "type": "ChallengeResponse",
         "public_key": identity.public_key,
-        "signature": identity.sign(CHALLENGE_DOMAIN + challenge),
+        "signature": identity.sign(domain + challenge),
     }
 
 
-def verify_challenge_response(challenge: bytes, message: object) -> bytes:
-    """Check a decoded ChallengeResponse against `challenge`; returns the peer's public key."""
-    if not isinstance(message, dict) or message.get("type") != "ChallengeResponse":
-        kind = message.get("type") if isinstance(message, dict) else type(message).__name__
-        raise HandshakeError(f"expected a ChallengeResponse, got {kind!r}")
+def signed_key(message: object, kind: str) -> tuple[bytes, bytes]:
+    """`(public_key, signature)` of a decoded `kind` message with exactly those fields."""
+    if not isinstance(message, dict) or message.get("type") != kind:
+        got = message.get("type") if isinstance(message, dict) else type(message).__name__
+        raise HandshakeError(f"expected a {kind}, got {got!r}")
     public_key = message.get("public_key")
     signature = message.get("signature")
     if not isinstance(public_key, bytes) or len(public_key) != PUBLIC_KEY_SIZE:
-        raise HandshakeError(f"ChallengeResponse.public_key must be {PUBLIC_KEY_SIZE} bytes")
+        raise HandshakeError(f"{kind}.public_key must be {PUBLIC_KEY_SIZE} bytes")
     if not isinstance(signature, bytes) or len(signature) != SIGNATURE_SIZE:
-        raise HandshakeError(f"ChallengeResponse.signature must be {SIGNATURE_SIZE} bytes")
+        raise HandshakeError(f"{kind}.signature must be {SIGNATURE_SIZE} bytes")
     extra = set(message) - {"type", "public_key", "signature"}
     if extra:
-        raise HandshakeError(f"ChallengeResponse has unknown fields {sorted(extra)}")
-    if not verify_signature(public_key, CHALLENGE_DOMAIN + challenge, signature):
-        raise HandshakeError("ChallengeResponse signature does not verify")
+        raise HandshakeError(f"{kind} has unknown fields {sorted(extra)}")
+    return public_key, signature
+
+
+def verify_challenge_response(challenge: bytes, message: object, domain: bytes) -> bytes:
+    """Check a decoded ChallengeResponse against `challenge` in `domain`; returns the key."""
+    public_key, signature = signed_key(message, "ChallengeResponse")
+    if not verify_signature(public_key, domain + challenge, signature):
+        raise HandshakeError("ChallengeResponse signature does not verify for this service")
     return public_key
+
+
+def mutual_transcript(
+    role: str,
+    listener_challenge: bytes,
+    dialer_challenge: bytes,
+    listener_key: bytes,
+    dialer_key: bytes,
+) -> bytes:
+    """What the `role` ("listener" | "dialer") side of a P2P handshake signs."""
+    if role not in ("listener", "dialer"):
+        raise ValueError(f"role must be 'listener' or 'dialer', got {role!r}")
+    return (
+        P2P_DOMAIN
+        + role.encode("ascii")
+        + b"\x00"
+        + listener_challenge
+        + dialer_challenge
+        + listener_key
+        + dialer_key
+    )
+
+
+def read_challenge(message: object) -> bytes:
+    """The nonce of a decoded Challenge message (a `Rejected` names the server's reason)."""
+    if not isinstance(message, dict) or message.get("type") != "Challenge":
+        if isinstance(message, dict) and message.get("type") == "Rejected":
+            raise HandshakeError(f"server rejected the connection: {message.get('reason')}")
+        raise HandshakeError("expected a Challenge as the first frame")
+    challenge = message.get("challenge")
+    if not isinstance(challenge, bytes) or len(challenge) != CHALLENGE_SIZE:
+        raise HandshakeError(f"Challenge.challenge must be {CHALLENGE_SIZE} bytes")
+    return challenge
 
 
 async def accept_handshake(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     *,
+    domain: bytes,
     timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
 ) -> bytes:
-    """Server side: send a challenge, verify the reply; returns the peer's public key.
+    """Server side: send a challenge, verify the reply in `domain`; returns the peer's key.
 
     Raises `HandshakeError` / other `ProtocolError`s, or `TimeoutError` after `timeout` s."""
     challenge = new_challenge()
     async with asyncio.timeout(timeout):
         await write_frame(writer, challenge_message(challenge))
         reply = await read_frame(reader, max_frame_size)
-    return verify_challenge_response(challenge, reply)
+    return verify_challenge_response(challenge, reply, domain)
 
 
 async def connect_handshake(
@@ -84,17 +141,11 @@ async def connect_handshake(
     writer: asyncio.StreamWriter,
     identity: Identity,
     *,
+    domain: bytes,
     timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
 ) -> None:
-    """Client side: wait for the challenge and answer it with `identity`."""
+    """Client side: wait for the challenge and answer it with `identity` in `domain`."""
     async with asyncio.timeout(timeout):
-        message = await read_frame(reader, max_frame_size)
-        if not isinstance(message, dict) or message.get("type") != "Challenge":
-            if isinstance(message, dict) and message.get("type") == "Rejected":
-                raise HandshakeError(f"server rejected the connection: {message.get('reason')}")
-            raise HandshakeError("expected a Challenge as the first frame")
-        challenge = message.get("challenge")
-        if not isinstance(challenge, bytes) or len(challenge) != CHALLENGE_SIZE:
-            raise HandshakeError(f"Challenge.challenge must be {CHALLENGE_SIZE} bytes")
-        await write_frame(writer, sign_challenge(identity, challenge))
+        challenge = read_challenge(await read_frame(reader, max_frame_size))
+        await write_frame(writer, sign_challenge(identity, challenge, domain))

@@ -7,16 +7,19 @@ from pathlib import Path
 
 import pytest
 from psyche_common.protocol import (
-    CHALLENGE_DOMAIN,
+    DATA_SERVER_DOMAIN,
+    P2P_DOMAIN,
     HandshakeError,
     Identity,
     accept_handshake,
     connect_handshake,
+    coordinator_domain,
     short_id,
     sign_challenge,
     verify_challenge_response,
     verify_signature,
 )
+from psyche_common.protocol.handshake import mutual_transcript
 
 
 def test_seed_round_trip_and_hex(tmp_path: Path) -> None:
@@ -57,18 +60,57 @@ def test_bad_inputs() -> None:
 def test_challenge_response_checks() -> None:
     ident = Identity.generate()
     challenge = b"c" * 32
-    response = sign_challenge(ident, challenge)
-    assert verify_challenge_response(challenge, response) == ident.public_key
+    domain = coordinator_domain("run")
+    response = sign_challenge(ident, challenge, domain)
+    assert verify_challenge_response(challenge, response, domain) == ident.public_key
     with pytest.raises(HandshakeError, match="does not verify"):
-        verify_challenge_response(b"d" * 32, response)
+        verify_challenge_response(b"d" * 32, response, domain)
     raw = {**response, "signature": ident.sign(challenge)}  # no domain prefix
     with pytest.raises(HandshakeError, match="does not verify"):
-        verify_challenge_response(challenge, raw)
+        verify_challenge_response(challenge, raw, domain)
     with pytest.raises(HandshakeError, match="unknown fields"):
-        verify_challenge_response(challenge, {**response, "x": 1})
+        verify_challenge_response(challenge, {**response, "x": 1}, domain)
     with pytest.raises(HandshakeError, match="expected a ChallengeResponse"):
-        verify_challenge_response(challenge, [1, 2])
-    assert CHALLENGE_DOMAIN.endswith(b"\x00")
+        verify_challenge_response(challenge, [1, 2], domain)
+
+
+def test_a_signature_for_one_service_or_run_verifies_for_no_other() -> None:
+    ident = Identity.generate()
+    challenge = b"c" * 32
+    domains = [
+        coordinator_domain("run-a"),
+        coordinator_domain("run-b"),
+        coordinator_domain("run-a\x00"),
+        coordinator_domain(""),
+        DATA_SERVER_DOMAIN,
+        P2P_DOMAIN,
+    ]
+    assert len(set(domains)) == len(domains)
+    for signed_for in domains:
+        response = sign_challenge(ident, challenge, signed_for)
+        for checked_by in domains:
+            if checked_by == signed_for:
+                assert verify_challenge_response(challenge, response, checked_by)
+            else:
+                with pytest.raises(HandshakeError, match="does not verify"):
+                    verify_challenge_response(challenge, response, checked_by)
+    # no domain is a prefix of another (a run id cannot be forged into another domain)
+    for a in domains:
+        for b in domains:
+            assert a == b or not b.startswith(a)
+
+
+def test_mutual_transcripts_differ_by_role_and_by_every_key_and_nonce() -> None:
+    parts = [b"L" * 32, b"D" * 32, b"l" * 32, b"d" * 32]
+    base = mutual_transcript("listener", *parts)
+    assert base.startswith(P2P_DOMAIN)
+    assert mutual_transcript("dialer", *parts) != base
+    for index in range(4):
+        changed = list(parts)
+        changed[index] = b"x" * 32
+        assert mutual_transcript("listener", *changed) != base
+    with pytest.raises(ValueError, match="role"):
+        mutual_transcript("server", *parts)
 
 
 async def test_handshake_over_loopback() -> None:
@@ -77,7 +119,9 @@ async def test_handshake_over_loopback() -> None:
 
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            result.set_result(await accept_handshake(reader, writer, timeout=2))
+            result.set_result(
+                await accept_handshake(reader, writer, domain=DATA_SERVER_DOMAIN, timeout=2)
+            )
         except Exception as exc:
             result.set_exception(exc)
         writer.close()
@@ -86,6 +130,6 @@ async def test_handshake_over_loopback() -> None:
     port = server.sockets[0].getsockname()[1]
     async with server:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        await connect_handshake(reader, writer, ident, timeout=2)
+        await connect_handshake(reader, writer, ident, domain=DATA_SERVER_DOMAIN, timeout=2)
         assert await asyncio.wait_for(result, 2) == ident.public_key
         writer.close()
