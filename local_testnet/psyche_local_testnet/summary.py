@@ -8,7 +8,9 @@ skipped.
 Weights hashes are compared between clients for the same (epoch, step, msg): the same log
 statement at the same step must report the same weights on every client. The run counts as
 finished when a client line has `state` "Finished" or the server's JSON log has a run-state
-change with `new_state` "Finished".
+change with `new_state` "Finished". Server restarts (`--kill-server-at`) come from the launcher:
+the step each restart's saved state resumed at, and why a planned restart failed (which fails
+the run).
 """
 
 from __future__ import annotations
@@ -137,6 +139,12 @@ class Summary:
     hash_mismatches: list[str] = field(default_factory=list)
     clients_seen: int = 0
     finished: bool = False
+    server_resume_steps: list[int] = field(default_factory=list)
+    server_restart_error: str | None = None
+
+    @property
+    def server_restarts(self) -> int:
+        return len(self.server_resume_steps)
 
     @property
     def advanced(self) -> bool:
@@ -152,7 +160,7 @@ class Summary:
 
     @property
     def ok(self) -> bool:
-        return self.advanced and self.hashes_agree
+        return self.advanced and self.hashes_agree and self.server_restart_error is None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -169,6 +177,9 @@ class Summary:
             "hash_mismatches": self.hash_mismatches,
             "clients_seen": self.clients_seen,
             "finished": self.finished,
+            "server_restarts": self.server_restarts,
+            "server_resume_steps": self.server_resume_steps,
+            "server_restart_error": self.server_restart_error,
         }
 
     def render_lines(self) -> list[str]:
@@ -184,15 +195,23 @@ class Summary:
             hashes = f"DISAGREE at {', '.join(self.hash_mismatches[:5])}"
         else:
             hashes = "not compared (fewer than two clients reported a hash for any step)"
-        return [
-            f"steps:          {steps}{' (run finished)' if self.finished else ''}",
-            f"clients seen:   {self.clients_seen}",
-            f"kills:          {self.kills}",
-            f"rejoins:        {self.rejoins}",
-            f"loss:           {loss(self.loss_start)} -> {loss(self.loss_end)}",
-            f"weights hashes: {hashes}",
-            f"result:         {'OK' if self.ok else 'FAILED'}",
+        restarts = str(self.server_restarts)
+        if self.server_resume_steps:
+            steps_at = ", ".join(map(str, self.server_resume_steps))
+            restarts += f" (resumed at step {steps_at})"
+        if self.server_restart_error is not None:
+            restarts += f"; FAILED: {self.server_restart_error}"
+        rows = [
+            ("steps", f"{steps}{' (run finished)' if self.finished else ''}"),
+            ("clients seen", str(self.clients_seen)),
+            ("kills", str(self.kills)),
+            ("rejoins", str(self.rejoins)),
+            ("server restarts", restarts),
+            ("loss", f"{loss(self.loss_start)} -> {loss(self.loss_end)}"),
+            ("weights hashes", hashes),
+            ("result", "OK" if self.ok else "FAILED"),
         ]
+        return [f"{label + ':':<17}{value}" for label, value in rows]
 
     def final_line(self) -> str:
         return "summary: " + json.dumps(self.to_dict(), sort_keys=True)
@@ -204,10 +223,16 @@ def _mean(values: list[float]) -> float | None:
 
 
 def summarize(
-    records: Iterable[ClientLogRecord], kills: int = 0, server_finished: bool = False
+    records: Iterable[ClientLogRecord],
+    kills: int = 0,
+    server_finished: bool = False,
+    server_resume_steps: Iterable[int] = (),
+    server_restart_error: str | None = None,
 ) -> Summary:
     """Aggregate client log records into a Summary (see the module doc for the rules);
-    `server_finished` says the server logged the run reaching Finished."""
+    `server_finished` says the server logged the run reaching Finished; `server_resume_steps`
+    has one entry per server restart: the step its saved state resumed at;
+    `server_restart_error` says why a planned restart failed (the run is then not ok)."""
     records = list(records)
     losses: dict[int, list[float]] = defaultdict(list)
     hashes: dict[tuple[int | None, int, str | None], dict[str, set[int]]] = defaultdict(
@@ -246,4 +271,6 @@ def summarize(
         hash_mismatches=mismatches,
         clients_seen=len({r.client_number for r in records}),
         finished=server_finished or any(r.state == FINISHED_STATE for r in records),
+        server_resume_steps=list(server_resume_steps),
+        server_restart_error=server_restart_error,
     )
