@@ -9,7 +9,8 @@ restarted from its saved state. Without random client kills that happens `at` se
 start. With them it happens at the first round of client kills due at or after `at`, just
 before that round's victims are killed: a restarted client's first connection to the server is
 not retried, so the server must not go away while a client restarted by the previous round may
-still be starting up; a round's victims are restarted once the server is back.
+still be starting up (it is not, when the interval is longer than a client takes to start and
+connect: a few seconds); a round's victims are restarted once the server is back.
 """
 
 from __future__ import annotations
