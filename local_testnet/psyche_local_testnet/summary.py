@@ -2,15 +2,16 @@
 
 Each client incarnation writes `client-<n>.<incarnation>.jsonl` (incarnation 0 is the first
 start, 1 the first restart after a kill, ...). A line is one JSON object; the fields used are
-`client_id`, `epoch`, `step`, `state`, `loss`, `weights_hash` (and `msg`). Other lines are
-skipped.
+`ts`, `client_id`, `epoch`, `step`, `state`, `loss`, `weights_hash` (and `msg`). Other lines
+are skipped.
 
 Weights hashes are compared between clients for the same (epoch, step, msg): the same log
-statement at the same step must report the same weights on every client. The run counts as
-finished when a client line has `state` "Finished" or the server's JSON log has a run-state
-change with `new_state` "Finished". Server restarts (`--kill-server-at`) come from the launcher:
-the step each restart's saved state resumed at, and why a planned restart failed (which fails
-the run).
+statement at the same step must report the same weights on every client. After a server restart
+the steps in flight at the kill are trained again from other weights, so hashes are compared
+only within one server era (`server_eras`). The run counts as finished when a client line has
+`state` "Finished" or the server's JSON log has a run-state change with `new_state` "Finished".
+Server restarts (`--kill-server-at`) come from the launcher: when each kill happened and the
+step its saved state resumed at, and why a planned restart failed (which fails the run).
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from psyche_local_testnet.server_eras import server_eras
 
 LOG_NAME = re.compile(r"^client-(\d+)\.(\d+)\.jsonl$")
 FINISHED_STATE = "Finished"
@@ -45,6 +49,15 @@ class ClientLogRecord:
     loss: float | None = None
     weights_hash: str | None = None
     msg: str | None = None
+    ts: float | None = None  # wall-clock seconds (the line's `ts`)
+
+
+@dataclass(frozen=True)
+class ServerRestart:
+    """One server restart done by the launcher."""
+
+    killed_at: float  # wall-clock seconds (time.time()) just before the SIGKILL
+    resumed_step: int  # the `[progress] step` of the saved state it resumed from
 
 
 def _int(value: object) -> int | None:
@@ -59,6 +72,15 @@ def _float(value: object) -> float | None:
 
 def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _timestamp(value: object) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
 
 
 def parse_log_line(line: str, client_number: int, incarnation: int) -> ClientLogRecord | None:
@@ -82,6 +104,7 @@ def parse_log_line(line: str, client_number: int, incarnation: int) -> ClientLog
         loss=_float(data.get("loss")),
         weights_hash=_str(data.get("weights_hash")),
         msg=_str(data.get("msg")),
+        ts=_timestamp(data.get("ts")),
     )
 
 
@@ -226,31 +249,33 @@ def summarize(
     records: Iterable[ClientLogRecord],
     kills: int = 0,
     server_finished: bool = False,
-    server_resume_steps: Iterable[int] = (),
+    server_restarts: Iterable[ServerRestart] = (),
     server_restart_error: str | None = None,
 ) -> Summary:
     """Aggregate client log records into a Summary (see the module doc for the rules);
-    `server_finished` says the server logged the run reaching Finished; `server_resume_steps`
-    has one entry per server restart: the step its saved state resumed at;
-    `server_restart_error` says why a planned restart failed (the run is then not ok)."""
+    `server_finished` says the server logged the run reaching Finished; `server_restarts` are
+    the launcher's server restarts, in order; `server_restart_error` says why a planned restart
+    failed (the run is then not ok)."""
     records = list(records)
+    restarts = list(server_restarts)
+    eras = server_eras(records, [restart.killed_at for restart in restarts])
     losses: dict[int, list[float]] = defaultdict(list)
-    hashes: dict[tuple[int | None, int, str | None], dict[str, set[int]]] = defaultdict(
+    hashes: dict[tuple[int, int | None, int, str | None], dict[str, set[int]]] = defaultdict(
         lambda: defaultdict(set)
     )
     rejoined: set[tuple[int, int]] = set()
-    for r in records:
+    for r, era in zip(records, eras, strict=True):
         if r.step is not None and r.loss is not None:
             losses[r.step].append(r.loss)
             if r.incarnation > 0:
                 rejoined.add((r.client_number, r.incarnation))
         if r.step is not None and r.weights_hash is not None:
-            point = (r.epoch, r.step, r.msg if r.msg is not None else r.state)
+            point = (era, r.epoch, r.step, r.msg if r.msg is not None else r.state)
             hashes[point][r.weights_hash].add(r.client_number)
     compared = 0
     mismatches: list[str] = []
-    for (epoch, step, what), by_hash in sorted(
-        hashes.items(), key=lambda item: (item[0][1], item[0][0] or 0, item[0][2] or "")
+    for (era, epoch, step, what), by_hash in sorted(
+        hashes.items(), key=lambda item: (item[0][2], item[0][0], item[0][1] or 0, item[0][3] or "")
     ):
         reporters = set().union(*by_hash.values())
         if len(reporters) < 2:
@@ -258,7 +283,8 @@ def summarize(
         compared += 1
         if len(by_hash) > 1:
             where = f"step {step}" + (f" epoch {epoch}" if epoch is not None else "")
-            mismatches.append(f"{where} ({what})" if what else where)
+            where = f"{where} ({what})" if what else where
+            mismatches.append(where + (f" after server restart {era}" if era else ""))
     steps = sorted(losses)
     return Summary(
         first_step=steps[0] if steps else None,
@@ -271,6 +297,6 @@ def summarize(
         hash_mismatches=mismatches,
         clients_seen=len({r.client_number for r in records}),
         finished=server_finished or any(r.state == FINISHED_STATE for r in records),
-        server_resume_steps=list(server_resume_steps),
+        server_resume_steps=[restart.resumed_step for restart in restarts],
         server_restart_error=server_restart_error,
     )

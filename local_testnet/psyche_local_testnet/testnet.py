@@ -41,6 +41,7 @@ from psyche_local_testnet.lifecycle import (
 )
 from psyche_local_testnet.server_restart import ServerRestartError, kill_and_restart_server
 from psyche_local_testnet.summary import (
+    ServerRestart,
     Summary,
     log_file_name,
     read_client_logs,
@@ -118,7 +119,7 @@ class Testnet:
         self.run_dir = (options.run_dir or Path("local-testnet-runs") / stamp).resolve()
         self.log_dir = self.run_dir / "logs"
         self.kills = 0
-        self.server_resume_steps: list[int] = []
+        self.server_restarts: list[ServerRestart] = []
         self.server_restart_error: str | None = None
         self.clients: list[_Client] = []
         self.tmux: TmuxTestnetSession | None = None
@@ -207,6 +208,7 @@ class Testnet:
         """Crash the server and restart it from its saved state; False if that failed (the
         testnet then stops)."""
         assert self.tmux is not None and self.server_pane is not None
+        killed_at = time.time()  # wall clock, like the clients' log lines
         try:
             latest, step = kill_and_restart_server(
                 self.tmux, self.server_pane, commands, self.options.startup_timeout
@@ -217,7 +219,7 @@ class Testnet:
             if tail:
                 self.echo("server output:\n  " + "\n  ".join(tail))
             return False
-        self.server_resume_steps.append(step)
+        self.server_restarts.append(ServerRestart(killed_at, step))
         self.echo(
             f"killed and restarted the server (SIGKILL); resumed from {latest} at step {step}"
         )
@@ -321,7 +323,7 @@ class Testnet:
                 read_client_logs(commands.log_dir),
                 kills=self.kills,
                 server_finished=server_log_reports_finished(commands.log_dir / "server.log"),
-                server_resume_steps=self.server_resume_steps,
+                server_restarts=self.server_restarts,
                 server_restart_error=self.server_restart_error,
             )
             for line in summary.render_lines():

@@ -8,6 +8,7 @@ import json
 import random
 import shlex
 import tomllib
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,11 @@ from psyche_local_testnet.kills import (
     check_server_kill,
     planned_server_kill,
 )
+from psyche_local_testnet.server_eras import server_eras
 from psyche_local_testnet.server_restart import ServerRestartError, read_resume_step
 from psyche_local_testnet.summary import (
     ClientLogRecord,
+    ServerRestart,
     line_reports_finished,
     log_file_name,
     parse_log_lines,
@@ -360,7 +363,7 @@ def test_summary_records_server_restarts() -> None:
     logs += records(2, 0, [line(s, 5.0 - s, f"h{s}") for s in range(1, 6)])
     plain = summarize(logs)
     assert plain.server_restarts == 0 and plain.to_dict()["server_restarts"] == 0
-    restarted = summarize(logs, server_resume_steps=[3])
+    restarted = summarize(logs, server_restarts=[ServerRestart(killed_at=1e9, resumed_step=3)])
     fields = json.loads(restarted.final_line().removeprefix("summary: "))
     assert fields["server_restarts"] == 1 and fields["server_resume_steps"] == [3]
     assert fields["server_restart_error"] is None and fields["ok"] is True
@@ -368,3 +371,65 @@ def test_summary_records_server_restarts() -> None:
     failed = summarize(logs, server_restart_error="the restarted server did not start")
     assert failed.server_restarts == 0 and not failed.ok
     assert any("FAILED: the restarted server" in text for text in failed.render_lines())
+
+
+def at(seconds: float) -> str:
+    """An ISO `ts` `seconds` after a fixed moment (1_800_000_000 s after the epoch)."""
+    return datetime.fromtimestamp(1_800_000_000 + seconds, tz=UTC).isoformat()
+
+
+KILLED_AT = 1_800_000_000 + 100.0
+
+
+def test_log_lines_keep_their_time() -> None:
+    [record] = records(1, 0, [line(1, 2.0, "h", ts=at(5))])
+    assert record.ts == pytest.approx(1_800_000_005)
+    [no_time] = records(1, 0, [line(1, 2.0, "h", ts="yesterday")])
+    assert no_time.ts is None
+
+
+def test_server_eras_follow_reconnects_and_restarts() -> None:
+    running = records(
+        1,
+        0,
+        [
+            line(36, 1.0, "a", ts=at(99)),
+            line(36, 1.0, "a", ts=at(101)),  # still the old server's round, logged late
+            json.dumps({"msg": "reconnected to the server", "ts": at(103)}),
+            line(36, 1.0, "b", ts=at(106)),
+        ],
+    )
+    lost = records(2, 0, [line(36, 1.0, "a", ts=at(99))])  # killed before reconnecting
+    joined = records(2, 1, [line(36, 1.0, "b", ts=at(110))])  # started with the new server
+    everyone = running + lost + joined
+    assert server_eras(everyone, [KILLED_AT]) == [0, 0, 1, 1, 0, 1]
+    assert server_eras(everyone, []) == [0] * 6
+    blip = records(3, 0, [json.dumps({"msg": "reconnected to the server", "ts": at(50)})])
+    assert server_eras(blip + records(3, 0, [line(9, 1.0, "h", ts=at(60))]), [KILLED_AT]) == [0, 0]
+
+
+def test_steps_trained_again_after_a_server_restart_are_not_a_disagreement() -> None:
+    """Regression: the chaos run with a server restart reported `DISAGREE at step 36` because
+    the clients logged step 36 before the kill and again, from other weights, after it."""
+    restart = ServerRestart(killed_at=KILLED_AT, resumed_step=35)
+
+    def client(number: int, after: str) -> list[ClientLogRecord]:
+        return records(
+            number,
+            0,
+            [
+                line(35, 1.0, "w35", ts=at(95)),
+                line(36, 1.0, "early", ts=at(99)),
+                json.dumps({"msg": "reconnected to the server", "ts": at(103)}),
+                line(35, 1.0, "w35", ts=at(105)),
+                line(36, 1.0, after, ts=at(107)),
+            ],
+        )
+
+    logs = client(1, "again") + client(2, "again")
+    assert not summarize(logs).hashes_agree  # compared across the restart: a false alarm
+    summary = summarize(logs, server_restarts=[restart])
+    assert summary.hashes_agree and summary.hash_points_compared == 4
+    assert summary.server_resume_steps == [35]
+    diverged = summarize(client(1, "again") + client(2, "other"), server_restarts=[restart])
+    assert diverged.hash_mismatches == ["step 36 epoch 0 (step applied) after server restart 1"]
