@@ -337,9 +337,27 @@ def check_server_restart(run: ChaosRun, plan: ChaosPlan) -> None:
     )
 
 
+def self_exits(lines: list[LogLine]) -> list[str]:
+    """Clients that exited by themselves (`client failed`): (client, incarnation), when and
+    why. A round of kills whose victim had already exited counts no kill."""
+    start = lines[0].ts if lines else 0.0
+    return [
+        f"client {line.client}.{line.incarnation} at {line.ts - start:.0f} s: "
+        f"{str(line.fields.get('error') or line.fields.get('msg'))[:200]}"
+        for line in lines
+        if str(line.fields.get("msg", "")).startswith("client failed")
+    ]
+
+
 def check_chaos(run: ChaosRun, plan: ChaosPlan) -> None:
-    summary, where = run.summary, f"\nsummary: {run.summary}\nlauncher output:\n{run.output}"
+    exits = self_exits(run.lines)
+    summary, where = (
+        run.summary,
+        f"\nsummary: {run.summary}\nclients that exited by themselves: {exits}"
+        f"\nlauncher output:\n{run.output}",
+    )
     print(f"chaos summary: {summary}")
+    print(f"clients that exited by themselves (teardown included): {exits}")
     assert summary["kills"] >= plan.min_kills, "too few kills happened" + where
 
     # The run never stalls: steps advance, with no long gap, until the end of the run.
