@@ -10,8 +10,8 @@ from the launcher's final `summary: {...}` line, the clients' JSON log files
 
 - the run never stalls: the highest step any client reached keeps advancing, with no gap longer
   than a limit (which covers the server restart), right up to the end;
-- the server was restarted once; the clients that were running reconnected to the new server
-  within a few seconds, and the run trained past the step the restart resumed at;
+- the server was restarted once; the clients that ran across the restart reconnected to the
+  new server within a few seconds, and the run trained past the step the restart resumed at;
 - the clients really were killed, and killed clients rejoin (a restarted incarnation trains)
   after fetching the model peer-to-peer;
 - every client reports the same weights hash at the same step (`hashes_agree`);
@@ -305,23 +305,35 @@ def check_server_restart(run: ChaosRun, plan: ChaosPlan) -> None:
     starts = [timestamp(f) for f in run.server_lines if SERVER_STARTED_MSG in str(f.get("msg"))]
     assert len(starts) == 2, f"expected two server starts in server.log, got {starts}" + where
     restarted_at = starts[1]
-    # Every client that was running reconnected (all but the victim of the round of client
-    # kills that follows the restart at once), each within the limit of the new server's start.
+    # Every client that was running at the kill and still ran RECONNECT_LIMIT after the new
+    # server started (not the victim of the round of client kills that follows the restart at
+    # once, nor one that had exited) reconnected, within the limit of the new server's start.
     reconnects = {
         (line.client, line.incarnation): line.ts - restarted_at
         for line in reversed(run.lines)
         if line.fields.get("msg") == RECONNECTED_MSG and line.ts >= restarted_at
     }
+    spans: dict[tuple[int, int], tuple[float, float]] = {}
+    for line in run.lines:
+        key = (line.client, line.incarnation)
+        first, _ = spans.get(key, (line.ts, line.ts))
+        spans[key] = (first, line.ts)
+    survivors = sorted(
+        key
+        for key, (first, last) in spans.items()
+        if first < restarted_at and last > restarted_at + RECONNECT_LIMIT
+    )
     print(
         f"server restart: resumed at step {resumed_at}; reconnected (client, incarnation) -> "
         f"seconds after the new server started: "
-        f"{ {key: round(delay, 1) for key, delay in sorted(reconnects.items())} }"
+        f"{ {key: round(delay, 1) for key, delay in sorted(reconnects.items())} }; "
+        f"running across the restart: {survivors}"
     )
-    assert len({client for client, _ in reconnects}) >= plan.num_clients - 1, (
-        f"only {sorted(reconnects)} reconnected after the server restart" + where
-    )
-    assert max(reconnects.values()) <= RECONNECT_LIMIT, (
-        f"slow reconnects after the server restart: {reconnects}" + where
+    assert reconnects, "no client reconnected after the server restart" + where
+    late = {key: reconnects.get(key) for key in survivors}
+    assert all(delay is not None and delay <= RECONNECT_LIMIT for delay in late.values()), (
+        f"clients running across the restart that did not reconnect within "
+        f"{RECONNECT_LIMIT:.0f} s: {late}" + where
     )
     # The run goes on from where it was: steps past the resumed one are trained after it.
     after = [
