@@ -31,7 +31,11 @@ from psyche_common.protocol.messages import WeightsMismatch
 from psyche_client.model.sharing import SharedModel, checkpoint_model
 from psyche_client.model.sync import WeightsSync
 from psyche_client.p2p.config import P2PConfig
-from psyche_client.p2p.model_share import download_model, poll_manifests
+from psyche_client.p2p.model_share import (
+    JOINER_NOT_SHARED_WAIT,
+    download_model,
+    poll_manifests,
+)
 from psyche_client.p2p.node import P2PNode
 from psyche_client.reconnect import ServerSession
 from psyche_client.round.phase import Phase
@@ -202,8 +206,10 @@ class ClientApp:
         return backend
 
     async def _peer_config(self, peers: list[bytes]) -> dict[str, Any] | None:
-        """The model config a majority of peers shares (None when they share none)."""
-        vote = await poll_manifests(self.node, peers)
+        """The model config a majority of peers shares (None when they share none). Peers
+        that share no model yet are given time: after a server restart mid-epoch the members
+        share theirs only once their Warmup weights check has run."""
+        vote = await poll_manifests(self.node, peers, not_shared_wait=JOINER_NOT_SHARED_WAIT)
         if not vote.manifest.config_json:
             return None
         return json.loads(vote.manifest.config_json)
@@ -214,7 +220,9 @@ class ClientApp:
         def progress(done: int, total: int) -> None:
             self.model_download_progress = (done, total)
 
-        download = await download_model(self.node, peers, on_progress=progress)
+        download = await download_model(
+            self.node, peers, on_progress=progress, not_shared_wait=JOINER_NOT_SHARED_WAIT
+        )
         await asyncio.to_thread(backend.load_parameters, download.parameters)
         log.info(
             "model fetched peer-to-peer",

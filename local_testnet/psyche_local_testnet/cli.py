@@ -85,6 +85,16 @@ def main() -> None:
     "KILL = crash",
 )
 @click.option(
+    "--kill-server-at",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="SIGKILL the server once, this many seconds after the start, and restart it in its "
+    "pane from RUN_DIR/saved-states/{run_id}-latest.toml on the same port (the clients "
+    "reconnect); with random kills, at the first round of client kills due at or after then, "
+    "before its victims. Must come before --duration's end when headless",
+)
+@click.option(
     "--log",
     "log_level",
     default="info",
@@ -156,6 +166,7 @@ def start(
     random_kill_interval: float,
     allowed_to_kill: list[int],
     kill_signal: str,
+    kill_server_at: float | None,
     log_level: str,
     write_log: bool,
     first_client_checkpoint: str | None,
@@ -177,6 +188,7 @@ def start(
         random_kill_interval=random_kill_interval,
         allowed_to_kill=allowed_to_kill,
         kill_signal=kill_signal,
+        kill_server_at=kill_server_at,
         log_level=log_level,
         write_log=write_log,
         first_client_checkpoint=first_client_checkpoint,

@@ -3,7 +3,9 @@
 Contract of the programs:
   psyche-server validate-config --state STATE [--data-config DATA]
   psyche-server run --state STATE --server-port PORT --tui|--no-tui [--data-config DATA]
-                    --log-level LEVEL [--log-format json --log-file FILE]
+                    --log-level LEVEL [--log-format json --log-file FILE] [--save-state-dir DIR]
+    with --save-state-dir, the server keeps DIR/{run_id}-latest.toml at the run's resume point
+    (a state file `run --state` accepts; its [progress] step is the step it resumes at);
   psyche-client train --server-addr 127.0.0.1:PORT --run-id ID --device DEV
                       --logs tui|json [--write-log FILE] [--checkpoint-dir D --hub-repo R]
   with RAW_IDENTITY_SECRET_KEY=<64 hex chars> in the client's environment.
@@ -19,6 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from psyche_local_testnet.identities import IDENTITY_ENV, client_secret_hex
+
+
+def latest_state_name(run_id: str) -> str:
+    """The name of the server's `{run_id}-latest.toml`, with the characters the server replaces
+    in a run id (any but letters, digits and `-_.`) replaced by `_` as it does."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in run_id)
+    return f"{safe}-latest.toml"
 
 
 def default_program(name: str) -> list[str]:
@@ -64,6 +73,7 @@ class TestnetCommands:
     device: str = "cpu"
     first_client_checkpoint: str | None = None
     checkpoint_dir: Path | None = None
+    save_state_dir: Path | None = None  # the server's --save-state-dir (needed to restart it)
 
     def validate(self) -> list[str]:
         argv = [*self.server_program, "validate-config", "--state", str(self.state_path)]
@@ -71,12 +81,20 @@ class TestnetCommands:
             argv += ["--data-config", str(self.data_config_path)]
         return argv
 
-    def server(self) -> ProcessSpec:
+    def latest_state_path(self) -> Path | None:
+        """The file the server keeps at the run's resume point (None without a save dir)."""
+        if self.save_state_dir is None:
+            return None
+        return self.save_state_dir / latest_state_name(self.run_id)
+
+    def server(self, state_path: Path | None = None) -> ProcessSpec:
+        """The server; `state_path` replaces the run's state file (a restart resumes from
+        `latest_state_path()`)."""
         argv = [
             *self.server_program,
             "run",
             "--state",
-            str(self.state_path),
+            str(state_path or self.state_path),
             "--server-port",
             str(self.server_port),
             "--tui" if self.tui else "--no-tui",
@@ -89,6 +107,8 @@ class TestnetCommands:
             argv += ["--log-format", "json"]
         if self.log_dir is not None and self.server_log_file:
             argv += ["--log-file", str(self.log_dir / "server.log")]
+        if self.save_state_dir is not None:
+            argv += ["--save-state-dir", str(self.save_state_dir)]
         return ProcessSpec(argv)
 
     def client(self, client_number: int, log_file: Path | None) -> ProcessSpec:

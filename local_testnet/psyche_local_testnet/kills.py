@@ -1,12 +1,21 @@
-"""Random-kill schedule: when to kill, and which clients (pure; the orchestrator does the kill).
+"""Kill schedules: when to kill, and whom (pure; the orchestrator does the kills).
 
-Every `interval` seconds (the first one interval after the start) `count` distinct victims are
-drawn from the allowed client numbers (1-based; empty = every client). The server is never a
-candidate. The random source is injectable so tests are deterministic.
+Random client kills: every `interval` seconds (the first one interval after the start) `count`
+distinct victims are drawn from the allowed client numbers (1-based; empty = every client). The
+random source is injectable so tests are deterministic.
+
+The server is never a random victim; it is killed once, on request (`--kill-server-at`), and
+restarted from its saved state. Without random client kills that happens `at` seconds after the
+start. With them it happens at the first round of client kills due at or after `at`, just
+before that round's victims are killed: a restarted client's first connection to the server is
+not retried, so the server must not go away while a client restarted by the previous round may
+still be starting up (it is not, when the interval is longer than a client takes to start and
+connect: a few seconds); a round's victims are restarted once the server is back.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import signal
 from collections.abc import Sequence
@@ -68,3 +77,58 @@ class KillScheduler:
             return []
         self._next_due = now + self.interval
         return sorted(self.rng.sample(self.candidates, self.count))
+
+
+def planned_server_kill(at: float, client_kill_interval: float | None) -> float:
+    """Seconds after the start at which the server kill is planned: `at`, or with random client
+    kills every `client_kill_interval` seconds the first round due at or after `at` (rounds are
+    nominally at multiples of the interval; in a run they drift later by the time kills take)."""
+    if client_kill_interval is None:
+        return at
+    rounds = max(1, math.ceil(at / client_kill_interval - 1e-9))
+    return rounds * client_kill_interval
+
+
+def check_server_kill(
+    at: float | None, duration: float | None, client_kill_interval: float | None
+) -> None:
+    """Raise ValueError naming the option at fault; `duration` is the headless run's length
+    (None: no limit)."""
+    if at is None:
+        return
+    if not math.isfinite(at) or at <= 0:
+        raise ValueError(f"--kill-server-at must be a positive number of seconds, got {at:g}")
+    if duration is None:
+        return
+    planned = planned_server_kill(at, client_kill_interval)
+    if planned >= duration:
+        detail = ""
+        if planned != at:
+            detail = (
+                f" (with random kills the server is killed at the first round of client kills "
+                f"at or after it: {planned:g} s)"
+            )
+        raise ValueError(
+            f"--kill-server-at {at:g} must come before the end of the run, --duration "
+            f"{duration:g}{detail}"
+        )
+
+
+@dataclass
+class ServerKillSchedule:
+    """Decides when the one server kill is due (see the module doc)."""
+
+    at: float
+    start: float = 0.0
+    done: bool = False
+
+    def __post_init__(self) -> None:
+        check_server_kill(self.at, None, None)
+
+    def take(self, now: float, client_round_due: bool = True) -> bool:
+        """Whether the server is to be killed at `now` (true at most once). With random client
+        kills, pass whether a round of them is due at `now`: the kill waits for one."""
+        if self.done or now < self.start + self.at or not client_round_due:
+            return False
+        self.done = True
+        return True

@@ -2,13 +2,16 @@
 
 Each client incarnation writes `client-<n>.<incarnation>.jsonl` (incarnation 0 is the first
 start, 1 the first restart after a kill, ...). A line is one JSON object; the fields used are
-`client_id`, `epoch`, `step`, `state`, `loss`, `weights_hash` (and `msg`). Other lines are
-skipped.
+`ts`, `client_id`, `epoch`, `step`, `state`, `loss`, `weights_hash` (and `msg`). Other lines
+are skipped.
 
 Weights hashes are compared between clients for the same (epoch, step, msg): the same log
-statement at the same step must report the same weights on every client. The run counts as
-finished when a client line has `state` "Finished" or the server's JSON log has a run-state
-change with `new_state` "Finished".
+statement at the same step must report the same weights on every client. After a server restart
+the steps in flight at the kill are trained again from other weights, so hashes are compared
+only within one server era (`server_eras`). The run counts as finished when a client line has
+`state` "Finished" or the server's JSON log has a run-state change with `new_state` "Finished".
+Server restarts (`--kill-server-at`) come from the launcher: when each kill happened and the
+step its saved state resumed at, and why a planned restart failed (which fails the run).
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from psyche_local_testnet.server_eras import server_eras
 
 LOG_NAME = re.compile(r"^client-(\d+)\.(\d+)\.jsonl$")
 FINISHED_STATE = "Finished"
@@ -43,6 +49,15 @@ class ClientLogRecord:
     loss: float | None = None
     weights_hash: str | None = None
     msg: str | None = None
+    ts: float | None = None  # wall-clock seconds (the line's `ts`)
+
+
+@dataclass(frozen=True)
+class ServerRestart:
+    """One server restart done by the launcher."""
+
+    killed_at: float  # wall-clock seconds (time.time()) just before the SIGKILL
+    resumed_step: int  # the `[progress] step` of the saved state it resumed from
 
 
 def _int(value: object) -> int | None:
@@ -57,6 +72,15 @@ def _float(value: object) -> float | None:
 
 def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _timestamp(value: object) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
 
 
 def parse_log_line(line: str, client_number: int, incarnation: int) -> ClientLogRecord | None:
@@ -80,6 +104,7 @@ def parse_log_line(line: str, client_number: int, incarnation: int) -> ClientLog
         loss=_float(data.get("loss")),
         weights_hash=_str(data.get("weights_hash")),
         msg=_str(data.get("msg")),
+        ts=_timestamp(data.get("ts")),
     )
 
 
@@ -137,6 +162,12 @@ class Summary:
     hash_mismatches: list[str] = field(default_factory=list)
     clients_seen: int = 0
     finished: bool = False
+    server_resume_steps: list[int] = field(default_factory=list)
+    server_restart_error: str | None = None
+
+    @property
+    def server_restarts(self) -> int:
+        return len(self.server_resume_steps)
 
     @property
     def advanced(self) -> bool:
@@ -152,7 +183,7 @@ class Summary:
 
     @property
     def ok(self) -> bool:
-        return self.advanced and self.hashes_agree
+        return self.advanced and self.hashes_agree and self.server_restart_error is None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -169,6 +200,9 @@ class Summary:
             "hash_mismatches": self.hash_mismatches,
             "clients_seen": self.clients_seen,
             "finished": self.finished,
+            "server_restarts": self.server_restarts,
+            "server_resume_steps": self.server_resume_steps,
+            "server_restart_error": self.server_restart_error,
         }
 
     def render_lines(self) -> list[str]:
@@ -184,15 +218,23 @@ class Summary:
             hashes = f"DISAGREE at {', '.join(self.hash_mismatches[:5])}"
         else:
             hashes = "not compared (fewer than two clients reported a hash for any step)"
-        return [
-            f"steps:          {steps}{' (run finished)' if self.finished else ''}",
-            f"clients seen:   {self.clients_seen}",
-            f"kills:          {self.kills}",
-            f"rejoins:        {self.rejoins}",
-            f"loss:           {loss(self.loss_start)} -> {loss(self.loss_end)}",
-            f"weights hashes: {hashes}",
-            f"result:         {'OK' if self.ok else 'FAILED'}",
+        restarts = str(self.server_restarts)
+        if self.server_resume_steps:
+            steps_at = ", ".join(map(str, self.server_resume_steps))
+            restarts += f" (resumed at step {steps_at})"
+        if self.server_restart_error is not None:
+            restarts += f"; FAILED: {self.server_restart_error}"
+        rows = [
+            ("steps", f"{steps}{' (run finished)' if self.finished else ''}"),
+            ("clients seen", str(self.clients_seen)),
+            ("kills", str(self.kills)),
+            ("rejoins", str(self.rejoins)),
+            ("server restarts", restarts),
+            ("loss", f"{loss(self.loss_start)} -> {loss(self.loss_end)}"),
+            ("weights hashes", hashes),
+            ("result", "OK" if self.ok else "FAILED"),
         ]
+        return [f"{label + ':':<17}{value}" for label, value in rows]
 
     def final_line(self) -> str:
         return "summary: " + json.dumps(self.to_dict(), sort_keys=True)
@@ -204,28 +246,36 @@ def _mean(values: list[float]) -> float | None:
 
 
 def summarize(
-    records: Iterable[ClientLogRecord], kills: int = 0, server_finished: bool = False
+    records: Iterable[ClientLogRecord],
+    kills: int = 0,
+    server_finished: bool = False,
+    server_restarts: Iterable[ServerRestart] = (),
+    server_restart_error: str | None = None,
 ) -> Summary:
     """Aggregate client log records into a Summary (see the module doc for the rules);
-    `server_finished` says the server logged the run reaching Finished."""
+    `server_finished` says the server logged the run reaching Finished; `server_restarts` are
+    the launcher's server restarts, in order; `server_restart_error` says why a planned restart
+    failed (the run is then not ok)."""
     records = list(records)
+    restarts = list(server_restarts)
+    eras = server_eras(records, [restart.killed_at for restart in restarts])
     losses: dict[int, list[float]] = defaultdict(list)
-    hashes: dict[tuple[int | None, int, str | None], dict[str, set[int]]] = defaultdict(
+    hashes: dict[tuple[int, int | None, int, str | None], dict[str, set[int]]] = defaultdict(
         lambda: defaultdict(set)
     )
     rejoined: set[tuple[int, int]] = set()
-    for r in records:
+    for r, era in zip(records, eras, strict=True):
         if r.step is not None and r.loss is not None:
             losses[r.step].append(r.loss)
             if r.incarnation > 0:
                 rejoined.add((r.client_number, r.incarnation))
         if r.step is not None and r.weights_hash is not None:
-            point = (r.epoch, r.step, r.msg if r.msg is not None else r.state)
+            point = (era, r.epoch, r.step, r.msg if r.msg is not None else r.state)
             hashes[point][r.weights_hash].add(r.client_number)
     compared = 0
     mismatches: list[str] = []
-    for (epoch, step, what), by_hash in sorted(
-        hashes.items(), key=lambda item: (item[0][1], item[0][0] or 0, item[0][2] or "")
+    for (era, epoch, step, what), by_hash in sorted(
+        hashes.items(), key=lambda item: (item[0][2], item[0][0], item[0][1] or 0, item[0][3] or "")
     ):
         reporters = set().union(*by_hash.values())
         if len(reporters) < 2:
@@ -233,7 +283,8 @@ def summarize(
         compared += 1
         if len(by_hash) > 1:
             where = f"step {step}" + (f" epoch {epoch}" if epoch is not None else "")
-            mismatches.append(f"{where} ({what})" if what else where)
+            where = f"{where} ({what})" if what else where
+            mismatches.append(where + (f" after server restart {era}" if era else ""))
     steps = sorted(losses)
     return Summary(
         first_step=steps[0] if steps else None,
@@ -246,4 +297,6 @@ def summarize(
         hash_mismatches=mismatches,
         clients_seen=len({r.client_number for r in records}),
         finished=server_finished or any(r.state == FINISHED_STATE for r in records),
+        server_resume_steps=[restart.resumed_step for restart in restarts],
+        server_restart_error=server_restart_error,
     )

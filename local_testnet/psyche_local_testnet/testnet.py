@@ -1,6 +1,6 @@
 """Runs a local testnet: validate the config, start the server and N clients in tmux, wait for
-the server port, then attach (or run headless for a while), kill clients at random if asked,
-tear everything down and summarise the clients' logs.
+the server port, then attach (or run headless for a while), kill clients at random and crash
+and restart the server once if asked, tear everything down and summarise the clients' logs.
 
 Teardown always happens (normal end, the server exiting, Ctrl-C, SIGTERM/SIGHUP, detach from
 tmux): every pane's program is signalled, waited for, then SIGKILLed, and the private tmux
@@ -23,7 +23,13 @@ from pathlib import Path
 
 from psyche_local_testnet.commands import TestnetCommands, default_program
 from psyche_local_testnet.default_config import write_default_state
-from psyche_local_testnet.kills import KILL_SIGNALS, KillScheduler, check_kill_options
+from psyche_local_testnet.kills import (
+    KILL_SIGNALS,
+    KillScheduler,
+    ServerKillSchedule,
+    check_kill_options,
+    check_server_kill,
+)
 from psyche_local_testnet.lifecycle import (
     FinishWatcher,
     ServerStartError,
@@ -33,7 +39,9 @@ from psyche_local_testnet.lifecycle import (
     signals_raise_interrupt,
     wait_for_port,
 )
+from psyche_local_testnet.server_restart import ServerRestartError, kill_and_restart_server
 from psyche_local_testnet.summary import (
+    ServerRestart,
     Summary,
     log_file_name,
     read_client_logs,
@@ -61,6 +69,7 @@ class TestnetOptions:
     random_kill_interval: float = 120.0
     allowed_to_kill: list[int] = field(default_factory=list)
     kill_signal: str = "INT"
+    kill_server_at: float | None = None
     log_level: str = "info"
     write_log: bool = False
     first_client_checkpoint: str | None = None
@@ -100,11 +109,18 @@ class Testnet:
         check_kill_options(options.num_clients, options.random_kill_num, options.allowed_to_kill)
         if options.kill_signal not in KILL_SIGNALS:
             raise TestnetError(f"--kill-signal must be one of {', '.join(KILL_SIGNALS)}")
+        check_server_kill(
+            options.kill_server_at,
+            options.duration if options.headless else None,
+            options.random_kill_interval if options.random_kill_num else None,
+        )
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         self.session = f"psyche-{stamp}-{secrets.token_hex(3)}"
         self.run_dir = (options.run_dir or Path("local-testnet-runs") / stamp).resolve()
         self.log_dir = self.run_dir / "logs"
         self.kills = 0
+        self.server_restarts: list[ServerRestart] = []
+        self.server_restart_error: str | None = None
         self.clients: list[_Client] = []
         self.tmux: TmuxTestnetSession | None = None
         self.server_pane: str | None = None
@@ -143,6 +159,7 @@ class Testnet:
             device=self.options.device,
             first_client_checkpoint=self.options.first_client_checkpoint,
             checkpoint_dir=self.run_dir / "checkpoints",
+            save_state_dir=self.run_dir / "saved-states",  # what a server restart resumes from
         )
 
     def _validate(self, commands: TestnetCommands) -> None:
@@ -187,6 +204,27 @@ class Testnet:
         assert self.tmux is not None
         return all(self.tmux.status(c.pane_id).dead for c in self.clients)
 
+    def _restart_server(self, commands: TestnetCommands) -> bool:
+        """Crash the server and restart it from its saved state; False if that failed (the
+        testnet then stops)."""
+        assert self.tmux is not None and self.server_pane is not None
+        killed_at = time.time()  # wall clock, like the clients' log lines
+        try:
+            latest, step = kill_and_restart_server(
+                self.tmux, self.server_pane, commands, self.options.startup_timeout
+            )
+        except ServerRestartError as exc:
+            self.server_restart_error = str(exc)
+            tail = self.tmux.capture(self.server_pane).strip().splitlines()[-20:]
+            if tail:
+                self.echo("server output:\n  " + "\n  ".join(tail))
+            return False
+        self.server_restarts.append(ServerRestart(killed_at, step))
+        self.echo(
+            f"killed and restarted the server (SIGKILL); resumed from {latest} at step {step}"
+        )
+        return True
+
     def _supervise(self, commands: TestnetCommands, attached: subprocess.Popen | None) -> None:
         options = self.options
         started = time.monotonic()
@@ -199,10 +237,20 @@ class Testnet:
                 options.allowed_to_kill,
                 start=started,
             )
+        server_kill = None
+        if options.kill_server_at is not None:
+            server_kill = ServerKillSchedule(options.kill_server_at, start=started)
         watcher = FinishWatcher(self.log_dir) if commands.log_dir is not None else None
         while True:
             now = time.monotonic()
             reason = self._stop_reason(now - started, attached, watcher)
+            if (
+                reason is None
+                and server_kill is not None
+                and server_kill.take(now, scheduler is None or scheduler.due(now))
+                and not self._restart_server(commands)
+            ):
+                reason = "the server did not restart"
             if reason is None and scheduler is not None:
                 victims = scheduler.take_victims(now)
                 if victims:
@@ -275,13 +323,15 @@ class Testnet:
                 read_client_logs(commands.log_dir),
                 kills=self.kills,
                 server_finished=server_log_reports_finished(commands.log_dir / "server.log"),
+                server_restarts=self.server_restarts,
+                server_restart_error=self.server_restart_error,
             )
             for line in summary.render_lines():
                 self.echo(line)
             self.echo(f"logs: {commands.log_dir}")
             self.echo(summary.final_line())
             return 0 if summary.ok else 1
-        return 0
+        return 0 if self.server_restart_error is None else 1
 
     def _start(self, commands: TestnetCommands) -> None:
         assert self.tmux is not None

@@ -1,20 +1,25 @@
-"""Chaos run: a headless local testnet whose clients are SIGKILLed at random, end to end.
+"""Chaos run: a headless local testnet whose clients are SIGKILLed at random, end to end, and
+whose server is SIGKILLed and restarted once mid-run.
 
 The real `psyche-local-testnet`, `psyche-server` and `psyche-client` programs run a small
 byte-level Llama on the CPU while one client is killed (SIGKILL, a crash) every interval and
-restarted by the launcher. Checked, from the launcher's final `summary: {...}` line and the
-clients' JSON log files (`RUN_DIR/logs/client-<n>.<incarnation>.jsonl`):
+restarted by the launcher; once, after the first epoch, the launcher also SIGKILLs the server
+(`--kill-server-at`) and restarts it from its `{run_id}-latest.toml` on the same port. Checked,
+from the launcher's final `summary: {...}` line, the clients' JSON log files
+(`RUN_DIR/logs/client-<n>.<incarnation>.jsonl`) and the server's (`RUN_DIR/logs/server.log`):
 
 - the run never stalls: the highest step any client reached keeps advancing, with no gap longer
-  than a limit, right up to the end;
+  than a limit (which covers the server restart), right up to the end;
+- the server was restarted once; the clients that ran across the restart reconnected to the
+  new server within a few seconds, and the run trained past the step the restart resumed at;
 - the clients really were killed, and killed clients rejoin (a restarted incarnation trains)
   after fetching the model peer-to-peer;
 - every client reports the same weights hash at the same step (`hashes_agree`);
 - the loss at the end is below the loss at the start.
 
-`test_chaos_short` (3 clients, a kill every 20 s, ~2.5 min) runs in `make test`;
-`test_chaos_four_clients_five_minutes` (4 clients, a kill every 30 s, 330 s) is the issue's
-full version and is marked slow (`make test-all`).
+`test_chaos_short` (3 clients, a kill every 20 s, the server killed at 80 s, ~2.5 min) runs in
+`make test`; `test_chaos_four_clients_five_minutes` (4 clients, a kill every 30 s, the server
+killed at 150 s, 330 s) is the issue's full version and is marked slow (`make test-all`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,11 @@ LOG_NAME = re.compile(r"^client-(\d+)\.(\d+)\.jsonl$")
 P2P_FETCH_MSG = "model fetched peer-to-peer"
 # Launcher teardown (signal, wait, SIGKILL) after the run's duration, at most.
 TEARDOWN_SLACK = 40.0
+# From the restarted server's start to a client's reconnection, at most (reconnect attempts are
+# at most 12 s apart; the restart test sees 2 s).
+RECONNECT_LIMIT = 30.0
+SERVER_STARTED_MSG = "coordinator listening on"
+RECONNECTED_MSG = "reconnected to the server"
 
 CHAOS_STATE = """\
 # Chaos run: short epochs so that killed clients rejoin quickly (they can only join at the
@@ -100,6 +110,7 @@ class ChaosPlan:
     min_kills: int
     min_steps: int
     stall_limit: float
+    kill_server_at: float
     warmup_time: int = 40
     round_time: int = 15
     epoch_time: int = 60
@@ -117,6 +128,7 @@ class LogLine:
 class ChaosRun:
     summary: dict[str, Any]
     lines: list[LogLine]
+    server_lines: list[dict[str, Any]]
     output: str
     returncode: int
     ended_at: float
@@ -162,6 +174,26 @@ def read_client_lines(log_dir: Path) -> list[LogLine]:
     return sorted(lines, key=lambda line: line.ts)
 
 
+def read_server_lines(path: Path) -> list[dict[str, Any]]:
+    """Every JSON object with a `ts` in the server's log file (both server processes append
+    to it), in file order."""
+    lines: list[dict[str, Any]] = []
+    for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not text.startswith("{"):
+            continue
+        try:
+            fields = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(fields, dict) and "ts" in fields:
+            lines.append(fields)
+    return lines
+
+
+def timestamp(fields: dict[str, Any]) -> float:
+    return datetime.fromisoformat(fields["ts"]).timestamp()
+
+
 def run_chaos(tmp_path: Path, plan: ChaosPlan) -> ChaosRun:
     run_dir = tmp_path / "run"
     config = write_chaos_config(tmp_path / "config", plan)
@@ -177,6 +209,8 @@ def run_chaos(tmp_path: Path, plan: ChaosPlan) -> ChaosRun:
         str(plan.kill_interval),
         "--kill-signal",
         "KILL",
+        "--kill-server-at",
+        str(plan.kill_server_at),
         "--duration",
         str(plan.duration),
         "--config-path",
@@ -201,6 +235,7 @@ def run_chaos(tmp_path: Path, plan: ChaosPlan) -> ChaosRun:
     return ChaosRun(
         summary=json.loads(last.removeprefix("summary: ")),
         lines=read_client_lines(run_dir / "logs"),
+        server_lines=read_server_lines(run_dir / "logs" / "server.log"),
         output=output,
         returncode=result.returncode,
         ended_at=ended_at,
@@ -260,9 +295,81 @@ def model_loads(lines: list[LogLine]) -> dict[int, list[set[str]]]:
     return loads
 
 
-def check_chaos(run: ChaosRun, plan: ChaosPlan) -> None:
+def check_server_restart(run: ChaosRun, plan: ChaosPlan) -> None:
+    """The server was killed and restarted once; the running clients reconnected to the new
+    server within RECONNECT_LIMIT and the run trained past the step the restart resumed at."""
     summary, where = run.summary, f"\nsummary: {run.summary}\nlauncher output:\n{run.output}"
+    assert summary["server_restarts"] == 1, "the server was not restarted once" + where
+    assert "killed and restarted the server (SIGKILL)" in run.output, where
+    [resumed_at] = summary["server_resume_steps"]
+    starts = [timestamp(f) for f in run.server_lines if SERVER_STARTED_MSG in str(f.get("msg"))]
+    assert len(starts) == 2, f"expected two server starts in server.log, got {starts}" + where
+    restarted_at = starts[1]
+    # Every client that was running at the kill and still ran RECONNECT_LIMIT after the new
+    # server started (not the victim of the round of client kills that follows the restart at
+    # once, nor one that had exited) reconnected, within the limit of the new server's start.
+    reconnects = {
+        (line.client, line.incarnation): line.ts - restarted_at
+        for line in reversed(run.lines)
+        if line.fields.get("msg") == RECONNECTED_MSG and line.ts >= restarted_at
+    }
+    spans: dict[tuple[int, int], tuple[float, float]] = {}
+    for line in run.lines:
+        key = (line.client, line.incarnation)
+        first, _ = spans.get(key, (line.ts, line.ts))
+        spans[key] = (first, line.ts)
+    survivors = sorted(
+        key
+        for key, (first, last) in spans.items()
+        if first < restarted_at and last > restarted_at + RECONNECT_LIMIT
+    )
+    print(
+        f"server restart: resumed at step {resumed_at}; reconnected (client, incarnation) -> "
+        f"seconds after the new server started: "
+        f"{ {key: round(delay, 1) for key, delay in sorted(reconnects.items())} }; "
+        f"running across the restart: {survivors}"
+    )
+    assert reconnects, "no client reconnected after the server restart" + where
+    late = {key: reconnects.get(key) for key in survivors}
+    assert all(delay is not None and delay <= RECONNECT_LIMIT for delay in late.values()), (
+        f"clients running across the restart that did not reconnect within "
+        f"{RECONNECT_LIMIT:.0f} s: {late}" + where
+    )
+    # The run goes on from where it was: steps past the resumed one are trained after it.
+    after = [
+        line.fields["step"]
+        for line in run.lines
+        if line.ts >= restarted_at
+        and line.fields.get("msg") == "trained step"
+        and isinstance(line.fields.get("step"), int)
+    ]
+    assert after and max(after) > resumed_at, (
+        f"no step past {resumed_at} (the restart's) was trained after the restart; "
+        f"steps trained after it: {sorted(set(after))}" + where
+    )
+
+
+def self_exits(lines: list[LogLine]) -> list[str]:
+    """Clients that exited by themselves (`client failed`): (client, incarnation), when and
+    why. A round of kills whose victim had already exited counts no kill."""
+    start = lines[0].ts if lines else 0.0
+    return [
+        f"client {line.client}.{line.incarnation} at {line.ts - start:.0f} s: "
+        f"{str(line.fields.get('error') or line.fields.get('msg'))[:200]}"
+        for line in lines
+        if str(line.fields.get("msg", "")).startswith("client failed")
+    ]
+
+
+def check_chaos(run: ChaosRun, plan: ChaosPlan) -> None:
+    exits = self_exits(run.lines)
+    summary, where = (
+        run.summary,
+        f"\nsummary: {run.summary}\nclients that exited by themselves: {exits}"
+        f"\nlauncher output:\n{run.output}",
+    )
     print(f"chaos summary: {summary}")
+    print(f"clients that exited by themselves (teardown included): {exits}")
     assert summary["kills"] >= plan.min_kills, "too few kills happened" + where
 
     # The run never stalls: steps advance, with no long gap, until the end of the run.
@@ -276,6 +383,8 @@ def check_chaos(run: ChaosRun, plan: ChaosPlan) -> None:
         f"the run stalled for {stall:.0f} s (limit {plan.stall_limit:.0f} s); "
         f"step advances: {[(round(t - advances[0][0]), s) for t, s in advances]}" + where
     )
+
+    check_server_restart(run, plan)
 
     # Killed clients come back: a restarted incarnation fetched the model from its peers and
     # trained; no restarted incarnation trained without fetching the model peer-to-peer.
@@ -307,7 +416,8 @@ def check_chaos(run: ChaosRun, plan: ChaosPlan) -> None:
 
 
 def test_chaos_short(tmp_path: Path) -> None:
-    """3 clients, one SIGKILLed every 20 s for 150 s, tiny model."""
+    """3 clients, one SIGKILLed every 20 s for 150 s, the server SIGKILLed and restarted at
+    80 s (after the first Cooldown), tiny model."""
     plan = ChaosPlan(
         num_clients=3,
         kill_interval=20,
@@ -316,6 +426,7 @@ def test_chaos_short(tmp_path: Path) -> None:
         min_kills=6,
         min_steps=5,
         stall_limit=100,
+        kill_server_at=80,
         epoch_time=45,
     )
     check_chaos(run_chaos(tmp_path, plan), plan)
@@ -324,7 +435,8 @@ def test_chaos_short(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_chaos_four_clients_five_minutes(tmp_path: Path) -> None:
-    """The issue's chaos run: 4 clients, one SIGKILLed every 30 s for 330 s."""
+    """The issue's chaos run: 4 clients, one SIGKILLed every 30 s for 330 s, and the server
+    SIGKILLed and restarted once, at 150 s."""
     plan = ChaosPlan(
         num_clients=4,
         kill_interval=30,
@@ -333,5 +445,6 @@ def test_chaos_four_clients_five_minutes(tmp_path: Path) -> None:
         min_kills=10,
         min_steps=10,
         stall_limit=120,
+        kill_server_at=150,
     )
     check_chaos(run_chaos(tmp_path, plan), plan)

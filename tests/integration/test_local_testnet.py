@@ -1,15 +1,19 @@
 """Local testnet orchestration with real tmux and stand-in server/client programs.
 
 The stand-ins follow the CLI contract of psyche-server / psyche-client: the server listens on
---server-port and tells every connecting client when it started; a client derives its step from
-that start time and writes one JSON log line per step to --write-log, so restarted clients rejoin
-at the current step with the same weights hash as everybody else.
+--server-port and tells every connecting client when the run started; a client derives its step
+from that start time and writes one JSON log line per step to --write-log, so restarted clients
+rejoin at the current step with the same weights hash as everybody else. With --save-state-dir
+the server writes `{run_id}-latest.toml` (the run's start time and its current step) at start-up
+and after each connection, and a server started from that file keeps the run's start time, as a
+restarted server resumes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -25,7 +29,7 @@ TESTNET = Path(sys.executable).parent / "psyche-local-testnet"
 
 FAKE_SERVER = textwrap.dedent(
     """
-    import socket, sys, time
+    import os, socket, sys, time
     args = sys.argv[1:]
     if "--die" in args:
         print("fake server: failing on purpose", flush=True)
@@ -39,16 +43,33 @@ FAKE_SERVER = textwrap.dedent(
         print("Configs are OK!")
         sys.exit(0)
     port = int(args[args.index("--server-port") + 1])
+    text = open(state).read()
+    started = time.time()
+    for line in text.splitlines():
+        if line.startswith("fake_started = "):  # resuming from a file saved below
+            started = float(line.split("=")[1])
+    run_id = next(line.split('"')[1] for line in text.splitlines() if line.startswith("run_id"))
+
+    def save():
+        if "--save-state-dir" not in args or "--no-save" in args:
+            return
+        save_dir = args[args.index("--save-state-dir") + 1]
+        os.makedirs(save_dir, exist_ok=True)
+        step = int((time.time() - started) / 0.1) + 1
+        with open(os.path.join(save_dir, f"{run_id}-latest.toml"), "w") as saved:
+            saved.write(f'run_id = "{run_id}"\\nfake_started = {started}\\n[progress]\\nstep = {step}\\n')
+
+    save()
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
     listener.listen(64)
-    started = time.time()
-    print("fake server listening", port, flush=True)
+    print("fake server listening", port, "run started at", started, flush=True)
     while True:
         conn, _ = listener.accept()
         conn.sendall(f"{started}\\n".encode())
         conn.close()
+        save()
     """
 )
 
@@ -172,8 +193,6 @@ def tmux_server_alive(run_dir: Path) -> bool:
 
 def tmux_socket_left(output: str) -> bool:
     """Whether the testnet's private tmux socket file still exists."""
-    import re
-
     match = re.search(r"tmux -L (\S+) attach-session", output)
     assert match, output
     directory = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}"
@@ -439,3 +458,74 @@ def test_closing_the_terminal_tears_everything_down(tmp_path: Path, fakes: dict[
             process.kill()
     assert _wait_for(lambda: leftover_processes(tmp_path) == [], 10), leftover_processes(tmp_path)
     assert not tmux_server_alive(tmp_path / "run")
+
+
+def test_server_killed_and_restarted_from_its_saved_state(
+    tmp_path: Path, fakes: dict[str, str]
+) -> None:
+    result = run_testnet(
+        tmp_path,
+        fakes,
+        "--num-clients",
+        "3",
+        "--duration",
+        "6",
+        "--kill-server-at",
+        "1.5",
+        "--random-kill-num",
+        "1",
+        "--random-kill-interval",
+        "1",
+        "--kill-signal",
+        "KILL",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "killed and restarted the server (SIGKILL)" in result.stdout
+    # The planned kill is no reason to stop: the testnet ran for its whole duration.
+    assert "stopping the testnet (ran for 6 s)" in result.stdout, result.stdout
+    summary = final_summary(result)
+    assert summary["ok"] and summary["server_restarts"] == 1, summary
+    assert summary["kills"] >= 3 and summary["hashes_agree"]
+    # The restarted server resumed from the file the killed one saved last (the step of the
+    # last client connection before the kill: clients were restarted by then) and went on with
+    # the same run: both servers report the same start time.
+    [resumed_at] = summary["server_resume_steps"]
+    assert resumed_at > 1, summary
+    pane = (tmp_path / "run" / "logs" / "server.pane.txt").read_text()  # both servers' output
+    killed, restarted = re.findall(r"run started at (\S+)", pane)
+    assert killed == restarted, pane
+    saved = (tmp_path / "run" / "saved-states" / "local-testnet-latest.toml").read_text()
+    assert f"fake_started = {killed}" in saved
+    assert leftover_processes(tmp_path) == []
+
+
+def test_failed_server_restart_stops_and_fails_the_run(
+    tmp_path: Path, fakes: dict[str, str]
+) -> None:
+    result = run_testnet(
+        tmp_path,
+        fakes,
+        "--num-clients",
+        "2",
+        "--duration",
+        "20",
+        "--kill-server-at",
+        "1",
+        server_extra="--no-save",
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "stopping the testnet (the server did not restart)" in result.stdout
+    summary = final_summary(result)
+    assert summary["ok"] is False and summary["server_restarts"] == 0
+    assert "the server saved no state to resume from" in summary["server_restart_error"]
+    assert leftover_processes(tmp_path) == []
+
+
+def test_server_kill_option_is_checked(tmp_path: Path, fakes: dict[str, str]) -> None:
+    result = run_testnet(
+        tmp_path, fakes, "--num-clients", "1", "--duration", "5", "--kill-server-at", "10"
+    )
+    assert result.returncode == 1
+    assert "--kill-server-at 10 must come before the end of the run" in result.stderr
+    zero = run_testnet(tmp_path, fakes, "--num-clients", "1", "--kill-server-at", "0")
+    assert zero.returncode == 2 and "--kill-server-at" in zero.stderr

@@ -184,6 +184,40 @@ async def test_no_peer_with_a_model_is_a_clear_error(swarm: Swarm) -> None:
         await download_model(joiner, [empty.peer_id])
 
 
+async def test_joiner_waits_for_a_member_that_shares_its_model_late(swarm: Swarm) -> None:
+    """After a server restart mid-epoch the members share their weights only once their Warmup
+    weights check has run; a joiner that asks first waits for them instead of giving up."""
+    manifest, params = make_model(count=2)
+    ready = asyncio.Event()
+    member = await swarm.add(model=(manifest, params))
+    member._get_manifest = lambda: manifest if ready.is_set() else None
+    joiner = await swarm.add()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(ModelShareError, match="does not hold it"):
+        await poll_manifests(joiner, [member.peer_id])  # without a wait: at once, as before
+    assert loop.time() - started < 1.0
+    loop.call_later(0.5, ready.set)
+    started = loop.time()
+    download = await download_model(joiner, [member.peer_id], not_shared_wait=10.0)
+    assert download.manifest == manifest and download.parameters == params
+    assert 0.5 <= loop.time() - started < 5.0
+
+
+async def test_joiner_waits_for_a_late_share_only_so_long(swarm: Swarm) -> None:
+    empty = await swarm.add()  # reachable, never shares a model
+    joiner = await swarm.add()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(ModelShareError, match="try joining again"):
+        await poll_manifests(joiner, [empty.peer_id], not_shared_wait=1.5)
+    assert 1.5 <= loop.time() - started < 4.0
+    started = loop.time()
+    with pytest.raises(ModelShareError, match="try joining again"):  # unreachable: no wait
+        await poll_manifests(joiner, [Identity.generate().public_key], not_shared_wait=30.0)
+    assert loop.time() - started < 5.0
+
+
 async def test_all_holders_corrupt_fails_naming_the_parameter(swarm: Swarm) -> None:
     model = make_model(count=2)
     bad = await swarm.add(CorruptParameterNode, model=model)

@@ -1,5 +1,6 @@
-"""Pure parts of the local testnet: summary of client logs, kill schedule, identities,
-command lines and the embedded default config."""
+"""Pure parts of the local testnet: summary of client logs, kill schedules (clients and the
+server), identities, command lines, the saved state a server restart resumes from and the
+embedded default config."""
 
 from __future__ import annotations
 
@@ -7,18 +8,30 @@ import json
 import random
 import shlex
 import tomllib
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from psyche_common.config import parse_state, validate_state
 from psyche_common.protocol.identity import Identity
 from psyche_local_testnet import testnet as testnet_module
 from psyche_local_testnet.commands import TestnetCommands as Commands
+from psyche_local_testnet.commands import latest_state_name
 from psyche_local_testnet.default_config import render_default_state
 from psyche_local_testnet.identities import client_secret_hex, client_secret_key
-from psyche_local_testnet.kills import KillScheduler, check_kill_options
+from psyche_local_testnet.kills import (
+    KillScheduler,
+    ServerKillSchedule,
+    check_kill_options,
+    check_server_kill,
+    planned_server_kill,
+)
+from psyche_local_testnet.server_eras import server_eras
+from psyche_local_testnet.server_restart import ServerRestartError, read_resume_step
 from psyche_local_testnet.summary import (
     ClientLogRecord,
+    ServerRestart,
     line_reports_finished,
     log_file_name,
     parse_log_lines,
@@ -250,3 +263,173 @@ def test_clients_always_log_for_the_summary(
     assert "--write-log" in client_argv
     assert commands.log_dir == tmp_path / "run" / "logs"
     assert ("--log-file" in commands.server().argv) == (headless or write_log)
+    server_argv = commands.server().argv  # always restartable from its saved state
+    assert server_argv[server_argv.index("--save-state-dir") + 1] == str(
+        tmp_path / "run" / "saved-states"
+    )
+
+
+def test_server_kill_is_planned_before_a_round_of_client_kills() -> None:
+    assert planned_server_kill(7.5, None) == 7.5
+    assert planned_server_kill(80, 20) == 80  # a round is due then: the server goes first
+    assert planned_server_kill(75, 20) == 80
+    assert planned_server_kill(5, 20) == 20
+    assert planned_server_kill(0.3, 0.1) == pytest.approx(0.3)
+
+
+def test_server_kill_schedule_fires_once_and_waits_for_a_client_round() -> None:
+    schedule = ServerKillSchedule(30.0, start=100.0)
+    assert not schedule.take(129.9)
+    assert not schedule.take(131.0, client_round_due=False)  # a client may be starting up
+    assert schedule.take(140.0, client_round_due=True)
+    assert not schedule.take(141.0) and not schedule.take(500.0)
+    alone = ServerKillSchedule(5.0)  # without random kills: exactly at its time
+    assert alone.take(5.0) and alone.done
+    with pytest.raises(ValueError, match="--kill-server-at"):
+        ServerKillSchedule(0.0)
+
+
+def test_server_kill_options_are_validated() -> None:
+    check_server_kill(None, 10, None)
+    check_server_kill(40, None, 20)  # no --duration: any time
+    check_server_kill(40, 150, 20)
+    for bad in (0.0, -5.0, float("nan")):
+        with pytest.raises(ValueError, match="--kill-server-at must be a positive"):
+            check_server_kill(bad, None, None)
+    with pytest.raises(ValueError, match=r"--kill-server-at 30 .* --duration 30"):
+        check_server_kill(30, 30, None)
+    with pytest.raises(ValueError, match=r"--kill-server-at 45 .*round of client kills.* 60 s"):
+        check_server_kill(45, 59, 20)
+    check_server_kill(45, 61, 20)
+
+
+def test_testnet_checks_the_server_kill_against_the_headless_duration(tmp_path: Path) -> None:
+    def options(**extra: Any) -> testnet_module.TestnetOptions:
+        return testnet_module.TestnetOptions(num_clients=2, run_dir=tmp_path, **extra)
+
+    with pytest.raises(ValueError, match="--kill-server-at 40 must come before"):
+        testnet_module.Testnet(options(headless=True, duration=30, kill_server_at=40))
+    testnet_module.Testnet(options(headless=True, duration=60, kill_server_at=40))
+    testnet_module.Testnet(options(duration=30, kill_server_at=40))  # attached: no duration
+    with pytest.raises(ValueError, match=r"first round of client kills at or after it: 60 s"):
+        testnet_module.Testnet(
+            options(
+                headless=True,
+                duration=50,
+                kill_server_at=40,
+                random_kill_num=1,
+                random_kill_interval=30,
+            )
+        )
+
+
+def test_server_restarts_from_its_latest_saved_state() -> None:
+    commands = make_commands(save_state_dir=Path("/r/saved"))
+    latest = commands.latest_state_path()
+    assert latest == Path("/r/saved/demo-latest.toml")
+    first = commands.server().argv
+    assert first[first.index("--save-state-dir") + 1] == "/r/saved"
+    assert first[first.index("--state") + 1] == "/r/state.toml"
+    again = commands.server(latest).argv
+    assert again[again.index("--state") + 1] == "/r/saved/demo-latest.toml"
+    assert [a for a in again if a != str(latest)] == [a for a in first if a != "/r/state.toml"]
+    assert make_commands().latest_state_path() is None
+    assert "--save-state-dir" not in make_commands().server().argv
+
+
+@pytest.mark.parametrize("run_id", ["demo", "my run/1", "ünïcode-ok_1.2", "a:b"])
+def test_latest_state_name_is_the_servers(run_id: str) -> None:
+    from psyche_server.persistence import latest_state_name as servers_name
+
+    assert latest_state_name(run_id) == servers_name(run_id)
+
+
+def test_resume_step_of_a_saved_state(tmp_path: Path) -> None:
+    saved = tmp_path / "demo-latest.toml"
+    saved.write_text('run_id = "demo"\n[progress]\nepoch = 2\nstep = 37\n')
+    assert read_resume_step(saved) == 37
+    saved.write_text('run_id = "demo"\n')
+    assert read_resume_step(saved) == 1  # the server's default
+    for text in ("[progress]\nstep = 0\n", '[progress]\nstep = "7"\n', "not toml ["):
+        saved.write_text(text)
+        with pytest.raises(ServerRestartError, match=str(saved)):
+            read_resume_step(saved)
+    with pytest.raises(ServerRestartError, match="cannot read"):
+        read_resume_step(tmp_path / "missing.toml")
+
+
+def test_summary_records_server_restarts() -> None:
+    logs = records(1, 0, [line(s, 5.0 - s, f"h{s}") for s in range(1, 6)])
+    logs += records(2, 0, [line(s, 5.0 - s, f"h{s}") for s in range(1, 6)])
+    plain = summarize(logs)
+    assert plain.server_restarts == 0 and plain.to_dict()["server_restarts"] == 0
+    restarted = summarize(logs, server_restarts=[ServerRestart(killed_at=1e9, resumed_step=3)])
+    fields = json.loads(restarted.final_line().removeprefix("summary: "))
+    assert fields["server_restarts"] == 1 and fields["server_resume_steps"] == [3]
+    assert fields["server_restart_error"] is None and fields["ok"] is True
+    assert "server restarts: 1 (resumed at step 3)" in restarted.render_lines()
+    failed = summarize(logs, server_restart_error="the restarted server did not start")
+    assert failed.server_restarts == 0 and not failed.ok
+    assert any("FAILED: the restarted server" in text for text in failed.render_lines())
+
+
+def at(seconds: float) -> str:
+    """An ISO `ts` `seconds` after a fixed moment (1_800_000_000 s after the epoch)."""
+    return datetime.fromtimestamp(1_800_000_000 + seconds, tz=UTC).isoformat()
+
+
+KILLED_AT = 1_800_000_000 + 100.0
+
+
+def test_log_lines_keep_their_time() -> None:
+    [record] = records(1, 0, [line(1, 2.0, "h", ts=at(5))])
+    assert record.ts == pytest.approx(1_800_000_005)
+    [no_time] = records(1, 0, [line(1, 2.0, "h", ts="yesterday")])
+    assert no_time.ts is None
+
+
+def test_server_eras_follow_reconnects_and_restarts() -> None:
+    running = records(
+        1,
+        0,
+        [
+            line(36, 1.0, "a", ts=at(99)),
+            line(36, 1.0, "a", ts=at(101)),  # still the old server's round, logged late
+            json.dumps({"msg": "reconnected to the server", "ts": at(103)}),
+            line(36, 1.0, "b", ts=at(106)),
+        ],
+    )
+    lost = records(2, 0, [line(36, 1.0, "a", ts=at(99))])  # killed before reconnecting
+    joined = records(2, 1, [line(36, 1.0, "b", ts=at(110))])  # started with the new server
+    everyone = running + lost + joined
+    assert server_eras(everyone, [KILLED_AT]) == [0, 0, 1, 1, 0, 1]
+    assert server_eras(everyone, []) == [0] * 6
+    blip = records(3, 0, [json.dumps({"msg": "reconnected to the server", "ts": at(50)})])
+    assert server_eras(blip + records(3, 0, [line(9, 1.0, "h", ts=at(60))]), [KILLED_AT]) == [0, 0]
+
+
+def test_steps_trained_again_after_a_server_restart_are_not_a_disagreement() -> None:
+    """Regression: the chaos run with a server restart reported `DISAGREE at step 36` because
+    the clients logged step 36 before the kill and again, from other weights, after it."""
+    restart = ServerRestart(killed_at=KILLED_AT, resumed_step=35)
+
+    def client(number: int, after: str) -> list[ClientLogRecord]:
+        return records(
+            number,
+            0,
+            [
+                line(35, 1.0, "w35", ts=at(95)),
+                line(36, 1.0, "early", ts=at(99)),
+                json.dumps({"msg": "reconnected to the server", "ts": at(103)}),
+                line(35, 1.0, "w35", ts=at(105)),
+                line(36, 1.0, after, ts=at(107)),
+            ],
+        )
+
+    logs = client(1, "again") + client(2, "again")
+    assert not summarize(logs).hashes_agree  # compared across the restart: a false alarm
+    summary = summarize(logs, server_restarts=[restart])
+    assert summary.hashes_agree and summary.hash_points_compared == 4
+    assert summary.server_resume_steps == [35]
+    diverged = summarize(client(1, "again") + client(2, "other"), server_restarts=[restart])
+    assert diverged.hash_mismatches == ["step 36 epoch 0 (step applied) after server restart 1"]

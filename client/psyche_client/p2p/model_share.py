@@ -3,6 +3,10 @@
 1. Ask every candidate peer for its `ModelManifest` concurrently (each request bounded by
    `manifest_timeout`). Peers that do not answer, hold no model or send a malformed manifest
    do not vote.
+   Peers that are reachable but share no model yet (members share their weights at a
+   Cooldown, and after a server restart mid-epoch only once their Warmup weights check has
+   run) are asked again every `NOT_SHARED_POLL` seconds for up to `not_shared_wait` seconds
+   (a joiner waits `JOINER_NOT_SHARED_WAIT`).
 2. Trust the manifest that a strict majority of the *responding* peers agree on (identical
    canonical encoding). No majority → `ModelShareError`. With a single responder its manifest
    is trusted: the check only protects when several honest peers answer.
@@ -35,6 +39,9 @@ if TYPE_CHECKING:
     from .node import P2PNode
 
 log = logging.getLogger(__name__)
+
+NOT_SHARED_POLL = 1.0
+JOINER_NOT_SHARED_WAIT = 20.0
 
 
 class ModelShareError(Exception):
@@ -70,28 +77,19 @@ async def request_manifest(node: P2PNode, peer_id: bytes) -> ModelManifest:
     return ModelManifest.decode(received.data)
 
 
-async def poll_manifests(node: P2PNode, peer_ids: Iterable[bytes]) -> ManifestVote:
-    """Ask every peer for its manifest and return the one a strict majority agrees on."""
+async def poll_manifests(
+    node: P2PNode, peer_ids: Iterable[bytes], *, not_shared_wait: float = 0.0
+) -> ManifestVote:
+    """Ask every peer for its manifest and return the one a strict majority agrees on. While
+    no peer has answered with one but some answered that they share none yet, ask again every
+    `NOT_SHARED_POLL` seconds for up to `not_shared_wait` seconds."""
     peers = [p for p in dict.fromkeys(peer_ids) if p != node.peer_id]
-    answers: dict[bytes, ModelManifest] = {}
-    problems: dict[bytes, str] = {}
-
-    async def ask(peer_id: bytes) -> None:
-        try:
-            async with asyncio.timeout(node.config.manifest_timeout):
-                answers[peer_id] = await request_manifest(node, peer_id)
-        except TimeoutError:
-            problems[peer_id] = f"no manifest within {node.config.manifest_timeout}s"
-        except NotHeld as exc:
-            problems[peer_id] = str(exc)
-        except ManifestError as exc:
-            problems[peer_id] = f"malformed manifest: {exc}"
-        except TRANSIENT_ERRORS as exc:
-            problems[peer_id] = f"{type(exc).__name__}: {exc}"
-
-    async with asyncio.TaskGroup() as group:
-        for peer_id in peers:
-            group.create_task(ask(peer_id))
+    deadline = asyncio.get_running_loop().time() + not_shared_wait
+    while True:
+        answers, problems, not_shared = await _ask_manifests(node, peers)
+        if answers or not not_shared or asyncio.get_running_loop().time() >= deadline:
+            break
+        await asyncio.sleep(NOT_SHARED_POLL)
     if not answers:
         raise ModelShareError(
             "no peer answered with a model manifest; peers were unreachable for P2P parameter "
@@ -115,6 +113,35 @@ async def poll_manifests(node: P2PNode, peer_ids: Iterable[bytes]) -> ManifestVo
     return ManifestVote(manifest, holders, len(answers), problems)
 
 
+async def _ask_manifests(
+    node: P2PNode, peers: list[bytes]
+) -> tuple[dict[bytes, ModelManifest], dict[bytes, str], set[bytes]]:
+    """Every peer's manifest, concurrently: (answers, problems by peer, the peers that share
+    no model)."""
+    answers: dict[bytes, ModelManifest] = {}
+    problems: dict[bytes, str] = {}
+    not_shared: set[bytes] = set()
+
+    async def ask(peer_id: bytes) -> None:
+        try:
+            async with asyncio.timeout(node.config.manifest_timeout):
+                answers[peer_id] = await request_manifest(node, peer_id)
+        except TimeoutError:
+            problems[peer_id] = f"no manifest within {node.config.manifest_timeout}s"
+        except NotHeld as exc:
+            problems[peer_id] = str(exc)
+            not_shared.add(peer_id)
+        except ManifestError as exc:
+            problems[peer_id] = f"malformed manifest: {exc}"
+        except TRANSIENT_ERRORS as exc:
+            problems[peer_id] = f"{type(exc).__name__}: {exc}"
+
+    async with asyncio.TaskGroup() as group:
+        for peer_id in peers:
+            group.create_task(ask(peer_id))
+    return answers, problems, not_shared
+
+
 async def download_model(
     node: P2PNode,
     peer_ids: Iterable[bytes],
@@ -122,14 +149,16 @@ async def download_model(
     on_parameter: Callable[[ParameterInfo, bytes], None] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     vote: ManifestVote | None = None,
+    not_shared_wait: float = 0.0,
 ) -> ModelDownload:
     """Poll manifests (unless the caller already did: `vote`), then fetch every parameter,
     hash-checked, from several peers at once.
 
     `on_parameter(info, data)` is called as each parameter arrives (the app may load it right
-    away); `on_progress(done, total)` after each. Raises `ModelShareError`."""
+    away); `on_progress(done, total)` after each; `not_shared_wait` is the poll's (see
+    `poll_manifests`). Raises `ModelShareError`."""
     if vote is None:
-        vote = await poll_manifests(node, peer_ids)
+        vote = await poll_manifests(node, peer_ids, not_shared_wait=not_shared_wait)
     manifest = vote.manifest
     if vote.problems:
         log.info("manifest poll: %s", _describe(vote.problems))
