@@ -1,21 +1,32 @@
 """DisTrO cost and quality benchmark; prints exactly one JSON object on stdout.
 
+Default run:
 1. Bytes per client per step for the ~20M-parameter preset (`builtin:llama-20m`, chunk 64,
    top-k 8, 1-bit) against a dense bf16 and fp32 gradient of the same model
    (`ratio_vs_bf16`, `ratio_vs_fp32`: dense bytes / encoded result bytes).
-2. Encode (clip + momentum + DCT + top-k + packing + serialisation) and decode (strict
-   decode of 4 peers' results + scatter-mean + inverse DCT + sign step) time, each as a
-   fraction of the same client's forward+backward time, all measured in this run.
+2. Encode (clip + momentum + DCT + top-k + packing + serialisation) time, and decode (strict
+   decode of N results) + apply (aggregation, inverse DCT, sign step) time for N = 4, 16 and
+   64 results, each as a fraction of the same client's forward+backward time, all measured in
+   this run (medians). The first 4 results come from real training steps; the others from
+   the same `generate` on random gradients (decode and apply cost does not depend on values).
 3. DisTrO / AdamW validation loss at equal tokens from a short convergence run of the
    prototype model (4 simulated peers, pipeline with the two-round delay).
 
+`--study`: instead, the study of docs/distro.md (tests/support/distro_study.py): Psyche's
+settings against variants, `--steps` steps (300 in the docs) on seeds `--seeds`, each row's
+validation loss over AdamW's and bytes per token; prints `{"study": [...], "best": NAME, ...}`.
+It runs for hours on a 2-core CPU; `--cache FILE` keeps finished runs (JSON lines) so that an
+interrupted or extended study does not redo them.
+
 Usage: .venv/bin/python bench/distro.py [--steps N] [--timing-iters N]
+       .venv/bin/python bench/distro.py --study [--steps 300] [--seeds 0,1] [--cache FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -31,7 +42,8 @@ from psyche_common.assignment import BatchId
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support.simulation import (  # noqa: E402 - needs the repo root on sys.path
+from tests.support.distro_study import VARIANTS, run_study  # noqa: E402 - needs ROOT on sys.path
+from tests.support.simulation import (  # noqa: E402
     load_stdlib_corpus,
     run_adamw,
     run_distro,
@@ -45,18 +57,16 @@ SETTINGS = DistroSettings(
     clip_grad_norm=1.0,
 )
 PEERS = 4
+RESULT_COUNTS = (4, 16, 64)
 CONVERGENCE_BATCH = 8  # sequences per step, split over the peers
 CONVERGENCE_SEQ_LEN = 256
 
 
-def measure_20m(iters: int, batch: int, seq_len: int) -> dict[str, object]:
-    model, _ = load_model("builtin:llama-20m", device="cpu", dtype=torch.float32)
-    trainer = Trainer(model, SETTINGS, device="cpu", micro_batch_size=batch)
-    params = count_parameters(trainer.model)
+def _train_steps(trainer: Trainer, iters: int, batch: int, seq_len: int) -> dict[str, object]:
+    """`iters` + 1 rounds of `PEERS` training steps; the first round is warm-up."""
     vocab = trainer.model.config.vocab_size
     rng = np.random.default_rng(0)
-    fwd_bwd, encode, decode = [], [], []
-    blob_size = payload = 0
+    fwd_bwd, encode, blobs = [], [], []
     for step in range(1, iters + 2):
         blobs = []
         for peer in range(PEERS):
@@ -67,24 +77,53 @@ def measure_20m(iters: int, batch: int, seq_len: int) -> dict[str, object]:
             t0 = time.perf_counter()
             blob = out.result.encode()
             serialise = time.perf_counter() - t0
-            if step > 1:  # the first step warms up allocators and caches
+            if step > 1:  # the first round warms up allocators and caches
                 fwd_bwd.append(out.forward_backward_seconds)
                 encode.append(out.optimizer_seconds + serialise)
             blobs.append(blob)
-            blob_size, payload = len(blob), out.result.payload_bytes()
-        t0 = time.perf_counter()
-        results = [trainer.decode_result(blob) for blob in blobs]
-        trainer.apply(results, step, 1e-4)
-        if step > 1:
-            decode.append(time.perf_counter() - t0)
-    fwd_bwd_s = statistics.median(fwd_bwd)
-    encode_s = statistics.median(encode)
-    decode_s = statistics.median(decode)
+        trainer.apply([trainer.decode_result(blob) for blob in blobs], step, 1e-4)
+    return {"fwd_bwd": fwd_bwd, "encode": encode, "blobs": blobs, "payload": out.result}
+
+
+def _more_results(trainer: Trainer, count: int, first_batch: int) -> list[bytes]:
+    """Results of the real `generate` on random gradients (no forward/backward)."""
+    gen = torch.Generator().manual_seed(1)
+    blobs = []
+    for i in range(count):
+        for p in trainer.model.parameters():
+            p.grad = torch.randn(p.shape, generator=gen, dtype=p.dtype) * 1e-3
+        start = first_batch + 4 * i
+        generated = trainer.distro.generate(1e-4, 99, BatchId(start, start + 3), i)
+        blobs.append(generated.transmit.encode())
+    trainer.model.zero_grad(set_to_none=True)
+    return blobs
+
+
+def measure_model(name: str, iters: int, batch: int, seq_len: int) -> dict[str, object]:
+    model, _ = load_model(name, device="cpu", dtype=torch.float32)
+    trainer = Trainer(model, SETTINGS, device="cpu", micro_batch_size=batch)
+    params = count_parameters(trainer.model)
+    trained = _train_steps(trainer, iters, batch, seq_len)
+    blobs = trained["blobs"] + _more_results(trainer, max(RESULT_COUNTS) - PEERS, 10**6)
+    decode_apply: dict[str, float] = {}
+    for count in RESULT_COUNTS:
+        times = []
+        for rep in range(iters + 1):
+            t0 = time.perf_counter()
+            results = [trainer.decode_result(blob) for blob in blobs[:count]]
+            trainer.apply(results, 100 + rep, 1e-4)
+            if rep:  # the first pass warms up
+                times.append(time.perf_counter() - t0)
+        decode_apply[str(count)] = statistics.median(times)
+    fwd_bwd_s = statistics.median(trained["fwd_bwd"])
+    encode_s = statistics.median(trained["encode"])
+    result = trained["payload"]
+    blob_size = len(trained["blobs"][0])
     return {
-        "model": "builtin:llama-20m",
+        "model": name,
         "parameters": params,
         "tokens_per_client_step": batch * seq_len,
-        "payload_bytes": payload,
+        "payload_bytes": result.payload_bytes(),
         "result_bytes": blob_size,
         "dense_bf16_bytes": 2 * params,
         "dense_fp32_bytes": 4 * params,
@@ -92,9 +131,10 @@ def measure_20m(iters: int, batch: int, seq_len: int) -> dict[str, object]:
         "ratio_vs_fp32": 4 * params / blob_size,
         "forward_backward_ms": 1000 * fwd_bwd_s,
         "encode_ms": 1000 * encode_s,
-        "decode_apply_ms_4_results": 1000 * decode_s,
         "encode_fraction_of_forward_backward": encode_s / fwd_bwd_s,
-        "decode_fraction_of_forward_backward": decode_s / fwd_bwd_s,
+        "decode_apply_ms_by_results": {n: 1000 * s for n, s in decode_apply.items()},
+        "decode_apply_fraction_by_results": {n: s / fwd_bwd_s for n, s in decode_apply.items()},
+        "decode_apply_64_over_4": decode_apply["64"] / decode_apply["4"],
     }
 
 
@@ -117,16 +157,37 @@ def measure_convergence(steps: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=80, help="convergence run length")
-    parser.add_argument("--timing-iters", type=int, default=2, help="timed steps (x4 peers)")
+    parser.add_argument("--steps", type=int, default=None, help="convergence run length")
+    parser.add_argument("--timing-iters", type=int, default=2, help="timed rounds (x4 peers)")
     parser.add_argument("--batch", type=int, default=4, help="sequences per client step")
     parser.add_argument("--seq-len", type=int, default=256, help="tokens per sequence")
+    parser.add_argument("--model", default="builtin:llama-20m", help="model for sizes and times")
+    parser.add_argument("--study", action="store_true", help="run the variant study instead")
+    parser.add_argument("--seeds", default="0,1", help="study seeds, comma-separated")
+    parser.add_argument("--only", default=None, help="study variants to run, comma-separated")
+    parser.add_argument("--cache", type=Path, default=None, help="study run cache (JSON lines)")
     args = parser.parse_args()
     torch.manual_seed(0)
-    print("measuring the 20M model...", file=sys.stderr)
-    sizes = measure_20m(args.timing_iters, args.batch, args.seq_len)
-    print(f"convergence run, {args.steps} steps...", file=sys.stderr)
-    convergence = measure_convergence(args.steps)
+    torch.set_num_threads(1)
+    load_before = os.getloadavg()
+    if args.study:
+        names = set(args.only.split(",")) if args.only else None
+        variants = [v for v in VARIANTS if names is None or v.name in names]
+        report = run_study(
+            args.steps or 300,
+            [int(s) for s in args.seeds.split(",")],
+            variants,
+            cache=args.cache,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+        report["load_average"] = {"before": load_before, "after": os.getloadavg()}
+        print(json.dumps(report))
+        return
+    print(f"measuring {args.model}...", file=sys.stderr)
+    sizes = measure_model(args.model, args.timing_iters, args.batch, args.seq_len)
+    steps = args.steps or 80
+    print(f"convergence run, {steps} steps...", file=sys.stderr)
+    convergence = measure_convergence(steps)
     report = {
         "benchmark": "distro",
         "config": {
@@ -139,6 +200,8 @@ def main() -> None:
         "convergence": convergence,
         "distro_over_adamw_loss_ratio": convergence["distro_val_loss"]
         / convergence["adamw_val_loss"],
+        "torch_threads": torch.get_num_threads(),
+        "load_average": {"before": load_before, "after": os.getloadavg()},
     }
     print(json.dumps(report))
 

@@ -206,3 +206,25 @@ def test_state_toml_example_trains_as_shipped(tmp_path: Path, repo_root: Path) -
         assert by_step[steps[-1]] < by_step[steps[0]]
     finally:
         c.stop()
+
+
+@pytest.mark.slow
+def test_sparseloco_example_trains_as_shipped(tmp_path: Path, repo_root: Path) -> None:
+    """state.sparseloco.toml.example through real processes: SparseLoCo results travel,
+    every client applies them to identical weights and the loss falls."""
+    c = Cluster(tmp_path, repo_root / "state.sparseloco.toml.example")
+    try:
+        c.start_server()
+        clients = [c.start_client(run_id="tiny-cpu-sparseloco") for _ in range(3)]
+        wait_for(
+            lambda: all(len(applied_hashes(p)) >= 6 for p in clients),
+            600,
+            "six applied steps on every client",
+            c.diagnostics,
+        )
+        assert_same_hashes(clients, min_common=6)
+        by_step = losses(clients[0])
+        steps = sorted(by_step)
+        assert by_step[steps[-1]] < by_step[steps[0]]
+    finally:
+        c.stop()

@@ -37,6 +37,14 @@ def test_example_is_valid(repo_root: Path) -> None:
     assert err == ""
 
 
+def test_sparseloco_example_is_valid_without_warnings(repo_root: Path) -> None:
+    code, out, err = run("--state", str(repo_root / "state.sparseloco.toml.example"))
+    assert code == 0, err
+    assert out.startswith("Configs are OK!")
+    assert "SparseLoCo (5 AdamW steps per round" in out and "top-k 32" in out
+    assert err == ""
+
+
 def test_every_fixture_validates(shared_fixtures: Path) -> None:
     for state in sorted((shared_fixtures / "configs").glob("*/state.toml")):
         args = ["--state", str(state)]

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 import tomli_w
+from psyche_client.distro.sparseloco import SparseLocoSettings
+from psyche_client.training.trainer import optimizer_settings
 from psyche_common.config import (
     ConfigError,
     DistroOptimizer,
@@ -126,3 +128,15 @@ def test_reference_distro_tables_keep_their_meaning(shared_fixtures: Path) -> No
             assert optimizer.quantize_2bit is None
             assert optimizer.to_toml() == raw, path
     assert seen >= 1
+
+
+def test_sparseloco_example_builds_the_trainer_settings() -> None:
+    state = load_state(REPO_ROOT / "state.sparseloco.toml.example")
+    settings = optimizer_settings(state.model.optimizer)
+    assert isinstance(settings, SparseLocoSettings)
+    assert (settings.inner_steps, settings.compression_topk, settings.quantize_2bit) == (
+        5,
+        32,
+        True,
+    )
+    assert validate_state(state).ok and validate_state(state).warnings == []

@@ -168,6 +168,14 @@ def test_index_unpack_rejects_wrong_length_and_nonzero_padding() -> None:
         unpack_indices(bytes([0xC5, 0x1F, 0x04]), 64, 3)
 
 
+@pytest.mark.parametrize("totalk", [2**25, 2**25 + 1, 2**26 + 3, 2**32])
+def test_index_packing_roundtrip_wide_indices(totalk: int) -> None:
+    """Widths above 25 bits take the bit-by-bit path; both paths must agree."""
+    idx = torch.tensor([0, totalk - 1, 12345, totalk // 2, 1, totalk - 2, 7])
+    packed = pack_indices(idx, totalk)
+    assert unpack_indices(packed, totalk, len(idx)).tolist() == idx.tolist()
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 70_000), st.integers(0, 200), st.integers(0, 2**31))
 def test_index_packing_roundtrip(totalk: int, count: int, seed: int) -> None:

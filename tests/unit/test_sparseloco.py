@@ -4,10 +4,12 @@ the averaged outer step, cancellation, settings, and the Trainer's inner steps."
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
 import pytest
 import torch
-from psyche_client.distro import DctTransform
+from psyche_client.distro import DctTransform, OwnResult
 from psyche_client.distro.sparseloco import SparseLocoOptimizer, SparseLocoSettings
 from psyche_client.training.trainer import Trainer, TrainingCancelled
 from psyche_common.assignment import BatchId
@@ -162,3 +164,21 @@ def test_cancelled_round_leaves_no_trace() -> None:
     state = optimizer._inner.state_dict()["state"]
     assert all(torch.equal(moments[k], state[k]["exp_avg"]) for k in moments)
     assert {int(s["step"]) for s in state.values()} == {3}
+
+
+def test_lookahead_uses_only_the_own_result_still_in_flight() -> None:
+    """The own result of step S-1 is in flight during step S; one from an earlier step
+    (the client skipped a round) has been applied already and must not be added again."""
+    trainer = Trainer(tiny_llama(), TRAINER_SETTINGS, device="cpu", micro_batch_size=2)
+    optimizer = trainer.distro
+    seen: list[int] = []
+    original = optimizer.local_round
+
+    def spy(own_pending: Sequence[OwnResult] = ()) -> AbstractContextManager[None]:
+        seen.append(len(own_pending))
+        return original(own_pending)
+
+    optimizer.local_round = spy
+    for step in (1, 2, 4):
+        trainer.train(BatchId(6 * step, 6 * step + 5), tokens(step, n=6), step, 1e-3, 1e-3)
+    assert seen == [0, 1, 0]

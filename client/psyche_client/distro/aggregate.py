@@ -1,9 +1,9 @@
 """Exact, order-independent aggregation of many results' coefficients for one parameter.
 
-All results' indices and values of a parameter are concatenated along each chunk's
-coefficient axis (results in the caller's canonical order) and go through one float64
-`scatter_add_`, so the cost grows with the number of coefficients received, not with a
-per-result pass over the dense tensor.
+All results' indices and values of a parameter are concatenated (results in the caller's
+canonical order) and go through one float64 `scatter_add_` over the distinct chosen
+coefficients, so the cost grows with the number of coefficients received; the dense
+coefficient tensor is written once, for the inverse DCT.
 
 The sums are exact. Every value is first rounded to a power-of-two grid fine enough that all
 partial sums are integer multiples of the grid step below 2**53, which float64 adds without
@@ -60,16 +60,26 @@ def aggregate(
     reference's scatter-mean; coefficients no result chose stay 0). `True`: the sum divided
     by the number of results (an average in which a result that did not choose a
     coefficient counts as 0 there).
+
+    The work before the dense output is sparse: the chosen coefficients' flat positions are
+    sorted and made unique, sums and counts land in one scatter over the unique positions,
+    and one indexed write fills the zeroed dense tensor.
     """
     if not payloads:
         raise ValueError("aggregate needs at least one result")
     idx = np.concatenate([payload.indices() for payload in payloads], axis=1)
     val = np.concatenate([payload.values(kind) for payload in payloads], axis=1)
-    idx_t = torch.from_numpy(idx).to(device)
-    val_t = exact_grid(torch.from_numpy(val).to(device), len(payloads))
-    total = torch.zeros((chunks, totalk), dtype=torch.float64, device=device)
-    total.scatter_add_(-1, idx_t, val_t)
+    offsets = (np.arange(chunks, dtype=np.int64) * totalk)[:, None]
+    flat = torch.from_numpy((idx + offsets).reshape(-1)).to(device)
+    values = exact_grid(torch.from_numpy(val.reshape(-1)).to(device), len(payloads))
+    positions, inverse = torch.unique(flat, sorted=True, return_inverse=True)
+    sums = torch.zeros(positions.shape[0], dtype=torch.float64, device=device)
+    sums.scatter_add_(0, inverse, values)
     if mean_over_all:
-        return total / len(payloads)
-    count = torch.zeros_like(total).scatter_add_(-1, idx_t, torch.ones_like(val_t))
-    return torch.where(count > 0, total / count.clamp_min(1.0), torch.zeros_like(total))
+        means = sums / len(payloads)
+    else:
+        counts = torch.bincount(inverse, minlength=positions.shape[0])
+        means = sums / counts.to(torch.float64)
+    dense = torch.zeros(chunks * totalk, dtype=torch.float64, device=device)
+    dense[positions] = means
+    return dense.view(chunks, totalk)

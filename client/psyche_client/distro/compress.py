@@ -25,6 +25,8 @@ import math
 import numpy as np
 import torch
 
+_WINDOW_BITS = 25  # an index of up to 25 bits, starting at any bit, fits in 4 bytes
+
 
 def index_bits(totalk: int) -> int:
     """Bits per packed index for tiles of `totalk` coefficients: `ceil(log2(totalk))`."""
@@ -74,12 +76,27 @@ def unpack_indices(data: bytes, totalk: int, count: int) -> np.ndarray:
     expected = index_bytes(count, totalk)
     if len(data) != expected:
         raise ValueError(f"index bytes ({len(data)}) do not hold exactly {count} indices")
-    bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
+    raw = np.frombuffer(data, dtype=np.uint8)
     used = count * width
-    if bits[used:].any():
+    if used % 8 and int(raw[-1]) >> (used % 8):
         raise ValueError("padding bits after the last index are not zero")
-    weights = np.left_shift(np.int64(1), np.arange(width, dtype=np.int64))
-    return bits[:used].reshape(count, width).astype(np.int64) @ weights
+    if width == 0:
+        return np.zeros(count, dtype=np.int64)
+    if width > _WINDOW_BITS:
+        bits = np.unpackbits(raw, bitorder="little")[:used].reshape(count, width)
+        return bits.astype(np.int64) @ np.left_shift(np.int64(1), np.arange(width))
+    # every index lies inside the 4 bytes from the byte holding its first bit
+    window = np.zeros(len(raw) + 3, dtype=np.uint64)
+    window[: len(raw)] = raw
+    first = np.arange(count, dtype=np.int64) * width
+    byte, shift = first >> 3, (first & 7).astype(np.uint64)
+    word = (
+        window[byte]
+        | window[byte + 1] << np.uint64(8)
+        | window[byte + 2] << np.uint64(16)
+        | window[byte + 3] << np.uint64(24)
+    )
+    return ((word >> shift) & np.uint64((1 << width) - 1)).astype(np.int64)
 
 
 def pack_bf16(val: torch.Tensor) -> bytes:

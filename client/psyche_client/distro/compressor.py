@@ -6,7 +6,8 @@ momentum, SparseLoCo's error-feedback accumulator) through the tiled DCT, the to
 and the value quantizer. `densify(i, idx, val, like)` is the inverse DCT of one sparse set of
 coefficients (a client's own previous result, for error feedback and lookahead).
 `aggregated(i, payloads, ...)` is the inverse DCT of all received results' coefficients of
-parameter i, aggregated exactly (`aggregate`) and transformed in float64: the only step
+parameter i (as tiles; `untile(i, tiles)` reshapes), aggregated exactly (`aggregate`) and
+transformed in float64: the only step
 whose float sums may differ between devices, done at a precision where that matters only for
 values within ~1e-16 of a rounding or sign boundary. `check(result)` compares a result's
 value kind and per-tensor layout with the local model's.
@@ -85,7 +86,8 @@ class Compressor:
         mean_over_all: bool,
         device: torch.device,
     ) -> torch.Tensor:
-        """Parameter i's aggregated update in the parameter domain, float64."""
+        """Parameter i's aggregated update as float64 tiles (the inverse DCT in the encoded
+        layout); `untile(i, tiles)` puts them in the parameter's shape."""
         expected = self.layout.tensors[i]
         coefficients = aggregate(
             payloads,
@@ -95,7 +97,10 @@ class Compressor:
             mean_over_all=mean_over_all,
             device=device,
         )
-        return self.transform.decode(coefficients.view(expected.xshape), expected.shape)
+        return self.transform.decode_tiles(coefficients.view(expected.xshape), expected.shape)
+
+    def untile(self, i: int, tiles: torch.Tensor) -> torch.Tensor:
+        return self.transform.untile(tiles, self.layout.tensors[i].shape)
 
     def check(self, result: DistroResult) -> None:
         """Raise `ValueError` unless `result` fits this model and value kind."""

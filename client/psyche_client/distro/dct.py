@@ -6,7 +6,8 @@ c_0 = sqrt(1/n), c_k = sqrt(2/n); encoding a vector of length n is `x @ F` and t
 last two dims; vectors a 1-D DCT on each chunk.
 
 API: `dct_basis(n, dtype=torch.float64, device=None)`, `DctTransform(target_chunk)` with
-`encode(x) -> Tensor` of shape `encoded_shape(x.shape)` and `decode(X, shape) -> Tensor`.
+`encode(x) -> Tensor` of shape `encoded_shape(x.shape)`, `decode(X, shape) -> Tensor`, and
+decode's two halves `decode_tiles(X, shape)` and `untile(tiles, shape)`.
 Bases are cached per (n, dtype, device) in the instance (no global state). Everything is
 plain matmul, so results are deterministic for a given device and dtype.
 """
@@ -78,6 +79,12 @@ class DctTransform:
 
     def decode(self, encoded: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
         """Inverse of `encode`: from `encoded_shape(shape)` back to `shape`."""
+        return self.untile(self.decode_tiles(encoded, shape), shape)
+
+    def decode_tiles(self, encoded: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+        """The inverse DCT of every tile, still in the encoded layout (`untile` puts the tiles
+        in place). Elementwise work done between the two (a sign, a cast) then runs before
+        the copy that `untile` makes."""
         xshape = self.xshape(shape)
         if tuple(encoded.shape) != xshape:
             raise ValueError(
@@ -88,8 +95,13 @@ class DctTransform:
             n1, n2 = xshape[-2], xshape[-1]
             b1 = self.basis(n1, encoded.dtype, encoded.device)
             b2 = self.basis(n2, encoded.dtype, encoded.device)
-            tiles = b1 @ encoded @ b2.transpose(0, 1)
-            return tiles.transpose(-3, -2).reshape(tuple(shape))
+            return b1 @ encoded @ b2.transpose(0, 1)
         n = xshape[-1]
         f = self.basis(n, encoded.dtype, encoded.device)
-        return (encoded @ f.transpose(0, 1)).reshape(tuple(shape))
+        return encoded @ f.transpose(0, 1)
+
+    def untile(self, tiles: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+        """Tiles in the encoded layout (`decode_tiles`) back to a tensor of `shape`."""
+        if len(shape) >= 2:
+            return tiles.transpose(-3, -2).reshape(tuple(shape))
+        return tiles.reshape(tuple(shape))

@@ -189,10 +189,11 @@ class DistroOptimizer:
             self.compressor.check(result)
         weight_decay = self.settings.weight_decay
         for i, (_, p) in enumerate(self._params):
-            update = self.compressor.aggregated(
+            tiles = self.compressor.aggregated(
                 i, [result.tensors[i] for result in ordered], mean_over_all=False, device=p.device
             )
+            signs = self.compressor.untile(i, tiles.sign_().to(p.dtype))
             if weight_decay != 0.0:
                 p.mul_(1.0 - lr * weight_decay)
-            p.add_(torch.sign(update).to(p.dtype), alpha=-lr)
+            p.add_(signs, alpha=-lr)
         return len(ordered)

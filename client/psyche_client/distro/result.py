@@ -1,7 +1,8 @@
 """The transmitted DisTrO result: layout, compact binary format, strict decode, commitment.
 
 One `DistroResult` is one trainer's compressed update for one batch of one step: for every
-parameter (sorted by name) the packed top-k indices and the values (bf16 or 1-bit signs).
+parameter (sorted by name) the packed top-k indices and the values (bf16, 1-bit signs or
+2-bit codes with per-chunk scales; see `values`).
 
 Binary format (version 2; integers in the fixed header are big-endian, `varint` is unsigned
 LEB128 in its shortest form):
@@ -26,9 +27,10 @@ bytes) and raises `ResultDecodeError` naming the tensor and field at fault. Vers
 indices) is refused with an error that says so.
 
 API: `ValueKind`, `TensorLayout`, `ResultLayout.for_parameters(named_shapes, chunk, topk,
-quantize_1bit)`, `TensorPayload`, `DistroResult(step, batch_id, trainer_nonce, value_kind,
-tensors)` with `.encode() -> bytes`, `.decode(data, layout)`, `.data_hash() -> bytes`,
-`.payload_bytes() -> int`, and `commitment_hash(step, batch_id, tensors) -> bytes`.
+quantize_1bit | ValueKind)`, `TensorPayload` (with cached `.indices()` and `.values(kind)`),
+`DistroResult(step, batch_id, trainer_nonce, value_kind, tensors)` with `.encode() -> bytes`,
+`.decode(data, layout)`, `.data_hash() -> bytes`, `.payload_bytes() -> int`, and
+`commitment_hash(step, batch_id, tensors) -> bytes`.
 """
 
 from __future__ import annotations

@@ -222,9 +222,9 @@ class SparseLocoOptimizer:
         for result in ordered:
             self.compressor.check(result)
         for i, (_, p) in enumerate(self._params):
-            update = self.compressor.aggregated(
+            tiles = self.compressor.aggregated(
                 i, [result.tensors[i] for result in ordered], mean_over_all=True, device=p.device
             )
-            step = update.to(torch.bfloat16).to(p.dtype).mul_(self.settings.outer_lr)
-            p.sub_(step)
+            update = self.compressor.untile(i, tiles.to(torch.bfloat16))
+            p.sub_(update.to(p.dtype).mul_(self.settings.outer_lr))
         return len(ordered)

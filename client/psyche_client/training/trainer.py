@@ -150,6 +150,7 @@ class Trainer:
         self.trainer_nonce = 0
         self._params = sorted(self.model.named_parameters(), key=lambda item: item[0])
         self._pending_own: list[OwnResult] = []
+        self._pending_step = 0  # the step `_pending_own` was trained for
         self._distro: DistroOptimizer | SparseLocoOptimizer | None = None
         self._adamw: torch.optim.AdamW | None = None
         if isinstance(self.settings, DistroSettings):
@@ -269,7 +270,10 @@ class Trainer:
         forward_backward = 0.0
         started = time.perf_counter()
         try:
-            with optimizer.local_round(self._pending_own):
+            # only the own result of step - 1 is still in flight; an older one (this client
+            # skipped a round) has already been applied or dropped by consensus
+            in_flight = self._pending_own if self._pending_step == step - 1 else []
+            with optimizer.local_round(in_flight):
                 for part in parts:
                     t0 = time.perf_counter()
                     loss, micro, skip = self._forward_backward(part, cancelled)
@@ -286,6 +290,7 @@ class Trainer:
             raise
         generated = optimizer.generate(step, batch_id, nonce, self._pending_own)
         self._pending_own = [generated.own]
+        self._pending_step = step
         return TrainOutput(
             loss=float(np.mean(losses)),
             result=generated.transmit,
