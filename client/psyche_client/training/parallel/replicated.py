@@ -17,7 +17,6 @@ and after every apply; a mismatch raises `RankMismatch` naming the rank.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -38,9 +37,6 @@ from psyche_client.training.parallel.commands import Apply, LoadModel, Train
 from psyche_client.training.parallel.launch import RankGroups
 from psyche_client.training.parallel.plan import split_samples
 from psyche_client.training.trainer import Trainer, TrainOutput
-
-if TYPE_CHECKING:
-    pass
 
 
 class ReplicatedEngine:
