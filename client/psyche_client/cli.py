@@ -378,9 +378,9 @@ def _parallel_rank_setup(
         raise click.UsageError("--dummy-training-delay-secs trains no model on several ranks")
     if env is not None and env.world_size > 1:
         if env.rank != 0:
-            from psyche_client.training.parallel.worker import serve
+            from psyche_client.training.parallel.worker import exit_now, serve
 
-            sys.exit(serve(env, device, timeout))
+            exit_now(serve(env, device, timeout))
         import atexit
 
         from psyche_client.training.parallel.launch import release_workers

@@ -13,6 +13,7 @@ from psyche_client.training.parallel.commands import LoadModel
 from psyche_client.training.parallel.launch import connect, disconnect
 from psyche_client.training.parallel.plan import LaunchEnv
 from psyche_client.training.parallel.sharded import ShardedEngine
+from psyche_client.training.parallel.worker import exit_now
 
 SETTINGS = DistroSettings(
     compression_decay=0.999, compression_topk=4, compression_chunk=16, quantize_1bit=True
@@ -42,3 +43,4 @@ def run_rank(rank: int, world_size: int, port: int, scenario: str, out: str) -> 
     finally:
         disconnect()
     Path(out, f"rank{rank}.json").write_text(json.dumps({"outcome": outcome}))
+    exit_now(0)  # as a real worker leaves: no interpreter finalisation under gloo's threads

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import NoReturn
 
 from psyche_client.training.device import DeviceError
 from psyche_client.training.parallel.commands import CommandChannel, Shutdown
@@ -78,5 +79,16 @@ def main() -> int:
     return serve(env, os.environ[ENV_DEVICE], float(os.environ.get(ENV_TIMEOUT, "300")))
 
 
+def exit_now(status: int) -> NoReturn:
+    """Leave without interpreter finalisation: gloo's transport threads can still be
+    tearing down after `destroy_process_group`, and finalising the interpreter under them
+    aborts the process now and then ("terminate called without an active exception"),
+    which would turn a clean shutdown into a crash report."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
