@@ -82,7 +82,7 @@ def _train_steps(trainer: Trainer, iters: int, batch: int, seq_len: int) -> dict
                 encode.append(out.optimizer_seconds + serialise)
             blobs.append(blob)
         trainer.apply([trainer.decode_result(blob) for blob in blobs], step, 1e-4)
-    return {"fwd_bwd": fwd_bwd, "encode": encode, "blobs": blobs, "payload": out.result}
+    return {"fwd_bwd": fwd_bwd, "encode": encode, "blobs": blobs, "result": out.result}
 
 
 def _more_results(trainer: Trainer, count: int, first_batch: int) -> list[bytes]:
@@ -117,7 +117,7 @@ def measure_model(name: str, iters: int, batch: int, seq_len: int) -> dict[str, 
         decode_apply[str(count)] = statistics.median(times)
     fwd_bwd_s = statistics.median(trained["fwd_bwd"])
     encode_s = statistics.median(trained["encode"])
-    result = trained["payload"]
+    result = trained["result"]
     blob_size = len(trained["blobs"][0])
     return {
         "model": name,

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+import transformers
 from psyche_client.distro import DistroSettings
 from psyche_client.distro.sparseloco import SparseLocoSettings
 
@@ -81,6 +83,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("sparseloco-H5-k32", _sparseloco(), 2e-3),
     Variant("sparseloco-H10-k64", _sparseloco(inner_steps=10, compression_topk=64), 2e-3),
     Variant("sparseloco-H5-k32-decay0.9", _sparseloco(compression_decay=0.9), 2e-3),
+    Variant("sparseloco-H5-k32-decay0.8", _sparseloco(compression_decay=0.8), 2e-3),
+    Variant("sparseloco-H5-k32-decay0.5", _sparseloco(compression_decay=0.5), 2e-3),
     # a ceiling, not a candidate: SparseLoCo without compression (every coefficient, bf16)
     Variant("sparseloco-H5-dense", _sparseloco(compression_topk=4096, quantize_2bit=False), 2e-3),
     Variant("topk4", _distro(compression_topk=4), 3e-3),
@@ -223,9 +227,6 @@ def _run_variant(corpus: Any, steps: int, variant: Variant, seed: int) -> dict[s
     }
 
 
-def _meta_model() -> Any:
-    import torch
-    import transformers
-
+def _meta_model() -> transformers.LlamaForCausalLM:
     with torch.device("meta"):
         return transformers.LlamaForCausalLM(prototype_llama_config())
