@@ -13,7 +13,7 @@
    median over `--repeats` client runs.
 
    Two step lengths are measured: the long step (batch 64, several seconds of compute on
-   this CPU) and a short one (batch 20, about a second). The round protocol adds a fixed
+   this CPU) and a short one (batch 14, about a second). The round protocol adds a fixed
    RoundWitness phase (`round_witness_time` = 1 s, millisecond-exact); the client trains the
    next round's batches during it (the round is prepared while the witnesses report), so
    what remains per round is the apply, decoding, the Finished/witness exchange and the tick
@@ -396,7 +396,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=64, help="global batch of the long step")
     parser.add_argument(
-        "--short-batch", type=int, default=20, help="global batch of the short (~1 s) step"
+        "--short-batch", type=int, default=14, help="global batch of the short (~1 s) step"
     )
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--micro-batch", type=int, default=8)
