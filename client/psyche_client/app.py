@@ -69,6 +69,7 @@ class ClientOptions:
     max_concurrent_downloads: int = 4
     gossip_fanout: int = 8
     p2p_max_inbound_connections: int = 256
+    p2p_max_inbound_per_ip: int = 16
     p2p_max_concurrent_serving: int = 32
     p2p_max_result_size: int = 256 * 1024 * 1024
     dummy_training_delay_secs: float | None = None
@@ -126,6 +127,7 @@ class ClientApp:
             max_concurrent_downloads=options.max_concurrent_downloads,
             gossip_fanout=options.gossip_fanout,
             max_inbound_connections=options.p2p_max_inbound_connections,
+            max_inbound_per_ip=options.p2p_max_inbound_per_ip,
             max_concurrent_serving=options.p2p_max_concurrent_serving,
             max_result_size=options.p2p_max_result_size,
             max_concurrent_parameter_requests=options.max_concurrent_parameter_requests,

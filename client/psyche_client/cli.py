@@ -206,6 +206,15 @@ def show_identity(identity_secret_key_path: Path | None) -> None:
     help="Incoming P2P connections open at once; more are closed before their handshake.",
 )
 @click.option(
+    "--p2p-max-inbound-per-ip",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    envvar="P2P_MAX_INBOUND_PER_IP",
+    help="Incoming P2P connections open at once from one IP address (peers behind one NAT "
+    "share it); more are closed before their handshake.",
+)
+@click.option(
     "--p2p-max-concurrent-serving",
     type=click.IntRange(min=1),
     default=32,
@@ -302,6 +311,7 @@ def train(
     max_concurrent_downloads: int,
     gossip_fanout: int,
     p2p_max_inbound_connections: int,
+    p2p_max_inbound_per_ip: int,
     p2p_max_concurrent_serving: int,
     p2p_max_result_size: int,
     data_fetch_attempts: int,
@@ -338,6 +348,7 @@ def train(
         max_concurrent_downloads=max_concurrent_downloads,
         gossip_fanout=gossip_fanout,
         p2p_max_inbound_connections=p2p_max_inbound_connections,
+        p2p_max_inbound_per_ip=p2p_max_inbound_per_ip,
         p2p_max_concurrent_serving=p2p_max_concurrent_serving,
         p2p_max_result_size=p2p_max_result_size,
         data_fetch_attempts=data_fetch_attempts,

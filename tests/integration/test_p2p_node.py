@@ -656,3 +656,26 @@ async def test_a_stalled_peer_does_not_hold_the_announcer(cluster: Cluster) -> N
         await wait_until(lambda: silent_id in report.failed, timeout=10)
     finally:
         await silent.stop()
+
+
+async def test_inbound_connections_from_one_address_are_capped(cluster: Cluster) -> None:
+    """Idle sockets from one host take at most `max_inbound_per_ip` slots: honest peers on
+    other addresses are still served while they are open."""
+    node = await cluster.add(max_inbound_per_ip=2)
+    other = await cluster.add()
+    flood = [
+        await asyncio.open_connection("127.0.0.1", node.port, local_addr=("127.0.0.2", 0))
+        for _ in range(2)
+    ]
+    await wait_until(lambda: len(node._server_conns) == 2)
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", node.port, local_addr=("127.0.0.2", 0)
+    )
+    with pytest.raises((asyncio.IncompleteReadError, ConnectionError)):
+        await asyncio.wait_for(reader.readexactly(4), 5)  # closed before any Challenge
+    assert node.refused_inbound == 1
+    blob = node.publish_blob(b"y" * 10)
+    assert await other.fetch_blob(blob, [node.peer_id]) == b"y" * 10  # from 127.0.0.1
+    for _, w in flood:
+        w.close()
+    writer.close()

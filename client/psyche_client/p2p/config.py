@@ -55,6 +55,9 @@ class P2PConfig:
     """Outgoing connections open at once (the pool's bound)."""
     max_inbound_connections: int = 256
     """Incoming connections open at once; more are closed at accept, before any handshake."""
+    max_inbound_per_ip: int = 16
+    """Incoming connections open at once from one IP address (a flood from one host cannot
+    take every inbound slot; peers behind one NAT share an address, so not 1)."""
     max_concurrent_serving: int = 32
     """Blob, manifest and parameter requests served at once (others wait their turn)."""
     max_result_size: int = 256 * MIB
@@ -84,6 +87,7 @@ class P2PConfig:
             "max_concurrent_parameter_requests",
             "max_connections",
             "max_inbound_connections",
+            "max_inbound_per_ip",
             "max_concurrent_serving",
             "max_result_size",
             "fetch_rounds",

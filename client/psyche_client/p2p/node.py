@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,6 +105,7 @@ class P2PNode:
         self._step: int | None = None
         self._server: asyncio.Server | None = None
         self._server_conns: set[PeerConnection] = set()
+        self._inbound_per_ip: Counter[str] = Counter()
         self._pool = ConnectionPool(
             self._dial,
             max_connections=self.config.max_connections,
@@ -381,10 +383,22 @@ class P2PNode:
             )
             writer.transport.abort()
             return
+        ip = str(remote[0]) if isinstance(remote, tuple) and remote else "?"
+        if self._inbound_per_ip[ip] >= self.config.max_inbound_per_ip:
+            self.refused_inbound += 1
+            log.warning(
+                "refusing P2P connection from %s: %d inbound connections open from that "
+                "address (max_inbound_per_ip)",
+                remote,
+                self._inbound_per_ip[ip],
+            )
+            writer.transport.abort()
+            return
         conn = PeerConnection(
             b"", reader, writer, self.stats, self.config.max_frame_size, self.config.read_timeout
         )
         self._server_conns.add(conn)
+        self._inbound_per_ip[ip] += 1
         try:
             peer_id = await accept_peer(
                 conn, self.identity, self._is_member, self.config.read_timeout
@@ -409,6 +423,9 @@ class P2PNode:
             log.info("closed P2P connection from %s: %s: %s", remote, type(exc).__name__, exc)
         finally:
             self._server_conns.discard(conn)
+            self._inbound_per_ip[ip] -= 1
+            if self._inbound_per_ip[ip] <= 0:
+                del self._inbound_per_ip[ip]
             await conn.close()
 
     async def _handle(self, conn: PeerConnection, peer_id: bytes, request: dict[str, Any]) -> None:

@@ -1,0 +1,56 @@
+"""Connection floods (real processes): a host holding hundreds of idle sockets against the
+server and against one client's P2P port does not stop the run, split the honest clients or
+keep the flooded client's results from anyone.
+
+The flood comes from 127.0.0.2, the honest processes use 127.0.0.1, as distinct hosts would on
+the internet; the per-address caps (`--max-connections-per-ip`, `--p2p-max-inbound-per-ip`)
+and the pre-join and handshake timeouts are what keep the honest slots free.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.client_run import Cluster, applied_hashes, free_port, wait_for, write_state
+from tests.e2e.flood import Flood
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_floods_at_the_server_and_at_a_peer_change_nothing(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, write_state(tmp_path / "state.toml", total_steps=12, witness_nodes=2))
+    floods: list[Flood] = []
+    try:
+        c.start_server("--pre-join-timeout", "2")
+        floods.append(Flood(c.port, count=300).start())
+        flooded_port = free_port()
+        clients = [
+            c.start_client(
+                *(["--bind-p2p-port", str(flooded_port)] if i == 0 else []), dummy_delay=0.3
+            )
+            for i in range(3)
+        ]
+        floods.append(Flood(flooded_port, count=300).start())  # connects once it listens
+        wait_for(
+            lambda: all(p.popen.poll() is not None for p in clients),
+            240,
+            "the run to finish",
+            c.diagnostics,
+        )
+        assert [p.popen.returncode for p in clients] == [0, 0, 0], c.diagnostics()
+        tables = [applied_hashes(p) for p in clients]
+        common = sorted(set(tables[0]) & set(tables[1]) & set(tables[2]))
+        assert len(common) >= 8, f"only {len(common)} common applied steps\n{c.diagnostics()}"
+        for step in common:
+            assert tables[0][step] == tables[1][step] == tables[2][step], f"differ at {step}"
+        for proc in clients:  # the flooded client's results reached everyone
+            applied = proc.events("applied step")
+            assert applied and all(event["results"] == 3 for event in applied[1:]), applied
+        for flood in floods:  # the targets shed the flood: caps at accept, timeouts
+            assert flood.opened > 0 and flood.closed_by_target > 0, vars(flood)
+    finally:
+        for flood in floods:
+            flood.stop()
+        c.stop()
