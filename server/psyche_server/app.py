@@ -414,7 +414,13 @@ class ServerApp:
             if report is not None:
                 self.weights.record(report[0], client_id, report[1])
             try:
-                apply_client_message(self.coordinator, client_id, message, self.now())
+                apply_client_message(
+                    self.coordinator,
+                    client_id,
+                    message,
+                    self.now(),
+                    self.options.checkpointers,
+                )
             except CoordinatorError as exc:
                 self.stats.coordinator_errors += 1
                 log.warning(

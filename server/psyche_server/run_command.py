@@ -17,6 +17,26 @@ from .runner import RunRequest, run_blocking
 _existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
+def _parse_keys(
+    _ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> frozenset[bytes]:
+    """Client public keys given as 64 hex characters (`psyche-client show-identity`)."""
+    keys = set()
+    for value in values:
+        try:
+            key = bytes.fromhex(value)
+        except ValueError:
+            key = b""
+        if len(key) != 32:
+            raise click.BadParameter(
+                f"{value!r} is not a client public key (64 hex characters, as "
+                "`psyche-client show-identity` prints it)",
+                param=param,
+            )
+        keys.add(key)
+    return frozenset(keys)
+
+
 @click.command("run")
 @click.option(
     "--state",
@@ -112,6 +132,15 @@ _existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
     "are skipped for a connection with a quarter of this queued)",
 )
 @click.option(
+    "--checkpointer",
+    "checkpointers",
+    multiple=True,
+    callback=_parse_keys,
+    metavar="KEY",
+    help="a client public key (hex) whose Checkpoint messages may set the run's checkpoint; "
+    "repeat for several (default: none, every Checkpoint message is refused)",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["console", "json"]),
     default="console",
@@ -148,6 +177,7 @@ def run(
     max_connections_per_ip: int,
     pre_join_timeout: float,
     max_send_buffer: int,
+    checkpointers: frozenset[bytes],
     log_format: str,
     log_level: str,
     log_file: Path | None,
@@ -174,6 +204,7 @@ def run(
             pre_join_timeout=pre_join_timeout,
             max_buffered_send_bytes=max_send_buffer,
         ),
+        checkpointers=checkpointers,
     )
     request = RunRequest(state_path, options, data_config, tui=use_tui)
     raise SystemExit(run_blocking(request))
