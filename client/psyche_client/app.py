@@ -367,7 +367,7 @@ class ClientApp:
         if self.coordinator is None:
             raise RuntimeError("no coordinator state yet: the run's data_location is unknown")
         model = self.coordinator.model
-        return DataSource(model.data_location, int(model.max_seq_len))
+        return DataSource(model.data_location, int(model.max_seq_len), self.coordinator.run_id)
 
 
 def _load_distro_backend(
