@@ -186,3 +186,9 @@ def _as_two_bit(result: DistroResult) -> DistroResult:
     packed, _ = quantize(values, ValueKind.TWO_BIT)
     forged = TensorPayload(payload.xshape, payload.totalk, payload.k, payload.idx, packed)
     return DistroResult(result.step, result.batch_id, 0, ValueKind.TWO_BIT, (forged,))
+
+
+def test_a_payload_rms_is_the_rms_of_its_values() -> None:
+    for result in honest_results(BF16, 2):
+        payload = result.tensors[0]
+        assert payload.rms(ValueKind.BF16) == value_rms(payload.values(ValueKind.BF16))

@@ -25,7 +25,7 @@ import torch
 from psyche_client.distro.aggregate import aggregate
 from psyche_client.distro.compress import pack_indices, topk_per_chunk
 from psyche_client.distro.dct import DctTransform
-from psyche_client.distro.influence import influence_scales, value_rms
+from psyche_client.distro.influence import influence_scales
 from psyche_client.distro.result import DistroResult, ResultLayout, TensorPayload
 from psyche_client.distro.values import ValueKind, quantize
 
@@ -94,7 +94,7 @@ class Compressor:
         expected = self.layout.tensors[i]
         scales = None
         if self.kind != ValueKind.ONE_BIT:
-            scales = influence_scales([value_rms(p.values(self.kind)) for p in payloads])
+            scales = influence_scales([p.rms(self.kind) for p in payloads])
         coefficients = aggregate(
             payloads,
             self.kind,
