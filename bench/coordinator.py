@@ -153,17 +153,22 @@ def measure_256(repeat: int) -> dict[str, float]:
         witness_timeout_tick()
     figures["tick_round_witness_timeout_us"] = statistics.median(elapsed)
 
-    # Health check: accuse one trainer nobody saw (the witnesses saw everyone, so fake one).
+    # Health check: accuse one trainer nobody saw (the witnesses saw everyone, so fake one);
+    # only a witness of the previous round may accuse.
     previous = coord.previous_round()
-    unseen = ids[0]
+    previous_selection = CommitteeSelection.from_coordinator(coord, -1)
+    accuser = next(ids[i] for i in range(len(ids)) if previous_selection.get_witness(i).witness)
+    index = 0 if ids[0] != accuser else 1
+    unseen = ids[index]
     empty = Bloom.random(rng)
     for w in previous.witnesses:
         w.participant_bloom = empty
-    proof = CommitteeSelection.from_coordinator(coord, -1).get_committee(0)
+    proof = previous_selection.get_committee(index)
+    healthy = coord.epoch_state.clients[index].state
 
     def health_check() -> None:
-        coord.epoch_state.clients[0].state = coord.epoch_state.clients[1].state
-        coord.health_check(ids[1], [(unseen, proof)])
+        coord.epoch_state.clients[index].state = healthy
+        coord.health_check(accuser, [(unseen, proof)])
 
     figures["health_check_us"] = median_us(health_check, repeat)
     return figures

@@ -365,11 +365,12 @@ class ClientApp:
         return SampleFetcher(self._data_source, self.identity, policy)
 
     def _data_source(self) -> DataSource:
-        """The run's data location and sample length, from the latest coordinator state."""
+        """The run's data location and sample length, from the latest coordinator state, and
+        its id (the data server's handshake names it)."""
         if self.coordinator is None:
             raise RuntimeError("no coordinator state yet: the run's data_location is unknown")
         model = self.coordinator.model
-        return DataSource(model.data_location, int(model.max_seq_len))
+        return DataSource(model.data_location, int(model.max_seq_len), self.options.run_id)
 
 
 def _load_distro_backend(

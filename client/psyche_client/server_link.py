@@ -3,7 +3,10 @@
 Connect, answer the challenge with our identity, send `Join` once, then read the server's
 `CoordinatorState` frames (de-duplicated by the hash of their bytes, like the reference) into
 an asyncio queue, and send `Witness`, `WarmupWitness`, `HealthCheck` and `Checkpoint`.
-Writes are serialized by a lock; every network wait has a timeout. A closed connection ends
+Writes are serialized by a lock; every network wait has a timeout. After `KEEPALIVE_INTERVAL`
+seconds without sending anything, the link sends an empty `HealthCheck` (no accusations, no
+weights report: the server only notes the key is alive), so the server's idle timeout never
+drops a client that is merely waiting. A closed connection ends
 `states()` with `ServerLinkError` naming the reason, a `Rejected` frame with `ServerRejected`.
 One link is one connection; `reconnect.ServerSession` makes new ones when it is lost.
 """
@@ -14,6 +17,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +57,8 @@ WRITE_TIMEOUT = 15.0
 # The server broadcasts its state at least every tick (500 ms); this much silence means the
 # server or the path to it is gone even if no FIN/RST ever arrives.
 SILENCE_TIMEOUT = 30.0
+# The server closes connections silent for its --idle-timeout (300 s by default).
+KEEPALIVE_INTERVAL = 30.0
 # A coordinator state with 256 clients and 32 witnesses is a few hundred KiB.
 MAX_SERVER_FRAME = max(DEFAULT_MAX_FRAME_SIZE, 64 * 1024 * 1024)
 
@@ -95,8 +101,12 @@ class ServerLink:
         writer: asyncio.StreamWriter,
         identity: Identity,
         silence_timeout: float = SILENCE_TIMEOUT,
+        keepalive_interval: float = KEEPALIVE_INTERVAL,
     ) -> None:
         self._reader = reader
+        self.keepalive_interval = keepalive_interval
+        self._last_sent = time.monotonic()
+        self.keepalives_sent = 0
         self._writer = writer
         self.identity = identity
         self.silence_timeout = silence_timeout
@@ -158,6 +168,9 @@ class ServerLink:
                 raise ServerLinkError(f"server connection lost: {exc}") from exc
             if isinstance(message, Rejected):
                 raise ServerRejected(message.reason)
+            if time.monotonic() - self._last_sent >= self.keepalive_interval:
+                self.keepalives_sent += 1
+                await self._send(HealthCheck())
             if isinstance(message, WeightsMismatch):
                 if self.on_weights_mismatch is not None:
                     self.on_weights_mismatch(message)
@@ -175,6 +188,7 @@ class ServerLink:
             try:
                 async with asyncio.timeout(WRITE_TIMEOUT):
                     await write_frame(self._writer, to_wire(message))
+                self._last_sent = time.monotonic()
             except (OSError, TimeoutError) as exc:
                 raise ServerLinkError(f"cannot send {type(message).__name__}: {exc}") from exc
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import time
 from collections.abc import Callable
@@ -85,7 +86,8 @@ class ServerApp:
         self._last_state_frame: bytes | None = None
         self._last_wire: dict[str, Any] | None = None
         self._state_changed = asyncio.Event()
-        self._message_tick: asyncio.Handle | None = None
+        self._message_tick: asyncio.Handle | asyncio.TimerHandle | None = None
+        self._last_message_tick = -math.inf
         self._message_tick_key: tuple[RunState, int] | None = None
         coordinator.reset_ephemeral()
         self.original_warmup_time = coordinator.config.warmup_time
@@ -102,6 +104,7 @@ class ServerApp:
             service=f"the coordinator of run {coordinator.run_id!r}",
             on_connect=self._on_connect,
             on_disconnect=self._on_disconnect,
+            idle_timeout=self.options.limits.idle_timeout,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -414,7 +417,13 @@ class ServerApp:
             if report is not None:
                 self.weights.record(report[0], client_id, report[1])
             try:
-                apply_client_message(self.coordinator, client_id, message, self.now())
+                apply_client_message(
+                    self.coordinator,
+                    client_id,
+                    message,
+                    self.now(),
+                    self.options.checkpointers,
+                )
             except CoordinatorError as exc:
                 self.stats.coordinator_errors += 1
                 log.warning(
@@ -432,12 +441,22 @@ class ServerApp:
 
     def _schedule_message_tick(self) -> None:
         """Tick once after the messages that are ready now (a burst of N messages, from one
-        key or many, costs one tick and at most one broadcast, not N)."""
-        if self._message_tick is None:
-            self._message_tick = asyncio.get_running_loop().call_soon(self._tick_after_messages)
+        key or many, costs one tick and at most one broadcast, not N), and never sooner than
+        `1 / max_message_ticks_per_second` after the previous message tick: however many
+        keys send, messages cannot drive ticks faster than that."""
+        if self._message_tick is not None:
+            return
+        loop = asyncio.get_running_loop()
+        spacing = 1.0 / self.options.limits.max_message_ticks_per_second
+        wait = self._last_message_tick + spacing - loop.time()
+        if wait > 0:
+            self._message_tick = loop.call_later(wait, self._tick_after_messages)
+        else:
+            self._message_tick = loop.call_soon(self._tick_after_messages)
 
     def _tick_after_messages(self) -> None:
         self._message_tick = None
+        self._last_message_tick = asyncio.get_running_loop().time()
         key = self._message_tick_key or self._state_key()
         self._message_tick_key = None
         self.stats.message_ticks += 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Collection
 
 from psyche_common.coordinator import Coordinator
 from psyche_common.protocol import short_id
@@ -28,8 +29,13 @@ log = logging.getLogger("psyche.server")
 
 
 def apply_client_message(
-    coordinator: Coordinator, client_id: bytes, message: AnyClientMessage, now: float
+    coordinator: Coordinator,
+    client_id: bytes,
+    message: AnyClientMessage,
+    now: float,
+    checkpointers: Collection[bytes] = frozenset(),
 ) -> None:
+    """Apply `message`; a `Checkpoint` is accepted only from one of `checkpointers`."""
     if isinstance(message, WarmupWitness):
         witness = parse_witness("WarmupWitness", message.witness)
         coordinator.warmup_witness(client_id, witness, now, secrets.randbits(64))
@@ -52,7 +58,7 @@ def apply_client_message(
                 "checkpoint from %s, which is not a client of this epoch", short_id(client_id)
             )
         else:
-            coordinator.checkpoint(client_id, index, checkpoint)
+            coordinator.checkpoint(client_id, index, checkpoint, checkpointers)
             log.info(
                 "checkpoint from %s: now %s",
                 short_id(client_id),

@@ -5,7 +5,9 @@ refuses a second live connection of an already connected identity, then reads fr
 them with a caller-supplied parser and hands them to a handler. Any protocol violation ends only
 that connection, with a logged reason; the cleanup (unregister + `on_disconnect`) runs exactly
 once per authenticated connection. Sends never block the caller: each connection's transport
-buffer is bounded, and a peer that stops reading is disconnected when it fills up.
+buffer is bounded, and a peer that stops reading is disconnected when it fills up. Messages
+of a key over its rate are dropped and a key that stays over it is disconnected
+(`limits.FloodGuard`); with `idle_timeout`, a connection silent that long is closed.
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ from psyche_common.protocol import (
 )
 from psyche_common.protocol.messages import Rejected, already_connected_reason, to_wire
 
-from .limits import ConnectionLimits, RateLimiter
+from .limits import ConnectionLimits, FloodGuard, RateLimiter, Verdict
 
 __all__ = [
     "CloseConnection",
     "Connection",
     "ConnectionLimits",
     "ConnectionManager",
+    "FloodGuard",
     "RateLimiter",
 ]
 
@@ -154,8 +157,11 @@ class ConnectionManager(Generic[MessageT]):
         service: str | None = None,
         on_connect: ConnectHook | None = None,
         on_disconnect: ConnectHook | None = None,
+        idle_timeout: float | None = None,
     ) -> None:
         self.name = name
+        self.idle_timeout = idle_timeout
+        """Seconds a connection may stay silent before it is closed (None: never)."""
         self.domain = domain
         """The handshake domain of this port (`psyche_common.protocol.handshake`)."""
         self.service = service or name
@@ -171,6 +177,7 @@ class ConnectionManager(Generic[MessageT]):
         self._server: asyncio.Server | None = None
         self.rejected_connections = 0
         self.protocol_violations = 0
+        self.dropped_messages = 0
 
     async def start(self, host: str, port: int) -> int:
         """Bind and start accepting; returns the bound port."""
@@ -327,17 +334,27 @@ class ConnectionManager(Generic[MessageT]):
                     log.exception("%s: disconnect handler failed for %s", self.name, conn)
 
     async def _read_loop(self, conn: Connection, reader: asyncio.StreamReader) -> None:
-        limiter = RateLimiter(self.limits.messages_per_second, self.limits.message_burst)
+        limits = self.limits
+        guard = FloodGuard(limits.messages_per_second, limits.message_burst)
         while not conn.closed:
             try:
-                raw = await read_frame(reader, self.limits.max_frame_size)
-                if not limiter.allow():
+                raw = await read_frame(reader, limits.max_frame_size, timeout=self.idle_timeout)
+                verdict = guard.check()
+                if verdict == Verdict.CLOSE:
                     raise CloseConnection(
-                        f"more than {self.limits.messages_per_second:g} messages/s "
-                        f"(burst {self.limits.message_burst})"
+                        f"key {short_id(conn.peer_id)} sent more than "
+                        f"{limits.messages_per_second:g} messages/s (burst "
+                        f"{limits.message_burst}) for {guard.dropped} dropped messages"
                     )
+                if verdict == Verdict.DROP:
+                    self._note_dropped(conn, guard)
+                    continue
                 message = self._parse(raw)
                 await self._on_message(conn, message)
+            except TimeoutError:
+                reason = f"no message for {self.idle_timeout:g}s (idle timeout)"
+                conn.send(to_wire(Rejected(reason=reason)))
+                conn.close(reason)
             except ConnectionClosed:
                 conn.close("peer closed the connection")
             except CloseConnection as exc:
@@ -353,6 +370,19 @@ class ConnectionManager(Generic[MessageT]):
             except Exception as exc:  # a handler bug must not take the server down
                 log.exception("%s: internal error handling a message from %s", self.name, conn)
                 conn.close(f"internal server error: {type(exc).__name__}")
+
+    def _note_dropped(self, conn: Connection, guard: FloodGuard) -> None:
+        """A message over the key's rate was dropped; the first of a streak is logged."""
+        self.dropped_messages += 1
+        if guard.dropped_in_a_row == 1:
+            log.warning(
+                "%s: dropping messages from %s: over %g messages/s (burst %d)",
+                self.name,
+                short_id(conn.peer_id),
+                self.limits.messages_per_second,
+                self.limits.message_burst,
+                extra={"client": short_id(conn.peer_id), "remote": conn.remote},
+            )
 
 
 _ORDINARY_ENDS = frozenset({"peer closed the connection", "server shutting down"})

@@ -1,6 +1,7 @@
 """TCP data server: serves token sequences to authenticated clients of the current epoch.
 
-Same framing and handshake as the coordinator port, in its own domain (`DATA_SERVER_DOMAIN`). A request (`RequestTrainingData`) from a key
+Same framing and handshake as the coordinator port, in its own domain, which names the run
+(`data_server_domain(run_id)`). A request (`RequestTrainingData`) from a key
 that is not in the latest broadcast's `epoch_state.clients` is rejected with `NotInThisRound`;
 a provider failure becomes a `RequestRejected` reply (`OutOfRange` / `DataError`), never a crash.
 Samples served per client are counted for the dashboard.
@@ -16,7 +17,7 @@ import numpy as np
 from psyche_common.assignment import BatchId
 from psyche_common.coordinator import Coordinator
 from psyche_common.data.errors import DataError, DataIndexError
-from psyche_common.protocol import DATA_SERVER_DOMAIN, short_id
+from psyche_common.protocol import data_server_domain, short_id
 from psyche_common.protocol.data_messages import (
     RejectReason,
     RequestRejected,
@@ -57,8 +58,11 @@ class DataServer:
         host: str,
         port: int,
         limits: ConnectionLimits | None = None,
+        *,
+        run_id: str,
     ) -> None:
         self.provider = provider
+        self.run_id = run_id
         self.host = host
         self.requested_port = port
         self.port: int | None = None
@@ -71,8 +75,8 @@ class DataServer:
             parse_data_request,
             self._on_request,
             limits or ConnectionLimits(),
-            domain=DATA_SERVER_DOMAIN,
-            service="the data server",
+            domain=data_server_domain(run_id),
+            service=f"the data server of run {run_id!r}",
         )
 
     @property

@@ -1,7 +1,13 @@
-"""Connection limits of a listening port and the per-connection message rate limiter."""
+"""Connection limits of a listening port, the per-key message rate limiter and flood guard.
+
+One identity has at most one connection per port, so a connection's limits are its key's.
+`FloodGuard` decides per message: accept it, drop it (the key is over its rate), or close
+the connection (the key stayed over its rate for more than a burst's worth of messages).
+"""
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +38,14 @@ class ConnectionLimits:
     state until then); the data-server port has no Join and ignores it."""
     messages_per_second: float = 100.0
     message_burst: int = 500
-    """Token bucket per connection: a peer that sends faster than this is disconnected."""
+    """Token bucket per connection (so per key): messages beyond it are dropped, and a key
+    that goes on sending over it for `message_burst` more messages in a row is disconnected."""
+    idle_timeout: float | None = 300.0
+    """Seconds a joined coordinator connection may send nothing before it is closed (None:
+    never). Honest clients send a keepalive after 30 s of silence."""
+    max_message_ticks_per_second: float = 20.0
+    """Coordinator ticks run after client messages, at most this many per second whatever
+    the number of keys (the 500 ms tick grid runs besides)."""
 
 
 class RateLimiter:
@@ -55,3 +68,37 @@ class RateLimiter:
             return False
         self._tokens -= 1
         return True
+
+
+class Verdict(enum.Enum):
+    ACCEPT = "accept"
+    DROP = "drop"
+    CLOSE = "close"
+
+
+class FloodGuard:
+    """Per-key flood control: a token bucket of `rate` messages/s and `burst` tokens; a
+    message without a token is dropped, and once `tolerance` messages in a row were dropped
+    the next one closes the connection (an accepted message ends the streak)."""
+
+    def __init__(
+        self,
+        rate: float,
+        burst: int,
+        tolerance: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._bucket = RateLimiter(rate, burst, clock)
+        self.tolerance = burst if tolerance is None else tolerance
+        self.dropped_in_a_row = 0
+        self.dropped = 0
+
+    def check(self) -> Verdict:
+        if self._bucket.allow():
+            self.dropped_in_a_row = 0
+            return Verdict.ACCEPT
+        if self.dropped_in_a_row >= self.tolerance:
+            return Verdict.CLOSE
+        self.dropped_in_a_row += 1
+        self.dropped += 1
+        return Verdict.DROP

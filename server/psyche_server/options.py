@@ -20,6 +20,8 @@ class ServerOptions:
     tick_interval: float = 0.5
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     data_host: str = "0.0.0.0"
+    checkpointers: frozenset[bytes] = frozenset()
+    """Keys whose `Checkpoint` messages may set the run's checkpoint (`--checkpointer`)."""
 
 
 @dataclass

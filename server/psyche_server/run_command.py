@@ -17,6 +17,26 @@ from .runner import RunRequest, run_blocking
 _existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
+def _parse_keys(
+    _ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> frozenset[bytes]:
+    """Client public keys given as 64 hex characters (`psyche-client show-identity`)."""
+    keys = set()
+    for value in values:
+        try:
+            key = bytes.fromhex(value)
+        except ValueError:
+            key = b""
+        if len(key) != 32:
+            raise click.BadParameter(
+                f"{value!r} is not a client public key (64 hex characters, as "
+                "`psyche-client show-identity` prints it)",
+                param=param,
+            )
+        keys.add(key)
+    return frozenset(keys)
+
+
 @click.command("run")
 @click.option(
     "--state",
@@ -112,6 +132,46 @@ _existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
     "are skipped for a connection with a quarter of this queued)",
 )
 @click.option(
+    "--max-messages-per-second",
+    type=click.FloatRange(0.1),
+    default=100.0,
+    show_default=True,
+    help="messages per second one key may send; beyond it (and its burst) its messages are "
+    "dropped, and a key that goes on for another burst's worth is disconnected",
+)
+@click.option(
+    "--message-burst",
+    type=click.IntRange(1),
+    default=500,
+    show_default=True,
+    help="messages one key may send at once above its rate",
+)
+@click.option(
+    "--max-message-ticks-per-second",
+    type=click.FloatRange(0.1),
+    default=20.0,
+    show_default=True,
+    help="coordinator ticks run after client messages, at most this many per second however "
+    "many keys send (besides the --tick-interval grid)",
+)
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(0),
+    default=300.0,
+    show_default=True,
+    help="seconds a joined connection may send nothing before it is closed (0: never; "
+    "clients send a keepalive after 30 s of silence)",
+)
+@click.option(
+    "--checkpointer",
+    "checkpointers",
+    multiple=True,
+    callback=_parse_keys,
+    metavar="KEY",
+    help="a client public key (hex) whose Checkpoint messages may set the run's checkpoint; "
+    "repeat for several (default: none, every Checkpoint message is refused)",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["console", "json"]),
     default="console",
@@ -148,6 +208,11 @@ def run(
     max_connections_per_ip: int,
     pre_join_timeout: float,
     max_send_buffer: int,
+    max_messages_per_second: float,
+    message_burst: int,
+    max_message_ticks_per_second: float,
+    idle_timeout: float,
+    checkpointers: frozenset[bytes],
     log_format: str,
     log_level: str,
     log_file: Path | None,
@@ -173,7 +238,12 @@ def run(
             max_connections_per_ip=max_connections_per_ip,
             pre_join_timeout=pre_join_timeout,
             max_buffered_send_bytes=max_send_buffer,
+            messages_per_second=max_messages_per_second,
+            message_burst=message_burst,
+            max_message_ticks_per_second=max_message_ticks_per_second,
+            idle_timeout=idle_timeout or None,
         ),
+        checkpointers=checkpointers,
     )
     request = RunRequest(state_path, options, data_config, tui=use_tui)
     raise SystemExit(run_blocking(request))

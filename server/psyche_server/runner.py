@@ -85,7 +85,7 @@ def build_data_server(
             data_config.seq_len,
             coordinator.model.max_seq_len,
         )
-    return DataServer(provider, options.data_host, port, options.limits)
+    return DataServer(provider, options.data_host, port, options.limits, run_id=coordinator.run_id)
 
 
 def build_app(request: RunRequest) -> ServerApp:

@@ -40,7 +40,7 @@ architecture = "HfLlama"
 data_type = "Pretraining"
 max_seq_len = {seq_len}
 cold_start_warmup_steps = 0
-data_location = {{ Builtin = "python-stdlib" }}
+data_location = {data_location}
 [model.LLM.checkpoint.Hub]
 repo_id = "builtin:llama-tiny"
 [model.LLM.lr_schedule.Constant]
@@ -75,6 +75,7 @@ def write_state(path: Path, **overrides: Any) -> Path:
         "witness_nodes": 1,
         "batch": 6,
         "seq_len": 32,
+        "data_location": '{ Builtin = "python-stdlib" }',
     }
     values.update(overrides)
     path.write_text(STATE_TEMPLATE.format(**values))

@@ -35,6 +35,7 @@ from .protocol_client import start_clients
 from .server_harness import poll_until, running_server, write_state
 
 SEQ_LEN = 8
+RUN = "data-run"
 
 
 class FlakyProvider:
@@ -62,15 +63,18 @@ async def test_data_server_serves_members_and_rejects_others(
     tmp_path: Path, token_dir: Path
 ) -> None:
     local = LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN, bytes(range(32)))
-    data_server = DataServer(FlakyProvider(local), "127.0.0.1", 0)
+    data_server = DataServer(FlakyProvider(local), "127.0.0.1", 0, run_id=RUN)
     state = write_state(
         tmp_path / "s.toml",
+        run_id=RUN,
         init_min_clients=2,
         warmup_time=30,
         data_location={"Server": "127.0.0.1:0"},
     )
     async with running_server(state, data_server=data_server) as app:
-        outsider = DataServerProvider(f"127.0.0.1:{data_server.port}", Identity.generate(), SEQ_LEN)
+        outsider = DataServerProvider(
+            f"127.0.0.1:{data_server.port}", Identity.generate(), SEQ_LEN, run_id=RUN
+        )
         with pytest.raises(DataFetchError, match="NotInThisRound") as info:
             await outsider.get_samples(BatchId(0, 1))
         assert info.value.retryable
@@ -78,7 +82,7 @@ async def test_data_server_serves_members_and_rejects_others(
         clients = await start_clients(2, app.port, app.run_id, auto=False)
         await poll_until(lambda: app.run_state == RunState.Warmup)
         member = await data_server_provider_factory(
-            f"127.0.0.1:{data_server.port}", SEQ_LEN, clients[0].identity
+            f"127.0.0.1:{data_server.port}", SEQ_LEN, clients[0].identity, RUN
         )
         samples = await member.get_samples(BatchId(0, 3))
         assert samples.dtype == np.int64 and samples.shape == (4, SEQ_LEN)
@@ -105,8 +109,8 @@ async def test_make_provider_plugs_in_the_data_server_client(
     tmp_path: Path, token_dir: Path
 ) -> None:
     local = LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN)
-    data_server = DataServer(local, "127.0.0.1", 0)
-    state = write_state(tmp_path / "s.toml", init_min_clients=1, warmup_time=30)
+    data_server = DataServer(local, "127.0.0.1", 0, run_id=RUN)
+    state = write_state(tmp_path / "s.toml", run_id=RUN, init_min_clients=1, warmup_time=30)
     async with running_server(state, data_server=data_server) as app:
         clients = await start_clients(1, app.port, app.run_id, auto=False)
         await poll_until(lambda: app.run_state == RunState.Warmup)
@@ -114,6 +118,7 @@ async def test_make_provider_plugs_in_the_data_server_client(
             {"Server": f"127.0.0.1:{data_server.port}"},
             SEQ_LEN,
             identity=clients[0].identity,
+            run_id=RUN,
             server_provider=data_server_provider_factory,
         )
         np.testing.assert_array_equal(
@@ -127,15 +132,15 @@ async def test_the_sample_fetcher_reads_from_the_data_server_with_the_run_seq_le
     tmp_path: Path, token_dir: Path
 ) -> None:
     local = LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN)
-    data_server = DataServer(local, "127.0.0.1", 0)
-    state = write_state(tmp_path / "s.toml", init_min_clients=1, warmup_time=30)
+    data_server = DataServer(local, "127.0.0.1", 0, run_id=RUN)
+    state = write_state(tmp_path / "s.toml", run_id=RUN, init_min_clients=1, warmup_time=30)
     async with running_server(state, data_server=data_server) as app:
         clients = await start_clients(1, app.port, app.run_id, auto=False)
         await poll_until(lambda: app.run_state == RunState.Warmup)
         location = {"Server": f"127.0.0.1:{data_server.port}"}
         policy = RetryPolicy(attempts=2, delay_step=0)
-        fetcher = SampleFetcher(DataSource(location, SEQ_LEN), clients[0].identity, policy)
-        longer = SampleFetcher(DataSource(location, 2 * SEQ_LEN), clients[0].identity, policy)
+        fetcher = SampleFetcher(DataSource(location, SEQ_LEN, RUN), clients[0].identity, policy)
+        longer = SampleFetcher(DataSource(location, 2 * SEQ_LEN, RUN), clients[0].identity, policy)
         try:
             np.testing.assert_array_equal(await fetcher(BatchId(2, 4)), local.read(BatchId(2, 4)))
             await fetcher.aclose()  # the server takes one data connection per identity
@@ -156,14 +161,14 @@ async def test_a_refused_connection_is_a_retryable_fetch_error(
     tmp_path: Path, token_dir: Path
 ) -> None:
     local = LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN)
-    data_server = DataServer(local, "127.0.0.1", 0)
-    state = write_state(tmp_path / "s.toml", init_min_clients=1, warmup_time=30)
+    data_server = DataServer(local, "127.0.0.1", 0, run_id=RUN)
+    state = write_state(tmp_path / "s.toml", run_id=RUN, init_min_clients=1, warmup_time=30)
     async with running_server(state, data_server=data_server) as app:
         clients = await start_clients(1, app.port, app.run_id, auto=False)
         await poll_until(lambda: app.run_state == RunState.Warmup)
         address = f"127.0.0.1:{data_server.port}"
-        first = DataServerProvider(address, clients[0].identity, SEQ_LEN)
-        second = DataServerProvider(address, clients[0].identity, SEQ_LEN)
+        first = DataServerProvider(address, clients[0].identity, SEQ_LEN, run_id=RUN)
+        second = DataServerProvider(address, clients[0].identity, SEQ_LEN, run_id=RUN)
         try:
             await first.get_samples(BatchId(0, 0))
             # e.g. a restarted client whose old data connection the server still holds
@@ -201,8 +206,8 @@ async def test_a_relayed_p2p_handshake_cannot_log_in_to_the_data_server(
     """A member M hands the data server's challenge to a victim V that dials M over P2P and
     forwards V's signature: the data server refuses it, and V itself still logs in."""
     local = LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN)
-    data_server = DataServer(local, "127.0.0.1", 0)
-    state = write_state(tmp_path / "s.toml", init_min_clients=2, warmup_time=30)
+    data_server = DataServer(local, "127.0.0.1", 0, run_id=RUN)
+    state = write_state(tmp_path / "s.toml", run_id=RUN, init_min_clients=2, warmup_time=30)
     async with running_server(state, data_server=data_server) as app:
         victim, relay = await start_clients(2, app.port, app.run_id, auto=False)
         await poll_until(lambda: app.run_state == RunState.Warmup)
@@ -246,10 +251,12 @@ async def test_a_relayed_p2p_handshake_cannot_log_in_to_the_data_server(
             await poll_until(lambda: len(refusals) == 1)
             await conn.close()
         assert refusals[0]["type"] == "Rejected"
-        assert "handshake with the data server failed" in refusals[0]["reason"]
+        assert "handshake with the data server of run" in refusals[0]["reason"]
         assert victim.id not in data_server.connections.connections
         # the victim is not locked out: its own connection works
-        member = DataServerProvider(f"127.0.0.1:{data_server.port}", victim.identity, SEQ_LEN)
+        member = DataServerProvider(
+            f"127.0.0.1:{data_server.port}", victim.identity, SEQ_LEN, run_id=RUN
+        )
         np.testing.assert_array_equal(
             await member.get_samples(BatchId(0, 1)), local.read(BatchId(0, 1))
         )
@@ -259,8 +266,10 @@ async def test_a_relayed_p2p_handshake_cannot_log_in_to_the_data_server(
 async def test_a_coordinator_signature_is_refused_by_the_data_server(
     tmp_path: Path, token_dir: Path
 ) -> None:
-    data_server = DataServer(LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN), "127.0.0.1", 0)
-    state = write_state(tmp_path / "s.toml", init_min_clients=1, warmup_time=30)
+    data_server = DataServer(
+        LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN), "127.0.0.1", 0, run_id=RUN
+    )
+    state = write_state(tmp_path / "s.toml", run_id=RUN, init_min_clients=1, warmup_time=30)
     async with running_server(state, data_server=data_server) as app:
         reader, writer = await asyncio.open_connection("127.0.0.1", data_server.port)
         domain = coordinator_domain(app.run_id)
@@ -271,3 +280,28 @@ async def test_a_coordinator_signature_is_refused_by_the_data_server(
             await read_frame(reader, timeout=5)
         assert data_server.connections.connections == {}
         writer.close()
+
+
+async def test_a_data_server_signature_for_another_run_is_refused(
+    tmp_path: Path, token_dir: Path
+) -> None:
+    """The data-server handshake names the run: a member's signature made for another run's
+    data server (or relayed from one) does not log in here."""
+    local = LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN)
+    data_server = DataServer(local, "127.0.0.1", 0, run_id=RUN)
+    state = write_state(tmp_path / "s.toml", run_id=RUN, init_min_clients=1, warmup_time=30)
+    async with running_server(state, data_server=data_server) as app:
+        clients = await start_clients(1, app.port, app.run_id, auto=False)
+        await poll_until(lambda: app.run_state == RunState.Warmup)
+        address = f"127.0.0.1:{data_server.port}"
+        elsewhere = DataServerProvider(address, clients[0].identity, SEQ_LEN, run_id="other-run")
+        with pytest.raises(
+            DataFetchError, match=f"handshake with the data server of run '{RUN}' failed"
+        ):
+            await elsewhere.get_samples(BatchId(0, 0))
+        assert clients[0].id not in data_server.connections.connections
+        member = DataServerProvider(address, clients[0].identity, SEQ_LEN, run_id=RUN)
+        np.testing.assert_array_equal(
+            await member.get_samples(BatchId(0, 0)), local.read(BatchId(0, 0))
+        )
+        await asyncio.gather(elsewhere.aclose(), member.aclose(), clients[0].close())

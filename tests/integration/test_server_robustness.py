@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from psyche_common.protocol import (
-    DATA_SERVER_DOMAIN,
     Identity,
     connect_handshake,
     coordinator_domain,
+    data_server_domain,
     encode_frame,
     read_frame,
     sign_challenge,
@@ -143,7 +143,9 @@ async def test_data_server_signature_is_refused_by_the_coordinator(
     caplog.set_level(logging.INFO)
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     challenge = (await read_frame(reader, 1 << 20, timeout=5))["challenge"]
-    await write_frame(writer, sign_challenge(Identity.generate(), challenge, DATA_SERVER_DOMAIN))
+    await write_frame(
+        writer, sign_challenge(Identity.generate(), challenge, data_server_domain(server.run_id))
+    )
     frames = await assert_closed(reader)
     assert [f["type"] for f in frames] == ["Rejected"]
     assert "does not verify" in frames[0]["reason"]

@@ -110,7 +110,9 @@ async def test_data_server_tab(tmp_path: Path) -> None:
     token_dir = tmp_path / "tokens"
     token_dir.mkdir()
     np.arange(10 * 16 + 1, dtype="<u2").tofile(token_dir / "a.bin")
-    data_server = DataServer(LocalDataProvider(token_dir, "TwoBytes", 16), "127.0.0.1", 0)
+    data_server = DataServer(
+        LocalDataProvider(token_dir, "TwoBytes", 16), "127.0.0.1", 0, run_id="dash"
+    )
     server = await make_server(tmp_path, data_server)
     data_server.served[b"\xab" * 32] = 4
     dashboard = ServerDashboard(server, refresh_interval=0.05)

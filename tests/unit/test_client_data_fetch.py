@@ -40,7 +40,7 @@ async def test_the_client_fetches_through_a_sample_fetcher_with_its_policy() -> 
         await app.fetcher.aclose()
 
 
-async def test_server_locations_get_the_run_seq_len_and_the_client_identity() -> None:
+async def test_server_locations_get_the_run_seq_len_id_and_the_client_identity() -> None:
     app = make_app()
     assert app.fetcher is not None
     app.coordinator = state({"Server": "127.0.0.1:20001"}, 64)
@@ -48,6 +48,7 @@ async def test_server_locations_get_the_run_seq_len_and_the_client_identity() ->
     try:
         assert isinstance(provider, DataServerProvider)
         assert provider.seq_len == 64 and provider.identity is app.identity
+        assert provider.run_id == "run"  # the data server's handshake names the run
     finally:
         await app.fetcher.aclose()
 

@@ -15,6 +15,7 @@ from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
 from psyche_client.training.backend import DummyBackend, DummyResult, result_commitment
 from psyche_common.assignment import BatchId
 from psyche_common.bloom import Bloom
+from psyche_common.committee import CommitteeSelection
 from psyche_common.coordinator import RunState
 from psyche_common.protocol import Identity
 
@@ -185,3 +186,46 @@ async def test_announcements_for_a_future_round_are_kept_for_later() -> None:
     runner.on_announcement(stale)
     assert runner.exchange.early == [early]
     assert current.downloads == {}
+
+
+async def test_a_result_announced_at_another_size_than_the_layout_is_refused(caplog) -> None:
+    """The run's layout fixes every result's size: an announcement of any other size is
+    refused, naming the peer, before a byte is fetched (no download is started)."""
+    runner, _ = make_runner()
+    sender = Identity.generate()
+    batch = BatchId(0, 3)
+    roles = RoundRoles(
+        step=4,
+        height=1,
+        my_index=None,
+        committee_proof=None,
+        witness_proof=None,
+        selection=CommitteeSelection.new(0, 1, 0, 1, 7),  # one client, the trainer
+        assignments={batch: sender.public_key},
+        batch_ids=(batch,),
+        my_batches=(),
+    )
+    round_ = RoundState.start(roles, 1, True, 0.0, bloom_factory=lambda n: Bloom.random())
+    runner.ctx.coordinator = SimpleNamespace(  # type: ignore[assignment]
+        epoch_state=SimpleNamespace(clients=[SimpleNamespace(id=sender.public_key)]),
+        progress=SimpleNamespace(epoch=0, step=4),
+        run_state=RunState.RoundTrain,
+    )
+
+    def announced(size: int, data_hash: bytes) -> Any:
+        return make_result_announcement(
+            sender, step=4, batch_start=0, batch_end=3, data_hash=data_hash,
+            blob_hash=b"b" * 32, size=size,
+        )  # fmt: skip
+
+    exact = DummyBackend.PAYLOAD_SIZE
+    for size in (exact + 1, exact - 1, 1 << 30):
+        runner.exchange.accept_result(round_, announced(size, bytes([size % 251]) * 32))
+        assert round_.downloads == {}
+        assert f"from {sender.short_id} refused: it announces {size} bytes" in caplog.text
+        assert f"takes exactly {exact}" in caplog.text
+    runner.exchange.accept_result(round_, announced(exact, b"x" * 32))
+    assert list(round_.downloads) == [b"x" * 32]
+    for download in round_.downloads.values():
+        assert download.task is not None
+        download.task.cancel()

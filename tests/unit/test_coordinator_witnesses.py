@@ -199,6 +199,17 @@ def test_participant_scores_sum_to_client_count() -> None:
 # ----- health checks -----
 
 
+def previous_witnesses(coord) -> list[bytes]:
+    """Ids of the previous round's elected witnesses (those entitled to accuse)."""
+    selection = CommitteeSelection.from_coordinator(coord, -1)
+    previous = coord.previous_round()
+    return [
+        c.id
+        for i, c in enumerate(coord.epoch_state.clients[: previous.clients_len])
+        if selection.get_witness(i).witness
+    ]
+
+
 def health_setup(seen_last_round: list[bytes]):
     """Four clients at height 2; round 1's witness saw only `seen_last_round`."""
     members = [A, B, C, D]
@@ -223,18 +234,20 @@ def test_health_check_before_height_two_is_rejected() -> None:
 
 def test_health_check_drops_unseen_trainers() -> None:
     coord, proofs = health_setup(seen_last_round=[A, B])
+    (W,) = previous_witnesses(coord)
     assert all(p.committee == Committee.Trainer for p in proofs.values())
-    dropped = coord.health_check(A, [(C, proofs[C]), (D, proofs[D])])
+    dropped = coord.health_check(W, [(C, proofs[C]), (D, proofs[D])])
     assert dropped == 2
     states = {c.id: c.state for c in coord.epoch_state.clients}
     assert states == {A: ClientState.Healthy, B: ClientState.Healthy,
                       C: ClientState.Dropped, D: ClientState.Dropped}  # fmt: skip
-    assert coord.health_check(B, [(C, proofs[C])]) == 0  # not counted twice
+    assert coord.health_check(W, [(C, proofs[C])]) == 0  # not counted twice
 
 
 def test_health_check_accusing_a_healthy_client_rejects_everything() -> None:
     coord, proofs = health_setup(seen_last_round=[A, B])
-    assert kind_of(lambda: coord.health_check(A, [(C, proofs[C]), (B, proofs[B])])) == (
+    (W,) = previous_witnesses(coord)
+    assert kind_of(lambda: coord.health_check(W, [(C, proofs[C]), (B, proofs[B])])) == (
         ErrorKind.InvalidHealthCheck
     )
     assert all(c.state == ClientState.Healthy for c in coord.epoch_state.clients)
@@ -242,30 +255,49 @@ def test_health_check_accusing_a_healthy_client_rejects_everything() -> None:
 
 def test_health_check_with_bad_proofs() -> None:
     coord, proofs = health_setup(seen_last_round=[A, B])
+    (W,) = previous_witnesses(coord)
     wrong_owner = [(D, proofs[C])]
     forged = [(C, CommitteeProof(Committee.Trainer, (proofs[C].position + 1) % 4, proofs[C].index))]
     out_of_range = [(C, CommitteeProof(Committee.Trainer, 0, 17))]
     huge = [(C, CommitteeProof(Committee.Trainer, 0, 2**63))]
     for checks in (wrong_owner, forged, out_of_range, huge):
-        assert kind_of(lambda c=checks: coord.health_check(A, c)) == ErrorKind.InvalidCommitteeProof
+        assert kind_of(lambda c=checks: coord.health_check(W, c)) == ErrorKind.InvalidCommitteeProof
     assert all(c.state == ClientState.Healthy for c in coord.epoch_state.clients)
 
 
 def test_health_check_of_an_exited_client_is_rejected_without_crashing() -> None:
     # D left at the last witness timeout: it is in exited_clients, at the tail.
     coord2, proofs2 = health_setup(seen_last_round=[A, B, C])
+    (W2,) = previous_witnesses(coord2)
     coord2.epoch_state.clients[3].state = ClientState.Withdrawn
     coord2.move_clients_to_exited(1)
     assert coord2.get_client_at_historical_index(3, 4).id == D
-    assert kind_of(lambda: coord2.health_check(A, [(D, proofs2[D])])) == (
+    assert kind_of(lambda: coord2.health_check(W2, [(D, proofs2[D])])) == (
         ErrorKind.InvalidCommitteeProof
     )
 
 
 def test_health_check_when_halted() -> None:
     coord, proofs = health_setup(seen_last_round=[A, B])
+    (W,) = previous_witnesses(coord)
     coord.run_state = RunState.Paused
-    assert kind_of(lambda: coord.health_check(A, [(C, proofs[C])])) == ErrorKind.Halted
+    assert kind_of(lambda: coord.health_check(W, [(C, proofs[C])])) == ErrorKind.Halted
+
+
+def test_health_check_only_from_a_witness_of_the_previous_round() -> None:
+    """A member that was no witness of the judged round cannot get trainers dropped, even
+    with a true accusation; the witness can. A key outside the epoch cannot either."""
+    coord, proofs = health_setup(seen_last_round=[A, B])
+    (witness,) = previous_witnesses(coord)
+    checks = [(C, proofs[C]), (D, proofs[D])]
+    for accuser in [m for m in (A, B, C, D) if m != witness] + [E]:
+        with pytest.raises(CoordinatorError) as excinfo:
+            coord.health_check(accuser, checks)
+        assert excinfo.value.kind == ErrorKind.InvalidHealthCheck
+        assert "not a witness of the previous round" in str(excinfo.value)
+        assert accuser[:4].hex() in str(excinfo.value)
+    assert all(c.state == ClientState.Healthy for c in coord.epoch_state.clients)
+    assert coord.health_check(witness, checks) == 2
 
 
 # ----- checkpoint messages -----
@@ -292,14 +324,31 @@ def test_checkpoint_message_table() -> None:
 def test_checkpoint_message_needs_a_member() -> None:
     coord = make_coordinator(model={"checkpoint": {"P2P": {"repo_id": "old"}}})
     start_epoch(coord, [A, B])
+    checkpointers = {A, B}
     for index in (1, 2, -1):
         assert (
-            kind_of(lambda i=index: coord.checkpoint(A, i, HubCheckpoint(repo_id="new")))
+            kind_of(
+                lambda i=index: coord.checkpoint(A, i, HubCheckpoint(repo_id="new"), checkpointers)
+            )
             == ErrorKind.InvalidCommitteeProof
         )
     assert coord.model.checkpoint == HubCheckpoint(repo_id="old")  # fresh members: no P2P
-    coord.checkpoint(A, 0, HubCheckpoint(repo_id="new"))
+    coord.checkpoint(A, 0, HubCheckpoint(repo_id="new"), checkpointers)
     assert coord.model.checkpoint == HubCheckpoint(repo_id="new")
     coord.model.checkpoint = P2PCheckpoint(repo_id="old")
-    coord.checkpoint(B, 1, HubCheckpoint(repo_id="newer", revision="c0ffee"))
+    coord.checkpoint(B, 1, HubCheckpoint(repo_id="newer", revision="c0ffee"), checkpointers)
     assert coord.model.checkpoint == P2PCheckpoint(repo_id="newer", revision="c0ffee")
+
+
+def test_checkpoint_message_only_from_the_named_checkpointers() -> None:
+    coord = make_coordinator(model={"checkpoint": {"Hub": {"repo_id": "org/run"}}})
+    start_epoch(coord, [A, B])
+    redirect = HubCheckpoint(repo_id="evil/run")
+    for checkpointers in (set(), {B}):
+        with pytest.raises(CoordinatorError) as excinfo:
+            coord.checkpoint(A, 0, redirect, checkpointers)
+        assert excinfo.value.kind == ErrorKind.NotCheckpointer
+        assert A[:4].hex() in str(excinfo.value) and "--checkpointer" in str(excinfo.value)
+    assert coord.model.checkpoint == HubCheckpoint(repo_id="org/run")
+    coord.checkpoint(B, 1, HubCheckpoint(repo_id="org/run", revision="c0ffee"), {B})
+    assert coord.model.checkpoint == HubCheckpoint(repo_id="org/run", revision="c0ffee")

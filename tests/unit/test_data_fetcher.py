@@ -48,7 +48,9 @@ class ServerFactory:
         self.fail_first = fail_first
         self.calls: list[tuple[str, int, Any]] = []
 
-    async def __call__(self, address: str, seq_len: int, identity: Any) -> ScriptedProvider:
+    async def __call__(
+        self, address: str, seq_len: int, identity: Any, run_id: str | None
+    ) -> ScriptedProvider:
         self.calls.append((address, seq_len, identity))
         await asyncio.sleep(0.01)  # let concurrent fetches pile up on the build
         if self.fail_first and len(self.calls) == 1:

@@ -54,27 +54,32 @@ async def test_local_data_toml_matches_the_data_server(tmp_path: Path) -> None:
 
 
 async def test_server_location_uses_the_injected_client() -> None:
-    calls: list[tuple[str, int, Any]] = []
+    calls: list[tuple[str, int, Any, str | None]] = []
 
-    async def connect(address: str, seq_len: int, identity: Any) -> DataProvider:
-        calls.append((address, seq_len, identity))
+    async def connect(address: str, seq_len: int, identity: Any, run_id: str | None) -> Any:
+        calls.append((address, seq_len, identity, run_id))
         return DummyDataProvider(seq_len)
 
     provider = await make_provider(
-        {"Server": "127.0.0.1:20001"}, 16, identity="me", server_provider=connect
+        {"Server": "127.0.0.1:20001"}, 16, identity="me", run_id="r", server_provider=connect
     )
-    assert calls == [("127.0.0.1:20001", 16, "me")] and provider.seq_len == 16
+    assert calls == [("127.0.0.1:20001", 16, "me", "r")] and provider.seq_len == 16
     with pytest.raises(ValueError, match="needs the client's identity"):
-        await make_provider({"Server": "127.0.0.1:20001"}, 16)
+        await make_provider({"Server": "127.0.0.1:20001"}, 16, run_id="r")
+    with pytest.raises(ValueError, match="needs the run id"):
+        await make_provider({"Server": "127.0.0.1:20001"}, 16, identity="me")
 
 
 async def test_server_location_defaults_to_the_data_server_client() -> None:
     from psyche_common.data.server_client import DataServerProvider
     from psyche_common.protocol import Identity
 
-    provider = await make_provider({"Server": "127.0.0.1:20001"}, 16, identity=Identity.generate())
+    provider = await make_provider(
+        {"Server": "127.0.0.1:20001"}, 16, identity=Identity.generate(), run_id="r"
+    )
     assert isinstance(provider, DataServerProvider) and isinstance(provider, DataProvider)
     assert provider.seq_len == 16  # replies of any other length are refused
+    assert provider.run_id == "r"  # its handshake names the run
     await provider.aclose()
 
 

@@ -4,6 +4,7 @@ bit-identical replicas."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 
 import pytest
@@ -95,8 +96,10 @@ def _peer_results(settings: DistroSettings, peers: int, step: int = 1) -> list[D
 
 @pytest.mark.parametrize("settings", [SETTINGS, ONE_BIT, TWO_BIT], ids=["bf16", "1bit", "2bit"])
 def test_apply_is_scatter_mean_then_float64_inverse_dct_then_sign(settings: DistroSettings) -> None:
-    """Against a loop written from the definition: per coefficient, the mean over the results
-    that chose it (float64), inverse DCT in float64, `theta -= lr * sign(.)`."""
+    """Against a loop written from the definition: bf16 and 2-bit results normalised per
+    tensor to the lower median of their RMS values (docs/distro.md), then per coefficient
+    the mean over the results that chose it (float64), inverse DCT in float64,
+    `theta -= lr * sign(.)`."""
     results = _peer_results(settings, 3)
     model = TinyNet()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -106,10 +109,14 @@ def test_apply_is_scatter_mean_then_float64_inverse_dct_then_sign(settings: Dist
     for i, expected in enumerate(optimizer.layout.tensors):
         total = torch.zeros(expected.chunks, expected.totalk, dtype=torch.float64)
         count = torch.zeros_like(total)
-        for result in results:
+        read = [
+            _read_values(r.tensors[i].val, settings, expected.chunks, expected.k) for r in results
+        ]
+        factors = [1.0] * len(results) if settings.quantize_1bit else _normalising_factors(read)
+        for result, values, factor in zip(results, read, factors, strict=True):
             payload = result.tensors[i]
             idx = torch.tensor(payload.indices())
-            val = _read_values(payload.val, settings, expected.chunks, expected.k)
+            val = values * factor
             for c in range(expected.chunks):
                 for j in range(expected.k):
                     total[c, idx[c, j]] += val[c, j]
@@ -119,6 +126,13 @@ def test_apply_is_scatter_mean_then_float64_inverse_dct_then_sign(settings: Dist
         want = before[expected.name] - 0.25 * torch.sign(decoded).float()
         got = dict(model.named_parameters())[expected.name]
         assert torch.equal(got, want), expected.name
+
+
+def _normalising_factors(values: list[torch.Tensor]) -> list[float]:
+    """Per result: (lower median of the RMS values) / (its RMS), from the definition."""
+    rms = [math.sqrt(math.fsum(float(v) ** 2 for v in t.flatten()) / t.numel()) for t in values]
+    target = sorted(rms)[(len(rms) - 1) // 2]
+    return [target / r if r > 0 else 0.0 for r in rms]
 
 
 def _read_values(data: bytes, settings: DistroSettings, chunks: int, k: int) -> torch.Tensor:

@@ -146,16 +146,37 @@ def test_hub_failure_message(monkeypatch) -> None:
     assert "network is unreachable" in text and "pass a local directory" in text
 
 
-def test_local_directory_wins_over_hub(tmp_path: Path, monkeypatch) -> None:
+def test_a_repo_id_goes_to_the_hub_even_when_a_local_directory_has_its_name(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Whoever sets the checkpoint's repo id must not point clients at their own disks: a
+    repo id is never resolved as a local path; a local directory is written as a path."""
     write_config_dir(tmp_path / "org" / "model")
     monkeypatch.chdir(tmp_path)
+    calls: list[str] = []
 
+    def offline(repo_id: str, revision: str | None = None, **_: object) -> str:
+        calls.append(repo_id)
+        raise OSError("offline")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    with pytest.raises(ModelLoadError, match="from the Hugging Face Hub"):
+        load_model("org/model")
+    assert calls == ["org/model"]
+    for written_as_path in ("./org/model", str(tmp_path / "org" / "model")):
+        _, info = load_model(written_as_path)
+        assert info.kind == "local"
+    assert calls == ["org/model"]
+
+
+def test_a_missing_local_path_is_an_error_naming_it(tmp_path: Path, monkeypatch) -> None:
     def must_not_be_called(*_: object, **__: object) -> str:
-        raise AssertionError("snapshot_download called for a local directory")
+        raise AssertionError("snapshot_download called for a local path")
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", must_not_be_called)
-    _, info = load_model("org/model")
-    assert info.kind == "local"
+    missing = str(tmp_path / "nothing-here")
+    with pytest.raises(ModelLoadError, match="written as a local path but is not a directory"):
+        load_model(missing)
 
 
 def test_tied_embeddings_rejected(tmp_path: Path) -> None:

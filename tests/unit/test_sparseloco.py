@@ -4,6 +4,7 @@ the averaged outer step, cancellation, settings, and the Trainer's inner steps."
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 
@@ -82,6 +83,11 @@ def test_error_feedback_subtracts_what_receivers_read() -> None:
         assert torch.allclose(optimizer.error_buffer(name), expected, atol=1e-6), name
 
 
+def _factors_from_rms(rms: list[float]) -> list[float]:
+    target = sorted(rms)[(len(rms) - 1) // 2]
+    return [target / r if r > 0 else 0.0 for r in rms]
+
+
 def test_apply_is_outer_lr_times_mean_over_all_results_rounded_to_bf16() -> None:
     results = []
     for r in range(3):
@@ -98,10 +104,18 @@ def test_apply_is_outer_lr_times_mean_over_all_results_rounded_to_bf16() -> None
     kind = optimizer.layout.value_kind
     for i, expected in enumerate(optimizer.layout.tensors):
         total = torch.zeros(expected.chunks, expected.totalk, dtype=torch.float64)
-        for result in results:
+        # each result normalised to the lower median of the results' RMS (docs/distro.md)
+        rms = [
+            math.sqrt(
+                math.fsum(v * v for v in r.tensors[i].values(kind).flatten().tolist())
+                / expected.count
+            )
+            for r in results
+        ]
+        for result, factor in zip(results, _factors_from_rms(rms), strict=True):
             payload = result.tensors[i]
             total.scatter_add_(
-                -1, torch.tensor(payload.indices()), torch.tensor(payload.values(kind))
+                -1, torch.tensor(payload.indices()), torch.tensor(payload.values(kind)) * factor
             )
         update = transform.decode((total / 3).view(expected.xshape), expected.shape)
         step = update.to(torch.bfloat16).float() * 0.7

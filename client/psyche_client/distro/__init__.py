@@ -4,6 +4,8 @@ Modules: `chunking` (chunk sizes), `dct` (orthonormal DCT-II bases, tiled transf
 `compress` (top-k, index/sign/bf16 packing), `values` (value kinds and quantizers),
 `wire` (varints, bounds-checked reader), `result` (binary result format, strict decode,
 SHA-256 commitment), `aggregate` (exact one-scatter aggregation of many results),
+`influence` (per-tensor normalisation of bf16 / 2-bit results before aggregation),
+`size` (the exact encoded size of every result of a layout),
 `compressor` (buffer -> result and back, shared by the optimizers), `optimizer`
 (`DistroOptimizer`: lookahead, generate, apply). See docs/distro.md.
 """

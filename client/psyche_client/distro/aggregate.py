@@ -12,8 +12,11 @@ entries (CUDA's scatter uses atomics), and `sum / count` is one correctly rounde
 on every device. For +-1 values the grid changes nothing; for bf16 or 2-bit values it drops
 only what lies about 2**-(52 - log2(results)) below the parameter's largest value.
 
+`scales` (one factor per result, from `influence.influence_scales`) multiplies each result's
+values first; the caller passes them for value kinds that carry magnitudes (bf16, 2-bit).
+
 API: `exact_grid(values, terms) -> Tensor`, `aggregate(payloads, kind, chunks, totalk, *,
-mean_over_all, device) -> Tensor` (float64 `[chunks, totalk]`).
+mean_over_all, device, scales=None) -> Tensor` (float64 `[chunks, totalk]`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ def aggregate(
     *,
     mean_over_all: bool,
     device: torch.device,
+    scales: Sequence[float] | None = None,
 ) -> torch.Tensor:
     """Dense float64 coefficients `[chunks, totalk]` of one parameter from `payloads`.
 
@@ -63,12 +67,24 @@ def aggregate(
 
     The work before the dense output is sparse: the chosen coefficients' flat positions are
     sorted and made unique, sums and counts land in one scatter over the unique positions,
-    and one indexed write fills the zeroed dense tensor.
+    and one indexed write fills the zeroed dense tensor. With `scales`, result r's values are
+    multiplied by `scales[r]` (one float64 rounding each) before anything else.
     """
     if not payloads:
         raise ValueError("aggregate needs at least one result")
+    if scales is not None and len(scales) != len(payloads):
+        raise ValueError(f"{len(scales)} scales for {len(payloads)} results")
     idx = np.concatenate([payload.indices() for payload in payloads], axis=1)
-    val = np.concatenate([payload.values(kind) for payload in payloads], axis=1)
+    if scales is None:
+        val = np.concatenate([payload.values(kind) for payload in payloads], axis=1)
+    else:
+        val = np.concatenate(
+            [
+                np.multiply(payload.values(kind), scale)
+                for payload, scale in zip(payloads, scales, strict=True)
+            ],
+            axis=1,
+        )
     offsets = (np.arange(chunks, dtype=np.int64) * totalk)[:, None]
     flat = torch.from_numpy((idx + offsets).reshape(-1)).to(device)
     values = exact_grid(torch.from_numpy(val.reshape(-1)).to(device), len(payloads))

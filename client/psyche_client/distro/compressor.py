@@ -9,7 +9,9 @@ coefficients (a client's own previous result, for error feedback and lookahead).
 parameter i (as tiles; `untile(i, tiles)` reshapes), aggregated exactly (`aggregate`) and
 transformed in float64: the only step
 whose float sums may differ between devices, done at a precision where that matters only for
-values within ~1e-16 of a rounding or sign boundary. `check(result)` compares a result's
+values within ~1e-16 of a rounding or sign boundary. Results whose values carry magnitudes
+(bf16, 2-bit) are first normalised per tensor to a common RMS (`influence`), so no single
+result outweighs a typical one; one-bit results are aggregated as they are. `check(result)` compares a result's
 value kind and per-tensor layout with the local model's.
 """
 
@@ -23,6 +25,7 @@ import torch
 from psyche_client.distro.aggregate import aggregate
 from psyche_client.distro.compress import pack_indices, topk_per_chunk
 from psyche_client.distro.dct import DctTransform
+from psyche_client.distro.influence import influence_scales
 from psyche_client.distro.result import DistroResult, ResultLayout, TensorPayload
 from psyche_client.distro.values import ValueKind, quantize
 
@@ -89,6 +92,9 @@ class Compressor:
         """Parameter i's aggregated update as float64 tiles (the inverse DCT in the encoded
         layout); `untile(i, tiles)` puts them in the parameter's shape."""
         expected = self.layout.tensors[i]
+        scales = None
+        if self.kind != ValueKind.ONE_BIT:
+            scales = influence_scales([p.rms(self.kind) for p in payloads])
         coefficients = aggregate(
             payloads,
             self.kind,
@@ -96,6 +102,7 @@ class Compressor:
             expected.totalk,
             mean_over_all=mean_over_all,
             device=device,
+            scales=scales,
         )
         return self.transform.decode_tiles(coefficients.view(expected.xshape), expected.shape)
 

@@ -27,7 +27,8 @@ bytes) and raises `ResultDecodeError` naming the tensor and field at fault. Vers
 indices) is refused with an error that says so.
 
 API: `ValueKind`, `TensorLayout`, `ResultLayout.for_parameters(named_shapes, chunk, topk,
-quantize_1bit | ValueKind)`, `TensorPayload` (with cached `.indices()` and `.values(kind)`),
+quantize_1bit | ValueKind)`, `TensorPayload` (with cached `.indices()`, `.values(kind)` and
+`.rms(kind)`),
 `DistroResult(step, batch_id, trainer_nonce, value_kind, tensors)` with `.encode() -> bytes`,
 `.decode(data, layout)`, `.data_hash() -> bytes`, `.payload_bytes() -> int`, and
 `commitment_hash(step, batch_id, tensors) -> bytes`.
@@ -47,6 +48,7 @@ from psyche_common.assignment import BatchId
 
 from psyche_client.distro.chunking import encoded_shape
 from psyche_client.distro.compress import effective_k, index_bytes, unpack_indices
+from psyche_client.distro.influence import value_rms
 from psyche_client.distro.values import ValueKind, dequantize, value_bytes
 from psyche_client.distro.wire import Reader, ResultDecodeError, varint
 
@@ -172,6 +174,17 @@ class TensorPayload:
             self._values_cache[kind] = cached
         return cached
 
+    @cached_property
+    def _rms_cache(self) -> dict[ValueKind, float]:
+        return {}
+
+    def rms(self, kind: ValueKind) -> float:
+        """Root mean square of `values(kind)` (`influence.value_rms`), computed once."""
+        cached = self._rms_cache.get(kind)
+        if cached is None:
+            cached = self._rms_cache[kind] = value_rms(self.values(kind))
+        return cached
+
 
 def commitment_hash(step: int, batch_id: BatchId, tensors: Sequence[TensorPayload]) -> bytes:
     """SHA-256 over step, batch range and every tensor's idx and val bytes (the reference's)."""
@@ -277,6 +290,8 @@ def _read_tensor(reader: Reader, expected: TensorLayout, kind: ValueKind) -> Ten
     _check_indices(payload, where)
     try:
         payload.values(kind)
+        if kind != ValueKind.ONE_BIT:
+            payload.rms(kind)  # for the bounded-influence apply, here in the decoding thread
     except ValueError as exc:
         raise ResultDecodeError(f"{where}: {exc}") from exc
     return payload

@@ -1,11 +1,14 @@
 """Loading the client's model: sources, preset configs and seeded initialisation.
 
-A checkpoint `repo_id` (the `source` of `load_model`) is resolved in this order:
-  1. an existing local directory: Hugging Face format, `config.json` plus weights
-     (`*.safetensors` or `pytorch_model*.bin`) are loaded; `config.json` alone is built from the
-     config with a deterministic seed;
-  2. `builtin:NAME`: a packaged preset config (`psyche_client/model/presets/NAME.json`), seeded;
-  3. otherwise a Hugging Face Hub repo, fetched with `huggingface_hub.snapshot_download`.
+A checkpoint `repo_id` (the `source` of `load_model`) is classified from its text alone
+(`psyche_client.model.source`):
+  1. `builtin:NAME`: a packaged preset config (`psyche_client/model/presets/NAME.json`), seeded;
+  2. a Hub repo id (`NAME` or `OWNER/NAME`): fetched with `huggingface_hub.snapshot_download`,
+     even when a local directory of that name exists;
+  3. anything else is a local path (`/abs`, `./rel`, `../rel`, `~/m`, `a/b/c`) that must be an
+     existing directory in Hugging Face format: `config.json` plus weights (`*.safetensors`
+     or `pytorch_model*.bin`) are loaded; `config.json` alone is built from the config with a
+     deterministic seed.
 
 Seeded weights do not depend on the global torch RNG or the device: every parameter is drawn on
 the CPU from its own `torch.Generator`, seeded from (seed, parameter name), so every machine
@@ -47,6 +50,7 @@ from psyche_client.model.params import (
     raw_parameters,
     weights_hash,
 )
+from psyche_client.model.source import BUILTIN_PREFIX, SourceKind, classify_source
 from psyche_client.training.device import resolve_device
 
 __all__ = [
@@ -75,7 +79,6 @@ __all__ = [
 ]
 
 DEFAULT_SEED = 1337
-BUILTIN_PREFIX = "builtin:"
 # Files besides the weights that belong with a model and are copied into checkpoints.
 EXTRA_FILE_PATTERNS = (
     "config.json",
@@ -230,6 +233,17 @@ def _hub_download(what: str, revision: str | None) -> Iterator[None]:
         ) from exc
 
 
+def _local_directory(source: str) -> Path:
+    """The directory a source written as a local path names; `ModelLoadError` otherwise."""
+    local = Path(source).expanduser()
+    if not local.is_dir():
+        raise ModelLoadError(
+            f"model source {source!r} is written as a local path but is not a directory "
+            "(a Hub repo id is NAME or OWNER/NAME, a preset builtin:NAME)"
+        )
+    return local
+
+
 def _snapshot(source: str, revision: str | None) -> Path:
     from huggingface_hub import snapshot_download
 
@@ -250,10 +264,10 @@ def _read_config(config_path: Path) -> dict[str, Any]:
 def load_model_config(source: str, revision: str | None = None) -> dict[str, Any]:
     """The config.json dict of a model source, resolved like `load_model` (local directory,
     `builtin:NAME`, Hub repo) but without building the model or fetching its weights."""
-    local = Path(source).expanduser()
-    if local.is_dir():
-        return _read_config(local / "config.json")
-    if source.startswith(BUILTIN_PREFIX):
+    kind = classify_source(source)
+    if kind == SourceKind.LOCAL:
+        return _read_config(_local_directory(source) / "config.json")
+    if kind == SourceKind.BUILTIN:
         return builtin_config(source.removeprefix(BUILTIN_PREFIX))
     from huggingface_hub import hf_hub_download
 
@@ -308,15 +322,17 @@ def load_model(
     *,
     seed: int = DEFAULT_SEED,
 ) -> tuple[PreTrainedModel, ModelInfo]:
-    """Load a causal LM from a local directory, a `builtin:NAME` preset or a Hub repo id.
+    """Load a causal LM from a local directory, a `builtin:NAME` preset or a Hub repo id
+    (which one is decided from the text of `source`, see `psyche_client.model.source`).
 
     Seeded models (presets, config-only directories) are built with `seed`. The model is
     returned in train mode on `device` with parameters of `dtype`.
     """
-    local = Path(source).expanduser()
-    if local.is_dir():
+    kind = classify_source(source)
+    if kind == SourceKind.LOCAL:
+        local = _local_directory(source)
         model, info = _load_directory(local, source, "local", revision, seed, device, dtype)
-    elif source.startswith(BUILTIN_PREFIX):
+    elif kind == SourceKind.BUILTIN:
         name = source.removeprefix(BUILTIN_PREFIX)
         config_dict = builtin_config(name)
         hf_config = config_from_dict(config_dict)

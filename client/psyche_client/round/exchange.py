@@ -2,7 +2,8 @@
 
 Publishing: the payload becomes a blob, a signed announcement goes to every peer. Taking in:
 an announcement is checked (sender is a member, a trainer of the round and the assignee of
-the batch; a new commitment), then its result is downloaded from its trainer or any peer that
+the batch; a new commitment; the exact size the run's result layout implies, before any byte
+is fetched), then its result is downloaded from its trainer or any peer that
 holds it, verified against the signed commitment, decoded, and recorded in the round's
 blooms; each result has one `ResultDownload`. Announcements for a round we have not started
 yet are kept and replayed (`replay_early`); our own are re-sent every 10 s.
@@ -129,6 +130,18 @@ class ResultExchange:
         if not self._is_trainer(round_, announcement.sender_id):
             return
         if announcement.data_hash in round_.downloads:
+            return
+        expected = self.ctx.require_backend().result_size()
+        if announcement.size != expected:
+            log.warning(
+                "result for %s from %s refused: it announces %d bytes, every result of this "
+                "run takes exactly %d",
+                batch,
+                short_id(announcement.sender_id),
+                announcement.size,
+                expected,
+                extra=self.ctx.fields(),
+            )
             return
         download = ResultDownload(announcement, batch)
         round_.downloads[announcement.data_hash] = download

@@ -73,6 +73,11 @@ class TrainingBackend(Protocol):
 
     def apply(self, step: int, results: Sequence[DecodedResult]) -> None: ...
 
+    def result_size(self) -> int:
+        """The exact byte size of every result of this run (its layout fixes it): a peer's
+        announcement of any other size is refused before its bytes are fetched."""
+        ...
+
     def snapshot(self) -> WeightsSnapshot:
         """A copy of the weights that `restore` puts back exactly (an apply done early for a
         round that then did not happen is undone with it)."""
@@ -137,6 +142,9 @@ class DummyBackend:
         if result_commitment(step, batch, payload) != data_hash:
             raise ValueError(f"result for {batch} at step {step} does not match its commitment")
         return DummyResult(payload)
+
+    def result_size(self) -> int:
+        return self.PAYLOAD_SIZE
 
     def apply(self, step: int, results: Sequence[DecodedResult]) -> None:
         digest = hashlib.sha256(self.weights + struct.pack(">I", step))

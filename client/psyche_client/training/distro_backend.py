@@ -23,6 +23,7 @@ from psyche_common.coordinator import Coordinator
 from psyche_common.lr_schedule import effective_lr
 
 from psyche_client.distro.result import DistroResult, ResultDecodeError, ResultLayout
+from psyche_client.distro.size import encoded_result_size
 from psyche_client.model.loading import (
     ModelInfo,
     build_model_from_config,
@@ -168,6 +169,12 @@ class DistroBackend:
 
     def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> DistroResult:
         return decode_checked(payload, self.trainer.layout, step, batch, data_hash)
+
+    def result_size(self) -> int:
+        """The exact result size (0 for a run whose optimizer shares no results)."""
+        if not self.trainer.is_distro:
+            return 0
+        return encoded_result_size(self.trainer.layout)
 
     def apply(self, step: int, results: Sequence[DecodedResult]) -> None:
         distro_results = [r for r in results if isinstance(r, DistroResult)]

@@ -4,6 +4,7 @@
 (`now`, integer unix seconds) and randomness (`seed`, u64) as arguments; it never does I/O.
 Modules: `types` (value types), `errors`, `quorum`, `state` (the dataclass and helpers),
 `transitions` (tick, pause, resume), `witnesses` (witnesses and health checks),
+`plausibility` (the most bits an honest witness bloom can have set),
 `checkpoints`, `wire` (msgpack and state.toml forms), `resume` (what a restarted server
 resumes from).
 """

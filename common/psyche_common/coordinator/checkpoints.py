@@ -1,10 +1,19 @@
 """Checkpoint switching (reference section 6): Hub→P2P at cooldown end, P2P→Hub when no
-previous member is left, and checkpointers' `Checkpoint` messages."""
+previous member is left, and checkpointers' `Checkpoint` messages.
+
+The reference elects no checkpointers: any client started with an upload target is one, and
+its coordinator accepts a `Checkpoint` from any epoch member, so any member could redirect
+the run's persisted checkpoint. Here the checkpointers are the keys the operator names
+(`psyche-server run --checkpointer KEY`); a `Checkpoint` from any other key is refused with
+`NotCheckpointer`, and with no key named none is accepted.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from psyche_common.client_id import short_id
 from psyche_common.config import (
     AnyCheckpoint,
     DummyCheckpoint,
@@ -54,9 +63,22 @@ def merge_uploaded(current: AnyCheckpoint, received: AnyCheckpoint) -> AnyCheckp
 
 
 def checkpoint_message(
-    coord: Coordinator, from_id: bytes, index: int, checkpoint: AnyCheckpoint
+    coord: Coordinator,
+    from_id: bytes,
+    index: int,
+    checkpoint: AnyCheckpoint,
+    checkpointers: Collection[bytes],
 ) -> None:
-    """A checkpointer at `index` uploaded `checkpoint`; accepted in any run state."""
+    """A checkpointer at `index` uploaded `checkpoint`; accepted in any run state, only from
+    an epoch member whose key is one of `checkpointers`."""
+    if from_id not in checkpointers:
+        named = "no checkpointer is named" if not checkpointers else "it is not one of them"
+        raise CoordinatorError(
+            ErrorKind.NotCheckpointer,
+            f"checkpoint from {short_id(from_id)} ignored: only the operator's checkpointers "
+            f"(psyche-server run --checkpointer KEY) may set the run's checkpoint, and "
+            f"{named}",
+        )
     clients = coord.epoch_state.clients
     if not 0 <= index < len(clients) or clients[index].id != from_id:
         raise CoordinatorError(

@@ -7,7 +7,7 @@ import re
 
 
 class ErrorKind(enum.Enum):
-    """The reference's `CoordinatorError` variants."""
+    """The reference's `CoordinatorError` variants (and `NotCheckpointer`, ours)."""
 
     NoActiveRound = 0
     InvalidWitness = 1
@@ -20,6 +20,8 @@ class ErrorKind(enum.Enum):
     InvalidWithdraw = 8
     InvalidCommitteeSelection = 9
     InvalidCommitteeProof = 10
+    NotCheckpointer = 11
+    """Ours: a `Checkpoint` from a key the operator did not name as a checkpointer."""
 
     @property
     def text(self) -> str:

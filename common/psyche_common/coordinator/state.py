@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,8 +108,14 @@ class Coordinator:
     def health_check(self, from_id: bytes, checks: Sequence[tuple[bytes, CommitteeProof]]) -> int:
         return witnesses.health_check(self, from_id, checks)
 
-    def checkpoint(self, from_id: bytes, index: int, checkpoint: AnyCheckpoint) -> None:
-        checkpoints.checkpoint_message(self, from_id, index, checkpoint)
+    def checkpoint(
+        self,
+        from_id: bytes,
+        index: int,
+        checkpoint: AnyCheckpoint,
+        checkpointers: Collection[bytes],
+    ) -> None:
+        checkpoints.checkpoint_message(self, from_id, index, checkpoint, checkpointers)
 
     def pause(self, now: float) -> None:
         transitions.pause(self, now)

@@ -2,7 +2,10 @@
 
 Warmup witnesses end Warmup early once `witness_nodes_eff` arrived; round witnesses must carry
 a valid witness proof and end RoundTrain early; health checks drop trainers that fewer than a
-quorum of the previous round's witnesses saw in their participant blooms.
+quorum of the previous round's witnesses saw in their participant blooms. A witness whose
+blooms have more bits set than the round's clients can set is refused (`plausibility`), and
+health checks are accepted only from the previous round's witnesses (ours, see
+`health_check`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from psyche_common.client_id import short_id
 from psyche_common.committee import Committee, CommitteeProof, CommitteeSelection
 from psyche_common.coordinator import transitions
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
+from psyche_common.coordinator.plausibility import check_witness_blooms, max_bloom_entries
 from psyche_common.coordinator.quorum import witness_quorum
 from psyche_common.coordinator.types import MAX_WITNESSES, ClientState, RunState, Witness
 
@@ -57,6 +61,7 @@ def warmup_witness(
             f"which is not its own",
         )
     _check_not_duplicate(coord, from_id)
+    check_witness_blooms(witness, max_bloom_entries(coord), from_id)
     _store(coord, witness)
     if len(coord.current_round().witnesses) >= coord.witness_nodes_effective():
         transitions.start_round_train(coord, now, seed, 0)
@@ -77,6 +82,7 @@ def witness(coord: Coordinator, from_id: bytes, witness: Witness, now: float) ->
             f"{short_id(from_id)} is not the witness at index {witness.proof.index}",
         )
     _check_not_duplicate(coord, from_id)
+    check_witness_blooms(witness, max_bloom_entries(coord), from_id)
     _store(coord, witness)
     if (
         len(coord.current_round().witnesses) >= coord.witness_nodes_effective()
@@ -123,12 +129,30 @@ def healthy(coord: Coordinator, client_id: bytes, proof: CommitteeProof) -> bool
     return True  # tie-breakers and verifiers are not judged (the reference has todo!() here)
 
 
+def _check_entitled_to_accuse(coord: Coordinator, from_id: bytes) -> None:
+    """The sender must be a witness of the previous round: the round whose trainers are
+    judged (its index in the epoch's client list, as `healthy` reads the proofs)."""
+    previous = coord.previous_round()
+    index = coord.client_index(from_id)
+    entitled = False
+    if previous is not None and index is not None and index < previous.clients_len:
+        selection = CommitteeSelection.from_coordinator(coord, -1)
+        entitled = selection.get_witness(index).witness
+    if not entitled:
+        raise CoordinatorError(
+            ErrorKind.InvalidHealthCheck,
+            f"health check from {short_id(from_id)}, which was not a witness of the previous "
+            "round: only its witnesses may accuse",
+        )
+
+
 def health_check(
     coord: Coordinator, from_id: bytes, checks: Sequence[tuple[bytes, CommitteeProof]]
 ) -> int:
     """Drop every accused client; any accusation of a healthy client rejects them all.
 
-    Returns how many clients became Dropped.
+    Only a witness of the previous round may accuse (ours: the reference accepts health
+    checks from any connected key). Returns how many clients became Dropped.
     """
     if coord.halted():
         raise CoordinatorError(ErrorKind.Halted, f"run is {coord.run_state.name}")
@@ -137,6 +161,7 @@ def health_check(
         raise CoordinatorError(
             ErrorKind.InvalidHealthCheck, f"round height {height} < 2: pipeline not full yet"
         )
+    _check_entitled_to_accuse(coord, from_id)
     for client_id, proof in checks:
         if healthy(coord, client_id, proof):
             raise CoordinatorError(

@@ -40,8 +40,9 @@ from psyche_common.data.server_client import data_server_provider_factory
 from psyche_common.data.token_files import recorded_token_size
 from psyche_common.data.weighted import load_weighted_http
 
-ServerProviderFactory = Callable[[str, int, Any], Awaitable[DataProvider]]
-"""Builds the TCP data-server client: ``(address "host:port", seq_len, identity) -> provider``."""
+ServerProviderFactory = Callable[[str, int, Any, str | None], Awaitable[DataProvider]]
+"""Builds the TCP data-server client: ``(address "host:port", seq_len, identity, run_id) ->
+provider``."""
 
 _LOCATION_ADAPTER: pydantic.TypeAdapter[AnyDataLocation] = pydantic.TypeAdapter(DataLocation)
 
@@ -74,14 +75,16 @@ async def make_provider(
     seq_len: int,
     *,
     identity: Any = None,
+    run_id: str | None = None,
     server_provider: ServerProviderFactory | None = None,
     http_options: HttpOptions | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> DataProvider:
     """A provider for ``location`` serving samples of ``seq_len`` tokens.
 
-    ``identity`` is handed to ``server_provider`` (default: ``data_server_provider_factory``) for
-    ``Server`` locations (the data server authenticates clients with their key); ``cache_dir``
+    ``identity`` and ``run_id`` are handed to ``server_provider`` (default:
+    ``data_server_provider_factory``) for ``Server`` locations (the data server authenticates
+    clients with their key, in a handshake that names the run); ``cache_dir``
     overrides ``$PSYCHE_CACHE_DIR`` for builtin corpora.
     """
     if seq_len <= 0:
@@ -91,7 +94,7 @@ async def make_provider(
         return DummyDataProvider(seq_len)
     if isinstance(parsed, ServerData):
         connect = server_provider or data_server_provider_factory
-        return await connect(parsed.address, seq_len, identity)
+        return await connect(parsed.address, seq_len, identity, run_id)
     if isinstance(parsed, LocalData):
         return await asyncio.to_thread(_local_provider, parsed.path, seq_len)
     if isinstance(parsed, HttpData):

@@ -44,6 +44,8 @@ class DataSource:
 
     location: Any
     seq_len: int
+    run_id: str | None = None
+    """The run's id (the TCP data server's handshake names it)."""
 
 
 class SampleFetcher:
@@ -90,6 +92,7 @@ class SampleFetcher:
                     source.location,
                     source.seq_len,
                     identity=self.identity,
+                    run_id=source.run_id,
                     server_provider=self.server_provider,
                     http_options=self.http_options,
                     cache_dir=self.cache_dir,

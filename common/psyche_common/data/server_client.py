@@ -22,11 +22,11 @@ from psyche_common.assignment import BatchId
 from psyche_common.data.errors import DataFetchError, DataIndexError
 from psyche_common.data.retry import RetryPolicy, retry_async
 from psyche_common.protocol import (
-    DATA_SERVER_DOMAIN,
     ConnectionClosed,
     Identity,
     ProtocolError,
     connect_handshake,
+    data_server_domain,
     read_frame,
     write_frame,
 )
@@ -59,6 +59,7 @@ class DataServerProvider:
         identity: Identity,
         seq_len: int,
         *,
+        run_id: str,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
         max_frame_size: int = DEFAULT_REPLY_FRAME_SIZE,
@@ -70,6 +71,8 @@ class DataServerProvider:
         self.host = host.strip("[]")
         self.port = int(port)
         self.identity = identity
+        self.run_id = run_id
+        """The run whose data server this is: the handshake signs for it alone."""
         self.timeout = timeout
         self.seq_len = seq_len
         self.retry = retry or RetryPolicy(attempts=1)
@@ -103,7 +106,7 @@ class DataServerProvider:
                     reader,
                     writer,
                     self.identity,
-                    domain=DATA_SERVER_DOMAIN,
+                    domain=data_server_domain(self.run_id),
                     timeout=self.timeout,
                     max_frame_size=self.max_frame_size,
                 )
@@ -170,10 +173,12 @@ class DataServerProvider:
 
 
 async def data_server_provider_factory(
-    address: str, seq_len: int, identity: Identity
+    address: str, seq_len: int, identity: Identity, run_id: str | None
 ) -> DataServerProvider:
-    """The client for `data_location = { Server = address }` serving `seq_len`-token samples
-    (the default `ServerProviderFactory` of `factory.make_provider`)."""
+    """The client for `data_location = { Server = address }` of run `run_id` serving
+    `seq_len`-token samples (the default `ServerProviderFactory` of `factory.make_provider`)."""
     if identity is None:
         raise ValueError("the TCP data server needs the client's identity to authenticate")
-    return DataServerProvider(address, identity, seq_len)
+    if run_id is None:
+        raise ValueError("the TCP data server needs the run id (its handshake names the run)")
+    return DataServerProvider(address, identity, seq_len, run_id=run_id)

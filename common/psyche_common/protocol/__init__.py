@@ -22,12 +22,12 @@ from .framing import (
     write_frame,
 )
 from .handshake import (
-    DATA_SERVER_DOMAIN,
     P2P_DOMAIN,
     HandshakeError,
     accept_handshake,
     connect_handshake,
     coordinator_domain,
+    data_server_domain,
     sign_challenge,
     verify_challenge_response,
 )
@@ -49,7 +49,6 @@ from .messages import (
 )
 
 __all__ = [
-    "DATA_SERVER_DOMAIN",
     "DEFAULT_MAX_FRAME_SIZE",
     "P2P_DOMAIN",
     "BadFrame",
@@ -71,6 +70,7 @@ __all__ = [
     "accept_handshake",
     "connect_handshake",
     "coordinator_domain",
+    "data_server_domain",
     "decode_payload",
     "encode_frame",
     "encode_payload",

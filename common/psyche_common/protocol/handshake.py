@@ -1,8 +1,8 @@
 """Challenge–response handshakes that authenticate a stream's peer by its ed25519 key.
 
 Every signature made in a handshake is bound to its service (and run): the signed bytes start
-with a *domain* — `coordinator_domain(run_id)`, `DATA_SERVER_DOMAIN` or `P2P_DOMAIN` — so a
-signature made for one service or run never verifies for another, and none is ever valid for
+with a *domain* — `coordinator_domain(run_id)`, `data_server_domain(run_id)` or `P2P_DOMAIN`
+— so a signature made for one service or run never verifies for another, and none is ever valid for
 any other signed message of the project (commitments, announcements).
 
 One-way handshake (the coordinator and data-server ports; the server has no key):
@@ -28,7 +28,7 @@ from .identity import PUBLIC_KEY_SIZE, SIGNATURE_SIZE, Identity, verify_signatur
 
 CHALLENGE_SIZE = 32
 COORDINATOR_SERVICE = b"psyche-py/coordinator/v2"
-DATA_SERVER_DOMAIN = b"psyche-py/data-server/v2\x00"
+DATA_SERVER_SERVICE = b"psyche-py/data-server/v3"
 P2P_DOMAIN = b"psyche-py/p2p/v2\x00"
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
 
@@ -37,10 +37,19 @@ class HandshakeError(ProtocolError):
     """The peer failed the challenge–response handshake (the reason says how)."""
 
 
+def _run_domain(service: bytes, run_id: str) -> bytes:
+    encoded = run_id.encode("utf-8")
+    return service + b"\x00" + len(encoded).to_bytes(4, "big") + encoded + b"\x00"
+
+
 def coordinator_domain(run_id: str) -> bytes:
     """The handshake domain of the coordinator port of run `run_id`."""
-    encoded = run_id.encode("utf-8")
-    return COORDINATOR_SERVICE + b"\x00" + len(encoded).to_bytes(4, "big") + encoded + b"\x00"
+    return _run_domain(COORDINATOR_SERVICE, run_id)
+
+
+def data_server_domain(run_id: str) -> bytes:
+    """The handshake domain of the data-server port of run `run_id`."""
+    return _run_domain(DATA_SERVER_SERVICE, run_id)
 
 
 def new_challenge() -> bytes:

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 from psyche_common.protocol import (
-    DATA_SERVER_DOMAIN,
     P2P_DOMAIN,
     HandshakeError,
     Identity,
     accept_handshake,
     connect_handshake,
     coordinator_domain,
+    data_server_domain,
     short_id,
     sign_challenge,
     verify_challenge_response,
@@ -82,7 +82,8 @@ def test_a_signature_for_one_service_or_run_verifies_for_no_other() -> None:
         coordinator_domain("run-b"),
         coordinator_domain("run-a\x00"),
         coordinator_domain(""),
-        DATA_SERVER_DOMAIN,
+        data_server_domain("run-a"),
+        data_server_domain("run-b"),
         P2P_DOMAIN,
     ]
     assert len(set(domains)) == len(domains)
@@ -120,7 +121,7 @@ async def test_handshake_over_loopback() -> None:
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             result.set_result(
-                await accept_handshake(reader, writer, domain=DATA_SERVER_DOMAIN, timeout=2)
+                await accept_handshake(reader, writer, domain=data_server_domain("r"), timeout=2)
             )
         except Exception as exc:
             result.set_exception(exc)
@@ -130,6 +131,6 @@ async def test_handshake_over_loopback() -> None:
     port = server.sockets[0].getsockname()[1]
     async with server:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        await connect_handshake(reader, writer, ident, domain=DATA_SERVER_DOMAIN, timeout=2)
+        await connect_handshake(reader, writer, ident, domain=data_server_domain("r"), timeout=2)
         assert await asyncio.wait_for(result, 2) == ident.public_key
         writer.close()

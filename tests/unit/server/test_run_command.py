@@ -26,3 +26,12 @@ def test_every_option_has_a_help_text(command: str) -> None:
     options = [param for param in main.commands[command].params if isinstance(param, click.Option)]
     assert options
     assert [option.name for option in options if not option.help] == []
+
+
+def test_a_checkpointer_must_be_a_public_key() -> None:
+    result = CliRunner().invoke(
+        main, ["run", "--state", str(EXAMPLE_STATE), "--checkpointer", "abcd"]
+    )
+    assert result.exit_code == 2
+    assert "Invalid value for '--checkpointer'" in result.output
+    assert "64 hex characters" in result.output

@@ -29,6 +29,7 @@ from psyche_common.lr_schedule import effective_lr
 
 from psyche_client.distro import DistroSettings
 from psyche_client.distro.result import DistroResult
+from psyche_client.distro.size import encoded_result_size
 from psyche_client.model.checkpoint import save_state_checkpoint
 from psyche_client.model.loading import ModelInfo, config_from_dict
 from psyche_client.training.backend import DecodedResult, TrainedResult, WeightsSnapshot
@@ -160,6 +161,9 @@ class ParallelBackend:
 
     def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> Any:
         return decode_checked(payload, self.engine.layout, step, batch, data_hash)
+
+    def result_size(self) -> int:
+        return encoded_result_size(self.engine.layout)
 
     def apply(self, step: int, results: Sequence[DecodedResult]) -> None:
         distro_results = [r for r in results if isinstance(r, DistroResult)]
