@@ -103,6 +103,10 @@ class Proc:
     def events(self, msg: str) -> list[dict[str, Any]]:
         return [line for line in self.lines() if line.get("msg") == msg]
 
+    def events_with(self, key: str) -> list[dict[str, Any]]:
+        """Log lines that carry the structured field `key`."""
+        return [line for line in self.lines() if key in line]
+
     def kill(self, sig: int = signal.SIGTERM) -> None:
         if self.popen.poll() is None:
             self.popen.send_signal(sig)
