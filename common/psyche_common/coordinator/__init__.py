@@ -27,6 +27,7 @@ from psyche_common.coordinator.types import (
     TickResult,
     Witness,
 )
+from psyche_common.coordinator.verdicts import Accusation, Conviction, VerificationRecord
 
 __all__ = [
     "ACTIVE_STATES",
@@ -34,8 +35,10 @@ __all__ = [
     "MAX_CLIENTS",
     "MAX_WITNESSES",
     "NUM_STORED_ROUNDS",
+    "Accusation",
     "Client",
     "ClientState",
+    "Conviction",
     "Coordinator",
     "CoordinatorError",
     "CoordinatorInvariantError",
@@ -45,6 +48,7 @@ __all__ = [
     "Round",
     "RunState",
     "TickResult",
+    "VerificationRecord",
     "Witness",
     "short_id",
     "witness_quorum",

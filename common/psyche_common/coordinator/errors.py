@@ -20,6 +20,8 @@ class ErrorKind(enum.Enum):
     InvalidWithdraw = 8
     InvalidCommitteeSelection = 9
     InvalidCommitteeProof = 10
+    InvalidAccusation = 11
+    """Ours: a verification report the rules refuse (not a variant of the reference)."""
 
     @property
     def text(self) -> str:

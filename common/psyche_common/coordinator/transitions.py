@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from psyche_common.client_id import CLIENT_ID_LEN
-from psyche_common.coordinator import checkpoints
+from psyche_common.coordinator import accusations, checkpoints
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.quorum import witness_quorum
 from psyche_common.coordinator.types import (
@@ -121,6 +121,7 @@ def start_round_train(coord: Coordinator, now: float, seed: int, tie_breaker_tas
     round_.random_seed = round_seed
     round_.next_random_seed = next_seed
     round_.witnesses = []
+    accusations.prune(coord)
     coord.change_state(now, RunState.RoundTrain)
 
 
