@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from psyche_client.p2p.announcements import make_result_announcement
 from psyche_client.round.consensus import Candidate
 from psyche_client.round.ports import RunnerOptions
@@ -15,7 +17,7 @@ from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
 from psyche_client.training.backend import DummyBackend, DummyResult, result_commitment
 from psyche_common.assignment import BatchId
 from psyche_common.bloom import Bloom
-from psyche_common.coordinator import RunState
+from psyche_common.coordinator import Conviction, RunState, VerificationRecord
 from psyche_common.protocol import Identity
 
 
@@ -83,7 +85,9 @@ def source_round(batch: BatchId, step: int, owner: bytes) -> RoundState:
     return RoundState.start(roles, 2, True, 0.0, bloom_factory=lambda n: Bloom.random())
 
 
-def coordinator_with_witness(seen: list[bytes]) -> tuple[Any, list[Any]]:
+def coordinator_with_witness(
+    seen: list[bytes], convictions: list[Conviction] | None = None
+) -> tuple[Any, list[Any]]:
     bloom = Bloom.random()
     for item in seen:
         bloom.add(item)
@@ -94,6 +98,7 @@ def coordinator_with_witness(seen: list[bytes]) -> tuple[Any, list[Any]]:
         model=SimpleNamespace(checkpoint=checkpoint, cold_start_warmup_steps=0),
         progress=SimpleNamespace(epoch=0, step=5),
         run_state=RunState.RoundTrain,
+        verification=VerificationRecord(convictions=list(convictions or [])),
     )
     return coordinator, [witness]
 
@@ -130,6 +135,40 @@ async def test_apply_uses_the_witnessed_payload_and_reports_the_hash() -> None:
     coordinator, witnesses = coordinator_with_witness([])
     await runner.applier.apply(other, witnesses, coordinator, 6)
     assert runner.backend.weights_hash() == after
+
+
+@pytest.mark.parametrize(("convicted_at", "applied"), [(3, False), (2, False), (4, True)])
+async def test_a_convicted_trainers_results_are_not_applied(
+    convicted_at: int, applied: bool
+) -> None:
+    runner, _ = make_runner()
+    batch = BatchId(0, 3)
+    owner = b"o" * 32
+    payload = b"p" * DummyBackend.PAYLOAD_SIZE
+    data_hash = result_commitment(3, batch, payload)
+    source = source_round(batch, 3, owner)
+    source.candidates[batch] = [Candidate(owner, data_hash)]
+    source.downloads[data_hash] = verified(data_hash, owner, batch, payload)
+    conviction = Conviction(0, convicted_at, owner, batch, (b"v" * 32,), 10)
+    coordinator, witnesses = coordinator_with_witness([data_hash], [conviction])
+    before = runner.backend.weights_hash()
+    weights = await runner.applier.apply(source, witnesses, coordinator, 5)
+    assert weights is not None and runner.ctx.out_of_sync is None
+    # convicted at the result's step or before: skipped (nothing applied, weights unchanged)
+    assert (weights != before) is applied
+
+
+async def test_a_convicted_trainers_missing_result_does_not_desync() -> None:
+    runner, _ = make_runner()
+    batch = BatchId(0, 3)
+    owner = b"o" * 32
+    source = source_round(batch, 3, owner)  # its announcement never reached us
+    coordinator, witnesses = coordinator_with_witness([])
+    witnesses[0].participant_bloom.add(hashlib.sha256(owner).digest())  # but a witness saw it
+    conviction = Conviction(0, 3, owner, batch, (b"v" * 32,), 10)
+    coordinator.verification = VerificationRecord(convictions=[conviction])
+    assert await runner.applier.apply(source, witnesses, coordinator, 5) is not None
+    assert runner.ctx.out_of_sync is None
 
 
 async def test_a_missing_consensus_payload_puts_the_client_out_of_sync() -> None:

@@ -64,5 +64,5 @@ def test_an_accusation_from_anyone_else_is_refused() -> None:
 def test_a_reversed_batch_is_an_invalid_message() -> None:
     coord, verifier, message = round_with_one_verifier()
     bad = message.model_copy(update={"batch": [5, 1]})
-    with pytest.raises(InvalidMessage, match="Accusation.batch"):
+    with pytest.raises(InvalidMessage, match=r"Accusation\.batch"):
         apply_client_message(coord, verifier, bad, 1000.0)
