@@ -17,7 +17,7 @@ from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
 from psyche_client.training.backend import DummyBackend, DummyResult, result_commitment
 from psyche_common.assignment import BatchId
 from psyche_common.bloom import Bloom
-from psyche_common.coordinator import Conviction, RunState, VerificationRecord
+from psyche_common.coordinator import ClientState, Conviction, RunState, VerificationRecord
 from psyche_common.protocol import Identity
 
 
@@ -224,3 +224,25 @@ async def test_announcements_for_a_future_round_are_kept_for_later() -> None:
     runner.on_announcement(stale)
     assert runner.exchange.early == [early]
     assert current.downloads == {}
+
+
+async def test_no_health_check_when_members_left_since_the_previous_round() -> None:
+    from tests.unit.coordinator_support import ids, make_coordinator, to_round_train
+    from tests.unit.coordinator_support import witness_round as run_round
+
+    def coordinator(drop_one: bool) -> Any:
+        coord = make_coordinator(witness_nodes=0)
+        members = ids(4)
+        now = to_round_train(coord, members)
+        now = run_round(coord, now)
+        if drop_one:  # a member in the middle leaves at the next round start
+            coord.epoch_state.clients[1].state = ClientState.Dropped
+        return coord, run_round(coord, now, seen=[])  # nobody saw any trainer
+
+    for drop_one, expect_checks in ((False, True), (True, False)):
+        coord, _ = coordinator(drop_one)
+        assert coord.current_round().height == 2
+        runner, uplink = make_runner()
+        runner.ctx.coordinator = coord
+        await runner.witnessing.send_health_checks(coord)
+        assert bool(uplink.health) is expect_checks, (drop_one, uplink.health)

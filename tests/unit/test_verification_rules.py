@@ -206,3 +206,18 @@ def test_a_malformed_record_names_the_field() -> None:
                 "convictions": [],
             }
         )
+
+
+def test_a_convicted_key_is_not_admitted_to_a_later_epoch() -> None:
+    coord = coordinator_in_round(percent=25, members=4)
+    (verifier,) = verifiers(coord)
+    conviction = coord.accuse(verifier, accusation(coord, verifier))
+    assert conviction is not None
+    coord.withdraw_all()
+    coord.run_state = RunState.WaitingForMembers
+    coord.run_state_start_unix_timestamp = 0
+    members = [c.id for c in coord.epoch_state.clients]
+    coord.tick(members, 5000, 0)
+    assert coord.run_state == RunState.Warmup
+    admitted = [c.id for c in coord.epoch_state.clients]
+    assert conviction.trainer not in admitted and len(admitted) == 3

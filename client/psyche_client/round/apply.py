@@ -130,6 +130,7 @@ class ApplyStep:
                 step=step,
                 applied_from_step=source.step,
                 results=len(results),
+                senders=sorted(short_id(sender) for (_, sender), _ in kept),
                 weights_hash=weights.hex(),
             ),
         )

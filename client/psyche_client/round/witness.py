@@ -99,6 +99,15 @@ class Witnessing:
         selection = selection_for_round(coordinator, previous_round)
         if previous_round is None or selection is None or coordinator.current_round().height < 2:
             return
+        if previous_round.clients_len != len(coordinator.epoch_state.clients):
+            # members left at this round's start (a drop or a conviction): committee indices
+            # of the previous round no longer name the same clients, and an accusation built
+            # from them could name an honest member (docs/verification.md)
+            log.info(
+                "health check skipped: the members changed since the previous round",
+                extra=self.ctx.fields(),
+            )
+            return
         witnesses = list(previous_round.witnesses)
         quorum = witness_quorum(coordinator.config.witness_nodes, len(witnesses))
         ids = [c.id for c in coordinator.epoch_state.clients][: selection.total_nodes]

@@ -12,7 +12,8 @@ Rules (docs/verification.md):
 - a trainer is convicted once `conviction_quorum(checkers)` of the verifiers that checked it
   in that round accused it: it becomes Dropped (it leaves the epoch at the next round start,
   like a health-check drop) and a `Conviction` is kept; every client skips its results of that
-  step and later ones in this epoch (`VerificationRecord.excluded`).
+  step and later ones in this epoch (`VerificationRecord.excluded`), and no later epoch admits
+  it (`transitions.tick_waiting_for_members`).
 """
 
 from __future__ import annotations

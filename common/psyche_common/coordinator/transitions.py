@@ -63,7 +63,12 @@ def tick_waiting_for_members(
 ) -> TickResult:
     if pending is None:
         return TickResult.ticked()
-    unique = _unique_pending(pending)
+    # a key convicted by the verifiers (kept record) is not admitted again
+    unique = [
+        client_id
+        for client_id in _unique_pending(pending)
+        if not coord.verification.ever_convicted(client_id)
+    ]
     config = coord.config
     if len(unique) < config.init_min_clients or not coord.check_timeout(
         now, config.waiting_for_members_extra_time

@@ -2,8 +2,8 @@
 
 `Accusation`: a round's verifier says the result of `trainer` for `batch` at `step` does not
 match its recomputation (`agreement_milli`: the measured sign agreement in thousandths).
-`Conviction`: a trainer a verifier quorum accused; it was removed from the epoch and every
-client skips its results from `step` on in that epoch. `VerificationRecord` holds both; the
+`Conviction`: a trainer a verifier quorum accused; it was removed from the epoch, every
+client skips its results from `step` on in that epoch, and later epochs do not admit it. `VerificationRecord` holds both; the
 coordinator broadcasts it and the server saves it (`to_toml` / `from_toml`, where ids are hex).
 """
 
@@ -117,6 +117,10 @@ class VerificationRecord:
         return any(
             c.trainer == trainer and c.epoch == epoch and c.step <= step for c in self.convictions
         )
+
+    def ever_convicted(self, client_id: bytes) -> bool:
+        """Whether `client_id` has a conviction in the record (it is not admitted again)."""
+        return any(c.trainer == client_id for c in self.convictions)
 
     def convicted(self, trainer: bytes, epoch: int) -> Conviction | None:
         for conviction in self.convictions:
