@@ -12,8 +12,9 @@ peer's result is compared with it (`psyche_client.verify.agreement`) as:
 - `random`: random signs at random positions (k per chunk).
 
 Prints one JSON object: per case the unweighted (`fraction`) and |coefficient|-weighted
-(`weighted`) agreements, each as min / mean / max over all (step, peer) pairs, plus every
-sample. Usage: .venv/bin/python bench/verification.py [--steps 150] [--at 5,25,50,100,150]
+(`weighted`) agreements, each as min / mean / max over all (step, peer) pairs, every sample,
+and the median seconds of a verifier's recompute (forward/backward + DCT) and score, and of a
+trainer's `train` (forward/backward + DisTrO encode) for one peer's share. Usage: .venv/bin/python bench/verification.py [--steps 150] [--at 5,25,50,100,150]
 """
 
 from __future__ import annotations
@@ -111,6 +112,8 @@ def main() -> None:
     samples: list[dict[str, object]] = []
     started = time.perf_counter()
     recompute_seconds: list[float] = []
+    score_seconds: list[float] = []
+    train_seconds: list[float] = []
     for step in range(1, args.steps + 1):
         if step - 2 >= 1:
             applied = in_flight.pop(step - 2)
@@ -136,11 +139,14 @@ def main() -> None:
                 schedule(step - 1),
             )
             assert out.result is not None
+            train_seconds.append(out.forward_backward_seconds + out.optimizer_seconds)
             produced.append(trainer.decode_result(out.result.encode()))
         in_flight[step] = produced
         if step in measure_at:
             for r in range(args.peers):
+                t0 = time.perf_counter()
                 honest = sign_agreement(produced[r], coefficients[r])
+                score_seconds.append(time.perf_counter() - t0)
                 other = produced[(r + 1) % args.peers]
                 cases = {
                     "honest": honest,
@@ -178,6 +184,8 @@ def main() -> None:
             for name in CASES
         },
         "recompute_seconds_median": round(float(np.median(recompute_seconds)), 4),
+        "score_seconds_median": round(float(np.median(score_seconds)), 4),
+        "train_seconds_median": round(float(np.median(train_seconds)), 4),
         "seconds": round(time.perf_counter() - started, 1),
         "samples": samples,
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from psyche_common.assignment import BatchId, assign_data_for_state
+from psyche_common.committee import Committee, CommitteeSelection
 from psyche_common.coordinator import (
     Accusation,
     ClientState,
@@ -221,3 +222,37 @@ def test_a_convicted_key_is_not_admitted_to_a_later_epoch() -> None:
     assert coord.run_state == RunState.Warmup
     admitted = [c.id for c in coord.epoch_state.clients]
     assert conviction.trainer not in admitted and len(admitted) == 3
+
+
+def committees(coord: Coordinator, offset: int) -> dict[bytes, Committee]:
+    selection = CommitteeSelection.from_coordinator(coord, offset)
+    return {
+        c.id: selection.get_committee(i).committee for i, c in enumerate(coord.epoch_state.clients)
+    }
+
+
+def test_a_verifier_of_the_attested_round_is_not_judged_by_its_blooms() -> None:
+    """Witnesses stored in round h-1 attest round h-2's results: a member that verified in
+    round h-2 and trains in h-1 had nothing to be seen, so accusing it is refused; a trainer of
+    both rounds that nobody saw is dropped."""
+    coord = coordinator_in_round(percent=25, members=4)
+    everyone = [c.id for c in coord.epoch_state.clients]
+    now = 1000
+    for _ in range(40):
+        # this round's witnesses see nobody: their blooms attest the round before
+        now = witness_round(coord, now + 1, seen=[])
+        if coord.current_round().height < 2:
+            continue
+        before_last, last = committees(coord, -2), committees(coord, -1)
+        switched = [i for i in everyone if before_last[i] == Committee.Verifier]
+        both = [i for i in everyone if before_last[i] == last[i] == Committee.Trainer]
+        if switched and last[switched[0]] == Committee.Trainer and both:
+            break
+    else:
+        pytest.fail("no round where a verifier became a trainer")
+    selection = CommitteeSelection.from_coordinator(coord, -1)
+    proof_of = {c.id: selection.get_committee(i) for i, c in enumerate(coord.epoch_state.clients)}
+    accuser = everyone[0]
+    with pytest.raises(CoordinatorError, match="accused healthy client"):
+        coord.health_check(accuser, [(switched[0], proof_of[switched[0]])])
+    assert coord.health_check(accuser, [(both[0], proof_of[both[0]])]) == 1

@@ -151,10 +151,13 @@ def verified_result(batch: BatchId, score: float, tag: bytes) -> ResultDownload:
     )
 
 
-async def settle(ctx: RoundContext) -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
-    await ctx.tasks.aclose()
+async def settle(checks: VerifierChecks, scores: int) -> None:
+    """Wait (up to 5 s) until `scores` results are scored (scoring runs in threads)."""
+    for _ in range(500):
+        if len(checks.agreements) >= scores:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)  # let a report that follows the last score go out
 
 
 async def test_the_verifier_recomputes_its_sample_and_reports_a_failing_result() -> None:
@@ -172,7 +175,8 @@ async def test_the_verifier_recomputes_its_sample_and_reports_a_failing_result()
     round_.downloads[b"c" * 32] = verified_result(unsampled, 0.0, b"c")
     verifier.check_rounds()
     verifier.check_rounds()  # nothing is scored twice
-    await settle(ctx)
+    await settle(round_.checks, 2)
+    await ctx.tasks.aclose()
     assert uplink.accusations == [(7, OWNERS[bad], bad, 50)]
     assert round_.checks.agreements == {b"a" * 32: 0.95, b"b" * 32: 0.05}
 

@@ -22,10 +22,10 @@ import torch
 from psyche_client.distro.compressor import Compressor
 from psyche_client.distro.result import DistroResult
 
-ACCUSE_BELOW = 0.75
+ACCUSE_BELOW = 0.6
 """A result whose |coefficient|-weighted sign agreement is below this is reported. Measured
-(bench/verification.py, two seeds, 68 samples each, docs/verification.md): honest results
-scored 0.845 to 1.0, negated ones 0.0 to 0.155 and random signs 0.32 to 0.63."""
+(bench/verification.py, docs/verification.md, 92 samples in three runs): honest results
+scored 0.78 to 1.0, negated ones 0.0 to 0.22 and random signs 0.32 to 0.65."""
 
 
 @dataclass(frozen=True)
