@@ -256,3 +256,24 @@ def test_a_verifier_of_the_attested_round_is_not_judged_by_its_blooms() -> None:
     with pytest.raises(CoordinatorError, match="accused healthy client"):
         coord.health_check(accuser, [(switched[0], proof_of[switched[0]])])
     assert coord.health_check(accuser, [(both[0], proof_of[both[0]])]) == 1
+
+
+def test_with_verifiers_no_health_check_across_a_membership_change() -> None:
+    coord = coordinator_in_round(percent=25, members=5)
+    now = witness_round(coord, 1006, seen=[])
+    coord.epoch_state.clients[2].state = ClientState.Dropped  # leaves at the next round start
+    now = witness_round(coord, now, seen=[])
+    witness_round(coord, now, seen=[])
+    previous, attested = coord.previous_round(), coord.previous_previous_round()
+    assert previous is not None and attested is not None
+    assert previous.clients_len == len(coord.epoch_state.clients) == 4
+    assert attested.clients_len == 5  # round h-2's indices name other clients now
+    selection = CommitteeSelection.from_coordinator(coord, -1)
+    index = next(
+        i
+        for i in range(len(coord.epoch_state.clients))
+        if selection.get_committee(i).committee == Committee.Trainer
+    )
+    accused = coord.epoch_state.clients[index].id
+    with pytest.raises(CoordinatorError, match="accused healthy client"):
+        coord.health_check(accused, [(accused, selection.get_committee(index))])

@@ -100,7 +100,10 @@ class Witnessing:
         selection = selection_for_round(coordinator, previous_round)
         if previous_round is None or selection is None or coordinator.current_round().height < 2:
             return
-        if previous_round.clients_len != len(coordinator.epoch_state.clients):
+        attested = attested_trainers(coordinator)  # who had a result the blooms could hold
+        if previous_round.clients_len != len(coordinator.epoch_state.clients) or (
+            attested is None and coordinator.config.verification_percent > 0
+        ):
             # members left at this round's start (a drop or a conviction): committee indices
             # of the previous round no longer name the same clients, and an accusation built
             # from them could name an honest member (docs/verification.md)
@@ -112,7 +115,6 @@ class Witnessing:
         witnesses = list(previous_round.witnesses)
         quorum = witness_quorum(coordinator.config.witness_nodes, len(witnesses))
         ids = [c.id for c in coordinator.epoch_state.clients][: selection.total_nodes]
-        attested = attested_trainers(coordinator)  # who had a result the blooms could hold
 
         def judged(i: int) -> bool:
             trainer = selection.get_committee(i).committee == Committee.Trainer
