@@ -83,3 +83,45 @@ def test_a_sign_flip_trainer_is_convicted_and_its_results_are_not_applied(
         print(f"agreement: honest {sorted(honest_scores)} attacker {sorted(attacker_scores)}")
     finally:
         c.stop()
+
+
+def test_honest_clients_with_verifiers_are_never_convicted(tmp_path: Path) -> None:
+    """Four honest clients at 25%: every round one of them verifies 2 of the 3 batches; no
+    result scores below the threshold, nobody is accused, and the weights hashes agree."""
+    state = write_state(
+        tmp_path / "state.toml",
+        total_steps=14,
+        init_min_clients=4,
+        min_clients=3,
+        witness_nodes=2,
+        verification_percent=25,
+        batch=6,
+    )
+    c = Cluster(tmp_path, state)
+    try:
+        server = c.start_server()
+        clients = [c.start_client() for _ in range(4)]
+        wait_for(
+            lambda: all(p.popen.poll() is not None for p in clients),
+            300,
+            "the clients to finish the run",
+            c.diagnostics,
+        )
+        assert [p.popen.returncode for p in clients] == [0, 0, 0, 0], c.diagnostics()
+        assert convictions(server) == []
+        assert not [
+            line
+            for p in clients
+            for line in p.events("verifier scored")
+            if line["agreement"] < ACCUSE_BELOW
+        ]
+        scored = [line["agreement"] for p in clients for line in p.events("verifier scored")]
+        assert len(scored) >= 10, scored  # verification ran in most rounds
+        tables = [applied_hashes(p) for p in clients]
+        common = sorted(set.intersection(*(set(t) for t in tables)))
+        assert len(common) >= 9, f"only {len(common)} common applied steps"
+        for step in common:
+            assert len({t[step] for t in tables}) == 1, f"weights differ at step {step}"
+        print(f"honest agreement: min {min(scored):.3f}, {len(scored)} scores")
+    finally:
+        c.stop()
