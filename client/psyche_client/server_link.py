@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from psyche_common.assignment import BatchId
 from psyche_common.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
     Identity,
@@ -33,6 +34,7 @@ from psyche_common.protocol import (
     write_frame,
 )
 from psyche_common.protocol.messages import (
+    Accusation,
     Checkpoint,
     CoordinatorState,
     HealthCheck,
@@ -213,3 +215,15 @@ class ServerLink:
 
     async def send_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         await self._send(Checkpoint(checkpoint=checkpoint))
+
+    async def send_accusation(
+        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int
+    ) -> None:
+        await self._send(
+            Accusation(
+                step=step,
+                trainer=trainer,
+                batch=batch.to_wire(),
+                agreement_milli=agreement_milli,
+            )
+        )

@@ -14,6 +14,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from psyche_common.assignment import BatchId
+
 from psyche_client.server_link import ServerLink, ServerLinkError
 
 log = logging.getLogger("psyche.client.server")
@@ -65,3 +67,11 @@ class SwitchableUplink:
 
     async def send_join(self) -> None:
         await self._forward("Join", lambda link: link.send_join())
+
+    async def send_accusation(
+        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int
+    ) -> None:
+        await self._forward(
+            "Accusation",
+            lambda link: link.send_accusation(step, trainer, batch, agreement_milli),
+        )

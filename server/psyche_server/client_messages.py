@@ -13,12 +13,16 @@ import logging
 import secrets
 from collections.abc import Collection
 
+from psyche_common.assignment import BatchId
+from psyche_common.coordinator import Accusation as CoordinatorAccusation
 from psyche_common.coordinator import Coordinator
 from psyche_common.protocol import short_id
 from psyche_common.protocol.messages import (
+    Accusation,
     AnyClientMessage,
     Checkpoint,
     HealthCheck,
+    InvalidMessage,
     WarmupWitness,
     Witness,
 )
@@ -65,8 +69,37 @@ def apply_client_message(
                 coordinator.model.checkpoint,
                 extra={"client": short_id(client_id)},
             )
+    elif isinstance(message, Accusation):
+        apply_accusation(coordinator, client_id, message)
     else:
         raise TypeError(f"not a coordinator message: {type(message).__name__}")
+
+
+def apply_accusation(coordinator: Coordinator, client_id: bytes, message: Accusation) -> None:
+    """Record a verifier's accusation; log the conviction it completes (a warning)."""
+    try:
+        batch = BatchId.from_wire(message.batch)
+    except ValueError as exc:
+        raise InvalidMessage(f"Accusation.batch: {exc}") from exc
+    accusation = CoordinatorAccusation(
+        step=message.step,
+        verifier=client_id,
+        trainer=message.trainer,
+        batch=batch,
+        agreement_milli=message.agreement_milli,
+    )
+    conviction = coordinator.accuse(client_id, accusation)
+    log.info(
+        "accusation: %s",
+        accusation,
+        extra={"client": short_id(client_id), "accused": short_id(message.trainer)},
+    )
+    if conviction is not None:
+        log.warning(
+            "conviction: %s; removed from the epoch, its results are not applied",
+            conviction,
+            extra={"client": short_id(conviction.trainer), "convicted_step": conviction.step},
+        )
 
 
 def reported_weights(message: AnyClientMessage) -> tuple[int, bytes] | None:

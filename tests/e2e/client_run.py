@@ -31,7 +31,7 @@ total_steps = {total_steps}
 init_min_clients = {init_min_clients}
 min_clients = {min_clients}
 witness_nodes = {witness_nodes}
-verification_percent = 0
+verification_percent = {verification_percent}
 global_batch_size_start = {batch}
 global_batch_size_end = {batch}
 global_batch_size_warmup_tokens = 0
@@ -76,6 +76,7 @@ def write_state(path: Path, **overrides: Any) -> Path:
         "batch": 6,
         "seq_len": 32,
         "data_location": '{ Builtin = "python-stdlib" }',
+        "verification_percent": 0,
     }
     values.update(overrides)
     path.write_text(STATE_TEMPLATE.format(**values))

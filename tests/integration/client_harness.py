@@ -15,9 +15,16 @@ from psyche_client.p2p.announcements import message_id
 from psyche_client.round.ports import RunnerOptions
 from psyche_client.round.runner import RoundRunner
 from psyche_client.training.backend import DummyBackend
+from psyche_common.assignment import BatchId
 from psyche_common.committee import CommitteeProof
 from psyche_common.config.loading import parse_state
-from psyche_common.coordinator import ClientState, Coordinator, CoordinatorError, Witness
+from psyche_common.coordinator import (
+    Accusation,
+    ClientState,
+    Coordinator,
+    CoordinatorError,
+    Witness,
+)
 from psyche_common.protocol import Identity
 
 STATE_TOML = """
@@ -160,6 +167,12 @@ class FakeUplink:
 
     async def send_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         return None
+
+    async def send_accusation(
+        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int
+    ) -> None:
+        accusation = Accusation(step, self.me, trainer, batch, agreement_milli)
+        self.server.call(lambda c: c.accuse(self.me, accusation))
 
     async def send_join(self) -> None:
         self.server.rejoins.append(self.me)

@@ -128,3 +128,18 @@ async def test_data_server_tab(tmp_path: Path) -> None:
             await pilot.press("q")
     finally:
         await server.close()
+
+
+def test_the_verification_line_shows_the_convictions(tmp_path: Path) -> None:
+    from psyche_common.assignment import BatchId
+    from psyche_common.coordinator import Conviction
+    from psyche_server.tui.view_model import verification_line
+
+    coordinator = load_coordinator(write_state(tmp_path / "s.toml", init_min_clients=2))
+    assert verification_line(coordinator) == "Verification: 0%, no conviction"
+    coordinator.verification.convictions.append(
+        Conviction(0, 7, bytes.fromhex("0a1b2c3d") + bytes(28), BatchId(4, 5), (b"v" * 32,), 20)
+    )
+    assert verification_line(coordinator) == (
+        "Verification: 0%, 1 conviction (last: 0a1b2c3d at step 7, agreement 0.02)"
+    )

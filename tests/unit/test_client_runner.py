@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from psyche_client.p2p.announcements import make_result_announcement
 from psyche_client.round.consensus import Candidate
 from psyche_client.round.ports import RunnerOptions
@@ -16,7 +18,7 @@ from psyche_client.training.backend import DummyBackend, DummyResult, result_com
 from psyche_common.assignment import BatchId
 from psyche_common.bloom import Bloom
 from psyche_common.committee import CommitteeSelection
-from psyche_common.coordinator import RunState
+from psyche_common.coordinator import ClientState, Conviction, RunState, VerificationRecord
 from psyche_common.protocol import Identity
 
 
@@ -84,7 +86,9 @@ def source_round(batch: BatchId, step: int, owner: bytes) -> RoundState:
     return RoundState.start(roles, 2, True, 0.0, bloom_factory=lambda n: Bloom.random())
 
 
-def coordinator_with_witness(seen: list[bytes]) -> tuple[Any, list[Any]]:
+def coordinator_with_witness(
+    seen: list[bytes], convictions: list[Conviction] | None = None
+) -> tuple[Any, list[Any]]:
     bloom = Bloom.random()
     for item in seen:
         bloom.add(item)
@@ -95,6 +99,7 @@ def coordinator_with_witness(seen: list[bytes]) -> tuple[Any, list[Any]]:
         model=SimpleNamespace(checkpoint=checkpoint, cold_start_warmup_steps=0),
         progress=SimpleNamespace(epoch=0, step=5),
         run_state=RunState.RoundTrain,
+        verification=VerificationRecord(convictions=list(convictions or [])),
     )
     return coordinator, [witness]
 
@@ -131,6 +136,40 @@ async def test_apply_uses_the_witnessed_payload_and_reports_the_hash() -> None:
     coordinator, witnesses = coordinator_with_witness([])
     await runner.applier.apply(other, witnesses, coordinator, 6)
     assert runner.backend.weights_hash() == after
+
+
+@pytest.mark.parametrize(("convicted_at", "applied"), [(3, False), (2, False), (4, True)])
+async def test_a_convicted_trainers_results_are_not_applied(
+    convicted_at: int, applied: bool
+) -> None:
+    runner, _ = make_runner()
+    batch = BatchId(0, 3)
+    owner = b"o" * 32
+    payload = b"p" * DummyBackend.PAYLOAD_SIZE
+    data_hash = result_commitment(3, batch, payload)
+    source = source_round(batch, 3, owner)
+    source.candidates[batch] = [Candidate(owner, data_hash)]
+    source.downloads[data_hash] = verified(data_hash, owner, batch, payload)
+    conviction = Conviction(0, convicted_at, owner, batch, (b"v" * 32,), 10)
+    coordinator, witnesses = coordinator_with_witness([data_hash], [conviction])
+    before = runner.backend.weights_hash()
+    weights = await runner.applier.apply(source, witnesses, coordinator, 5)
+    assert weights is not None and runner.ctx.out_of_sync is None
+    # convicted at the result's step or before: skipped (nothing applied, weights unchanged)
+    assert (weights != before) is applied
+
+
+async def test_a_convicted_trainers_missing_result_does_not_desync() -> None:
+    runner, _ = make_runner()
+    batch = BatchId(0, 3)
+    owner = b"o" * 32
+    source = source_round(batch, 3, owner)  # its announcement never reached us
+    coordinator, witnesses = coordinator_with_witness([])
+    witnesses[0].participant_bloom.add(hashlib.sha256(owner).digest())  # but a witness saw it
+    conviction = Conviction(0, 3, owner, batch, (b"v" * 32,), 10)
+    coordinator.verification = VerificationRecord(convictions=[conviction])
+    assert await runner.applier.apply(source, witnesses, coordinator, 5) is not None
+    assert runner.ctx.out_of_sync is None
 
 
 async def test_a_missing_consensus_payload_puts_the_client_out_of_sync() -> None:
@@ -229,3 +268,25 @@ async def test_a_result_announced_at_another_size_than_the_layout_is_refused(cap
     for download in round_.downloads.values():
         assert download.task is not None
         download.task.cancel()
+
+
+async def test_no_health_check_when_members_left_since_the_previous_round() -> None:
+    from tests.unit.coordinator_support import ids, make_coordinator, to_round_train
+    from tests.unit.coordinator_support import witness_round as run_round
+
+    def coordinator(drop_one: bool) -> Any:
+        coord = make_coordinator(witness_nodes=0)
+        members = ids(4)
+        now = to_round_train(coord, members)
+        now = run_round(coord, now)
+        if drop_one:  # a member in the middle leaves at the next round start
+            coord.epoch_state.clients[1].state = ClientState.Dropped
+        return coord, run_round(coord, now, seen=[])  # nobody saw any trainer
+
+    for drop_one, expect_checks in ((False, True), (True, False)):
+        coord, _ = coordinator(drop_one)
+        assert coord.current_round().height == 2
+        runner, uplink = make_runner()
+        runner.ctx.coordinator = coord
+        await runner.witnessing.send_health_checks(coord)
+        assert bool(uplink.health) is expect_checks, (drop_one, uplink.health)

@@ -51,14 +51,20 @@ def test_example_and_fixtures_are_valid(shared_fixtures: Path) -> None:
         assert validate_state(load_state(path, run_id="solana")).ok, path
 
 
-def test_stale_verification_percent_fixture_only_warns(shared_fixtures: Path) -> None:
+def test_verification_percent_fixture_validates_without_a_warning(shared_fixtures: Path) -> None:
+    # verifiers exist now (docs/verification.md): a verification_percent above 0 is a setting
     path = shared_fixtures / "configs" / "llama2-20m-dolma-verify-first-checkpointer" / "state.toml"
     report = validate_state(load_state(path))
     assert report.ok
-    assert [w.field for w in report.warnings] == [
-        "config.verification_percent",
-        "data_config",
-    ]
+    assert [w.field for w in report.warnings] == ["data_config"]
+
+
+@pytest.mark.parametrize("percent", [1, 25, 50, 100])
+def test_verification_percent_up_to_100_is_valid(percent: int) -> None:
+    state = example_state().model_copy(update={"config": config_with(verification_percent=percent)})
+    report = validate_state(state)
+    assert report.ok, report.errors
+    assert "config.verification_percent" not in [w.field for w in report.warnings]
 
 
 # One case per reference rule, in the reference's order: (changes, field, rule, words).

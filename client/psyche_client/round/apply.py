@@ -2,7 +2,8 @@
 
 The results of round h−2 are applied once round h−1's witnesses are final: for every batch,
 the one commitment a witness quorum saw (`plan_apply`), in batch-id order, minus the results
-of trainers still in their cold start (`split_cold_start`). A consensus result that this
+of trainers still in their cold start (`split_cold_start`) and of trainers the verifiers
+convicted for that step or earlier (`split_convicted`). A consensus result that this
 client could not download and verify puts it out of sync (`RoundContext.lose_sync`): applying
 anything else would leave its weights different from its peers'; the next Warmup resyncs it.
 """
@@ -22,6 +23,7 @@ from psyche_client.round.consensus import (
     cold_start_steps,
     plan_apply,
     split_cold_start,
+    split_convicted,
 )
 from psyche_client.round.context import RoundContext
 from psyche_client.round.health import health_score
@@ -74,6 +76,14 @@ class ApplyStep:
             [witness.broadcast_bloom for witness in witnesses],
             quorum,
         )
+        # convictions for this step are final once the next round's witnesses are in
+        # (the coordinator refuses later accusations): every client skips the same results
+        epoch = coordinator.progress.epoch
+        plan = split_convicted(
+            plan,
+            source.roles.assignments,
+            lambda trainer: coordinator.verification.excluded(trainer, epoch, source.step),
+        )
         missed = missed_results(plan.skipped, source, witnesses, quorum)
         if missed:
             self.ctx.lose_sync(
@@ -120,6 +130,7 @@ class ApplyStep:
                 step=step,
                 applied_from_step=source.step,
                 results=len(results),
+                senders=sorted(short_id(sender) for (_, sender), _ in kept),
                 weights_hash=weights.hex(),
             ),
         )

@@ -9,7 +9,7 @@ predicate telling whether a payload is ready.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Generic, Protocol, TypeVar
@@ -51,6 +51,7 @@ class SkipReason(Enum):
     NO_COMMITMENT = "untrained batch: no result was announced"
     NO_QUORUM = "no commitment reached the witness quorum"
     COLD_START = "trainer is still in its cold-start warmup"
+    CONVICTED = "its trainer was convicted by the round's verifiers"
 
 
 @dataclass(frozen=True)
@@ -126,3 +127,22 @@ def plan_apply(
             continue
         plan.apply.append((batch, candidates[chosen]))
     return plan
+
+
+def split_convicted(
+    plan: ApplyPlan[B], owners: Mapping[B, bytes], excluded: Callable[[bytes], bool]
+) -> ApplyPlan[B]:
+    """`plan` without the batches whose trainer (`owners`) is `excluded` (convicted for this
+    step or earlier): they become skipped, whether a result was chosen for them or none
+    arrived, so that nobody waits for or misses a result no one applies."""
+    kept: ApplyPlan[B] = ApplyPlan()
+    for batch, candidate in plan.apply:
+        if excluded(candidate.sender):
+            kept.skipped.append((batch, SkipReason.CONVICTED))
+        else:
+            kept.apply.append((batch, candidate))
+    for batch, reason in plan.skipped:
+        owner = owners.get(batch)
+        convicted = owner is not None and excluded(owner)
+        kept.skipped.append((batch, SkipReason.CONVICTED if convicted else reason))
+    return kept

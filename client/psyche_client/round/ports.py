@@ -21,6 +21,7 @@ from psyche_common.coordinator import Coordinator
 from psyche_client.p2p.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_client.round.witness_builder import EMPTY_MERKLE_ROOT
 from psyche_client.training.backend import TrainingBackend
+from psyche_client.verify.agreement import ACCUSE_BELOW
 
 
 class PeerNetwork(Protocol):
@@ -54,6 +55,12 @@ class Uplink(Protocol):
 
     async def send_join(self) -> None: ...
 
+    async def send_accusation(
+        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int
+    ) -> None:
+        """A verifier's report: `trainer`'s result for `batch` failed the check."""
+        ...
+
 
 DataFetcher = Callable[[BatchId], Awaitable[np.ndarray]]
 """Samples of a batch; raises once it gives up (the batch is then not trained)."""
@@ -67,13 +74,15 @@ returns "in sync", "resynced" or "undecided"."""
 @dataclass
 class RunnerOptions:
     """Knobs of the round pipeline: the result-download backoff, where to write own results,
-    whether batches need data (False with the dummy backend) and whether the next round is
-    prepared while the current one's witnesses report."""
+    whether batches need data (False with the dummy backend), whether the next round is
+    prepared while the current one's witnesses report, and the verifier's threshold."""
 
     download_backoff: float = 2.0
     write_gradients_dir: Path | None = None
     needs_data: bool = True
     prepare_next_round: bool = True
+    verify_threshold: float = ACCUSE_BELOW
+    """As a verifier, report results whose agreement is below this (docs/verification.md)."""
 
 
 def empty_witness_wire(proof: WitnessProof) -> dict[str, Any]:

@@ -32,10 +32,18 @@ class RoundRoles:
     assignments: dict[BatchId, bytes]
     batch_ids: tuple[BatchId, ...]
     my_batches: tuple[BatchId, ...]
+    random_seed: int = 0
+    """The round's seed (which batches each verifier checks follows from it)."""
 
     @property
     def is_witness(self) -> bool:
         return self.witness_proof is not None and self.witness_proof.witness
+
+    @property
+    def is_verifier(self) -> bool:
+        return self.committee_proof is not None and (
+            self.committee_proof.committee == Committee.Verifier
+        )
 
     @property
     def is_trainer(self) -> bool:
@@ -92,6 +100,7 @@ def derive_round_roles(coordinator: Any, client_id: bytes, have_training: bool) 
         assignments=assignments,
         batch_ids=batch_ids,
         my_batches=mine,
+        random_seed=round_.random_seed,
     )
 
 

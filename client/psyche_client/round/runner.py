@@ -1,7 +1,7 @@
 """The client's round pipeline: follows coordinator states and peer announcements.
 
 `RoundRunner` composes the parts — `Warmup`, `ResultExchange`, `RoundTraining`, `ApplyStep`,
-`Witnessing`, `NextRoundPreparer`, `CooldownStep` — around one `RoundContext`, and reacts to
+`Witnessing`, `NextRoundPreparer`, `CooldownStep`, `RoundVerifier` — around one `RoundContext`, and reacts to
 each coordinator state with the action the (phase, run state) table names (`phase.ACTIONS`).
 It never blocks the event loop: training, decoding and applying run in worker threads under
 one model lock; downloads and fetches are tasks with timeouts. Transport is behind
@@ -46,6 +46,7 @@ from psyche_client.round.rejoin import Rejoin
 from psyche_client.round.roles import derive_round_roles
 from psyche_client.round.state import RoundState
 from psyche_client.round.training import RoundTraining
+from psyche_client.round.verifier import RoundVerifier
 from psyche_client.round.warmup import Warmup
 from psyche_client.round.witness import Witnessing
 from psyche_client.stats import ClientStats
@@ -74,7 +75,10 @@ class RoundRunner:
         self.network = network
         self.load_backend = load_backend
         self.exchange = ResultExchange(self.ctx, network, options, self._poke)
-        self.training = RoundTraining(self.ctx, self.exchange, fetch_samples, options, self._poke)
+        self.verifier = RoundVerifier(self.ctx, uplink, fetch_samples, options.verify_threshold)
+        self.training = RoundTraining(
+            self.ctx, self.exchange, fetch_samples, options, self._poke, self.verifier
+        )
         self.applier = ApplyStep(self.ctx, uplink)
         self.witnessing = Witnessing(self.ctx, network, uplink, self.exchange)
         self.warmup = Warmup(self.ctx, network, uplink, check_weights, self._reload_model)
@@ -155,7 +159,9 @@ class RoundRunner:
         await self.exchange.rebroadcast(now)
 
     def _poke(self) -> None:
-        """A Finished/witness condition may have changed: check now, not at the next tick."""
+        """A Finished/witness condition, or a result to verify, may have changed: check now,
+        not at the next tick."""
+        self.verifier.check_rounds()
         if self.ctx.phase == Phase.TRAINING:
             self.ctx.tasks.spawn(self.witnessing.progress())
 

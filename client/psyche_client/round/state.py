@@ -18,6 +18,7 @@ from psyche_common.assignment import BatchId
 from psyche_common.bloom import Bloom
 
 from psyche_client.p2p.announcements import FinishedAnnouncement, ResultAnnouncement
+from psyche_client.round.checks import VerifierChecks
 from psyche_client.round.consensus import Candidate
 from psyche_client.round.roles import RoundRoles
 from psyche_client.round.witness_builder import MutableBloom, RoundWitnessState
@@ -76,6 +77,8 @@ class RoundState:
     sent_witness: bool = False
     started_at: float = 0.0
     training_finished_at: float | None = None
+    checks: VerifierChecks | None = None
+    """Set when this client verifies the round: its recomputed references (`verifier`)."""
 
     @classmethod
     def start(

@@ -1,6 +1,7 @@
 """Training a round's batches (reference §2.5): fetch each batch's samples, train it in a
 worker thread under the model lock, and publish the result — or hold it while the round is
 only predicted (`RoundState.confirmed` is False) and publish it when the round is confirmed.
+A round's verifier (no batches) recomputes its sample here instead (`RoundVerifier`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from psyche_client.round.exchange import ResultExchange
 from psyche_client.round.phase import Phase
 from psyche_client.round.ports import DataFetcher, RunnerOptions
 from psyche_client.round.state import RoundState
+from psyche_client.round.verifier import RoundVerifier
 
 log = logging.getLogger("psyche.client")
 
@@ -31,8 +33,10 @@ class RoundTraining:
         fetch_samples: DataFetcher | None,
         options: RunnerOptions,
         on_change: Callable[[], None],
+        verifier: RoundVerifier | None = None,
     ) -> None:
         self.ctx = ctx
+        self.verifier = verifier
         self.exchange = exchange
         self.fetch_samples = fetch_samples
         self.options = options
@@ -43,6 +47,13 @@ class RoundTraining:
         backend = self.ctx.require_backend()
         if after is not None:
             await asyncio.shield(after)  # shared with the report and health-check tasks
+        if (
+            self.verifier is not None
+            and round_.have_training
+            and round_.roles.is_verifier
+            and self.options.needs_data
+        ):
+            await self.verifier.recompute(round_)  # on the weights this round's trainers use
         if round_.have_training:
             for batch in round_.roles.my_batches:
                 if round_.cancelled or self.ctx.out_of_sync is not None:

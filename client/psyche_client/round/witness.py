@@ -17,6 +17,7 @@ from psyche_common.bloom import Bloom
 from psyche_common.client_id import short_id
 from psyche_common.committee import Committee
 from psyche_common.coordinator import Coordinator, witness_quorum
+from psyche_common.coordinator.witnesses import attested_trainers
 
 from psyche_client.p2p.announcements import make_finished_announcement
 from psyche_client.round.context import RoundContext
@@ -99,12 +100,29 @@ class Witnessing:
         selection = selection_for_round(coordinator, previous_round)
         if previous_round is None or selection is None or coordinator.current_round().height < 2:
             return
+        attested = attested_trainers(coordinator)  # who had a result the blooms could hold
+        if previous_round.clients_len != len(coordinator.epoch_state.clients) or (
+            attested is None and coordinator.config.verification_percent > 0
+        ):
+            # members left at this round's start (a drop or a conviction): committee indices
+            # of the previous round no longer name the same clients, and an accusation built
+            # from them could name an honest member (docs/verification.md)
+            log.info(
+                "health check skipped: the members changed since the previous round",
+                extra=self.ctx.fields(),
+            )
+            return
         witnesses = list(previous_round.witnesses)
         quorum = witness_quorum(coordinator.config.witness_nodes, len(witnesses))
         ids = [c.id for c in coordinator.epoch_state.clients][: selection.total_nodes]
+
+        def judged(i: int) -> bool:
+            trainer = selection.get_committee(i).committee == Committee.Trainer
+            return trainer and (attested is None or ids[i] in attested)
+
         accused = clients_to_accuse(
             ids,
-            is_trainer=lambda i: selection.get_committee(i).committee == Committee.Trainer,
+            is_trainer=judged,
             participant_blooms=[w.participant_bloom for w in witnesses],
             quorum=quorum,
             proof_for=lambda i: selection.get_committee(i).to_wire(),

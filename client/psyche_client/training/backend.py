@@ -14,7 +14,7 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from psyche_common.assignment import BatchId
 from psyche_common.coordinator import Coordinator
@@ -107,6 +107,20 @@ class TrainingBackend(Protocol):
 
     def config_json(self) -> str:
         """The model config as JSON, shared with late joiners ("" when there is none)."""
+        ...
+
+
+@runtime_checkable
+class VerifyingBackend(Protocol):
+    """A backend that can check peers' results (DisTrO): `recompute` the reference of one
+    batch on the current weights (weights unchanged), then score a result against it."""
+
+    def recompute(self, samples: Any) -> object | None:
+        """The reference of a batch's samples; None when this run's optimizer has none."""
+        ...
+
+    def agreement(self, reference: object, result: DecodedResult) -> float:
+        """How well `result` agrees with `reference`, in [0, 1]; ValueError if it cannot."""
         ...
 
 

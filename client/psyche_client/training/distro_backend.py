@@ -22,6 +22,7 @@ from psyche_common.assignment import BatchId
 from psyche_common.coordinator import Coordinator
 from psyche_common.lr_schedule import effective_lr
 
+from psyche_client.distro.optimizer import DistroOptimizer
 from psyche_client.distro.result import DistroResult, ResultDecodeError, ResultLayout
 from psyche_client.distro.size import encoded_result_size
 from psyche_client.model.loading import (
@@ -36,6 +37,8 @@ from psyche_client.model.loading import (
 from psyche_client.training.backend import DecodedResult, TrainedResult, WeightsSnapshot
 from psyche_client.training.device import resolve_device
 from psyche_client.training.trainer import Trainer, TrainingCancelled
+from psyche_client.verify.agreement import gradient_coefficients, sign_agreement
+from psyche_client.verify.recompute import recompute_gradient
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -184,6 +187,24 @@ class DistroBackend:
         self.trainer.apply(distro_results, step, self.lr(step))
         # hash here, in the caller's worker thread, not later on the event loop
         self._weights_digest = self.trainer.weights_digest()
+
+    def recompute(self, samples: Any) -> object | None:
+        """The DCT coefficients of the plain gradient of `samples` at the current weights
+        (a verifier's reference, `psyche_client.verify`); None unless the run is DisTrO."""
+        distro = self.trainer.distro
+        if not isinstance(distro, DistroOptimizer):
+            return None
+        tokens = np.asarray(samples, dtype=np.int64)
+        grads = recompute_gradient(
+            self.trainer.model, tokens, self.trainer.micro_batch_size, self.trainer.device
+        )
+        return gradient_coefficients(distro.compressor, grads)
+
+    def agreement(self, reference: object, result: DecodedResult) -> float:
+        """The |coefficient|-weighted sign agreement of `result` with `reference`."""
+        if not isinstance(result, DistroResult) or not isinstance(reference, list):
+            raise ValueError("agreement needs a DistroResult and recomputed coefficients")
+        return sign_agreement(result, reference).weighted
 
     def snapshot(self) -> WeightsSnapshot:
         """Copies of every parameter on its device, with the weights hash they have."""

@@ -60,6 +60,9 @@ class StateFile(StrictModel):
     epoch_state: dict[str, Any] | None = None
     run_state_start_unix_timestamp: U64 = 0
     pending_pause: bool = False
+    verification: dict[str, Any] | None = None
+    """The kept convictions (`psyche_common.coordinator.VerificationRecord`'s TOML table);
+    absent in files saved before verification existed or without any conviction."""
 
     @field_validator("model", mode="before")
     @classmethod
@@ -98,4 +101,6 @@ class StateFile(StrictModel):
         }
         if self.epoch_state is not None:
             document["epoch_state"] = self.epoch_state
+        if self.verification is not None:
+            document["verification"] = self.verification
         return document

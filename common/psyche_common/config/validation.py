@@ -68,15 +68,6 @@ def validate_state(
                 "VerificationPercent",
             )
         )
-    elif cfg.verification_percent > 0:
-        warnings.append(
-            ConfigProblem(
-                "config.verification_percent",
-                f"config.verification_percent is {cfg.verification_percent}: verifier committees "
-                "are not supported (the reference's clients assert that it is 0); use 0",
-                "VerificationPercent",
-            )
-        )
 
     model_errors, model_warnings = model_problems(state)
     errors.extend(model_errors)

@@ -28,6 +28,7 @@ from psyche_common.coordinator.types import (
     TickResult,
     Witness,
 )
+from psyche_common.coordinator.verdicts import Accusation, Conviction, VerificationRecord
 
 __all__ = [
     "ACTIVE_STATES",
@@ -35,8 +36,10 @@ __all__ = [
     "MAX_CLIENTS",
     "MAX_WITNESSES",
     "NUM_STORED_ROUNDS",
+    "Accusation",
     "Client",
     "ClientState",
+    "Conviction",
     "Coordinator",
     "CoordinatorError",
     "CoordinatorInvariantError",
@@ -46,6 +49,7 @@ __all__ = [
     "Round",
     "RunState",
     "TickResult",
+    "VerificationRecord",
     "Witness",
     "short_id",
     "witness_quorum",

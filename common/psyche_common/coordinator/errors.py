@@ -7,7 +7,7 @@ import re
 
 
 class ErrorKind(enum.Enum):
-    """The reference's `CoordinatorError` variants (and `NotCheckpointer`, ours)."""
+    """The reference's `CoordinatorError` variants (and `NotCheckpointer`, `InvalidAccusation`: ours)."""
 
     NoActiveRound = 0
     InvalidWitness = 1
@@ -22,6 +22,8 @@ class ErrorKind(enum.Enum):
     InvalidCommitteeProof = 10
     NotCheckpointer = 11
     """Ours: a `Checkpoint` from a key the operator did not name as a checkpointer."""
+    InvalidAccusation = 12
+    """Ours: a verification report the rules refuse (not a variant of the reference)."""
 
     @property
     def text(self) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 from psyche_common.assignment import get_batch_size
 from psyche_common.committee import CommitteeProof
 from psyche_common.config import AnyCheckpoint, CoordinatorConfig, LLMConfig, StateFile
-from psyche_common.coordinator import checkpoints, transitions, wire, witnesses
+from psyche_common.coordinator import accusations, checkpoints, transitions, wire, witnesses
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.types import (
     ACTIVE_STATES,
@@ -34,6 +34,7 @@ from psyche_common.coordinator.types import (
     TickResult,
     Witness,
 )
+from psyche_common.coordinator.verdicts import Accusation, Conviction, VerificationRecord
 
 
 class CoordinatorInvariantError(RuntimeError):
@@ -61,6 +62,7 @@ class Coordinator:
     epoch_state: EpochState = field(default_factory=EpochState)
     run_state_start_ms: int = 0
     pending_pause: bool = False
+    verification: VerificationRecord = field(default_factory=VerificationRecord)
 
     @property
     def run_state_start_unix_timestamp(self) -> int:
@@ -107,6 +109,9 @@ class Coordinator:
 
     def health_check(self, from_id: bytes, checks: Sequence[tuple[bytes, CommitteeProof]]) -> int:
         return witnesses.health_check(self, from_id, checks)
+
+    def accuse(self, from_id: bytes, accusation: Accusation) -> Conviction | None:
+        return accusations.accuse(self, from_id, accusation)
 
     def checkpoint(
         self,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from psyche_common.client_id import CLIENT_ID_LEN
-from psyche_common.coordinator import checkpoints
+from psyche_common.coordinator import accusations, checkpoints
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.quorum import witness_quorum
 from psyche_common.coordinator.types import (
@@ -63,7 +63,12 @@ def tick_waiting_for_members(
 ) -> TickResult:
     if pending is None:
         return TickResult.ticked()
-    unique = _unique_pending(pending)
+    # a key convicted by the verifiers (kept record) is not admitted again
+    unique = [
+        client_id
+        for client_id in _unique_pending(pending)
+        if not coord.verification.ever_convicted(client_id)
+    ]
     config = coord.config
     if len(unique) < config.init_min_clients or not coord.check_timeout(
         now, config.waiting_for_members_extra_time
@@ -121,6 +126,7 @@ def start_round_train(coord: Coordinator, now: float, seed: int, tie_breaker_tas
     round_.random_seed = round_seed
     round_.next_random_seed = next_seed
     round_.witnesses = []
+    accusations.prune(coord)
     coord.change_state(now, RunState.RoundTrain)
 
 

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from psyche_common.config import CoordinatorConfig, LLMConfig, StateFile, StateFileProgress
 from psyche_common.coordinator.types import ClientState, EpochState, Progress, RunState
+from psyche_common.coordinator.verdicts import VerificationRecord
 from psyche_common.wire_checks import wire_map, wire_uint
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ def to_wire(coord: Coordinator) -> dict[str, Any]:
         "epoch_state": coord.epoch_state.to_wire(),
         "run_state_start_ms": coord.run_state_start_ms,
         "pending_pause": coord.pending_pause,
+        "verification": coord.verification.to_wire(),
     }
 
 
@@ -75,6 +77,8 @@ def from_wire(data: Any) -> Coordinator:
         epoch_state=EpochState.from_wire(data["epoch_state"]),
         run_state_start_ms=wire_uint(data, "run_state_start_ms", "coordinator"),
         pending_pause=data["pending_pause"],
+        # optional: coordinators from before verification existed have none
+        verification=VerificationRecord.from_wire(data.get("verification")),
     )
 
 
@@ -95,6 +99,7 @@ def reset_ephemeral(coord: Coordinator) -> None:
     es = coord.epoch_state
     es.clients = [client for client in es.clients if client.state == ClientState.Healthy]
     es.exited_clients = []
+    coord.verification.accusations = []
 
 
 # ----- state.toml -----
@@ -119,6 +124,7 @@ def from_state_file(state_file: StateFile) -> Coordinator:
         epoch_state=epoch_state,
         run_state_start_ms=state_file.run_state_start_unix_timestamp * 1000,
         pending_pause=state_file.pending_pause,
+        verification=VerificationRecord.from_toml(state_file.verification),
     )
 
 
@@ -136,6 +142,7 @@ def to_state_file(coord: Coordinator) -> StateFile:
         epoch_state=epoch_state_to_toml(coord.epoch_state),
         run_state_start_unix_timestamp=coord.run_state_start_unix_timestamp,
         pending_pause=coord.pending_pause,
+        verification=coord.verification.to_toml() if coord.verification.convictions else None,
     )
 
 

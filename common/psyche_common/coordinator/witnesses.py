@@ -100,6 +100,26 @@ def trainer_healthy(coord: Coordinator, client_id: bytes) -> bool:
     return score >= witness_quorum(coord.config.witness_nodes, len(previous.witnesses))
 
 
+def attested_trainers(coord: Coordinator) -> set[bytes] | None:
+    """The `Trainer` committee of the round the previous round's witnesses attest (two rounds
+    back: a witness reports the results of the round before its own), or None when that
+    cannot be told (no such round, or the members changed since).
+
+    Without verifiers every member is a trainer every round and this changes nothing; with
+    them, a verifier of round h-2 that trains in round h-1 had no result to be seen.
+    """
+    attested = coord.previous_previous_round()
+    clients = coord.epoch_state.clients
+    if attested is None or attested.clients_len != len(clients):
+        return None
+    committees = CommitteeSelection.from_coordinator(coord, -2).all_committees()
+    return {
+        client.id
+        for client, committee in zip(clients, committees, strict=True)
+        if committee == Committee.Trainer
+    }
+
+
 def healthy(coord: Coordinator, client_id: bytes, proof: CommitteeProof) -> bool:
     """Whether the previous-round member `client_id` (committee proof `proof`) was healthy.
 
@@ -125,6 +145,11 @@ def healthy(coord: Coordinator, client_id: bytes, proof: CommitteeProof) -> bool
             f"proof at index {proof.index} does not belong to {short_id(client_id)}",
         )
     if proof.committee == Committee.Trainer:
+        attested = attested_trainers(coord)
+        if attested is None and coord.config.verification_percent > 0:
+            return True  # committees change per round: who had to deliver cannot be told
+        if attested is not None and client.id not in attested:
+            return True  # no result of its was due in the round the blooms attest
         return trainer_healthy(coord, client.id)
     return True  # tie-breakers and verifiers are not judged (the reference has todo!() here)
 

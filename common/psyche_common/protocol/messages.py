@@ -101,7 +101,19 @@ class Checkpoint(_Message):
     checkpoint: WireDict
 
 
-AnyClientMessage = Join | Witness | WarmupWitness | HealthCheck | Checkpoint
+class Accusation(_Message):
+    """A verifier's report (`coordinator.accuse`): the result of `trainer` for `batch` at
+    `step` disagrees with the verifier's recomputed gradient (`agreement_milli`: the measured
+    sign agreement in thousandths)."""
+
+    type: Literal["Accusation"] = "Accusation"
+    step: NonNegInt
+    trainer: Bytes32
+    batch: Annotated[list[NonNegInt], Field(min_length=2, max_length=2)]
+    agreement_milli: Annotated[int, Field(strict=True, ge=0, le=1000)]
+
+
+AnyClientMessage = Join | Witness | WarmupWitness | HealthCheck | Checkpoint | Accusation
 """Plain union of the client → server messages, for type hints."""
 
 ClientMessage = Annotated[AnyClientMessage, Field(discriminator="type")]
@@ -152,7 +164,9 @@ AnyServerMessage = CoordinatorState | Rejected | WeightsMismatch
 
 ServerMessage = Annotated[AnyServerMessage, Field(discriminator="type")]
 
-CLIENT_MESSAGE_TYPES = frozenset({"Join", "Witness", "WarmupWitness", "HealthCheck", "Checkpoint"})
+CLIENT_MESSAGE_TYPES = frozenset(
+    {"Join", "Witness", "WarmupWitness", "HealthCheck", "Checkpoint", "Accusation"}
+)
 SERVER_MESSAGE_TYPES = frozenset({"CoordinatorState", "Rejected", "WeightsMismatch"})
 
 _client_adapter: TypeAdapter[AnyClientMessage] = TypeAdapter(ClientMessage)

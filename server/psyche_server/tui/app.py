@@ -135,6 +135,7 @@ class ServerDashboard(App[None]):
                     f"Epoch: {view.epoch}  Step: {view.step}",
                     f"Checkpoint: {view.checkpoint}",
                     view.weights_line,
+                    view.verification_line,
                 ]
             ),
         )

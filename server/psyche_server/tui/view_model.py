@@ -66,6 +66,7 @@ class DashboardView:
     config_lines: list[str]
     round_lines: list[str]
     data: DataView | None = None
+    verification_line: str = ""
 
 
 @dataclass
@@ -93,6 +94,21 @@ def _weights_line(app: ServerApp) -> str:
         ids = ", ".join(sorted(short_id(c) for c in verdict.divergent))
         return f"Weights @ step {verdict.step}: DIVERGENT {ids} ({verdict.reports} reports)"
     return f"Weights @ step {verdict.step}: {verdict.reports} report(s) agree"
+
+
+def verification_line(coordinator: Coordinator) -> str:
+    """`Verification: 25%, 1 conviction (last: 0a1b2c3d at step 7, agreement 0.02)`."""
+    percent = coordinator.config.verification_percent
+    convictions = coordinator.verification.convictions
+    if not convictions:
+        return f"Verification: {percent}%, no conviction"
+    last = convictions[-1]
+    plural = "" if len(convictions) == 1 else "s"
+    return (
+        f"Verification: {percent}%, {len(convictions)} conviction{plural} (last: "
+        f"{short_id(last.trainer)} at step {last.step}, agreement "
+        f"{last.agreement_milli / 1000:.2f})"
+    )
 
 
 def build_view(app: ServerApp, now: int) -> DashboardView:
@@ -155,4 +171,5 @@ def build_view(app: ServerApp, now: int) -> DashboardView:
         config_lines=config_lines,
         round_lines=round_lines,
         data=data,
+        verification_line=verification_line(coordinator),
     )

@@ -1,0 +1,196 @@
+"""Sign agreement of honest and malicious DisTrO results with a verifier's recomputed gradient.
+
+Runs the simulation of tests/support/simulation.py (prototype model, 4 peers, chunk 64,
+top-k 8, 1-bit, decay 0.999, the two-round apply delay) for `--steps` steps. At each step of
+`--at`, before the peers train, a verifier recomputes the plain gradient of every peer's batch
+on the round's weights (no lookahead, no momentum) and takes its DCT; after training, each
+peer's result is compared with it (`psyche_client.verify.agreement`) as:
+
+- `honest`: the peer's own result;
+- `sign_flip`: the same result with every value negated;
+- `free_rider`: the next peer's result (another batch) re-announced for this batch;
+- `random`: random signs at random positions (k per chunk).
+
+Prints one JSON object: per case the unweighted (`fraction`) and |coefficient|-weighted
+(`weighted`) agreements, each as min / mean / max over all (step, peer) pairs, every sample,
+and the median seconds of a verifier's recompute (forward/backward + DCT) and score, and of a
+trainer's `train` (forward/backward + DisTrO encode) for one peer's share. Usage: .venv/bin/python bench/verification.py [--steps 150] [--at 5,25,50,100,150]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from psyche_client.distro import DistroResult, DistroSettings  # noqa: E402
+from psyche_client.training.trainer import Trainer  # noqa: E402
+from psyche_client.verify.agreement import (  # noqa: E402
+    Agreement,
+    agreement_at,
+    gradient_coefficients,
+    sign_agreement,
+)
+from psyche_client.verify.recompute import recompute_gradient  # noqa: E402
+from psyche_common.assignment import BatchId  # noqa: E402
+
+from tests.support.simulation import (  # noqa: E402
+    build_model,
+    cosine_schedule,
+    load_stdlib_corpus,
+    prototype_llama_config,
+)
+
+CASES = ("honest", "sign_flip", "free_rider", "random")
+
+
+def flipped(agreement: Agreement) -> Agreement:
+    """A negated 1-bit result agrees exactly where the original disagrees."""
+    return Agreement(1.0 - agreement.fraction, 1.0 - agreement.weighted, agreement.positions)
+
+
+def random_agreement(
+    result: DistroResult, coefficients: list[np.ndarray], rng: np.random.Generator
+) -> Agreement:
+    chosen = []
+    for payload, coef in zip(result.tensors, coefficients, strict=True):
+        shape = payload.indices().shape
+        idx = np.stack([rng.permutation(coef.shape[1])[: shape[1]] for _ in range(shape[0])])
+        chosen.append((idx, rng.choice([-1.0, 1.0], size=shape)))
+    return agreement_at(chosen, coefficients)
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {
+        "min": round(min(values), 4),
+        "mean": round(float(np.mean(values)), 4),
+        "max": round(max(values), 4),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--at", default="5,25,50,100,150")
+    parser.add_argument("--peers", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq-len", type=int, default=256)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    measure_at = {int(s) for s in args.at.split(",") if s}
+    settings = DistroSettings(
+        compression_decay=0.999,
+        compression_topk=8,
+        compression_chunk=64,
+        quantize_1bit=True,
+        clip_grad_norm=1.0,
+    )
+    corpus = load_stdlib_corpus()
+    schedule = cosine_schedule(args.lr, args.steps)
+    base = build_model(prototype_llama_config(), args.seed)
+    per_peer = args.batch // args.peers
+    trainers = [
+        Trainer(copy.deepcopy(base), settings, device="cpu", micro_batch_size=per_peer)
+        for _ in range(args.peers)
+    ]
+    verifier_model = copy.deepcopy(base)
+    compressor = trainers[0].distro.compressor
+    rng = np.random.default_rng(1234 + args.seed)
+    noise = np.random.default_rng(99)
+    in_flight: dict[int, list[DistroResult]] = {}
+    samples: list[dict[str, object]] = []
+    started = time.perf_counter()
+    recompute_seconds: list[float] = []
+    score_seconds: list[float] = []
+    train_seconds: list[float] = []
+    for step in range(1, args.steps + 1):
+        if step - 2 >= 1:
+            applied = in_flight.pop(step - 2)
+            for trainer in trainers:
+                trainer.apply(applied, step, schedule(step))
+        tokens = corpus.batch(rng, args.batch, args.seq_len)
+        shares = [tokens[r * per_peer : (r + 1) * per_peer] for r in range(args.peers)]
+        coefficients = []
+        if step in measure_at:
+            verifier_model.load_state_dict(trainers[0].model.state_dict())
+            for share in shares:
+                t0 = time.perf_counter()
+                grads = recompute_gradient(verifier_model, share, per_peer, torch.device("cpu"))
+                coefficients.append(gradient_coefficients(compressor, grads))
+                recompute_seconds.append(time.perf_counter() - t0)
+        produced = []
+        for r, trainer in enumerate(trainers):
+            out = trainer.train(
+                BatchId(r * per_peer, (r + 1) * per_peer - 1),
+                shares[r],
+                step,
+                schedule(step),
+                schedule(step - 1),
+            )
+            assert out.result is not None
+            train_seconds.append(out.forward_backward_seconds + out.optimizer_seconds)
+            produced.append(trainer.decode_result(out.result.encode()))
+        in_flight[step] = produced
+        if step in measure_at:
+            for r in range(args.peers):
+                t0 = time.perf_counter()
+                honest = sign_agreement(produced[r], coefficients[r])
+                score_seconds.append(time.perf_counter() - t0)
+                other = produced[(r + 1) % args.peers]
+                cases = {
+                    "honest": honest,
+                    "sign_flip": flipped(honest),
+                    "free_rider": sign_agreement(other, coefficients[r]),
+                    "random": random_agreement(produced[r], coefficients[r], noise),
+                }
+                samples.append(
+                    {
+                        "step": step,
+                        "peer": r,
+                        "positions": honest.positions,
+                        **{
+                            name: [round(a.fraction, 4), round(a.weighted, 4)]
+                            for name, a in cases.items()
+                        },
+                    }
+                )
+    report = {
+        "settings": {
+            "steps": args.steps,
+            "peers": args.peers,
+            "batch": args.batch,
+            "seq_len": args.seq_len,
+            "chunk": 64,
+            "topk": 8,
+            "quantize_1bit": True,
+            "decay": 0.999,
+        },
+        "cases": {
+            name: {
+                "fraction": summary([s[name][0] for s in samples]),  # type: ignore[index]
+                "weighted": summary([s[name][1] for s in samples]),  # type: ignore[index]
+            }
+            for name in CASES
+        },
+        "recompute_seconds_median": round(float(np.median(recompute_seconds)), 4),
+        "score_seconds_median": round(float(np.median(score_seconds)), 4),
+        "train_seconds_median": round(float(np.median(train_seconds)), 4),
+        "seconds": round(time.perf_counter() - started, 1),
+        "samples": samples,
+    }
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Statistical verification of trainers' DisTrO results by recomputed gradients."""

@@ -1,0 +1,80 @@
+"""Who verifies what in a round, and how many accusations convict (pure; no I/O).
+
+A client whose committee is `Verifier` in a round trains nothing; it recomputes the gradients
+of `VERIFIER_SAMPLES` of the round's batches, picked by `verifier_sample` from the round's seed
+and the verifier's own id, so that the coordinator can check that an accusation names a batch
+the accuser really had to check, and trainers cannot know in advance which batches are
+checked. `checkers_of` lists the verifiers whose sample holds one of a trainer's batches; a
+trainer is convicted when `conviction_quorum(len(checkers))` of them accuse it (a strict
+majority, so with one checker its accusation is enough; docs/verification.md weighs that).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+from psyche_common.assignment import BatchId, ClientLike
+from psyche_common.committee import Committee, CommitteeSelection
+
+VERIFIER_SAMPLES = 2
+"""Batches each verifier recomputes per round (fewer when the round has fewer batches)."""
+
+SAMPLE_DOMAIN = b"psyche-py/verifier-sample/v1\x00"
+
+
+def verifier_sample(
+    seed: int, verifier_id: bytes, batches: Sequence[BatchId], count: int = VERIFIER_SAMPLES
+) -> list[BatchId]:
+    """`count` distinct batches of `batches` (sorted by start), chosen by hashing the round's
+    `seed` with the verifier's id; returned in sample order."""
+    ordered = sorted(batches)
+    scored = sorted(
+        ordered,
+        key=lambda batch: hashlib.sha256(
+            SAMPLE_DOMAIN
+            + (seed & ((1 << 64) - 1)).to_bytes(8, "little")
+            + verifier_id
+            + batch.start.to_bytes(8, "little")
+            + batch.end.to_bytes(8, "little")
+        ).digest(),
+    )
+    return sorted(scored[: max(0, count)])
+
+
+def round_verifiers(
+    clients: Sequence[ClientLike],
+    seed: int,
+    witness_nodes: int,
+    verification_percent: int,
+    tie_breaker_tasks: int = 0,
+) -> list[bytes]:
+    """The ids of the round's `Verifier` committee, in client-index order."""
+    if not clients:
+        return []
+    selection = CommitteeSelection.new(
+        tie_breaker_tasks, witness_nodes, verification_percent, len(clients), seed
+    )
+    return [
+        client.id
+        for client, committee in zip(clients, selection.all_committees(), strict=True)
+        if committee == Committee.Verifier
+    ]
+
+
+def checkers_of(
+    trainer_id: bytes,
+    assignments: Mapping[BatchId, bytes],
+    verifiers: Sequence[bytes],
+    seed: int,
+) -> list[bytes]:
+    """The verifiers whose sample holds at least one of `trainer_id`'s batches."""
+    batches = list(assignments)
+    mine = {batch for batch, owner in assignments.items() if owner == trainer_id}
+    return [v for v in verifiers if mine.intersection(verifier_sample(seed, v, batches))]
+
+
+def conviction_quorum(checkers: int) -> int:
+    """Accusations that convict a trainer checked by `checkers` verifiers: a strict majority
+    (at least 1)."""
+    return max(1, checkers // 2 + 1)

@@ -1,0 +1,127 @@
+"""Verification against a sign-flip trainer (real processes, the tiny real model).
+
+Four clients train `builtin:llama-tiny` with `verification_percent = 25` (one verifier per
+round, three trainers); one of them is tests/e2e/signflip_client.py, which negates its
+gradients. A verifier that samples one of its batches finds its result's signs opposite to the
+recomputed gradient's and reports it; the coordinator convicts it (a one-verifier check is its
+own quorum) and drops it from the epoch. The honest clients' weights hashes stay identical at
+every applied step, no honest client is convicted, and from the conviction's step on no honest
+client applies a result of the attacker.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from psyche_client.verify.agreement import ACCUSE_BELOW
+
+from tests.e2e.client_run import Cluster, Proc, applied_hashes, wait_for, write_state
+
+pytestmark = pytest.mark.timeout(420)
+
+SIGNFLIP = [sys.executable, str(Path(__file__).with_name("signflip_client.py"))]
+
+
+def client_short_id(proc: Proc) -> str:
+    ids = {line["client_id"] for line in proc.lines() if "client_id" in line}
+    assert len(ids) == 1, f"{proc.name}: client ids {ids}"
+    return ids.pop()
+
+
+def convictions(server: Proc) -> list[dict]:
+    return [line for line in server.lines() if str(line.get("msg", "")).startswith("conviction:")]
+
+
+def test_a_sign_flip_trainer_is_convicted_and_its_results_are_not_applied(
+    tmp_path: Path,
+) -> None:
+    state = write_state(
+        tmp_path / "state.toml",
+        total_steps=16,
+        init_min_clients=4,
+        min_clients=3,
+        witness_nodes=2,
+        verification_percent=25,
+        batch=6,
+    )
+    c = Cluster(tmp_path, state)
+    try:
+        server = c.start_server()
+        honest = [c.start_client() for _ in range(3)]
+        attacker = c.start_client(program=SIGNFLIP)
+        wait_for(lambda: convictions(server), 300, "a conviction", c.diagnostics)
+        wait_for(
+            lambda: all(p.popen.poll() is not None for p in honest),
+            300,
+            "the honest clients to finish the run",
+            c.diagnostics,
+        )
+        assert [p.popen.returncode for p in honest] == [0, 0, 0], c.diagnostics()
+        bad = client_short_id(attacker)
+        found = convictions(server)
+        assert {line["client"] for line in found} == {bad}, found
+        convicted_step = min(line["convicted_step"] for line in found)
+        tables = [applied_hashes(p) for p in honest]
+        common = sorted(set.intersection(*(set(t) for t in tables)))
+        assert len(common) >= 10, f"only {len(common)} common applied steps"
+        for step in common:
+            assert len({t[step] for t in tables}) == 1, f"honest weights differ at step {step}"
+        for proc in honest:
+            after = [
+                e for e in proc.events("applied step") if e["applied_from_step"] >= convicted_step
+            ]
+            assert after, f"{proc.name}: nothing applied after the conviction"
+            assert all(bad not in e["senders"] for e in after), after
+            assert all(e["results"] >= 1 for e in after), after
+        scored = [line for p in [*honest, attacker] for line in p.events("verifier scored")]
+        honest_scores = [s["agreement"] for s in scored if s["trainer"] != bad]
+        attacker_scores = [s["agreement"] for s in scored if s["trainer"] == bad]
+        assert attacker_scores and max(attacker_scores) < ACCUSE_BELOW, attacker_scores
+        assert all(score >= ACCUSE_BELOW for score in honest_scores), honest_scores
+        print(f"agreement: honest {sorted(honest_scores)} attacker {sorted(attacker_scores)}")
+    finally:
+        c.stop()
+
+
+def test_honest_clients_with_verifiers_are_never_convicted(tmp_path: Path) -> None:
+    """Four honest clients at 25%: every round one of them verifies 2 of the 3 batches; no
+    result scores below the threshold, nobody is accused, and the weights hashes agree."""
+    state = write_state(
+        tmp_path / "state.toml",
+        total_steps=14,
+        init_min_clients=4,
+        min_clients=3,
+        witness_nodes=2,
+        verification_percent=25,
+        batch=6,
+    )
+    c = Cluster(tmp_path, state)
+    try:
+        server = c.start_server()
+        clients = [c.start_client() for _ in range(4)]
+        wait_for(
+            lambda: all(p.popen.poll() is not None for p in clients),
+            300,
+            "the clients to finish the run",
+            c.diagnostics,
+        )
+        assert [p.popen.returncode for p in clients] == [0, 0, 0, 0], c.diagnostics()
+        assert convictions(server) == []
+        assert not [
+            line
+            for p in clients
+            for line in p.events("verifier scored")
+            if line["agreement"] < ACCUSE_BELOW
+        ]
+        scored = [line["agreement"] for p in clients for line in p.events("verifier scored")]
+        assert len(scored) >= 10, scored  # verification ran in most rounds
+        tables = [applied_hashes(p) for p in clients]
+        common = sorted(set.intersection(*(set(t) for t in tables)))
+        assert len(common) >= 9, f"only {len(common)} common applied steps"
+        for step in common:
+            assert len({t[step] for t in tables}) == 1, f"weights differ at step {step}"
+        print(f"honest agreement: min {min(scored):.3f}, {len(scored)} scores")
+    finally:
+        c.stop()

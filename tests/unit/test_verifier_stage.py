@@ -1,0 +1,204 @@
+"""The client's verifier stage: the agreement measure on a real model, the per-round checks,
+and `RoundVerifier` recomputing, scoring and reporting with a fake backend."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from psyche_client.distro import DistroSettings
+from psyche_client.round.checks import VerifierChecks, agreement_milli
+from psyche_client.round.context import RoundContext
+from psyche_client.round.roles import RoundRoles
+from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
+from psyche_client.round.verifier import RoundVerifier
+from psyche_client.stats import ClientStats
+from psyche_client.training.trainer import Trainer
+from psyche_client.verify.agreement import (
+    ACCUSE_BELOW,
+    agreement_at,
+    gradient_coefficients,
+    sign_agreement,
+)
+from psyche_client.verify.recompute import recompute_gradient
+from psyche_common.assignment import BatchId
+from psyche_common.bloom import Bloom
+from psyche_common.committee import Committee, CommitteeProof
+from psyche_common.protocol import Identity
+from psyche_common.verification import verifier_sample
+
+from tests.support.simulation import build_model, load_stdlib_corpus, prototype_llama_config
+
+SETTINGS = DistroSettings(
+    compression_decay=0.999,
+    compression_topk=8,
+    compression_chunk=64,
+    quantize_1bit=True,
+    clip_grad_norm=1.0,
+)
+
+
+def test_an_honest_result_agrees_and_a_negated_one_does_not() -> None:
+    corpus = load_stdlib_corpus()
+    tokens = corpus.batch(np.random.default_rng(3), 2, 128)
+    model = build_model(prototype_llama_config(), 0)
+    verifier_model = copy.deepcopy(model)
+    trainer = Trainer(model, SETTINGS, device="cpu", micro_batch_size=2)
+    out = trainer.train(BatchId(0, 1), tokens, 1, 1e-3, 0.0)
+    assert out.result is not None
+    grads = recompute_gradient(verifier_model, tokens, 2, torch.device("cpu"))
+    assert all(p.grad is None for p in verifier_model.parameters())  # left clean
+    reference = gradient_coefficients(trainer.distro.compressor, grads)
+    honest = sign_agreement(out.result, reference)
+    assert honest.weighted > 0.95 and honest.positions > 1000
+    chosen = [
+        (payload.indices(), -np.sign(payload.values(out.result.value_kind)))
+        for payload in out.result.tensors
+    ]
+    negated = agreement_at(chosen, reference)
+    assert negated.weighted < 0.05
+    assert negated.fraction == pytest.approx(1.0 - honest.fraction)
+    with pytest.raises(ValueError, match="tensors"):
+        sign_agreement(out.result, reference[:-1])
+
+
+def test_checks_score_each_result_once_and_report_a_trainer_once() -> None:
+    checks = VerifierChecks(b"w" * 32, {BatchId(0, 1): object()})
+    assert checks.wants(BatchId(0, 1), b"h" * 32)
+    assert not checks.wants(BatchId(2, 3), b"h" * 32)
+    checks.scored.add(b"h" * 32)
+    assert not checks.wants(BatchId(0, 1), b"h" * 32)
+    assert not checks.verdict(b"t" * 32, 0.9, ACCUSE_BELOW)
+    assert checks.verdict(b"t" * 32, 0.1, ACCUSE_BELOW)
+    assert not checks.verdict(b"t" * 32, 0.05, ACCUSE_BELOW)  # already reported
+    assert [agreement_milli(x) for x in (0.1234, -1.0, 2.0, float("nan"))] == [123, 0, 1000, 0]
+
+
+class FakeVerifyingBackend:
+    """Weights are a label; the reference of a batch is its first sample value; a result's
+    agreement is what its payload says."""
+
+    def __init__(self) -> None:
+        self.weights = b"w" * 32
+        self.recomputed: list[int] = []
+
+    def weights_hash(self) -> bytes:
+        return self.weights
+
+    def recompute(self, samples: Any) -> object | None:
+        self.recomputed.append(int(samples[0][0]))
+        return int(samples[0][0])
+
+    def agreement(self, reference: object, result: Any) -> float:
+        return float(result.score)
+
+
+class ReportingUplink:
+    def __init__(self) -> None:
+        self.accusations: list[tuple[int, bytes, BatchId, int]] = []
+
+    async def send_accusation(
+        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int
+    ) -> None:
+        self.accusations.append((step, trainer, batch, agreement_milli))
+
+
+BATCHES = tuple(BatchId(i * 4, i * 4 + 3) for i in range(4))
+OWNERS = {batch: bytes([i + 1]) * 32 for i, batch in enumerate(BATCHES)}
+
+
+def verifier_round(seed: int = 11) -> RoundState:
+    roles = RoundRoles(
+        step=7,
+        height=3,
+        my_index=0,
+        committee_proof=CommitteeProof(Committee.Verifier, 0, 0),
+        witness_proof=None,
+        selection=None,
+        assignments=dict(OWNERS),
+        batch_ids=BATCHES,
+        my_batches=(),
+        random_seed=seed,
+    )
+    assert roles.is_verifier and not roles.is_trainer
+    return RoundState.start(roles, 5, True, 0.0, bloom_factory=lambda n: Bloom.random())
+
+
+def make_verifier() -> tuple[RoundVerifier, RoundContext, FakeVerifyingBackend, ReportingUplink]:
+    ctx = RoundContext(Identity.generate(), ClientStats())
+    backend = FakeVerifyingBackend()
+    ctx.backend = backend  # type: ignore[assignment]
+    uplink = ReportingUplink()
+
+    async def fetch(batch: BatchId) -> np.ndarray:
+        return np.full((2, 8), batch.start, dtype=np.int64)
+
+    return RoundVerifier(ctx, uplink, fetch), ctx, backend, uplink  # type: ignore[arg-type]
+
+
+def verified_result(batch: BatchId, score: float, tag: bytes) -> ResultDownload:
+    announcement = SimpleNamespace(sender_id=OWNERS[batch], data_hash=tag * 32)
+    return ResultDownload(
+        announcement,  # type: ignore[arg-type]
+        batch,
+        status=DownloadStatus.VERIFIED,
+        result=SimpleNamespace(score=score, trainer_nonce=0),  # type: ignore[arg-type]
+    )
+
+
+async def settle(checks: VerifierChecks, scores: int) -> None:
+    """Wait (up to 5 s) until `scores` results are scored (scoring runs in threads)."""
+    for _ in range(500):
+        if len(checks.agreements) >= scores:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)  # let a report that follows the last score go out
+
+
+async def test_the_verifier_recomputes_its_sample_and_reports_a_failing_result() -> None:
+    verifier, ctx, backend, uplink = make_verifier()
+    round_ = verifier_round()
+    ctx.current = round_
+    await verifier.recompute(round_)
+    sample = verifier_sample(11, ctx.me, BATCHES)
+    assert round_.checks is not None and list(round_.checks.references) == sample
+    assert backend.recomputed == [batch.start for batch in sample]
+    good, bad = sample
+    unsampled = next(b for b in BATCHES if b not in sample)
+    round_.downloads[b"a" * 32] = verified_result(good, 0.95, b"a")
+    round_.downloads[b"b" * 32] = verified_result(bad, 0.05, b"b")
+    round_.downloads[b"c" * 32] = verified_result(unsampled, 0.0, b"c")
+    verifier.check_rounds()
+    verifier.check_rounds()  # nothing is scored twice
+    await settle(round_.checks, 2)
+    await ctx.tasks.aclose()
+    assert uplink.accusations == [(7, OWNERS[bad], bad, 50)]
+    assert round_.checks.agreements == {b"a" * 32: 0.95, b"b" * 32: 0.05}
+
+
+async def test_the_verifier_skips_when_the_weights_moved() -> None:
+    verifier, _, backend, _ = make_verifier()
+    round_ = verifier_round()
+    original = verifier.fetch_samples
+    assert original is not None
+
+    async def fetch_then_apply(batch: BatchId) -> np.ndarray:
+        backend.weights = b"x" * 32  # the next round's early apply ran meanwhile
+        return await original(batch)
+
+    verifier.fetch_samples = fetch_then_apply
+    await verifier.recompute(round_)
+    assert round_.checks is None and backend.recomputed == []
+
+
+async def test_a_backend_without_checks_verifies_nothing() -> None:
+    verifier, ctx, _, _ = make_verifier()
+    ctx.backend = SimpleNamespace(weights_hash=lambda: b"w" * 32)  # type: ignore[assignment]
+    round_ = verifier_round()
+    await verifier.recompute(round_)
+    assert round_.checks is None
