@@ -275,5 +275,10 @@ def test_with_verifiers_no_health_check_across_a_membership_change() -> None:
         if selection.get_committee(i).committee == Committee.Trainer
     )
     accused = coord.epoch_state.clients[index].id
+    accuser = next(  # entitled to accuse: a witness of the previous round
+        c.id
+        for i, c in enumerate(coord.epoch_state.clients[: previous.clients_len])
+        if selection.get_witness(i).witness
+    )
     with pytest.raises(CoordinatorError, match="accused healthy client"):
-        coord.health_check(accused, [(accused, selection.get_committee(index))])
+        coord.health_check(accuser, [(accused, selection.get_committee(index))])
