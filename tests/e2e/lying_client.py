@@ -1,0 +1,53 @@
+"""A test-only client that lies as a witness: every witness it sends carries all-ones blooms
+(they "contain" every participant and result), and every round it accuses every trainer of
+the previous round in a health check, whatever the blooms say.
+
+It is `psyche-client` with those two changes; it trains and serves its results honestly. Run
+it with `psyche-client`'s arguments: `python tests/e2e/lying_client.py train --server-addr ...`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from psyche_client.round import witness as witness_module
+from psyche_client.uplink import SwitchableUplink
+
+_send_witness = SwitchableUplink.send_witness
+
+
+async def send_lying_witness(
+    self: SwitchableUplink, witness: dict[str, Any], metadata: dict[str, Any]
+) -> None:
+    for field in ("participant_bloom", "broadcast_bloom"):
+        bloom = dict(witness[field])
+        bloom["bits"] = b"\xff" * len(bloom["bits"])
+        witness[field] = bloom
+    await _send_witness(self, witness, metadata)
+
+
+def accuse_every_trainer(
+    client_ids: Sequence[bytes],
+    is_trainer: Callable[[int], bool],
+    participant_blooms: Sequence[Any],
+    quorum: int,
+    proof_for: Callable[[int], Any],
+) -> list[tuple[bytes, Any]]:
+    return [(client_ids[i], proof_for(i)) for i in range(len(client_ids)) if is_trainer(i)]
+
+
+def main() -> None:
+    SwitchableUplink.send_witness = send_lying_witness  # type: ignore[method-assign]
+    witness_module.clients_to_accuse = accuse_every_trainer  # type: ignore[assignment]
+    from psyche_client.cli import main as client_main
+
+    client_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""A lying witness (real processes): a member that sends all-ones blooms as every witness and
+accuses every trainer in every health check (tests/e2e/lying_client.py). The coordinator
+refuses its witnesses (no honest bloom can set that many bits) and its accusations of
+healthy clients, so it decides no consensus and drops nobody: the honest clients are never
+dropped and hold identical weights at every step. What it still costs: a round whose witness
+quorum counts on its refused witness lasts until `max_round_train_time`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.client_run import Cluster, applied_hashes, wait_for, write_state
+
+pytestmark = pytest.mark.timeout(300)
+
+LIAR = [sys.executable, str(Path(__file__).with_name("lying_client.py"))]
+
+
+def test_a_lying_witness_decides_nothing_and_drops_nobody(tmp_path: Path) -> None:
+    # witness_nodes = 0: every member witnesses every round, the liar included
+    # rounds whose quorum needs the liar's refused witness run to max_round_train_time
+    state = write_state(
+        tmp_path / "state.toml",
+        total_steps=12,
+        init_min_clients=4,
+        witness_nodes=0,
+        max_round_train_time=4,
+    )
+    c = Cluster(tmp_path, state)
+    try:
+        c.start_server()
+        honest = [c.start_client(dummy_delay=0.3) for _ in range(3)]
+        c.start_client(dummy_delay=0.3, program=LIAR)
+        wait_for(
+            lambda: all(p.popen.poll() is not None for p in honest),
+            240,
+            "the honest clients to finish",
+            c.diagnostics,
+        )
+        assert [p.popen.returncode for p in honest] == [0, 0, 0], c.diagnostics()
+        for proc in honest:
+            assert not proc.events(
+                "dropped from the epoch by a health check: joining again for the next epoch"
+            ), f"{proc.name} was dropped\n{c.diagnostics()}"
+        tables = [applied_hashes(p) for p in honest]
+        common = sorted(set(tables[0]) & set(tables[1]) & set(tables[2]))
+        assert len(common) >= 6, f"only {len(common)} common applied steps\n{c.diagnostics()}"
+        for step in common:
+            assert tables[0][step] == tables[1][step] == tables[2][step], f"differ at {step}"
+        assert c.server is not None
+        log = c.server.log_path.read_text(errors="replace")
+        assert "refused" in log and "bits set" in log, "the liar's witnesses were not refused"
+    finally:
+        c.stop()
