@@ -1,8 +1,9 @@
 """The client's round pipeline: follows coordinator states and peer announcements.
 
 `RoundRunner` composes the parts — `Warmup`, `ResultExchange`, `RoundTraining`, `ApplyStep`,
-`Witnessing`, `NextRoundPreparer`, `CooldownStep`, `RoundVerifier` — around one `RoundContext`, and reacts to
-each coordinator state with the action the (phase, run state) table names (`phase.ACTIONS`).
+`Witnessing`, `NextRoundPreparer`, `CooldownStep`, `RoundVerifier` — around one
+`RoundContext`, and reacts to each coordinator state with the action the (phase, run state)
+table names (`phase.ACTIONS`).
 It never blocks the event loop: training, decoding and applying run in worker threads under
 one model lock; downloads and fetches are tasks with timeouts. Transport is behind
 `PeerNetwork` and `Uplink`, the model behind `TrainingBackend`, so it runs in-process in tests.
@@ -159,8 +160,7 @@ class RoundRunner:
         await self.exchange.rebroadcast(now)
 
     def _poke(self) -> None:
-        """A Finished/witness condition, or a result to verify, may have changed: check now,
-        not at the next tick."""
+        """A Finished/witness condition or a result to verify may have changed: check now."""
         self.verifier.check_rounds()
         if self.ctx.phase == Phase.TRAINING:
             self.ctx.tasks.spawn(self.witnessing.progress())
