@@ -87,6 +87,9 @@ class Lab:
         self._wire(self.switch, f"p{self._public}", host.namespace, "eth0", bridge=True)
         self._ip(host.namespace, "addr", "add", f"{host.address}/24", "dev", "eth0")
         self._ip(host.namespace, "link", "set", "eth0", "up")
+        # on-link default route: the host's primary address is its switch address (programs
+        # that pick "the interface of the default route" find eth0, not loopback)
+        self._ip(host.namespace, "route", "add", "default", "dev", "eth0")
         self.hosts[name] = host
         return host
 
