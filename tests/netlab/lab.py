@@ -123,6 +123,23 @@ class Lab:
         self.hosts[name] = host
         return host
 
+    def forward_port(self, name: str, port: int) -> str:
+        """Forward TCP `port` of NATted host `name`'s router to the host (a home router's
+        port forward); returns the outside `address:port` peers can then dial."""
+        host = self.hosts[name]
+        router = host.router_namespace
+        if router is None or host.public_address is None:
+            raise ValueError(f"lab host {name!r} is not behind NAT")
+        target = f"{host.address}:{port}"
+        for rule in (
+            ["-t", "nat", "-A", "PREROUTING", "-i", "wan", "-p", "tcp", "--dport", str(port),
+             "-j", "DNAT", "--to-destination", target],
+            ["-I", "FORWARD", "-i", "wan", "-p", "tcp", "-d", host.address, "--dport",
+             str(port), "-j", "ACCEPT"],
+        ):  # fmt: skip
+            run(in_ns(router, "iptables", *rule))
+        return f"{host.public_address}:{port}"
+
     def limit_egress(self, name: str, mbit: float) -> None:
         """Cap what `name` sends (its uplink) at `mbit` Mbit/s."""
         self._tbf(self.hosts[name].namespace, "eth0", mbit)

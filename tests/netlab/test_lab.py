@@ -47,6 +47,15 @@ def test_nat_is_outbound_only(netlab: Lab) -> None:
     assert not refused["connected"], refused
 
 
+def test_a_port_forward_opens_one_port(netlab: Lab) -> None:
+    netlab.add_host("srv")
+    natted = netlab.add_natted_host("nat")
+    start_listeners(netlab, "nat")
+    outside = netlab.forward_port("nat", int(PORT))
+    assert outside == f"{natted.public_address}:{PORT}"
+    assert send(netlab, "srv", natted.public_address or "", 10)["connected"]
+
+
 def test_rate_limits_and_cuts(netlab: Lab) -> None:
     server = netlab.add_host("srv")
     netlab.add_host("pub")
