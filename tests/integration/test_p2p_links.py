@@ -198,3 +198,19 @@ async def test_a_dropped_link_is_dialed_again_by_the_outbound_only_node(swarm: S
     await wait_until(lambda: public._pool.live(natted.peer_id) is not None, timeout=5)
     digest = natted.publish_blob(b"again")
     assert await public.fetch_blob(digest, [natted.peer_id]) == b"again"
+
+
+async def test_a_late_link_catches_up_on_recent_announcements(swarm: Swarm) -> None:
+    """Announcements pushed while a peer had no link to us reach it when its link comes up
+    (a NATted client learns it is unreachable only after its first round has begun)."""
+    public = [await swarm.add(), await swarm.add()]
+    natted = await swarm.add()
+    swarm.unreachable.add(natted.peer_id)
+    swarm.wire()  # nobody may dial it, and it has not dialed anyone yet
+    early = await public[0].announce(finished(public[0], 5))
+    assert natted.peer_id in early.failed  # it could not be told
+    natted.set_outbound_only(True)  # the server's verdict arrives: it dials every peer
+    await wait_until(lambda: [a.step for a in swarm.received[natted.peer_id]] == [5])
+    # what is forgotten with the step's blobs is not pushed any more
+    public[0].forget_before(6)
+    assert len(public[0].recent) == 0

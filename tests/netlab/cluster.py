@@ -47,7 +47,14 @@ class LabCluster:
         popen = self.lab.popen(host, args, log=log, env=self.env())
         self.server = Proc("server", popen, log)
         self.server_host = host
-        wait_for(self._server_listening, 60, "the server's port", self.diagnostics)
+        wait_for(
+            lambda: popen.poll() is not None or self._server_listening(),
+            60,
+            "the server's port",
+            self.diagnostics,
+        )
+        if popen.poll() is not None:
+            raise AssertionError(f"the server exited with {popen.returncode}\n{self.diagnostics()}")
         return self.server
 
     def start_client(self, host: str, *extra: str, dummy_delay: float | None = 0.3) -> Proc:

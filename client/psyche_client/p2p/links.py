@@ -41,6 +41,7 @@ class LinkTable:
         reuse_within: float,
         keep: Callable[[], bool],
         on_connected: Callable[[bytes, float], None] | None = None,
+        on_new_link: Callable[[bytes], None] | None = None,
     ) -> None:
         self._dial = dial
         self._own_id = own_id
@@ -48,6 +49,7 @@ class LinkTable:
         self._reuse_within = reuse_within
         self._keep = keep
         self._on_connected = on_connected
+        self._on_new_link = on_new_link
         self._links: dict[bytes, PeerLink] = {}
         self._dials: dict[bytes, asyncio.Future[PeerLink]] = {}
         self._closed = False
@@ -64,10 +66,13 @@ class LinkTable:
         return peer_id in self._dials
 
     def add(self, link: PeerLink) -> None:
-        """Register a link (dialed by us or accepted); keeps the preferred one per peer."""
+        """Register a link (dialed by us or accepted); keeps the preferred one per peer.
+        `on_new_link(peer)` runs when the peer had no open link before."""
         current = self.live(link.peer_id)
         if current is None or _preferred(link, current, self._own_id):
             self._links[link.peer_id] = link
+        if current is None and self._on_new_link is not None:
+            self._on_new_link(link.peer_id)
 
     def discard(self, link: PeerLink) -> None:
         if self._links.get(link.peer_id) is link:

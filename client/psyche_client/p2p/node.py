@@ -42,6 +42,7 @@ from .inbox import AnnouncementCallback, AnnouncementInbox
 from .link import PeerLink
 from .links import LinkTable
 from .manifest import ModelManifest
+from .recent import RecentAnnouncements
 from .serving import ServingMixin
 from .stats import TransferStats
 from .transfer import Received, receive_bytes
@@ -111,6 +112,7 @@ class P2PNode(ServingMixin):
         self._unreachable: set[bytes] = set()
         self._redial: dict[bytes, tuple[float, float]] = {}  # peer -> (next try, backoff)
         self._maintainer: asyncio.Future[None] | None = None
+        self.recent = RecentAnnouncements()
         self._pool = LinkTable(
             self._dial,
             own_id=identity.public_key,
@@ -118,6 +120,7 @@ class P2PNode(ServingMixin):
             reuse_within=self.config.idle_timeout * 5 / 6,
             keep=lambda: self._outbound_only,
             on_connected=self.health.record_latency,
+            on_new_link=self._catch_up,
         )
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -257,8 +260,27 @@ class P2PNode(ServingMixin):
         self.stats.set_step(step)
 
     def forget_before(self, step: int) -> None:
-        """Drop blobs of steps before `step` (the app passes `current − 2`)."""
+        """Drop blobs and remembered announcements of steps before `step` (the app passes
+        `current − 2`)."""
         self.blobs.prune_before(step)
+        self.recent.prune_before(step)
+
+    def _catch_up(self, peer_id: bytes) -> None:
+        """A link to `peer_id` came up: push it the recent announcements, in the background
+        (it may have had no link when they were pushed or forwarded; it drops duplicates)."""
+        pending = self.recent.all()
+        if not pending:
+            return
+
+        async def push() -> None:
+            for announcement in pending:
+                report = await self.announce(announcement, [peer_id])
+                if report.failed:
+                    return  # the link is gone again: its next link-up catches up
+
+        task = asyncio.ensure_future(push())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # ---- announcements -----------------------------------------------------------------------
 
@@ -271,6 +293,7 @@ class P2PNode(ServingMixin):
         report says which peers got it, failed, or were still pending."""
         wire = {"type": "Announce", "announcement": to_wire(announcement)}
         self._inbox.remember(announcement)
+        self.recent.add(announcement)
         targets = self.known_peers() if peer_ids is None else list(peer_ids)
         report = AnnounceReport()
 

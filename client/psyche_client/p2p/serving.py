@@ -26,6 +26,7 @@ from .inbox import AnnouncementInbox
 from .link import PeerLink, Stream
 from .links import LinkTable
 from .manifest import ModelManifest
+from .recent import RecentAnnouncements
 from .stats import TransferStats
 from .transfer import RemoteError, send_bytes
 
@@ -46,6 +47,7 @@ class ServingMixin:
     _server_conns: set[PeerConnection]
     _background: set[asyncio.Future[Any]]
     _pool: LinkTable
+    recent: RecentAnnouncements
     _get_manifest: Callable[[], ModelManifest | None] | None
     _get_parameter_bytes: Callable[[str], bytes | None] | None
 
@@ -132,6 +134,7 @@ class ServingMixin:
             receipt = await self._inbox.receive(peer_id, request.get("announcement"))
             await conn.send({"type": "Ack", "status": receipt.status, "reason": receipt.reason})
             if receipt.announcement is not None:
+                self.recent.add(receipt.announcement)
                 self._forward(receipt.announcement, came_from=peer_id)
         elif kind == "GetBlob":
             digest = request.get("hash")
