@@ -42,6 +42,7 @@ from .inbox import AnnouncementCallback, AnnouncementInbox
 from .link import PeerLink
 from .links import LinkTable
 from .manifest import ModelManifest
+from .outbound import OutboundMixin
 from .recent import RecentAnnouncements
 from .serving import ServingMixin
 from .stats import TransferStats
@@ -50,8 +51,6 @@ from .transfer import Received, receive_bytes
 log = logging.getLogger(__name__)
 
 CorruptCallback = Callable[[bytes, bytes], None]
-LINK_CHECK = 1.0
-"""Seconds between an outbound-only node's checks for peers it has no link to."""
 
 
 @dataclass
@@ -64,7 +63,7 @@ class AnnounceReport:
     pending: list[bytes] = field(default_factory=list)
 
 
-class P2PNode(ServingMixin):
+class P2PNode(OutboundMixin, ServingMixin):
     """One client's P2P endpoint: `start()`, then announce, publish and fetch; `close()`."""
 
     def __init__(
@@ -193,63 +192,6 @@ class P2PNode(ServingMixin):
         if self._outbound_only:
             self._maintain_links()
 
-    def set_outbound_only(self, outbound_only: bool) -> None:
-        """Whether this node accepts no connections from peers (behind NAT, firewalled): it
-        then dials every peer, keeps those links open (pinged) and is served through them."""
-        if outbound_only != self._outbound_only:
-            log.info(
-                "P2P: %s",
-                "not reachable by peers: dialing every peer and keeping those connections"
-                if outbound_only
-                else "reachable by peers",
-            )
-        self._outbound_only = outbound_only
-        if outbound_only and self._maintainer is None:
-            self._maintainer = asyncio.ensure_future(self._maintain_forever())
-            self._background.add(self._maintainer)
-
-    async def _maintain_forever(self) -> None:
-        """While outbound-only: (re)dial every peer without a link, every `LINK_CHECK` s."""
-        try:
-            while self._outbound_only:
-                self._maintain_links()
-                await asyncio.sleep(LINK_CHECK)
-        finally:
-            self._maintainer = None
-
-    @property
-    def outbound_only(self) -> bool:
-        return self._outbound_only
-
-    def connected_peers(self) -> list[bytes]:
-        """Peers with an open link (dialed by either side)."""
-        return self._pool.connected_peers()
-
-    def _maintain_links(self) -> None:
-        """Dial every known, dialable peer without a link (with a per-peer backoff)."""
-        now = asyncio.get_running_loop().time()
-        for peer_id in self._peers:
-            if peer_id in self._unreachable or self._pool.live(peer_id) is not None:
-                continue
-            next_try, backoff = self._redial.get(peer_id, (0.0, 0.0))
-            if now < next_try or self._pool.dialing(peer_id):
-                continue
-            self._redial[peer_id] = (now + 3600.0, backoff)  # until this dial ends
-            task = asyncio.ensure_future(self._open_link(peer_id, backoff))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-
-    async def _open_link(self, peer_id: bytes, backoff: float) -> None:
-        now = asyncio.get_running_loop().time
-        try:
-            await self._pool.get(peer_id)
-        except (ProtocolError, OSError, TimeoutError) as exc:
-            backoff = min(30.0, max(1.0, backoff * 2))
-            self._redial[peer_id] = (now() + backoff, backoff)
-            log.info("P2P: cannot open a connection to %s: %s", short_id(peer_id), exc)
-            return
-        self._redial[peer_id] = (0.0, 0.0)
-
     def known_peers(self) -> list[bytes]:
         return list(self._peers)
 
@@ -264,23 +206,6 @@ class P2PNode(ServingMixin):
         `current − 2`)."""
         self.blobs.prune_before(step)
         self.recent.prune_before(step)
-
-    def _catch_up(self, peer_id: bytes) -> None:
-        """A link to `peer_id` came up: push it the recent announcements, in the background
-        (it may have had no link when they were pushed or forwarded; it drops duplicates)."""
-        pending = self.recent.all()
-        if not pending:
-            return
-
-        async def push() -> None:
-            for announcement in pending:
-                report = await self.announce(announcement, [peer_id])
-                if report.failed:
-                    return  # the link is gone again: its next link-up catches up
-
-        task = asyncio.ensure_future(push())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     # ---- announcements -----------------------------------------------------------------------
 
