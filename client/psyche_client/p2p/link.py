@@ -4,9 +4,9 @@ After the handshake (`connection`) either side may open *streams* on the link, w
 it: every frame carries a stream id `sid`; the dialer numbers the streams it opens 1, 3, 5, …,
 the listener 2, 4, 6, …, and `sid` 0 is the link's own (`Ping`, sent to keep an otherwise idle
 link open through NAT routers). A stream is one request and its answer: the first frame on a
-new peer-numbered `sid` is a request, handed to `on_request(link, stream, request)`; frames on
-a stream we opened are answers, queued for its reader. Frames of streams already finished
-(e.g. a late chunk after a timeout) are dropped.
+peer-numbered `sid` that is not open is a request, handed to `on_request(link, stream,
+request)`; frames on a stream we opened are answers, queued for its reader, and frames of our
+streams already finished (e.g. a late chunk after a timeout) are dropped.
 
 Frames of different streams interleave at frame granularity (a writer lock keeps each frame
 whole), so an announcement never waits behind a whole model parameter. The link closes when
@@ -85,7 +85,6 @@ class PeerLink:
         self._max_streams = max_streams
         self._keep = keep
         self._next_sid = 1 if dialed else 2
-        self._last_remote_sid = 0
         self._streams: dict[int, Stream] = {}
         self._write_lock = asyncio.Lock()
         self.last_activity = time.monotonic()
@@ -177,10 +176,10 @@ class PeerLink:
         if stream is not None:
             stream.deliver(frame)
             return
-        ours = sid % 2 == (1 if self.dialed else 0)
-        if ours or sid <= self._last_remote_sid:
-            return  # an answer to a stream we gave up on, or a finished request: dropped
-        self._last_remote_sid = sid
+        if sid % 2 == self._next_sid % 2:
+            return  # an answer on a stream we gave up on (e.g. a late chunk): dropped
+        # a request: the first (and only) frame a peer sends on a stream it opens. Streams
+        # are not required to start in id order (concurrent requests race for the writer).
         stream = Stream(self, sid)
         if sum(1 for s in self._streams if s % 2 != self._next_sid % 2) >= self._max_streams:
             reason = f"more than {self._max_streams} requests at once on one connection"
