@@ -30,7 +30,7 @@ class Lab:
     """One lab: `add_host` / `add_natted_host`, then `popen`/`run` inside them."""
 
     def __init__(self, lab_id: str | None = None) -> None:
-        self.lab_id = lab_id or plan.new_lab_id()
+        self.lab_id = lab_id or plan.new_lab_id(os.getpid())
         self.switch = plan.switch_namespace(self.lab_id)
         self.hosts: dict[str, HostPlan] = {}
         self._namespaces: list[str] = []

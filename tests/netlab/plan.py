@@ -20,9 +20,18 @@ MAX_PUBLIC_HOSTS = 199
 MAX_NAT_HOSTS = 50
 
 
-def new_lab_id() -> str:
-    """A short random id that makes this lab's names unique on the machine."""
-    return secrets.token_hex(3)
+def new_lab_id(pid: int) -> str:
+    """An id that makes this lab's names unique on the machine: the pid of the process that
+    owns the lab (so stale labs of dead processes can be told apart) and a random part."""
+    return f"{pid}x{secrets.token_hex(3)}"
+
+
+def owner_pid(namespace: str) -> int | None:
+    """The pid in a lab namespace's name (`new_lab_id`), or None for other names."""
+    if not namespace.startswith(PREFIX):
+        return None
+    head, sep, _ = namespace[len(PREFIX) :].partition("x")
+    return int(head) if sep and head.isdigit() else None
 
 
 @dataclass(frozen=True)

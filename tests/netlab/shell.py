@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
-from .plan import PREFIX
+from .plan import PREFIX, owner_pid
 
 TOOLS = ("ip", "iptables", "tc")
 COMMAND_TIMEOUT = 20.0
@@ -42,13 +42,26 @@ def namespaces() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
-def remove_stale(prefix: str = PREFIX) -> list[str]:
-    """Delete every namespace left by an earlier lab (crashed test); returns their names.
+def remove_stale() -> list[str]:
+    """Delete the namespaces left by labs whose process is gone (a crashed or killed test
+    session); returns their names. Labs of live processes (another session) are left alone.
     Deleting a namespace removes its veth ends too, so nothing else is left behind."""
-    stale = [name for name in namespaces() if name.startswith(prefix)]
+    stale = [
+        name for name in namespaces() if (pid := owner_pid(name)) is not None and not _alive(pid)
+    ]
     for name in stale:
         run(["ip", "netns", "delete", name], check=False)
     return stale
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def unavailable_reason() -> str | None:

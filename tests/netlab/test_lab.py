@@ -14,7 +14,7 @@ import pytest
 
 from . import plan
 from .lab import Lab
-from .shell import namespaces
+from .shell import namespaces, remove_stale, run
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -82,6 +82,16 @@ def test_everything_is_removed_also_after_a_failure(netlab_available: None) -> N
     assert not [name for name in namespaces() if name.startswith(plan.PREFIX + lab.lab_id)]
 
 
+def test_only_labs_of_dead_processes_are_stale(netlab_available: None) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    with Lab() as live:
+        orphan = f"{plan.PREFIX}{plan.new_lab_id(dead.pid)}_sw"
+        run(["ip", "netns", "add", orphan])
+        assert remove_stale() == [orphan]
+        assert live.switch in namespaces()
+
+
 def test_plan_is_pure_and_private() -> None:
     host = plan.natted_host("abc123", "nat", 3)
     assert host.address == "10.213.3.2" and host.seen_as == "10.213.0.203"
@@ -90,3 +100,5 @@ def test_plan_is_pure_and_private() -> None:
     with pytest.raises(ValueError):
         plan.validate_name("Bad-Name")
     assert plan.tbf_args(5)[:3] == ["tbf", "rate", "5mbit"]
+    assert plan.owner_pid(plan.switch_namespace(plan.new_lab_id(4242))) == 4242
+    assert plan.owner_pid("nlab-other") is None and plan.owner_pid("netns1") is None
