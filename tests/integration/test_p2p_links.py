@@ -129,6 +129,10 @@ async def test_an_outbound_only_node_is_served_over_the_links_it_opened(swarm: S
         assert theirs_link is not None and not theirs_link.dialed
         assert mine_link is not None and mine_link.dialed
     assert sum(len(n._server_conns) for n in public) == 3
+    # what the dashboard shows per peer
+    assert public[0].link_state(natted.peer_id) == "they dialed"
+    assert natted.link_state(public[0].peer_id) == "we dialed"
+    assert not public[0].is_reachable(natted.peer_id) and natted.is_reachable(public[0].peer_id)
 
 
 async def test_one_connection_carries_requests_both_ways(swarm: Swarm) -> None:

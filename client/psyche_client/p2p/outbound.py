@@ -118,3 +118,14 @@ class OutboundMixin:
         task = asyncio.ensure_future(push())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    def is_reachable(self, peer_id: bytes) -> bool:
+        """False for a peer the server found unreachable (nobody dials it)."""
+        return peer_id not in self._unreachable
+
+    def link_state(self, peer_id: bytes) -> str:
+        """The connection in use to `peer_id`: "we dialed", "they dialed" or "none"."""
+        link = self._pool.live(peer_id)
+        if link is None:
+            return "none"
+        return "we dialed" if link.dialed else "they dialed"
