@@ -143,6 +143,8 @@ async def test_one_connection_carries_requests_both_ways(swarm: Swarm) -> None:
     b.set_peers({a.peer_id: swarm.dead})
     assert await b.fetch_blob(a.publish_blob(b"from a"), [a.peer_id]) == b"from a"
     assert len(a._server_conns) == 0 and len(b._server_conns) == 1
+    # b has a latency for a although b never dialed it (fetches order candidates by it)
+    assert a.peer_id in b.health.latency
 
 
 async def test_simultaneous_dials_converge_on_one_link(swarm: Swarm) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from .announcements import Announcement
 from .blobs import BlobStore
 from .config import P2PConfig
 from .connection import PeerConnection, PeerRefused, accept_peer
+from .fetch import PeerHealth
 from .inbox import AnnouncementInbox
 from .link import PeerLink, Stream
 from .links import LinkTable
@@ -47,6 +49,7 @@ class ServingMixin:
     _server_conns: set[PeerConnection]
     _background: set[asyncio.Future[Any]]
     _pool: LinkTable
+    health: PeerHealth
     recent: RecentAnnouncements
     _get_manifest: Callable[[], ModelManifest | None] | None
     _get_parameter_bytes: Callable[[str], bytes | None] | None
@@ -81,7 +84,14 @@ class ServingMixin:
         self._server_conns.add(conn)
         link: PeerLink | None = None
         try:
-            await accept_peer(conn, self.identity, self._is_member, self.config.read_timeout)
+            started = time.monotonic()
+            peer_id = await accept_peer(
+                conn, self.identity, self._is_member, self.config.read_timeout
+            )
+            # the handshake's round trips stand for the connect latency we did not measure:
+            # fetches try peers by latency, and a peer known only through the link it
+            # dialed must not sort after every measured one
+            self.health.record_latency(peer_id, time.monotonic() - started)
             link = self._new_link(conn, dialed=False)
             self._pool.add(link)
             await link.start()
