@@ -101,13 +101,18 @@ class PeerLink:
         self._pinger = asyncio.ensure_future(self._ping_loop())
         return self._reader
 
-    async def close(self) -> None:
+    async def close(self, *, abort: bool = False) -> None:
         """Close the connection; the reader sees the end of the stream and finishes by itself
-        (it is not cancelled: an accepted link's reader is its server callback's own wait)."""
+        (it is not cancelled: an accepted link's reader is its server callback's own wait).
+        `abort`: drop what is still queued for a peer that stopped reading (after a timeout
+        or a protocol error) instead of waiting for it to drain."""
         self._mark_closed()
         if self._pinger is not None:
             self._pinger.cancel()
-        self.conn.writer.close()
+        if abort:
+            self.conn.writer.transport.abort()
+        else:
+            self.conn.writer.close()
         reader = self._reader
         if reader is not None and reader is not asyncio.current_task():
             await asyncio.wait({reader}, timeout=2.0)  # never raises, whatever became of it

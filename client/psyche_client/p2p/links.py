@@ -121,7 +121,7 @@ class LinkTable:
             raise
         except (TimeoutError, ProtocolError, OSError):
             self.discard(link)
-            await link.close()
+            await link.close(abort=True)
             raise
         finally:
             stream.close()

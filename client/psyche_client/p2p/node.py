@@ -332,6 +332,10 @@ class P2PNode(OutboundMixin, ServingMixin):
                     what=f"blob {blob_hash.hex()[:16]}",
                     health=self.health,
                     deadline=deadline or self.config.fetch_deadline,
+                    # the caller's order (the announcer, the one sure holder, first): with one
+                    # long-lived link per peer, latencies are measured once, and a stalled
+                    # peer that measured fastest would be asked first for every blob
+                    prefer_fast=False,
                     rounds=self.config.fetch_rounds,
                     backoff=self.config.retry_backoff,
                     on_corrupt=self.report_corrupt,

@@ -134,7 +134,7 @@ class ServingMixin:
             log.info(
                 "closed P2P connection with %s: %s: %s", short_id(peer_id), type(exc).__name__, exc
             )
-            await link.close()
+            await link.close(abort=True)
         finally:
             stream.close()
 
