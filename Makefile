@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-all lint format bench demo demo-headless tmux clean
+.PHONY: install test test-all lint format bench demo demo-headless tmux netlab-tools clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PY_SYS) -m venv $(VENV)
@@ -22,10 +22,19 @@ tmux:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq tmux >/dev/null; } || { \
 	  echo "tmux is required: install it with your package manager" >&2; exit 1; }
 
-test: $(STAMP) tmux
+# ip, iptables and tc build the network lab of tests/netlab (as root); installed like tmux. Without
+# root nothing is installed and the lab tests skip, saying why.
+netlab-tools:
+	@[ "$$(id -u)" != 0 ] || { command -v ip >/dev/null 2>&1 && command -v iptables >/dev/null 2>&1 \
+	  && command -v tc >/dev/null 2>&1; } || { \
+	  echo "ip/iptables/tc not found: installing iproute2 and iptables with apt-get" >&2; \
+	  apt-get update -qq && apt-get install -y -qq iproute2 iptables >/dev/null; } || { \
+	  echo "could not install iproute2/iptables: the network-lab tests will skip" >&2; }
+
+test: $(STAMP) tmux netlab-tools
 	$(PY) -m pytest -m "not slow" -q
 
-test-all: $(STAMP) tmux
+test-all: $(STAMP) tmux netlab-tools
 	$(PY) -m pytest -q
 
 lint: $(STAMP)

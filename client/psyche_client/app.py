@@ -26,7 +26,7 @@ from psyche_common.coordinator import Coordinator, RunState
 from psyche_common.data.fetcher import DataSource, SampleFetcher
 from psyche_common.data.retry import RetryPolicy
 from psyche_common.protocol import Identity
-from psyche_common.protocol.messages import WeightsMismatch
+from psyche_common.protocol.messages import Reachability, WeightsMismatch
 
 from psyche_client.model.sharing import SharedModel, checkpoint_model
 from psyche_client.model.sync import WeightsSync
@@ -60,6 +60,7 @@ class ClientOptions:
     bind_p2p_port: int = 0
     bind_p2p_interface: str = "0.0.0.0"
     advertise_host: str | None = None
+    advertise_port: int | None = None
     device: str = "auto"
     micro_batch_size: int = 1
     checkpoint_dir: Path | None = None
@@ -117,6 +118,8 @@ class ClientApp:
         self.shared = SharedModel()
         self.members: set[bytes] = set()
         self.peer_addresses: dict[bytes, str] = {}
+        self.reachability: Reachability | None = None
+        """The server's last verdict on our P2P address (None until its probe ends)."""
         self.coordinator: Any = None
         self.on_snapshot = on_snapshot
         self.model_download_progress: tuple[int, int] | None = None
@@ -124,6 +127,7 @@ class ClientApp:
             bind_host=options.bind_p2p_interface,
             port=options.bind_p2p_port,
             advertise_host=options.advertise_host,
+            advertise_port=options.advertise_port,
             max_concurrent_downloads=options.max_concurrent_downloads,
             gossip_fanout=options.gossip_fanout,
             max_inbound_connections=options.p2p_max_inbound_connections,
@@ -154,7 +158,30 @@ class ClientApp:
             timeout=timeout,
         )
         link.on_weights_mismatch = self._on_weights_mismatch
+        link.on_reachability = self._on_reachability
         return link
+
+    def _on_reachability(self, notice: Reachability) -> None:
+        """The server connected back to our advertised P2P address (or failed to): without
+        inbound connections we dial every peer and are served over those connections."""
+        self.reachability = notice
+        if notice.reachable:
+            log.info(
+                "reachable by peers at %s (the server sees us from %s)",
+                notice.p2p_address,
+                notice.observed_host,
+                extra={"p2p_address": notice.p2p_address, "observed_host": notice.observed_host},
+            )
+        else:
+            log.warning(
+                "NOT reachable by peers at %s (the server sees us from %s: %s): dialing every "
+                "peer instead; open or forward the P2P port, or give --advertise-addr",
+                notice.p2p_address,
+                notice.observed_host,
+                notice.detail,
+                extra={"p2p_address": notice.p2p_address, "observed_host": notice.observed_host},
+            )
+        self.node.set_outbound_only(not notice.reachable)
 
     def _on_weights_mismatch(self, notice: WeightsMismatch) -> None:
         """The server saw our weights at a step differ from the majority's: resync."""
@@ -341,7 +368,7 @@ class ClientApp:
             coordinator = Coordinator.from_wire(update.coordinator)
             self.coordinator = coordinator
             self.members = {c.id for c in coordinator.epoch_state.clients}
-            self.node.set_peers(update.peers)
+            self.node.set_peers(update.peers, update.unreachable)
             self.peer_addresses = update.peers
             if coordinator.run_state == RunState.RoundTrain and runner.phase != Phase.TRAINING:
                 self.shared.clear()

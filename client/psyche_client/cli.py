@@ -123,6 +123,13 @@ def show_identity(identity_secret_key_path: Path | None) -> None:
     "'*' matches interface names by prefix). Default: all interfaces.",
 )
 @click.option(
+    "--advertise-addr",
+    default=None,
+    envvar="ADVERTISE_ADDR",
+    help="HOST:PORT peers should dial to reach this client's P2P listener, when it differs "
+    "from the listener's own address (a port forward, a VPN). The server checks it at join.",
+)
+@click.option(
     "--device",
     default="auto",
     envvar="DEVICE",
@@ -300,6 +307,7 @@ def train(
     identity_secret_key_path: Path | None,
     bind_p2p_port: int,
     bind_p2p_interface: str | None,
+    advertise_addr: str | None,
     device: str,
     micro_batch_size: int,
     checkpoint_dir: Path | None,
@@ -332,13 +340,23 @@ def train(
     )
     identity = load_identity(identity_secret_key_path)
     bind = _interface_address(bind_p2p_interface) if bind_p2p_interface else "0.0.0.0"
+    advertise_host = "127.0.0.1" if _is_loopback_server(server_addr) else None
+    advertise_port = None
+    if advertise_addr is not None:
+        from psyche_client.p2p.connection import parse_address
+
+        try:
+            advertise_host, advertise_port = parse_address(advertise_addr)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--advertise-addr") from exc
     options = ClientOptions(
         server_addr=server_addr,
         run_id=run_id.strip().strip("\"'"),
         identity=identity,
         bind_p2p_port=bind_p2p_port,
         bind_p2p_interface=bind,
-        advertise_host="127.0.0.1" if _is_loopback_server(server_addr) else None,
+        advertise_host=advertise_host,
+        advertise_port=advertise_port,
         device=device,
         micro_batch_size=micro_batch_size,
         checkpoint_dir=checkpoint_dir,

@@ -41,6 +41,7 @@ from psyche_common.protocol.messages import (
     HealthCheckEntry,
     InvalidMessage,
     Join,
+    Reachability,
     Rejected,
     WarmupWitness,
     WeightsMismatch,
@@ -86,6 +87,8 @@ class ServerUpdate:
 
     coordinator: dict[str, Any]
     peers: dict[bytes, str]
+    unreachable: frozenset[bytes] = frozenset()
+    """Members that accept no P2P connections (the server's probe failed)."""
 
 
 def parse_server_addr(addr: str) -> tuple[str, int]:
@@ -118,6 +121,8 @@ class ServerLink:
         self.states_received = 0
         self.on_weights_mismatch: Callable[[WeightsMismatch], None] | None = None
         """Called when the server says our weights differ from the majority's."""
+        self.on_reachability: Callable[[Reachability], None] | None = None
+        """Called with the server's verdict on our advertised P2P address after each Join."""
 
     @classmethod
     async def connect(
@@ -177,13 +182,19 @@ class ServerLink:
                 if self.on_weights_mismatch is not None:
                     self.on_weights_mismatch(message)
                 continue
+            if isinstance(message, Reachability):
+                if self.on_reachability is not None:
+                    self.on_reachability(message)
+                continue
             assert isinstance(message, CoordinatorState)
             digest = hashlib.sha256(raw).digest()
             if digest == self._last_digest:
                 continue
             self._last_digest = digest
             self.states_received += 1
-            yield ServerUpdate(dict(message.coordinator), dict(message.peers))
+            yield ServerUpdate(
+                dict(message.coordinator), dict(message.peers), frozenset(message.unreachable)
+            )
 
     async def _send(self, message: Any) -> None:
         async with self._write_lock:

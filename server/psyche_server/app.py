@@ -24,6 +24,7 @@ from psyche_common.protocol import coordinator_domain, encode_frame, short_id
 from psyche_common.protocol.messages import (
     AnyClientMessage,
     Join,
+    Reachability,
     Rejected,
     WeightsMismatch,
     parse_client_message,
@@ -40,6 +41,7 @@ from .consistency import WeightsHashMonitor
 from .data_server import DataServer
 from .options import ServerOptions, ServerStats
 from .persistence import StateSaver
+from .reachability import ProbeResult, ReachabilityChecker
 from .roster import ClientRoster
 
 log = logging.getLogger("psyche.server")
@@ -80,6 +82,7 @@ class ServerApp:
         self.clock = clock
         self.data_server = data_server
         self.roster = ClientRoster()
+        self.reachability = ReachabilityChecker(self._on_reachability)
         self.weights = WeightsHashMonitor(on_divergence=self._tell_divergent)
         self.stats = ServerStats()
         self.port: int | None = None
@@ -212,6 +215,7 @@ class ServerApp:
         if self._message_tick is not None:
             self._message_tick.cancel()
             self._message_tick = None
+        await self.reachability.close()
         await self.connections.close()
         if self.data_server is not None:
             await self.data_server.close()
@@ -307,11 +311,13 @@ class ServerApp:
         return self.roster.peers(client.id for client in self.coordinator.epoch_state.clients)
 
     def state_frame(self, wire: dict[str, Any] | None = None) -> bytes:
+        peers = self.peers()
         return encode_frame(
             {
                 "type": "CoordinatorState",
                 "coordinator": self.coordinator.to_wire() if wire is None else wire,
-                "peers": self.peers(),
+                "peers": peers,
+                "unreachable": self.reachability.unreachable(peers),
             }
         )
 
@@ -383,6 +389,7 @@ class ServerApp:
     def _on_disconnect(self, conn: Connection) -> None:
         client_id = conn.peer_id
         self.roster.leave(client_id)
+        self.reachability.forget(client_id)
         if not self.options.withdraw_on_disconnect:
             return
         index = client_index(self.coordinator, client_id)
@@ -479,6 +486,7 @@ class ServerApp:
         if not conn.joined:
             conn.joined = True  # from now on it gets every state, starting with the current one
             conn.send_frame(self._last_state_frame or self.state_frame())
+        self.reachability.check(client_id, message.p2p_address)
         if self.roster.join(client_id, message.p2p_address):
             log.info(
                 "%s joined run %r (p2p %s, version %r)",
@@ -488,3 +496,18 @@ class ServerApp:
                 message.client_version,
                 extra={"client": short_id(client_id), "p2p_address": message.p2p_address},
             )
+
+    def _on_reachability(self, client_id: bytes, address: str, result: ProbeResult) -> None:
+        """A probe ended: tell the client (with the address we see it from); its peers learn
+        it from the next state broadcast."""
+        conn = self.connections.connections.get(client_id)
+        if conn is None or not conn.joined:
+            return
+        observed = conn.remote.rpartition(":")[0].strip("[]") or conn.remote
+        notice = Reachability(
+            p2p_address=address,
+            reachable=result.reachable,
+            observed_host=observed[:255],
+            detail=result.detail[:1024],
+        )
+        conn.send(to_wire(notice))

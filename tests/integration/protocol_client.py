@@ -39,6 +39,7 @@ from psyche_common.protocol.messages import (
     HealthCheck,
     HealthCheckEntry,
     Join,
+    Reachability,
     Rejected,
     WarmupWitness,
     WeightsMismatch,
@@ -86,6 +87,8 @@ class ProtocolClient:
         self.states_received = 0
         self.rejected: str | None = None
         self.mismatches: list[WeightsMismatch] = []
+        self.reachability: list[Reachability] = []
+        self.unreachable: list[bytes] = []
         self.closed_reason: str | None = None
         self.sent: list[str] = []
         self._reader: asyncio.StreamReader | None = None
@@ -166,6 +169,9 @@ class ProtocolClient:
                 if isinstance(message, WeightsMismatch):
                     self.mismatches.append(message)
                     continue
+                if isinstance(message, Reachability):
+                    self.reachability.append(message)
+                    continue
                 self._on_state(message)
         except (ConnectionClosed, OSError) as exc:
             self.closed_reason = str(exc)
@@ -177,6 +183,7 @@ class ProtocolClient:
     def _on_state(self, message: CoordinatorState) -> None:
         self.coordinator = Coordinator.from_wire(message.coordinator)
         self.peers = dict(message.peers)
+        self.unreachable = list(message.unreachable)
         self.states_received += 1
         self._state_event.set()
         self._state_event = asyncio.Event()

@@ -32,7 +32,11 @@ def sample_view() -> ClientView:
         clients=("ab12cd34", "ffee0011"),
         data_source="Builtin(python-stdlib)",
         checkpoint="Hub builtin:llama-tiny",
-        peers=(PeerRow("ffee0011", "127.0.0.1:4000", 0.002, 27000, 9000),),
+        peers=(
+            PeerRow("ffee0011", "127.0.0.1:4000", 0.002, 27000, 9000),
+            PeerRow("77aa0022", "10.0.0.9:4000", None, 100, 50, False, "they dialed"),
+        ),
+        reachability="reachable at 127.0.0.1:4001 (seen from 127.0.0.1)",
         downloads=(DownloadRow("model parameters", 5, 20),),
         bandwidth=(100.0, 2000.0, 500.0),
         corrupt_blobs=1,
@@ -64,6 +68,8 @@ async def test_tabs_show_the_view_and_switch_with_keys() -> None:
         assert app.query_one(TabbedContent).active == "network"
         network = static_text(app, "#network-text")
         assert "ffee0011 (127.0.0.1:4000)" in network and "[ 25.0%] 5/20" in network
+        assert "P2P: reachable at 127.0.0.1:4001 (seen from 127.0.0.1)" in network
+        assert "77aa0022 (10.0.0.9:4000) outbound only, direct, they dialed" in network
         lines.emit(logging.LogRecord("psyche.client", logging.INFO, "x", 1, "hello log", (), None))
         app.refresh_view()
         await pilot.press("4")

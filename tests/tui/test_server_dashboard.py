@@ -102,6 +102,9 @@ async def test_pending_pause_and_countdowns(tmp_path: Path) -> None:
         view = build_view(server, 1010)
         assert view.exited_clients == ["02020202 Withdrawn at height 0"]
         assert view.clients_this_round == ["01010101 Healthy"]
+        server.reachability.reachable[b"\x01" * 32] = False  # its P2P address failed the check
+        view = build_view(server, 1010)
+        assert view.clients_this_round == ["01010101 Healthy (P2P outbound only)"]
     finally:
         await server.close()
 

@@ -57,6 +57,24 @@ def test_server_reconnect_timeout_reaches_the_client_options(monkeypatch) -> Non
     assert refused.exit_code == 2 and "--server-reconnect-timeout" in refused.output
 
 
+def test_advertise_addr_reaches_the_p2p_address(monkeypatch) -> None:
+    import psyche_client.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_run", lambda options, logs, write_log: seen.append(options) or 0)
+    base = ["train", "--server-addr", "10.9.9.9:1", "--run-id", "x"]
+    runner = CliRunner()
+    assert runner.invoke(main, [*base, "--advertise-addr", "203.0.113.7:4000"]).exit_code == 0
+    env = {"ADVERTISE_ADDR": "[2001:db8::1]:4001"}
+    assert runner.invoke(main, base, env=env).exit_code == 0
+    assert [(o.advertise_host, o.advertise_port) for o in seen] == [
+        ("203.0.113.7", 4000),
+        ("2001:db8::1", 4001),
+    ]
+    refused = runner.invoke(main, [*base, "--advertise-addr", "no-port"])
+    assert refused.exit_code == 2 and "--advertise-addr" in refused.output
+
+
 def test_data_fetch_retry_flags_reach_the_client_options(monkeypatch) -> None:
     import psyche_client.cli as cli
 

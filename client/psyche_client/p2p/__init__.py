@@ -1,6 +1,10 @@
 """Peer-to-peer layer of the client: plain asyncio streams between epoch members.
 
-- `node.P2PNode`: listener + connection pool; announce, serve and fetch blobs, serve the model.
+- `node.P2PNode`: listener + links; announce, serve and fetch blobs, serve the model
+  (`serving`: answering peers' requests; `outbound`: outbound-only nodes, link catch-up).
+- `link.PeerLink` / `links.LinkTable`: one authenticated connection per peer pair, carrying
+  request streams both ways, whoever dialed it.
+- `recent`: the announcements of recent steps, pushed to a peer whose link comes up.
 - `announcements`: signed `ResultAnnouncement` / `FinishedAnnouncement` messages.
 - `blobs.BlobStore`: content-addressed (SHA-256) in-memory store of served blobs.
 - `fetch`: candidate ordering, timeouts, retries and hash checks of downloads.

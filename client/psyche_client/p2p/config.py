@@ -24,6 +24,9 @@ class P2PConfig:
     advertise_host: str | None = None
     """Host put in `P2PNode.address` (what peers dial). None: the bind host, or this
     machine's primary IP when binding a wildcard address."""
+    advertise_port: int | None = None
+    """Port put in `P2PNode.address` (a port forward's outside port). None: the listening
+    port."""
 
     chunk_size: int = 256 * KIB
     """Bytes per `Chunk` frame when serving a blob or parameter."""
@@ -39,7 +42,8 @@ class P2PConfig:
     """Longest wait for any single frame (handshake step, header or chunk), and for a write
     to drain to a slow reader."""
     idle_timeout: float = 60.0
-    """Idle server connections close after this; pooled ones are reused only below 5/6 of it."""
+    """A link with no frame and no open stream for this long closes (unless kept open by an
+    outbound-only node, which pings it); links idle for 5/6 of it are not reused."""
     announce_timeout: float = 5.0
     """Per-peer bound on pushing one announcement (connect + handshake + ack)."""
     fetch_deadline: float = 600.0
@@ -52,7 +56,7 @@ class P2PConfig:
     max_concurrent_downloads: int = 8
     max_concurrent_parameter_requests: int = 8
     max_connections: int = 1024
-    """Outgoing connections open at once (the pool's bound)."""
+    """Peers with an open link at once (beyond it, dialing a new peer fails)."""
     max_inbound_connections: int = 256
     """Incoming connections open at once; more are closed at accept, before any handshake."""
     max_inbound_per_ip: int = 16
@@ -65,7 +69,6 @@ class P2PConfig:
     announce_wait: float = 1.0
     """Longest an `announce()` caller waits; pushes to slower peers go on in the background
     (each still bounded by `announce_timeout`)."""
-    max_idle_per_peer: int = 4
     max_errors_per_peer: int = 5
     manifest_timeout: float = 10.0
     parameter_rounds: int = 3
@@ -77,6 +80,10 @@ class P2PConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
             raise ValueError(f"P2PConfig.port must be in [0, 65535], got {self.port}")
+        if self.advertise_port is not None and not 0 < self.advertise_port < 65536:
+            raise ValueError(
+                f"P2PConfig.advertise_port must be in [1, 65535], got {self.advertise_port}"
+            )
         if not 0 < self.chunk_size <= self.max_frame_size - 64:
             raise ValueError(
                 f"P2PConfig.chunk_size ({self.chunk_size}) must be positive and at least 64 "

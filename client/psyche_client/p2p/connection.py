@@ -1,4 +1,4 @@
-"""Authenticated peer connections: mutual ed25519 handshake, counted frames, a connection pool.
+"""Authenticated peer connections: mutual ed25519 handshake, counted frames.
 
 Handshake on a new P2P stream (`P2P_DOMAIN`; each side signs
 `psyche_common.protocol.handshake.mutual_transcript(role, listener_challenge,
@@ -18,7 +18,8 @@ The dialer signs nothing before the listener proved its key, and what it signs n
 and both nonces, so no signature of a handshake can be relayed to log in anywhere else (another
 peer, the coordinator or the data server, whose domains differ anyway).
 
-Every frame written or read through a `PeerConnection` is counted in `TransferStats`.
+Every frame written or read through a `PeerConnection` is counted in `TransferStats`. After
+the handshake a connection becomes a `link.PeerLink` carrying streams in both directions.
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from psyche_common.protocol import (
     BadFrame,
+    ConnectionClosed,
+    FrameTooLarge,
     HandshakeError,
     Identity,
     ProtocolError,
@@ -88,6 +91,31 @@ class PeerConnection:
     async def receive(self, timeout: float | None) -> dict[str, Any]:
         """Next frame as a map with a string `type`; `TimeoutError` after `timeout` s."""
         payload = await read_frame_bytes(self.reader, self.max_frame_size, timeout)
+        return self._decode(payload)
+
+    async def receive_next(self, idle: float, timeout: float) -> dict[str, Any] | None:
+        """The next frame, or None when none starts within `idle` s (nothing is consumed
+        then, so the stream stays aligned); a started frame must arrive within `timeout` s."""
+        try:
+            async with asyncio.timeout(idle):
+                header = await self.reader.readexactly(LENGTH_PREFIX_SIZE)
+        except TimeoutError:
+            return None
+        except asyncio.IncompleteReadError as exc:
+            raise ConnectionClosed("peer closed the connection") from exc
+        size = int.from_bytes(header, "big")
+        if size > self.max_frame_size:
+            raise FrameTooLarge(size, self.max_frame_size)
+        try:
+            async with asyncio.timeout(timeout):
+                payload = await self.reader.readexactly(size)
+        except asyncio.IncompleteReadError as exc:
+            raise ConnectionClosed(
+                f"peer closed the connection after {len(exc.partial)} of {size} payload bytes"
+            ) from exc
+        return self._decode(payload)
+
+    def _decode(self, payload: bytes) -> dict[str, Any]:
         self.stats.record_received(self.peer_id or None, len(payload) + LENGTH_PREFIX_SIZE)
         message = decode_payload(payload)
         if not isinstance(message, dict) or not isinstance(message.get("type"), str):
@@ -218,73 +246,6 @@ def parse_address(address: str) -> tuple[str, int]:
     if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise ValueError(f"P2P address {address!r} is not host:port")
     return host.strip("[]"), int(port_text)
-
-
-class ConnectionPool:
-    """Reusable authenticated connections, at most `max_idle_per_peer` idle per peer."""
-
-    def __init__(
-        self,
-        dial: Callable[[bytes], Any],
-        *,
-        max_connections: int,
-        max_idle_per_peer: int,
-        idle_timeout: float,
-        on_connected: Callable[[bytes, float], None] | None = None,
-    ) -> None:
-        self._dial = dial
-        self._slots = asyncio.Semaphore(max_connections)
-        self._idle: dict[bytes, list[PeerConnection]] = {}
-        self._max_idle_per_peer = max_idle_per_peer
-        self._idle_timeout = idle_timeout
-        self._on_connected = on_connected
-        self._closed = False
-
-    @contextlib.asynccontextmanager
-    async def connection(self, peer_id: bytes) -> AsyncIterator[PeerConnection]:
-        """An exclusive connection to `peer_id`; returned to the pool only after success."""
-        if self._closed:
-            raise PeerUnavailable("the P2P node is closed")
-        async with self._slots:
-            conn = self._take_idle(peer_id)
-            if conn is None:
-                started = time.monotonic()
-                conn = await self._dial(peer_id)
-                if self._on_connected is not None:
-                    self._on_connected(peer_id, time.monotonic() - started)
-            try:
-                yield conn
-            except BaseException:
-                await conn.close()
-                raise
-            self._give_back(conn)
-
-    def _take_idle(self, peer_id: bytes) -> PeerConnection | None:
-        idle = self._idle.get(peer_id, [])
-        now = time.monotonic()
-        while idle:
-            conn = idle.pop()
-            if conn.usable and now - conn.last_used < self._idle_timeout:
-                return conn
-            conn.writer.close()
-        return None
-
-    def _give_back(self, conn: PeerConnection) -> None:
-        idle = self._idle.setdefault(conn.peer_id, [])
-        if self._closed or not conn.usable or len(idle) >= self._max_idle_per_peer:
-            conn.writer.close()
-            return
-        conn.last_used = time.monotonic()
-        idle.append(conn)
-
-    async def drop_peer(self, peer_id: bytes) -> None:
-        for conn in self._idle.pop(peer_id, []):
-            await conn.close()
-
-    async def close(self) -> None:
-        self._closed = True
-        for peer_id in list(self._idle):
-            await self.drop_peer(peer_id)
 
 
 def advertised_host(bind_host: str) -> str:

@@ -25,17 +25,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from psyche_common.protocol import ConnectionClosed, Identity, ProtocolError, short_id
+from psyche_common.protocol import Identity, ProtocolError, short_id
 
 from .announcements import Announcement, to_wire
 from .blobs import BlobStore
 from .config import P2PConfig
 from .connection import (
-    ConnectionPool,
     PeerConnection,
-    PeerRefused,
     PeerUnavailable,
-    accept_peer,
     advertised_host,
     dial_peer,
     parse_address,
@@ -43,9 +40,14 @@ from .connection import (
 )
 from .fetch import FetchError, PeerHealth, fetch_verified
 from .inbox import AnnouncementCallback, AnnouncementInbox
+from .link import PeerLink
+from .links import LinkTable
 from .manifest import ModelManifest
+from .outbound import OutboundMixin
+from .recent import RecentAnnouncements
+from .serving import ServingMixin
 from .stats import TransferStats
-from .transfer import Received, RemoteError, receive_bytes, send_bytes
+from .transfer import Received, receive_bytes
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +64,7 @@ class AnnounceReport:
     pending: list[bytes] = field(default_factory=list)
 
 
-class P2PNode:
+class P2PNode(OutboundMixin, ServingMixin):
     """One client's P2P endpoint: `start()`, then announce, publish and fetch; `close()`."""
 
     def __init__(
@@ -106,12 +108,20 @@ class P2PNode:
         self._server: asyncio.Server | None = None
         self._server_conns: set[PeerConnection] = set()
         self._inbound_per_ip: Counter[str] = Counter()
-        self._pool = ConnectionPool(
+        self._background: set[asyncio.Future[Any]] = set()
+        self._outbound_only = False
+        self._unreachable: set[bytes] = set()
+        self._redial: dict[bytes, tuple[float, float]] = {}  # peer -> (next try, backoff)
+        self._maintainer: asyncio.Future[None] | None = None
+        self.recent = RecentAnnouncements()
+        self._pool = LinkTable(
             self._dial,
-            max_connections=self.config.max_connections,
-            max_idle_per_peer=self.config.max_idle_per_peer,
-            idle_timeout=self.config.idle_timeout * 5 / 6,
+            own_id=identity.public_key,
+            max_links=self.config.max_connections,
+            reuse_within=self.config.idle_timeout * 5 / 6,
+            keep=lambda: self._outbound_only,
             on_connected=self.health.record_latency,
+            on_new_link=self._catch_up,
         )
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -125,16 +135,17 @@ class P2PNode:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        await self._pool.close()  # links end their readers and their requests first
+        for conn in list(self._server_conns):
+            await conn.close()
         background: list[asyncio.Future[Any]] = [
             *self._inflight.values(),
             *self._forwards,
             *self._pushes,
+            *self._background,
         ]
         for task in background:
             task.cancel()
-        await self._pool.close()
-        for conn in list(self._server_conns):
-            await conn.close()
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
@@ -160,13 +171,16 @@ class P2PNode:
     def address(self) -> str:
         """`host:port` peers should dial (what the client registers with the server)."""
         host = self.config.advertise_host or advertised_host(self.config.bind_host)
-        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+        port = self.config.advertise_port or self.port
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     # ---- address book ------------------------------------------------------------------------
 
-    def set_peers(self, peers: Mapping[bytes, str]) -> None:
+    def set_peers(self, peers: Mapping[bytes, str], unreachable: Iterable[bytes] = ()) -> None:
         """Replace the address book (client id → `host:port`, from the coordinator broadcast).
-        Invalid addresses are logged and skipped; our own id is ignored."""
+        Invalid addresses are logged and skipped; our own id is ignored. `unreachable` peers
+        accept no connections: nobody dials them, they are served over the links they open.
+        An outbound-only node (`set_outbound_only`) then dials every peer it has no link to."""
         book: dict[bytes, tuple[str, int]] = {}
         for peer_id, address in peers.items():
             if peer_id == self.peer_id:
@@ -176,6 +190,9 @@ class P2PNode:
             except ValueError as exc:
                 log.warning("ignoring peer %s: %s", short_id(peer_id), exc)
         self._peers = book
+        self._unreachable = {bytes(peer) for peer in unreachable} - {self.peer_id}
+        if self._outbound_only:
+            self._maintain_links()
 
     def known_peers(self) -> list[bytes]:
         return list(self._peers)
@@ -187,8 +204,10 @@ class P2PNode:
         self.stats.set_step(step)
 
     def forget_before(self, step: int) -> None:
-        """Drop blobs of steps before `step` (the app passes `current − 2`)."""
+        """Drop blobs and remembered announcements of steps before `step` (the app passes
+        `current − 2`)."""
         self.blobs.prune_before(step)
+        self.recent.prune_before(step)
 
     # ---- announcements -----------------------------------------------------------------------
 
@@ -201,6 +220,7 @@ class P2PNode:
         report says which peers got it, failed, or were still pending."""
         wire = {"type": "Announce", "announcement": to_wire(announcement)}
         self._inbox.remember(announcement)
+        self.recent.add(announcement)
         targets = self.known_peers() if peer_ids is None else list(peer_ids)
         report = AnnounceReport()
 
@@ -314,6 +334,10 @@ class P2PNode:
                     what=f"blob {blob_hash.hex()[:16]}",
                     health=self.health,
                     deadline=deadline or self.config.fetch_deadline,
+                    # the caller's order (the announcer, the one sure holder, first): with one
+                    # long-lived link per peer, latencies are measured once, and a stalled
+                    # peer that measured fastest would be asked first for every blob
+                    prefer_fast=False,
                     rounds=self.config.fetch_rounds,
                     backoff=self.config.retry_backoff,
                     on_corrupt=self.report_corrupt,
@@ -353,11 +377,15 @@ class P2PNode:
                 expected_size=expected_size,
             )
 
-    async def _dial(self, peer_id: bytes) -> PeerConnection:
+    async def _dial(self, peer_id: bytes) -> PeerLink:
+        if peer_id in self._unreachable:
+            raise PeerUnavailable(
+                f"peer {short_id(peer_id)} accepts no connections and has none open to us"
+            )
         address = self._peers.get(peer_id)
         if address is None:
             raise PeerUnavailable(f"no P2P address known for peer {short_id(peer_id)}")
-        return await dial_peer(
+        conn = await dial_peer(
             peer_id,
             *address,
             self.identity,
@@ -366,115 +394,19 @@ class P2PNode:
             handshake_timeout=self.config.read_timeout,
             max_frame_size=self.config.max_frame_size,
         )
+        link = self._new_link(conn, dialed=True)
+        reader = link.start()
+        self._background.add(reader)
+        reader.add_done_callback(self._background.discard)
+        reader.add_done_callback(lambda _t: self._pool.discard(link))
+        return link
 
-    # ---- serving -----------------------------------------------------------------------------
-
-    async def _serve_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        remote = writer.get_extra_info("peername")
-        if len(self._server_conns) >= self.config.max_inbound_connections:
-            self.refused_inbound += 1
-            log.warning(
-                "refusing P2P connection from %s: %d inbound connections open "
-                "(max_inbound_connections)",
-                remote,
-                len(self._server_conns),
-            )
-            writer.transport.abort()
-            return
-        ip = str(remote[0]) if isinstance(remote, tuple) and remote else "?"
-        if self._inbound_per_ip[ip] >= self.config.max_inbound_per_ip:
-            self.refused_inbound += 1
-            log.warning(
-                "refusing P2P connection from %s: %d inbound connections open from that "
-                "address (max_inbound_per_ip)",
-                remote,
-                self._inbound_per_ip[ip],
-            )
-            writer.transport.abort()
-            return
-        conn = PeerConnection(
-            b"", reader, writer, self.stats, self.config.max_frame_size, self.config.read_timeout
+    def _new_link(self, conn: PeerConnection, *, dialed: bool) -> PeerLink:
+        return PeerLink(
+            conn,
+            dialed=dialed,
+            on_request=self._on_request,
+            idle_timeout=self.config.idle_timeout,
+            max_streams=self.config.max_concurrent_serving * 2,
+            keep=lambda: self._outbound_only,
         )
-        self._server_conns.add(conn)
-        self._inbound_per_ip[ip] += 1
-        try:
-            peer_id = await accept_peer(
-                conn, self.identity, self._is_member, self.config.read_timeout
-            )
-            while True:
-                try:
-                    request = await conn.receive(self.config.idle_timeout)
-                except (TimeoutError, ConnectionClosed):
-                    return
-                if not self._is_member(peer_id):
-                    reason = f"peer {short_id(peer_id)} is no longer a member"
-                    await conn.send({"type": "Rejected", "reason": reason})
-                    return
-                if request.get("type") == "Announce":
-                    await self._handle(conn, peer_id, request)
-                    continue
-                async with self._serving_slots, asyncio.timeout(self.config.fetch_deadline):
-                    await self._handle(conn, peer_id, request)
-        except PeerRefused as exc:
-            log.info("refused P2P connection from %s: %s", remote, exc)
-        except (ProtocolError, OSError, TimeoutError) as exc:
-            log.info("closed P2P connection from %s: %s: %s", remote, type(exc).__name__, exc)
-        finally:
-            self._server_conns.discard(conn)
-            self._inbound_per_ip[ip] -= 1
-            if self._inbound_per_ip[ip] <= 0:
-                del self._inbound_per_ip[ip]
-            await conn.close()
-
-    async def _handle(self, conn: PeerConnection, peer_id: bytes, request: dict[str, Any]) -> None:
-        kind = request.get("type")
-        if kind == "Announce":
-            receipt = await self._inbox.receive(peer_id, request.get("announcement"))
-            await conn.send({"type": "Ack", "status": receipt.status, "reason": receipt.reason})
-            if receipt.announcement is not None:
-                self._forward(receipt.announcement, came_from=peer_id)
-        elif kind == "GetBlob":
-            digest = request.get("hash")
-            data = self.blobs.get(digest) if isinstance(digest, bytes) else None
-            await self._answer(conn, "blob", digest, data)
-        elif kind == "GetManifest":
-            data = await self._call_provider("manifest", self._encoded_manifest)
-            await self._answer(conn, "manifest", b"", data)
-        elif kind == "GetParameter":
-            name = request.get("name")
-            data = None
-            if isinstance(name, str) and self._get_parameter_bytes is not None:
-                provider = self._get_parameter_bytes
-                data = await self._call_provider(
-                    f"parameter {name!r}", lambda: provider(name), in_thread=True
-                )
-            await self._answer(conn, "parameter", name, data)
-        else:
-            await conn.send({"type": "Error", "reason": f"unknown request type {kind!r}"})
-            raise RemoteError(f"peer {short_id(peer_id)} sent unknown request {kind!r}")
-
-    def _encoded_manifest(self) -> bytes | None:
-        manifest = self._get_manifest() if self._get_manifest is not None else None
-        return None if manifest is None else manifest.encode()
-
-    async def _call_provider(
-        self, what: str, provider: Callable[[], bytes | None], in_thread: bool = False
-    ) -> bytes | None:
-        """Run an app callback; a failing callback is logged and answered as "not held"."""
-        try:
-            return await asyncio.to_thread(provider) if in_thread else provider()
-        except Exception:
-            log.exception("serving %s to a peer failed", what)
-            return None
-
-    async def _answer(self, conn: PeerConnection, kind: str, key: Any, data: bytes | None) -> None:
-        if data is None:
-            await conn.send({"type": "NotFound", "reason": f"no such {kind} here"})
-            return
-        await send_bytes(conn, self._outgoing_bytes(kind, key, data), self.config.chunk_size)
-
-    def _outgoing_bytes(self, kind: str, key: Any, data: bytes) -> bytes:
-        """The bytes served for a request (tests override this to simulate a corrupt peer)."""
-        return data

@@ -10,10 +10,21 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from psyche_common.protocol import ProtocolError, short_id
 
-from .connection import PeerConnection, raise_if_rejected
+from .connection import raise_if_rejected
+
+
+class Channel(Protocol):
+    """What carries one exchange: a stream of a link (`link.Stream`) or a raw connection."""
+
+    peer_id: bytes
+
+    async def send(self, message: dict[str, Any]) -> None: ...
+
+    async def receive(self, timeout: float | None) -> dict[str, Any]: ...
 
 
 class NotHeld(ProtocolError):
@@ -32,7 +43,7 @@ class Received:
     sha256: bytes
 
 
-async def send_bytes(conn: PeerConnection, data: bytes | memoryview, chunk_size: int) -> None:
+async def send_bytes(conn: Channel, data: bytes | memoryview, chunk_size: int) -> None:
     """Answer with a header and the chunks of `data`."""
     view = memoryview(data)
     await conn.send({"type": "BlobHeader", "size": len(view)})
@@ -41,7 +52,7 @@ async def send_bytes(conn: PeerConnection, data: bytes | memoryview, chunk_size:
 
 
 async def receive_bytes(
-    conn: PeerConnection,
+    conn: Channel,
     *,
     max_size: int,
     read_timeout: float,

@@ -80,12 +80,18 @@ def coordinator_tab_text(view: ClientView) -> str:
 
 
 def network_tab_text(view: ClientView) -> str:
-    lines = [f"Node ID: {view.client_id}", f"Recently Seen Peers ({len(view.peers)}):"]
+    lines = [
+        f"Node ID: {view.client_id}",
+        f"P2P: {view.reachability}",
+        f"Recently Seen Peers ({len(view.peers)}):",
+    ]
     for peer in view.peers:
         latency = "?" if peer.latency is None else f"{peer.latency:.3f}s"
+        reach = "reachable" if peer.reachable else "outbound only"
+        link = f", direct, {peer.link}" if peer.link and peer.link != "none" else ", no connection"
         lines.append(
-            f"  {peer.short_id} ({peer.address}): down {format_bytes(peer.bytes_received)}, "
-            f"up {format_bytes(peer.bytes_sent)} ({latency})"
+            f"  {peer.short_id} ({peer.address}) {reach}{link}: down "
+            f"{format_bytes(peer.bytes_received)}, up {format_bytes(peer.bytes_sent)} ({latency})"
         )
     lines.append(f"Downloads ({len(view.downloads)}):")
     for row in view.downloads:

@@ -31,6 +31,10 @@ class PeerRow:
     latency: float | None
     bytes_received: int
     bytes_sent: int
+    reachable: bool = True
+    """False: the peer accepts no connections (outbound-only; the server's check)."""
+    link: str = ""
+    """The connection in use: "we dialed", "they dialed", or "none"."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,8 @@ class ClientView:
     data_source: str = ""
     checkpoint: str = ""
     peers: tuple[PeerRow, ...] = ()
+    reachability: str = "not checked yet"
+    """Whether peers can connect to this client (the server's check of its P2P address)."""
     downloads: tuple[DownloadRow, ...] = ()
     bandwidth: tuple[float, ...] = ()
     corrupt_blobs: int = 0
@@ -146,6 +152,8 @@ def build_view(app: Any, bandwidth: BandwidthMeter) -> ClientView:
                 node.health.latency.get(peer_id),
                 peer_stats.bytes_received if peer_stats else 0,
                 peer_stats.bytes_sent if peer_stats else 0,
+                node.is_reachable(peer_id),
+                node.link_state(peer_id),
             )
         )
     downloads = []
@@ -194,9 +202,22 @@ def build_view(app: Any, bandwidth: BandwidthMeter) -> ClientView:
         data_source=data_source,
         checkpoint=checkpoint,
         peers=tuple(peers),
+        reachability=_reachability(getattr(app, "reachability", None)),
         downloads=tuple(downloads),
         bandwidth=tuple(bandwidth.samples),
         corrupt_blobs=node.stats.downloads.corrupt,
         last_checkpoint=stats.last_checkpoint,
         checkpoint_error=stats.checkpoint_error or "",
+    )
+
+
+def _reachability(notice: Any) -> str:
+    """The server's verdict on our P2P address (a `Reachability` message, or None)."""
+    if notice is None:
+        return "not checked yet"
+    if notice.reachable:
+        return f"reachable at {notice.p2p_address} (seen from {notice.observed_host})"
+    return (
+        f"outbound only: NOT reachable at {notice.p2p_address} (seen from "
+        f"{notice.observed_host}); connects to its peers itself"
     )

@@ -27,9 +27,9 @@ from .framing import DEFAULT_MAX_FRAME_SIZE, ProtocolError, read_frame, write_fr
 from .identity import PUBLIC_KEY_SIZE, SIGNATURE_SIZE, Identity, verify_signature
 
 CHALLENGE_SIZE = 32
-COORDINATOR_SERVICE = b"psyche-py/coordinator/v2"
+COORDINATOR_SERVICE = b"psyche-py/coordinator/v3"  # v3: Reachability, Accusation, unreachable peers
 DATA_SERVER_SERVICE = b"psyche-py/data-server/v3"
-P2P_DOMAIN = b"psyche-py/p2p/v2\x00"
+P2P_DOMAIN = b"psyche-py/p2p/v3\x00"  # v3: streams in both directions on every link
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
 
 

@@ -122,11 +122,13 @@ ClientMessage = Annotated[AnyClientMessage, Field(discriminator="type")]
 
 
 class CoordinatorState(_Message):
-    """The full coordinator (`Coordinator.to_wire()`) and the P2P address of every member."""
+    """The full coordinator (`Coordinator.to_wire()`), the P2P address of every member and
+    which of them accept no P2P connections (`unreachable`: served over links they open)."""
 
     type: Literal["CoordinatorState"] = "CoordinatorState"
     coordinator: WireDict
     peers: dict[Bytes32, HostPort] = {}
+    unreachable: Annotated[list[Bytes32], Field(max_length=65536)] = []
 
 
 class Rejected(_Message):
@@ -159,7 +161,19 @@ class WeightsMismatch(_Message):
     majority_hash: Bytes32
 
 
-AnyServerMessage = CoordinatorState | Rejected | WeightsMismatch
+class Reachability(_Message):
+    """What the server found when it connected back to this client's advertised P2P address
+    (`p2p_address`) after its Join: whether a P2P listener answered there (`reachable`, with a
+    `detail`), and the address the server sees this client's connection come from."""
+
+    type: Literal["Reachability"] = "Reachability"
+    p2p_address: HostPort
+    reachable: bool
+    observed_host: Annotated[str, StringConstraints(strict=True, max_length=255)]
+    detail: Annotated[str, StringConstraints(strict=True, max_length=1024)] = ""
+
+
+AnyServerMessage = CoordinatorState | Rejected | WeightsMismatch | Reachability
 """Plain union of the server → client messages, for type hints."""
 
 ServerMessage = Annotated[AnyServerMessage, Field(discriminator="type")]
@@ -167,7 +181,9 @@ ServerMessage = Annotated[AnyServerMessage, Field(discriminator="type")]
 CLIENT_MESSAGE_TYPES = frozenset(
     {"Join", "Witness", "WarmupWitness", "HealthCheck", "Checkpoint", "Accusation"}
 )
-SERVER_MESSAGE_TYPES = frozenset({"CoordinatorState", "Rejected", "WeightsMismatch"})
+SERVER_MESSAGE_TYPES = frozenset(
+    {"CoordinatorState", "Rejected", "WeightsMismatch", "Reachability"}
+)
 
 _client_adapter: TypeAdapter[AnyClientMessage] = TypeAdapter(ClientMessage)
 _server_adapter: TypeAdapter[AnyServerMessage] = TypeAdapter(ServerMessage)

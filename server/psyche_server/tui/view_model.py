@@ -117,8 +117,11 @@ def build_view(app: ServerApp, now: int) -> DashboardView:
     config = coordinator.config
     current = coordinator.current_round()
     divergent = app.weights.divergent_clients()
+    outbound = set(app.reachability.unreachable(c.id for c in epoch_state.clients))
     clients_this_round = [
-        f"{short_id(c.id)} {c.state.name}" + (" ⚠ weights differ" if c.id in divergent else "")
+        f"{short_id(c.id)} {c.state.name}"
+        + (" (P2P outbound only)" if c.id in outbound else "")
+        + (" ⚠ weights differ" if c.id in divergent else "")
         for c in epoch_state.clients
     ]
     config_lines = [

@@ -1,0 +1,48 @@
+"""The server connects back to each joining client's P2P address (in-process server, real
+sockets): a client whose listener answers is reachable; one whose address is dead is told so,
+with the address the server sees it from, and its peers find it in `unreachable`."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from psyche_client.p2p import P2PConfig, P2PNode
+from psyche_common.protocol import Identity
+
+from .protocol_client import ProtocolClient
+from .server_harness import poll_until, running_server, write_state
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def dead_address() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+async def test_reachable_and_unreachable_clients(tmp_path: Path) -> None:
+    state = write_state(tmp_path / "state.toml", init_min_clients=3)
+    identity = Identity.generate()
+    node = P2PNode(identity, is_member=lambda _p: False, config=P2PConfig(bind_host="127.0.0.1"))
+    await node.start()
+    try:
+        async with running_server(state) as app:
+            public = ProtocolClient(
+                app.port, app.run_id, identity=identity, p2p_address=node.address, auto=False
+            )
+            natted = ProtocolClient(app.port, app.run_id, p2p_address=dead_address(), auto=False)
+            await public.connect()
+            await natted.connect()
+            await poll_until(lambda: public.reachability and natted.reachability, timeout=15)
+            (mine,) = public.reachability
+            assert mine.reachable and mine.p2p_address == node.address, mine
+            assert mine.observed_host == "127.0.0.1"
+            (theirs,) = natted.reachability
+            assert not theirs.reachable and "cannot connect" in theirs.detail, theirs
+            await poll_until(lambda: public.unreachable == [natted.id], timeout=5)
+            assert app.reachability.unreachable([public.id, natted.id]) == [natted.id]
+    finally:
+        await node.close()
