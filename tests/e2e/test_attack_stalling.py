@@ -5,7 +5,10 @@ background; its blobs cannot be fetched, so no witness vouches for its results, 
 client applies the same results without them, and the witnesses' health checks drop it.
 
 What it still costs (as in the reference): it never sends Finished, so the rounds it is a
-member of last until `max_round_train_time`; once dropped it can join again next epoch.
+member of last until `max_round_train_time`; once dropped it can join again next epoch. And
+as a witness it attests nothing, so a committee of 2 witnesses (quorum 2) with it cannot
+approve any result, and the honest members then fail the health checks that follow: runs
+need at least 3 witnesses per round to tolerate one such member (3 here).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ def test_a_stalling_peer_neither_delays_nor_splits_honest_clients(tmp_path: Path
         tmp_path / "state.toml",
         total_steps=14,
         init_min_clients=4,
-        witness_nodes=2,
+        witness_nodes=3,  # quorum 2 of 3: one withholding witness cannot block consensus
         max_round_train_time=5,
     )
     c = Cluster(tmp_path, state)
