@@ -30,6 +30,7 @@ def test_a_stalling_peer_neither_delays_nor_splits_honest_clients(tmp_path: Path
         tmp_path / "state.toml",
         total_steps=14,
         init_min_clients=4,
+        min_clients=3,
         witness_nodes=3,  # quorum 2 of 3: one withholding witness cannot block consensus
         max_round_train_time=5,
     )
