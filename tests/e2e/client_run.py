@@ -238,3 +238,24 @@ def applied_hashes(proc: Proc) -> dict[int, str]:
 
 def losses(proc: Proc) -> dict[int, float]:
     return {e["step"]: e["loss"] for e in proc.events("trained step") if e.get("loss") is not None}
+
+
+def finish_in_agreement(cluster: Cluster, honest: list[Proc], min_common: int) -> list[int]:
+    """Wait (up to 240 s) for the `honest` clients to exit; assert that each exited 0 and that
+    all hold the same weights hash at every step they all applied, of which there are at least
+    `min_common`. Returns those steps."""
+    wait_for(
+        lambda: all(p.popen.poll() is not None for p in honest),
+        240,
+        "the honest clients to finish",
+        cluster.diagnostics,
+    )
+    assert [p.popen.returncode for p in honest] == [0] * len(honest), cluster.diagnostics()
+    tables = [applied_hashes(p) for p in honest]
+    common = sorted(set.intersection(*(set(t) for t in tables)))
+    assert len(common) >= min_common, (
+        f"only {len(common)} common applied steps\n{cluster.diagnostics()}"
+    )
+    for step in common:
+        assert len({t[step] for t in tables}) == 1, f"honest clients differ at step {step}"
+    return common

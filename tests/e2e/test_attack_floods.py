@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import Cluster, applied_hashes, free_port, wait_for, write_state
+from tests.e2e.client_run import Cluster, finish_in_agreement, free_port, write_state
 from tests.e2e.flood import Flood
 
 pytestmark = pytest.mark.timeout(300)
@@ -33,18 +33,7 @@ def test_floods_at_the_server_and_at_a_peer_change_nothing(tmp_path: Path) -> No
             for i in range(3)
         ]
         floods.append(Flood(flooded_port, count=300).start())  # connects once it listens
-        wait_for(
-            lambda: all(p.popen.poll() is not None for p in clients),
-            240,
-            "the run to finish",
-            c.diagnostics,
-        )
-        assert [p.popen.returncode for p in clients] == [0, 0, 0], c.diagnostics()
-        tables = [applied_hashes(p) for p in clients]
-        common = sorted(set(tables[0]) & set(tables[1]) & set(tables[2]))
-        assert len(common) >= 8, f"only {len(common)} common applied steps\n{c.diagnostics()}"
-        for step in common:
-            assert tables[0][step] == tables[1][step] == tables[2][step], f"differ at {step}"
+        finish_in_agreement(c, clients, min_common=8)
         for proc in clients:  # the flooded client's results reached everyone
             applied = proc.events("applied step")
             assert applied and all(event["results"] == 3 for event in applied[1:]), applied

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import Cluster, applied_hashes, wait_for, write_state
+from tests.e2e.client_run import Cluster, finish_in_agreement, write_state
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -39,18 +39,7 @@ def test_a_stalling_peer_neither_delays_nor_splits_honest_clients(tmp_path: Path
         c.start_server()
         honest = [c.start_client(dummy_delay=0.3) for _ in range(3)]
         c.start_client(dummy_delay=0.3, program=STALLING)
-        wait_for(
-            lambda: all(p.popen.poll() is not None for p in honest),
-            240,
-            "the honest clients to finish",
-            c.diagnostics,
-        )
-        assert [p.popen.returncode for p in honest] == [0, 0, 0], c.diagnostics()
-        tables = [applied_hashes(p) for p in honest]
-        common = sorted(set(tables[0]) & set(tables[1]) & set(tables[2]))
-        assert len(common) >= 6, f"only {len(common)} common applied steps\n{c.diagnostics()}"
-        for step in common:
-            assert tables[0][step] == tables[1][step] == tables[2][step], f"differ at {step}"
+        common = finish_in_agreement(c, honest, min_common=6)
         counts = [{e["step"]: e["results"] for e in p.events("applied step")} for p in honest]
         for step in common:  # the same results everywhere, never the stalling peer's
             assert counts[0][step] == counts[1][step] == counts[2][step] <= 3, (step, counts)
