@@ -138,18 +138,31 @@ def trainer_ids(
     tie_breaker_tasks: int = 0,
 ) -> list[bytes]:
     """The round's trainers (committee `Trainer`, in index order), LCG-shuffled by `seed`."""
+    trainers = committee_members(
+        Committee.Trainer, clients, seed, witness_nodes, verification_percent, tie_breaker_tasks
+    )
+    return deterministic_shuffle(trainers, seed)
+
+
+def committee_members(
+    committee: Committee,
+    clients: Sequence[ClientLike],
+    seed: int,
+    witness_nodes: int,
+    verification_percent: int,
+    tie_breaker_tasks: int = 0,
+) -> list[bytes]:
+    """The ids of the round's members of `committee`, in client-index order."""
     if not clients:
         return []
     selection = CommitteeSelection.new(
         tie_breaker_tasks, witness_nodes, verification_percent, len(clients), seed
     )
-    committees = selection.all_committees()
-    trainers = [
+    return [
         c.id
-        for c, committee in zip(clients, committees, strict=True)
-        if committee == Committee.Trainer
+        for c, chosen in zip(clients, selection.all_committees(), strict=True)
+        if chosen == committee
     ]
-    return deterministic_shuffle(trainers, seed)
 
 
 def assign_data_for_round(

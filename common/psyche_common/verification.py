@@ -14,8 +14,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 
-from psyche_common.assignment import BatchId, ClientLike
-from psyche_common.committee import Committee, CommitteeSelection
+from psyche_common.assignment import BatchId, ClientLike, committee_members
+from psyche_common.committee import Committee
 
 VERIFIER_SAMPLES = 2
 """Batches each verifier recomputes per round (fewer when the round has fewer batches)."""
@@ -50,16 +50,9 @@ def round_verifiers(
     tie_breaker_tasks: int = 0,
 ) -> list[bytes]:
     """The ids of the round's `Verifier` committee, in client-index order."""
-    if not clients:
-        return []
-    selection = CommitteeSelection.new(
-        tie_breaker_tasks, witness_nodes, verification_percent, len(clients), seed
+    return committee_members(
+        Committee.Verifier, clients, seed, witness_nodes, verification_percent, tie_breaker_tasks
     )
-    return [
-        client.id
-        for client, committee in zip(clients, selection.all_committees(), strict=True)
-        if committee == Committee.Verifier
-    ]
 
 
 def checkers_of(

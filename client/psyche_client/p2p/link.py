@@ -164,7 +164,7 @@ class PeerLink:
                 self.last_activity = time.monotonic()
                 self._dispatch(frame)
         except ConnectionClosed:
-            pass
+            pass  # the peer closed the link: the normal end, cleaned up below
         except (ProtocolError, OSError, TimeoutError) as exc:
             log.info("P2P connection with %s closed: %s: %s", who, type(exc).__name__, exc)
         finally:
