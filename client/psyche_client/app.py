@@ -37,11 +37,12 @@ from psyche_client.p2p.model_share import (
     poll_manifests,
 )
 from psyche_client.p2p.node import P2PNode
+from psyche_client.p2p.relay import RelayClient
 from psyche_client.reconnect import ServerSession
 from psyche_client.round.phase import Phase
 from psyche_client.round.ports import RunnerOptions
 from psyche_client.round.runner import RoundRunner
-from psyche_client.server_link import ServerLink, ServerLinkError
+from psyche_client.server_link import ServerLink, ServerLinkError, parse_server_addr
 from psyche_client.stats import ClientStats
 from psyche_client.training.backend import DummyBackend, TrainingBackend
 
@@ -120,6 +121,9 @@ class ClientApp:
         self.peer_addresses: dict[bytes, str] = {}
         self.reachability: Reachability | None = None
         """The server's last verdict on our P2P address (None until its probe ends)."""
+        self.relay: RelayClient | None = None
+        """Our use of the server's relay (None: the server offers none, or has not said)."""
+        self._closing_relays: set[asyncio.Future[None]] = set()
         self.coordinator: Any = None
         self.on_snapshot = on_snapshot
         self.model_download_progress: tuple[int, int] | None = None
@@ -182,6 +186,26 @@ class ClientApp:
                 extra={"p2p_address": notice.p2p_address, "observed_host": notice.observed_host},
             )
         self.node.set_outbound_only(not notice.reachable)
+        self._use_relay(notice.relay_port)
+
+    def _use_relay(self, port: int | None) -> None:
+        """Keep a listen channel at the server's relay (on the coordinator's host), so peers
+        that cannot connect to us reach us through it, and reach such peers the same way.
+        A restarted server may announce another port: the old relay client is replaced."""
+        current = self.relay
+        if current is not None and current.port == port:
+            return
+        if current is not None:
+            self._closing_relays.add(asyncio.ensure_future(current.close()))
+        self.relay = None
+        if port is not None:
+            host, _ = parse_server_addr(self.options.server_addr)
+            self.relay = RelayClient(
+                self.identity, host, port, self.options.run_id, self.node.accept_relayed
+            )
+            self.relay.start()
+            log.info("the server relays P2P traffic at %s:%d", host, port)
+        self.node.use_relay(self.relay)
 
     def _on_weights_mismatch(self, notice: WeightsMismatch) -> None:
         """The server saw our weights at a step differ from the majority's: resync."""
@@ -358,6 +382,9 @@ class ClientApp:
                 await self.fetcher.aclose()
             with contextlib.suppress(Exception):
                 await self.node.close()
+            if self.relay is not None:
+                await self.relay.close()
+            await asyncio.gather(*self._closing_relays, return_exceptions=True)
 
     async def _follow_server(self, runner: RoundRunner) -> None:
         """Feed every new coordinator state to the runner, across reconnections; return when

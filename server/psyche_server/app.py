@@ -42,6 +42,7 @@ from .data_server import DataServer
 from .options import ServerOptions, ServerStats
 from .persistence import StateSaver
 from .reachability import ProbeResult, ReachabilityChecker
+from .relay import RelayServer
 from .roster import ClientRoster
 
 log = logging.getLogger("psyche.server")
@@ -109,6 +110,12 @@ class ServerApp:
             on_disconnect=self._on_disconnect,
             idle_timeout=self.options.limits.idle_timeout,
         )
+        relay_limits = self.options.relay
+        self.relay = (
+            None
+            if relay_limits is None
+            else RelayServer(coordinator.run_id, self._may_use_relay, relay_limits)
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -141,6 +148,18 @@ class ServerApp:
             self.run_id,
             extra={"port": self.port, "run_id": self.run_id},
         )
+        if self.relay is not None:
+            relay_port = self.options.relay_port
+            if relay_port is None:
+                relay_port = self.port + 1 if self.options.port else 0
+            try:
+                await self.relay.start(self.options.host, relay_port)
+            except OSError as exc:
+                raise OSError(
+                    exc.errno,
+                    f"cannot bind the relay port {relay_port} ({exc.strerror}); choose another "
+                    "with --relay-port, or --no-relay",
+                ) from exc
         self.save_progress()  # the latest file describes this process from its start on
         return self.port
 
@@ -216,6 +235,8 @@ class ServerApp:
             self._message_tick.cancel()
             self._message_tick = None
         await self.reachability.close()
+        if self.relay is not None:
+            await self.relay.close()
         await self.connections.close()
         if self.data_server is not None:
             await self.data_server.close()
@@ -390,6 +411,8 @@ class ServerApp:
         client_id = conn.peer_id
         self.roster.leave(client_id)
         self.reachability.forget(client_id)
+        if self.relay is not None:
+            self.relay.forget(client_id)
         if not self.options.withdraw_on_disconnect:
             return
         index = client_index(self.coordinator, client_id)
@@ -405,6 +428,11 @@ class ServerApp:
                 short_id(client_id),
                 extra={"client": short_id(client_id), "index": index},
             )
+
+    def _may_use_relay(self, client_id: bytes) -> bool:
+        """Only clients connected here and joined may open relay pipes (or be reached)."""
+        conn = self.connections.connections.get(client_id)
+        return conn is not None and conn.joined
 
     def _tell_divergent(self, client_id: bytes, step: int, majority: bytes) -> None:
         """Tell a client that its weights at `step` are not the majority's (it resyncs)."""
@@ -509,5 +537,6 @@ class ServerApp:
             reachable=result.reachable,
             observed_host=observed[:255],
             detail=result.detail[:1024],
+            relay_port=None if self.relay is None else self.relay.port,
         )
         conn.send(to_wire(notice))

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .limits import ConnectionLimits
+from .relay import RelayLimits
 
 
 @dataclass
@@ -22,6 +23,10 @@ class ServerOptions:
     data_host: str = "0.0.0.0"
     checkpointers: frozenset[bytes] = frozenset()
     """Keys whose `Checkpoint` messages may set the run's checkpoint (`--checkpointer`)."""
+    relay: RelayLimits | None = field(default_factory=RelayLimits)
+    """The relay's bounds (`--relay-max-mbps`); None: no relay (`--no-relay`)."""
+    relay_port: int | None = None
+    """The relay's port; None: the coordinator port + 1 (a free port when that is 0)."""
 
 
 @dataclass

@@ -12,6 +12,7 @@ from psyche_common.logs import LOG_LEVELS, LogFormat, setup_logging
 
 from .limits import ConnectionLimits
 from .options import ServerOptions
+from .relay import RelayLimits
 from .runner import RunRequest, run_blocking
 
 _existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -172,6 +173,27 @@ def _parse_keys(
     "repeat for several (default: none, every Checkpoint message is refused)",
 )
 @click.option(
+    "--relay/--no-relay",
+    default=True,
+    show_default=True,
+    help="relay P2P traffic between clients that cannot connect to each other (e.g. both "
+    "behind NAT): pipes through this server, end-to-end authenticated by the clients",
+)
+@click.option(
+    "--relay-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="port of the relay (default: the coordinator port + 1, or a random free port when "
+    "the coordinator port is random; clients learn it from the server)",
+)
+@click.option(
+    "--relay-max-mbps",
+    type=click.FloatRange(0),
+    default=100.0,
+    show_default=True,
+    help="most the relay forwards, in Mbit/s over all pipes and both directions (0: no cap)",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["console", "json"]),
     default="console",
@@ -213,6 +235,9 @@ def run(
     max_message_ticks_per_second: float,
     idle_timeout: float,
     checkpointers: frozenset[bytes],
+    relay: bool,
+    relay_port: int | None,
+    relay_max_mbps: float,
     log_format: str,
     log_level: str,
     log_file: Path | None,
@@ -244,6 +269,8 @@ def run(
             idle_timeout=idle_timeout or None,
         ),
         checkpointers=checkpointers,
+        relay=RelayLimits(max_mbps=relay_max_mbps or None) if relay else None,
+        relay_port=relay_port,
     )
     request = RunRequest(state_path, options, data_config, tui=use_tui)
     raise SystemExit(run_blocking(request))

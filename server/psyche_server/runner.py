@@ -116,6 +116,8 @@ async def run_app(app: ServerApp, tui: bool) -> None:
             f"cannot listen on {app.options.host}:{app.options.port}: {exc}"
         ) from None
     print(f"psyche-server listening on {app.options.host}:{port}", flush=True)
+    if app.relay is not None:
+        print(f"psyche-server relay on {app.options.host}:{app.relay.port}", flush=True)
     if app.data_server is not None:
         print(
             f"psyche-server data server on {app.data_server.host}:{app.data_server.port}",

@@ -143,3 +143,15 @@ async def test_port_in_use_exits_with_clear_error(tmp_path: Path) -> None:
         assert f"cannot listen on 0.0.0.0:{port}".encode() in stderr
     finally:
         blocker.close()
+
+
+async def test_relay_port_in_use_names_the_flags_to_change(tmp_path: Path) -> None:
+    state = write_state(tmp_path / "s.toml")
+    blocker = await asyncio.start_server(lambda r, w: None, "0.0.0.0", 0)
+    relay_port = blocker.sockets[0].getsockname()[1]
+    try:
+        stderr = await failed_start_stderr("--state", str(state), "--relay-port", str(relay_port))
+        assert f"cannot bind the relay port {relay_port}".encode() in stderr
+        assert b"--relay-port, or --no-relay" in stderr
+    finally:
+        blocker.close()

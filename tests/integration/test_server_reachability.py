@@ -39,6 +39,7 @@ async def test_reachable_and_unreachable_clients(tmp_path: Path) -> None:
             await poll_until(lambda: public.reachability and natted.reachability, timeout=15)
             (mine,) = public.reachability
             assert mine.reachable and mine.p2p_address == node.address, mine
+            assert app.relay is not None and mine.relay_port == app.relay.port
             assert mine.observed_host == "127.0.0.1"
             (theirs,) = natted.reachability
             assert not theirs.reachable and "cannot connect" in theirs.detail, theirs
@@ -46,3 +47,19 @@ async def test_reachable_and_unreachable_clients(tmp_path: Path) -> None:
             assert app.reachability.unreachable([public.id, natted.id]) == [natted.id]
     finally:
         await node.close()
+
+
+async def test_the_relay_port_follows_the_coordinator_port_or_is_off(tmp_path: Path) -> None:
+    state = write_state(tmp_path / "state.toml", init_min_clients=3)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    async with running_server(state, port=port) as app:
+        assert app.relay is not None and app.relay.port == port + 1
+    async with running_server(state, relay=None) as app:
+        assert app.relay is None
+        client = ProtocolClient(app.port, app.run_id, p2p_address=dead_address(), auto=False)
+        await client.connect()
+        await poll_until(lambda: client.reachability, timeout=15)
+        assert client.reachability[0].relay_port is None
+        await client.close()

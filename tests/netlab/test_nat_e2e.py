@@ -49,7 +49,7 @@ def test_two_natted_clients_train_with_two_public_ones_over_two_epochs(
 
 def run_and_check(
     netlab: Lab, tmp_path: Path, state: Path, *, public: int, natted: int, epochs: int
-) -> None:
+) -> LabCluster:
     """Run to the end, then: nobody dropped, every client's results applied by everyone at
     every step (but the first of each epoch), identical weights hashes, reachability known."""
     netlab.add_host("srv")
@@ -93,7 +93,26 @@ def run_and_check(
     assert all(set(table) == steps for table in tables), tables
     for step in steps:
         assert len({table[step] for table in tables}) == 1, f"step {step}: {tables}"
+    return c
 
 
 def messages(proc: Proc) -> list[str]:
     return [str(line.get("msg", "")) for line in proc.lines()]
+
+
+def test_four_natted_clients_train_through_the_relay(netlab: Lab, tmp_path: Path) -> None:
+    """Nobody can connect to anybody: every result crosses the server's relay, in pipes the
+    clients open to each other through it, and the run trains as if they were public."""
+    state = write_state(
+        tmp_path / "state.toml",
+        total_steps=12,
+        warmup_time=15,
+        init_min_clients=4,
+        min_clients=3,
+        witness_nodes=2,
+        batch=8,
+    )
+    c = run_and_check(netlab, tmp_path, state, public=0, natted=4, epochs=1)
+    assert c.server is not None
+    pipes = [m for m in messages(c.server) if m.startswith("relay: pipe") and m.endswith("open")]
+    assert len(pipes) >= 6, "every pair of the 4 clients has a pipe"  # 4·3/2

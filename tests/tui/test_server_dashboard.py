@@ -146,3 +146,20 @@ def test_the_verification_line_shows_the_convictions(tmp_path: Path) -> None:
     assert verification_line(coordinator) == (
         "Verification: 0%, 1 conviction (last: 0a1b2c3d at step 7, agreement 0.02)"
     )
+
+
+async def test_the_relay_line_and_relayed_bytes_per_client(tmp_path: Path) -> None:
+    from psyche_server.tui.view_model import relay_line
+
+    server = await make_server(tmp_path)
+    try:
+        assert server.relay is not None and server.relay.port is not None
+        assert relay_line(server.relay) == (
+            f"Relay: port {server.relay.port}, 0 pipe(s) open, 0.0 MB forwarded (cap 100 Mbit/s)"
+        )
+        server.relay.stats.sent[b"a" * 32] += 2_500_000
+        assert "2.5 MB forwarded" in relay_line(server.relay)
+        assert relay_line(None) == "Relay: off (--no-relay)"
+        assert "Relay: port" in build_view(server, 0).relay_line
+    finally:
+        await server.close()

@@ -182,6 +182,31 @@ async def dial_peer(
         raise PeerUnavailable(f"connecting to {where} timed out after {connect_timeout}s") from exc
     except OSError as exc:
         raise PeerUnavailable(f"cannot connect to {where}: {exc}") from exc
+    return await dial_over(
+        peer_id,
+        reader,
+        writer,
+        identity,
+        stats,
+        where=where,
+        handshake_timeout=handshake_timeout,
+        max_frame_size=max_frame_size,
+    )
+
+
+async def dial_over(
+    peer_id: bytes,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    identity: Identity,
+    stats: TransferStats,
+    *,
+    where: str,
+    handshake_timeout: float,
+    max_frame_size: int,
+) -> PeerConnection:
+    """The dialer side of the handshake on an open stream (a socket to the peer's listener,
+    or a relay pipe); `where` names the peer in errors. Closes the stream on any failure."""
     conn = PeerConnection(peer_id, reader, writer, stats, max_frame_size, handshake_timeout)
     try:
         async with asyncio.timeout(handshake_timeout):
@@ -197,9 +222,7 @@ async def dial_peer(
             raise_if_rejected(reply, where)
             actual, signature = signed_key(reply, "Proof")
             if actual != peer_id:
-                raise HandshakeError(
-                    f"the node at {host}:{port} is {short_id(actual)}, not {where}"
-                )
+                raise HandshakeError(f"the node reached is {short_id(actual)}, not {where}")
             signed = mutual_transcript("listener", theirs, mine, actual, identity.public_key)
             if not verify_signature(actual, signed, signature):
                 raise HandshakeError(f"the Proof of {where} does not verify")

@@ -76,10 +76,13 @@ class PeerLink:
         idle_timeout: float,
         max_streams: int,
         keep: Callable[[], bool] = lambda: False,
+        relayed: bool = False,
     ) -> None:
         self.conn = conn
         self.peer_id = conn.peer_id
         self.dialed = dialed
+        self.relayed = relayed
+        """Whether the connection is a pipe through the server's relay (else direct)."""
         self._on_request = on_request
         self._idle_timeout = idle_timeout
         self._max_streams = max_streams

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from .connection import (
     PeerConnection,
     PeerUnavailable,
     advertised_host,
+    dial_over,
     dial_peer,
     parse_address,
     raise_if_rejected,
@@ -45,6 +47,7 @@ from .links import LinkTable
 from .manifest import ModelManifest
 from .outbound import OutboundMixin
 from .recent import RecentAnnouncements
+from .relay import RelayClient
 from .serving import ServingMixin
 from .stats import TransferStats
 from .transfer import Received, receive_bytes
@@ -52,6 +55,9 @@ from .transfer import Received, receive_bytes
 log = logging.getLogger(__name__)
 
 CorruptCallback = Callable[[bytes, bytes], None]
+
+DIRECT_RETRY = 300.0
+"""Seconds after a failed direct dial during which a peer is reached through the relay."""
 
 
 @dataclass
@@ -111,6 +117,8 @@ class P2PNode(OutboundMixin, ServingMixin):
         self._background: set[asyncio.Future[Any]] = set()
         self._outbound_only = False
         self._unreachable: set[bytes] = set()
+        self.relay: RelayClient | None = None
+        self._direct_failed: dict[bytes, float] = {}
         self._redial: dict[bytes, tuple[float, float]] = {}  # peer -> (next try, backoff)
         self._maintainer: asyncio.Future[None] | None = None
         self.recent = RecentAnnouncements()
@@ -378,33 +386,79 @@ class P2PNode(OutboundMixin, ServingMixin):
             )
 
     async def _dial(self, peer_id: bytes) -> PeerLink:
-        if peer_id in self._unreachable:
+        """A new link to `peer_id`: a direct connection, else a pipe through the relay (for a
+        peer that accepts no connections, or one whose direct dial failed lately)."""
+        relayed = False
+        if self._direct_possible(peer_id):
+            try:
+                conn = await self._dial_direct(peer_id)
+            except PeerUnavailable as exc:
+                if self.relay is None:
+                    raise
+                log.info("P2P: %s; trying the relay", exc)
+                self._direct_failed[peer_id] = time.monotonic()
+                conn, relayed = await self._dial_relayed(peer_id), True
+        elif self.relay is not None:
+            conn, relayed = await self._dial_relayed(peer_id), True
+        elif peer_id in self._unreachable:
             raise PeerUnavailable(
-                f"peer {short_id(peer_id)} accepts no connections and has none open to us"
+                f"peer {short_id(peer_id)} accepts no connections and has none open to us "
+                "(and the server offers no relay)"
             )
-        address = self._peers.get(peer_id)
-        if address is None:
+        else:
             raise PeerUnavailable(f"no P2P address known for peer {short_id(peer_id)}")
-        conn = await dial_peer(
-            peer_id,
-            *address,
-            self.identity,
-            self.stats,
-            connect_timeout=self.config.connect_timeout,
-            handshake_timeout=self.config.read_timeout,
-            max_frame_size=self.config.max_frame_size,
-        )
-        link = self._new_link(conn, dialed=True)
+        link = self._new_link(conn, dialed=True, relayed=relayed)
         reader = link.start()
         self._background.add(reader)
         reader.add_done_callback(self._background.discard)
         reader.add_done_callback(lambda _t: self._pool.discard(link))
         return link
 
-    def _new_link(self, conn: PeerConnection, *, dialed: bool) -> PeerLink:
+    def _direct_possible(self, peer_id: bytes) -> bool:
+        """Whether to dial `peer_id` directly: it accepts connections, we know its address,
+        and (with a relay to fall back on) no direct dial to it failed in `DIRECT_RETRY` s."""
+        if peer_id in self._unreachable or peer_id not in self._peers:
+            return False
+        failed = self._direct_failed.get(peer_id)
+        return self.relay is None or failed is None or time.monotonic() - failed > DIRECT_RETRY
+
+    async def _dial_direct(self, peer_id: bytes) -> PeerConnection:
+        return await dial_peer(
+            peer_id,
+            *self._peers[peer_id],
+            self.identity,
+            self.stats,
+            connect_timeout=self.config.connect_timeout,
+            handshake_timeout=self.config.read_timeout,
+            max_frame_size=self.config.max_frame_size,
+        )
+
+    async def _dial_relayed(self, peer_id: bytes) -> PeerConnection:
+        assert self.relay is not None
+        reader, writer = await self.relay.open_pipe(peer_id)
+        return await dial_over(
+            peer_id,
+            reader,
+            writer,
+            self.identity,
+            self.stats,
+            where=f"{short_id(peer_id)} through the relay",
+            handshake_timeout=self.config.read_timeout,
+            max_frame_size=self.config.max_frame_size,
+        )
+
+    def use_relay(self, relay: RelayClient | None) -> None:
+        """Reach peers that accept no connections (and peers a direct dial fails to reach)
+        through `relay`, whose listen channel also lets such peers reach us. None: no relay."""
+        self.relay = relay
+        if self._outbound_only:
+            self._maintain_links()
+
+    def _new_link(self, conn: PeerConnection, *, dialed: bool, relayed: bool) -> PeerLink:
         return PeerLink(
             conn,
             dialed=dialed,
+            relayed=relayed,
             on_request=self._on_request,
             idle_timeout=self.config.idle_timeout,
             max_streams=self.config.max_concurrent_serving * 2,

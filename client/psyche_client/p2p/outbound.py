@@ -2,7 +2,8 @@
 
 Mixed into `P2PNode`. A node that accepts no connections (behind NAT; the server's
 `Reachability` verdict says so) is marked `set_outbound_only(True)`: it then dials every known
-peer that is not itself unreachable and has no link to us, every `LINK_CHECK` seconds and on
+peer that has no link to us (a peer that is itself unreachable only through the server's
+relay, and only from the smaller id of the two), every `LINK_CHECK` seconds and on
 every new peer list, retrying a failed dial after 1, 2, 4 … 30 s; its links are kept open
 (pinged, see `link`). Whenever a link to a peer comes up (dialed by either side), the node
 pushes that peer the announcements of the recent steps (`recent`): it may have had no link
@@ -23,6 +24,7 @@ from .recent import RecentAnnouncements
 if TYPE_CHECKING:
     from .announcements import Announcement
     from .node import AnnounceReport
+    from .relay import RelayClient
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,11 @@ class OutboundMixin:
     _maintainer: asyncio.Future[None] | None
     _redial: dict[bytes, tuple[float, float]]
     _background: set[asyncio.Future[Any]]
+    relay: RelayClient | None
+
+    @property
+    def peer_id(self) -> bytes:
+        raise NotImplementedError
 
     async def announce(self, announcement: Announcement, peer_ids: Any = None) -> AnnounceReport:
         raise NotImplementedError
@@ -78,10 +85,14 @@ class OutboundMixin:
         return self._pool.connected_peers()
 
     def _maintain_links(self) -> None:
-        """Dial every known, dialable peer without a link (with a per-peer backoff)."""
+        """Dial every known peer without a link (with a per-peer backoff). A peer that accepts
+        no connections either is reached through the relay, if there is one: of such a pair
+        the one with the smaller id opens the pipe (the other gets it)."""
         now = asyncio.get_running_loop().time()
         for peer_id in self._peers:
-            if peer_id in self._unreachable or self._pool.live(peer_id) is not None:
+            if self._pool.live(peer_id) is not None:
+                continue
+            if peer_id in self._unreachable and (self.relay is None or peer_id < self.peer_id):
                 continue
             next_try, backoff = self._redial.get(peer_id, (0.0, 0.0))
             if now < next_try or self._pool.dialing(peer_id):
@@ -124,8 +135,10 @@ class OutboundMixin:
         return peer_id not in self._unreachable
 
     def link_state(self, peer_id: bytes) -> str:
-        """The connection in use to `peer_id`: "we dialed", "they dialed" or "none"."""
+        """The connection in use to `peer_id`: "we dialed", "they dialed" or "none", with
+        " (relayed)" for a pipe through the server's relay."""
         link = self._pool.live(peer_id)
         if link is None:
             return "none"
-        return "we dialed" if link.dialed else "they dialed"
+        state = "we dialed" if link.dialed else "they dialed"
+        return f"{state} (relayed)" if link.relayed else state

@@ -57,7 +57,7 @@ class ServingMixin:
     _get_manifest: Callable[[], ModelManifest | None] | None
     _get_parameter_bytes: Callable[[str], bytes | None] | None
 
-    def _new_link(self, conn: PeerConnection, *, dialed: bool) -> PeerLink:
+    def _new_link(self, conn: PeerConnection, *, dialed: bool, relayed: bool) -> PeerLink:
         raise NotImplementedError
 
     def _forward(self, announcement: Announcement, came_from: bytes) -> None:
@@ -92,22 +92,59 @@ class ServingMixin:
             )
             writer.transport.abort()
             return
+        self._inbound_per_ip[ip] += 1
+        try:
+            await self._serve_inbound(reader, writer, remote)
+        finally:
+            self._inbound_per_ip[ip] -= 1
+            if self._inbound_per_ip[ip] <= 0:
+                del self._inbound_per_ip[ip]
+
+    async def accept_relayed(
+        self, peer_id: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """A pipe that `peer_id` opened to us through the server's relay: served like an
+        inbound connection (the P2P handshake must then prove that `peer_id` is at the other
+        end). Relayed pipes all come from the server's address, so no per-IP cap applies."""
+        if len(self._server_conns) >= self.config.max_inbound_connections:
+            self.refused_inbound += 1
+            log.warning(
+                "refusing a relayed P2P connection from %s: %d inbound connections open "
+                "(max_inbound_connections)",
+                short_id(peer_id),
+                len(self._server_conns),
+            )
+            writer.transport.abort()
+            return
+        await self._serve_inbound(reader, writer, f"{short_id(peer_id)} (relayed)", peer_id)
+
+    async def _serve_inbound(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        remote: object,
+        expected_peer: bytes | None = None,
+    ) -> None:
         conn = PeerConnection(
             b"", reader, writer, self.stats, self.config.max_frame_size, self.config.read_timeout
         )
         self._server_conns.add(conn)
-        self._inbound_per_ip[ip] += 1
         link: PeerLink | None = None
         try:
             started = time.monotonic()
             peer_id = await accept_peer(
                 conn, self.identity, self._is_member, self.config.read_timeout
             )
+            if expected_peer is not None and peer_id != expected_peer:
+                raise PeerRefused(
+                    f"the relay announced {short_id(expected_peer)} but {short_id(peer_id)} "
+                    "connected"
+                )
             # the handshake's round trips stand for the connect latency we did not measure:
             # fetches try peers by latency, and a peer known only through the link it
             # dialed must not sort after every measured one
             self.health.record_latency(peer_id, time.monotonic() - started)
-            link = self._new_link(conn, dialed=False)
+            link = self._new_link(conn, dialed=False, relayed=expected_peer is not None)
             self._pool.add(link)
             await link.start()
         except PeerRefused as exc:
@@ -121,9 +158,6 @@ class ServingMixin:
             log.info("closed P2P connection from %s: %s: %s", remote, type(exc).__name__, exc)
         finally:
             self._server_conns.discard(conn)
-            self._inbound_per_ip[ip] -= 1
-            if self._inbound_per_ip[ip] <= 0:
-                del self._inbound_per_ip[ip]
             if link is not None:
                 self._pool.discard(link)
                 await link.close()

@@ -28,6 +28,7 @@ from .handshake import (
     connect_handshake,
     coordinator_domain,
     data_server_domain,
+    relay_domain,
     sign_challenge,
     verify_challenge_response,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "parse_server_message",
     "read_frame",
     "read_frame_bytes",
+    "relay_domain",
     "short_id",
     "sign_challenge",
     "to_wire",

@@ -1,11 +1,12 @@
 """Challenge–response handshakes that authenticate a stream's peer by its ed25519 key.
 
 Every signature made in a handshake is bound to its service (and run): the signed bytes start
-with a *domain* — `coordinator_domain(run_id)`, `data_server_domain(run_id)` or `P2P_DOMAIN`
-— so a signature made for one service or run never verifies for another, and none is ever valid for
-any other signed message of the project (commitments, announcements).
+with a *domain* — `coordinator_domain(run_id)`, `data_server_domain(run_id)`,
+`relay_domain(run_id)` or `P2P_DOMAIN` — so a signature made for one service or run never
+verifies for another, and none is ever valid for any other signed message of the project
+(commitments, announcements).
 
-One-way handshake (the coordinator and data-server ports; the server has no key):
+One-way handshake (the coordinator, data-server and relay ports; the server has no key):
 
 1. The accepting side sends `{"type": "Challenge", "challenge": <32 random bytes>}`.
 2. The connecting side replies `{"type": "ChallengeResponse", "public_key": <32 bytes>,
@@ -27,8 +28,9 @@ from .framing import DEFAULT_MAX_FRAME_SIZE, ProtocolError, read_frame, write_fr
 from .identity import PUBLIC_KEY_SIZE, SIGNATURE_SIZE, Identity, verify_signature
 
 CHALLENGE_SIZE = 32
-COORDINATOR_SERVICE = b"psyche-py/coordinator/v3"  # v3: Reachability, Accusation, unreachable peers
+COORDINATOR_SERVICE = b"psyche-py/coordinator/v4"  # v4: Reachability.relay_port
 DATA_SERVER_SERVICE = b"psyche-py/data-server/v3"
+RELAY_SERVICE = b"psyche-py/relay/v1"
 P2P_DOMAIN = b"psyche-py/p2p/v3\x00"  # v3: streams in both directions on every link
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
 
@@ -50,6 +52,11 @@ def coordinator_domain(run_id: str) -> bytes:
 def data_server_domain(run_id: str) -> bytes:
     """The handshake domain of the data-server port of run `run_id`."""
     return _run_domain(DATA_SERVER_SERVICE, run_id)
+
+
+def relay_domain(run_id: str) -> bytes:
+    """The handshake domain of the relay port of run `run_id`."""
+    return _run_domain(RELAY_SERVICE, run_id)
 
 
 def new_challenge() -> bytes:

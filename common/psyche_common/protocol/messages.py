@@ -164,13 +164,16 @@ class WeightsMismatch(_Message):
 class Reachability(_Message):
     """What the server found when it connected back to this client's advertised P2P address
     (`p2p_address`) after its Join: whether a P2P listener answered there (`reachable`, with a
-    `detail`), and the address the server sees this client's connection come from."""
+    `detail`), the address the server sees this client's connection come from, and where its
+    relay listens, if it has one (`psyche_common.protocol.relay_messages`)."""
 
     type: Literal["Reachability"] = "Reachability"
     p2p_address: HostPort
     reachable: bool
     observed_host: Annotated[str, StringConstraints(strict=True, max_length=255)]
     detail: Annotated[str, StringConstraints(strict=True, max_length=1024)] = ""
+    relay_port: Annotated[int, Field(strict=True, ge=1, le=65535)] | None = None
+    """The server's relay port (same host as the coordinator), or None: it relays nothing."""
 
 
 AnyServerMessage = CoordinatorState | Rejected | WeightsMismatch | Reachability

@@ -136,6 +136,7 @@ class ServerDashboard(App[None]):
                     f"Checkpoint: {view.checkpoint}",
                     view.weights_line,
                     view.verification_line,
+                    view.relay_line,
                 ]
             ),
         )

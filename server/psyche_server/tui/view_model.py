@@ -13,6 +13,7 @@ from psyche_common.coordinator.types import RunState
 from psyche_common.protocol import short_id
 
 from ..app import ServerApp
+from ..relay import RelayServer
 
 
 def run_state_text(coordinator: Coordinator, pending_count: int, now: int) -> str:
@@ -67,6 +68,7 @@ class DashboardView:
     round_lines: list[str]
     data: DataView | None = None
     verification_line: str = ""
+    relay_line: str = ""
 
 
 @dataclass
@@ -111,6 +113,32 @@ def verification_line(coordinator: Coordinator) -> str:
     )
 
 
+def relay_line(relay: RelayServer | None) -> str:
+    """The relay's port, open pipes and bytes forwarded (or that there is none)."""
+    if relay is None:
+        return "Relay: off (--no-relay)"
+    cap = relay.limits.max_mbps
+    return (
+        f"Relay: port {relay.port}, {relay.open_pipes} pipe(s) open, "
+        f"{_megabytes(relay.stats.forwarded)} forwarded"
+        + (f" (cap {cap:g} Mbit/s)" if cap else "")
+    )
+
+
+def _megabytes(count: int) -> str:
+    return f"{count / 1e6:.1f} MB"
+
+
+def _relayed(relay: RelayServer | None, client_id: bytes) -> str:
+    """" (relayed 1.2 MB out, 3.4 MB in)" for a client that used the relay, else ""."""
+    if relay is None:
+        return ""
+    sent, received = relay.stats.sent[client_id], relay.stats.received[client_id]
+    if not sent and not received:
+        return ""
+    return f" (relayed {_megabytes(sent)} out, {_megabytes(received)} in)"
+
+
 def build_view(app: ServerApp, now: int) -> DashboardView:
     coordinator = app.coordinator
     epoch_state = coordinator.epoch_state
@@ -122,6 +150,7 @@ def build_view(app: ServerApp, now: int) -> DashboardView:
         f"{short_id(c.id)} {c.state.name}"
         + (" (P2P outbound only)" if c.id in outbound else "")
         + (" ⚠ weights differ" if c.id in divergent else "")
+        + _relayed(app.relay, c.id)
         for c in epoch_state.clients
     ]
     config_lines = [
@@ -175,4 +204,5 @@ def build_view(app: ServerApp, now: int) -> DashboardView:
         round_lines=round_lines,
         data=data,
         verification_line=verification_line(coordinator),
+        relay_line=relay_line(app.relay),
     )

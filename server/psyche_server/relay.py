@@ -1,0 +1,278 @@
+"""`RelayServer`: pipes between clients that cannot connect to each other (both behind NAT).
+
+A separate port (`psyche-server run --relay-port`) with the one-way handshake in
+`relay_domain(run_id)`; the frames are in `psyche_common.protocol.relay_messages`. Only joined
+clients may use it (`is_member`, asked at every request). A client that may be dialed keeps a
+listen channel open; a client that wants a pipe sends `RelayDial{peer}`, the server pushes
+`RelayIncoming{peer, token}` on the peer's listen channel, the peer connects with
+`RelayAccept{token}`, and the server copies bytes between the two sockets (`relay_pipe`),
+paced to `max_mbps` over all pipes together and counted per client. The two clients then run
+the end-to-end authenticated P2P protocol through the pipe, so the relay cannot read keys it
+could misuse nor impersonate a client.
+
+Bounds: `max_pipes` open pipes, `max_pipes_per_client` per client (as either end),
+`max_connections` sockets, a handshake and a request within `handshake_timeout`, the second end
+within `accept_timeout`, and listen channels closed after `listen_idle_timeout` without a
+`Ping`. `forget(client)` (the client left the coordinator) closes its channel and pipes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from psyche_common.pacing import BytePacer
+from psyche_common.protocol import (
+    ProtocolError,
+    accept_handshake,
+    encode_frame,
+    read_frame,
+    relay_domain,
+    short_id,
+)
+from psyche_common.protocol.relay_messages import TOKEN_SIZE, parse_request
+
+from .relay_pipe import Pipe, RelayStats
+
+log = logging.getLogger("psyche.server.relay")
+
+CONTROL_FRAME_SIZE = 4096
+
+
+@dataclass(frozen=True)
+class RelayLimits:
+    """Bounds of the relay port (`psyche-server run --relay-*` sets some of them)."""
+
+    max_mbps: float | None = 100.0
+    """Bytes forwarded per second over all pipes, both directions together, in Mbit/s
+    (None: no cap)."""
+    max_pipes: int = 1024
+    max_pipes_per_client: int = 64
+    max_connections: int = 4096
+    handshake_timeout: float = 10.0
+    accept_timeout: float = 10.0
+    """Longest a dialer waits for the peer's end of the pipe."""
+    listen_idle_timeout: float = 90.0
+    """A listen channel with no frame this long is closed (clients ping every 20 s)."""
+    pipe_idle_timeout: float = 300.0
+    """A pipe with no byte in either direction this long is closed."""
+
+
+@dataclass
+class _AcceptedEnd:
+    """The second end of a pipe, handed to the dialer's task, which sets `finished` when the
+    pipe is over (the accepting connection's task waits for it)."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    finished: asyncio.Future[None]
+
+
+@dataclass
+class _PendingDial:
+    dialer: bytes
+    target: bytes
+    arrived: asyncio.Future[_AcceptedEnd] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+class RelayServer:
+    """The relay port of a server (see the module docstring)."""
+
+    def __init__(
+        self, run_id: str, is_member: Callable[[bytes], bool], limits: RelayLimits | None = None
+    ) -> None:
+        self.run_id = run_id
+        self.limits = limits or RelayLimits()
+        self.stats = RelayStats()
+        self._is_member = is_member
+        self._domain = relay_domain(run_id)
+        self._pacer = BytePacer.from_mbps(self.limits.max_mbps)
+        self._listeners: dict[bytes, asyncio.StreamWriter] = {}
+        self._pending: dict[bytes, _PendingDial] = {}
+        self._pipes: set[Pipe] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+        self.port: int | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        self._server = await asyncio.start_server(self._accept, host, port, backlog=1024)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        log.info("relay listening on %s:%d", host, self.port, extra={"relay_port": self.port})
+        return self.port
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()
+        for pipe in list(self._pipes):
+            pipe.close()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+
+    def forget(self, client_id: bytes) -> None:
+        """`client_id` left the run: close its listen channel and every pipe it is an end of."""
+        writer = self._listeners.pop(client_id, None)
+        if writer is not None:
+            writer.transport.abort()
+        for pipe in list(self._pipes):
+            if client_id in pipe.ends:
+                pipe.close()
+
+    def pipes_of(self, client_id: bytes) -> int:
+        return sum(client_id in pipe.ends for pipe in self._pipes)
+
+    @property
+    def open_pipes(self) -> int:
+        return len(self._pipes)
+
+    # ---- connections ---------------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._writers) >= self.limits.max_connections:
+            self.stats.refused += 1
+            writer.transport.abort()
+            return
+        self._writers.add(writer)
+        client = b""
+        try:
+            async with asyncio.timeout(self.limits.handshake_timeout):
+                client = await accept_handshake(
+                    reader, writer, domain=self._domain, max_frame_size=CONTROL_FRAME_SIZE
+                )
+                kind, argument = parse_request(await read_frame(reader, CONTROL_FRAME_SIZE))
+            if not self._is_member(client):
+                raise _Refusal(f"{short_id(client)} is not a joined client of this run")
+            if kind == "RelayListen":
+                await self._listen(client, reader, writer)
+            elif kind == "RelayDial":
+                await self._dial(client, argument, reader, writer)
+            else:
+                await self._accept_pipe(client, argument, reader, writer)
+        except _Refusal as exc:
+            self.stats.refused += 1
+            log.info("relay: refused %s: %s", short_id(client) if client else "?", exc)
+            with contextlib.suppress(Exception):
+                writer.write(encode_frame({"type": "Rejected", "reason": str(exc)}))
+        except (ProtocolError, OSError, TimeoutError) as exc:
+            log.info(
+                "relay: connection of %s ended: %s: %s",
+                short_id(client) if client else "?",
+                type(exc).__name__,
+                exc,
+            )
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _listen(
+        self, client: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        old = self._listeners.get(client)
+        if old is not None:
+            old.transport.abort()
+        self._listeners[client] = writer
+        writer.write(encode_frame({"type": "RelayListening"}))
+        try:
+            while True:
+                frame = await read_frame(
+                    reader, CONTROL_FRAME_SIZE, timeout=self.limits.listen_idle_timeout
+                )
+                if not isinstance(frame, dict) or frame.get("type") != "Ping":
+                    raise ProtocolError("a listen channel carries only Ping frames")
+        finally:
+            if self._listeners.get(client) is writer:
+                del self._listeners[client]
+
+    async def _dial(
+        self,
+        client: bytes,
+        target: bytes,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        if target == client:
+            raise _Refusal("a client cannot dial itself")
+        if not self._is_member(target):
+            raise _Refusal(f"{short_id(target)} is not a joined client of this run")
+        channel = self._listeners.get(target)
+        if channel is None or channel.is_closing():
+            raise _Refusal(f"{short_id(target)} has no listen channel open at the relay")
+        self._check_capacity(client, target)
+        token = secrets.token_bytes(TOKEN_SIZE)
+        pending = _PendingDial(client, target)
+        self._pending[token] = pending
+        try:
+            channel.write(encode_frame({"type": "RelayIncoming", "peer": client, "token": token}))
+            try:
+                async with asyncio.timeout(self.limits.accept_timeout):
+                    end = await asyncio.shield(pending.arrived)
+            except TimeoutError as exc:
+                raise _Refusal(
+                    f"{short_id(target)} did not take the pipe within "
+                    f"{self.limits.accept_timeout:g}s"
+                ) from exc
+        finally:
+            self._pending.pop(token, None)
+            if not pending.arrived.done():
+                pending.arrived.cancel()
+        pipe = Pipe(
+            (client, reader, writer),
+            (target, end.reader, end.writer),
+            self._pacer,
+            self.stats,
+            idle_timeout=self.limits.pipe_idle_timeout,
+        )
+        try:
+            self._check_capacity(client, target)  # other pipes may have opened meanwhile
+            self._pipes.add(pipe)
+            self.stats.pipes_total += 1
+            log.info("relay: pipe %s ↔ %s open", short_id(client), short_id(target))
+            await pipe.run()
+        finally:
+            self._pipes.discard(pipe)
+            if not end.finished.done():
+                end.finished.set_result(None)
+            log.info(
+                "relay: pipe %s ↔ %s closed after %d bytes",
+                short_id(client),
+                short_id(target),
+                pipe.forwarded,
+            )
+
+    async def _accept_pipe(
+        self,
+        client: bytes,
+        token: bytes,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        pending = self._pending.get(token)
+        if pending is None or pending.arrived.done():
+            raise _Refusal("unknown or expired relay token")
+        if pending.target != client:
+            raise _Refusal("the relay token was issued to another client")
+        finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        pending.arrived.set_result(_AcceptedEnd(reader, writer, finished))
+        await finished  # the dialer's task runs the pipe; this end only waits for it to end
+
+    def _check_capacity(self, client: bytes, target: bytes) -> None:
+        if len(self._pipes) >= self.limits.max_pipes:
+            raise _Refusal(f"{len(self._pipes)} relay pipes open (the server's limit)")
+        for end in (client, target):
+            if self.pipes_of(end) >= self.limits.max_pipes_per_client:
+                raise _Refusal(
+                    f"{short_id(end)} has {self.limits.max_pipes_per_client} relay pipes open "
+                    "(the per-client limit)"
+                )
+
+
+class _Refusal(Exception):
+    """A request the relay refuses (the reason is sent to the client)."""
