@@ -210,7 +210,7 @@ async def test_the_far_end_of_a_pipe_must_prove_the_key_asked_for() -> None:
         members.update({me.public_key, other.peer_id})
         wanted = Identity.generate().public_key
         reader, writer = await asyncio.open_connection("127.0.0.1", other.port)
-        with pytest.raises(HandshakeError, match="not .* through the relay"):
+        with pytest.raises(HandshakeError, match=r"not .* through the relay"):
             await dial_over(
                 wanted,
                 reader,

@@ -39,7 +39,7 @@ def test_bad_requests_name_the_field(message: object, error: str) -> None:
 
 def test_incoming_and_expected_frames() -> None:
     assert parse_incoming({"type": "RelayIncoming", "peer": KEY, "token": TOKEN}) == (KEY, TOKEN)
-    with pytest.raises(ProtocolError, match="RelayIncoming.token must be 16 bytes"):
+    with pytest.raises(ProtocolError, match=r"RelayIncoming\.token must be 16 bytes"):
         parse_incoming({"type": "RelayIncoming", "peer": KEY, "token": b""})
     assert expect({"type": "RelayConnected", "peer": KEY}, "RelayConnected")["peer"] == KEY
     with pytest.raises(RelayRefused, match="the relay refused: no such peer"):
