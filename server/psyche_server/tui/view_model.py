@@ -118,11 +118,11 @@ def relay_line(relay: RelayServer | None) -> str:
     if relay is None:
         return "Relay: off (--no-relay)"
     cap = relay.limits.max_mbps
-    return (
+    line = (
         f"Relay: port {relay.port}, {relay.open_pipes} pipe(s) open, "
         f"{_megabytes(relay.stats.forwarded)} forwarded"
-        + (f" (cap {cap:g} Mbit/s)" if cap else "")
     )
+    return line + (f" (cap {cap:g} Mbit/s)" if cap else "")
 
 
 def _megabytes(count: int) -> str:
@@ -130,7 +130,8 @@ def _megabytes(count: int) -> str:
 
 
 def _relayed(relay: RelayServer | None, client_id: bytes) -> str:
-    """" (relayed 1.2 MB out, 3.4 MB in)" for a client that used the relay, else ""."""
+    """The bytes a client sent and received through the relay ("" if none), e.g.
+    ' (relayed 1.2 MB out, 3.4 MB in)'."""
     if relay is None:
         return ""
     sent, received = relay.stats.sent[client_id], relay.stats.received[client_id]
