@@ -48,7 +48,14 @@ def test_two_natted_clients_train_with_two_public_ones_over_two_epochs(
 
 
 def run_and_check(
-    netlab: Lab, tmp_path: Path, state: Path, *, public: int, natted: int, epochs: int
+    netlab: Lab,
+    tmp_path: Path,
+    state: Path,
+    *,
+    public: int,
+    natted: int,
+    epochs: int,
+    cut: tuple[str, str] | None = None,
 ) -> LabCluster:
     """Run to the end, then: nobody dropped, every client's results applied by everyone at
     every step (but the first of each epoch), identical weights hashes, reachability known."""
@@ -58,6 +65,8 @@ def run_and_check(
     for name in public_names:
         netlab.add_host(name)
     hidden = [netlab.add_natted_host(name) for name in natted_names]
+    if cut is not None:
+        netlab.cut(*cut)
     c = LabCluster(netlab, tmp_path, state)
     c.start_server("srv")
     clients = [c.start_client(name) for name in [*public_names, *natted_names]]
@@ -116,3 +125,19 @@ def test_four_natted_clients_train_through_the_relay(netlab: Lab, tmp_path: Path
     assert c.server is not None
     pipes = [m for m in messages(c.server) if m.startswith("relay: pipe") and m.endswith("open")]
     assert len(pipes) >= 6, "every pair of the 4 clients has a pipe"  # 4·3/2
+
+
+def test_two_public_clients_that_cannot_reach_each_other(netlab: Lab, tmp_path: Path) -> None:
+    """pub1 and pub2 drop every packet between them (a firewall, a broken route), though the
+    server reaches both: their direct dials fail, and what they exchange takes the relay."""
+    state = write_state(
+        tmp_path / "state.toml",
+        total_steps=10,
+        warmup_time=15,
+        init_min_clients=3,
+        min_clients=3,
+        witness_nodes=2,
+    )
+    c = run_and_check(netlab, tmp_path, state, public=3, natted=0, epochs=1, cut=("pub1", "pub2"))
+    fallbacks = [m for p in c.clients[:2] for m in messages(p) if m.endswith("; trying the relay")]
+    assert fallbacks, c.diagnostics()
