@@ -109,6 +109,15 @@ class RelayServer:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+            log.info(
+                "relay: forwarded %d bytes through %d pipe(s) in all",
+                self.stats.forwarded,
+                self.stats.pipes_total,
+                extra={
+                    "relay_forwarded_bytes": self.stats.forwarded,
+                    "relay_pipes": self.stats.pipes_total,
+                },
+            )
         for writer in list(self._writers):
             writer.transport.abort()
         for pipe in list(self._pipes):

@@ -9,6 +9,7 @@ pipe's other end must prove the key the dialer asked for.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 import time
@@ -60,12 +61,16 @@ class RelayedSwarm:
         await self.server.start("127.0.0.1", 0)
         return self.server
 
-    async def add(self, *, natted: bool = False, member: bool = True) -> P2PNode:
+    async def add(self, *, natted: bool = False, member: bool = True, **config: Any) -> P2PNode:
         assert self.server is not None and self.server.port is not None
         identity = Identity.generate()
         if member:
             self.members.add(identity.public_key)
-        node = P2PNode(identity, is_member=self.members.__contains__, config=FAST)
+        node = P2PNode(
+            identity,
+            is_member=self.members.__contains__,
+            config=dataclasses.replace(FAST, **config),
+        )
         await node.start()
         relay = RelayClient(identity, "127.0.0.1", self.server.port, RUN_ID, node.accept_relayed)
         relay.start()
@@ -131,6 +136,27 @@ async def test_two_natted_nodes_exchange_through_the_relay(swarm: RelayedSwarm) 
     assert server.stats.received[a.peer_id] >= len(payload)
     assert server.stats.forwarded >= 2 * len(payload)
     assert server.open_pipes == 1, "one pipe per pair carries everything"
+
+
+async def test_duplicate_pipes_from_simultaneous_dials_close_once_idle(
+    swarm: RelayedSwarm,
+) -> None:
+    server = await swarm.start_relay()
+    a = await swarm.add(idle_timeout=0.6)
+    b = await swarm.add(idle_timeout=0.6)
+    swarm.unreachable.update({a.peer_id, b.peer_id})  # reachable only through the relay
+    swarm.wire()
+    # both sides ask at once, each dialing its own pipe before the other's arrives
+    da, db = a.publish_blob(b"a" * 100), b.publish_blob(b"b" * 100)
+    await asyncio.gather(a.fetch_blob(db, [b.peer_id]), b.fetch_blob(da, [a.peer_id]))
+    assert server.stats.pipes_total == 2
+    a.set_outbound_only(True)
+    b.set_outbound_only(True)
+    # the pipe both ends use is kept (pinged); the other one closes once idle
+    await wait_until(lambda: server.open_pipes == 1, timeout=5)
+    await asyncio.sleep(1.5)  # past twice the idle timeout
+    assert server.open_pipes == 1 and server.stats.pipes_total == 2
+    assert a._pool.live(b.peer_id) is not None and b._pool.live(a.peer_id) is not None
 
 
 async def test_a_failed_direct_dial_falls_back_to_the_relay(swarm: RelayedSwarm) -> None:

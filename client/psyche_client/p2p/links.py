@@ -59,6 +59,10 @@ class LinkTable:
         link = self._links.get(peer_id)
         return link if link is not None and link.usable else None
 
+    def in_use(self, link: PeerLink) -> bool:
+        """Whether `link` is its peer's link in use (not a duplicate that lost to another)."""
+        return self._links.get(link.peer_id) is link
+
     def connected_peers(self) -> list[bytes]:
         return [peer for peer, link in self._links.items() if link.usable]
 

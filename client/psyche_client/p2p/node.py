@@ -455,12 +455,15 @@ class P2PNode(OutboundMixin, ServingMixin):
             self._maintain_links()
 
     def _new_link(self, conn: PeerConnection, *, dialed: bool, relayed: bool) -> PeerLink:
-        return PeerLink(
+        """A link over `conn`. An outbound-only node keeps it open (pinged) while it is the
+        peer's link in use: a duplicate from simultaneous dials closes once idle."""
+        link = PeerLink(
             conn,
             dialed=dialed,
             relayed=relayed,
             on_request=self._on_request,
             idle_timeout=self.config.idle_timeout,
             max_streams=self.config.max_concurrent_serving * 2,
-            keep=lambda: self._outbound_only,
+            keep=lambda: self._outbound_only and self._pool.in_use(link),
         )
+        return link
