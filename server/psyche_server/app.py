@@ -328,8 +328,13 @@ class ServerApp:
     # ------------------------------------------------------------------ broadcasting
 
     def peers(self) -> dict[bytes, str]:
-        """P2P addresses of every epoch member and every pending client we know one for."""
-        return self.roster.peers(client.id for client in self.coordinator.epoch_state.clients)
+        """P2P addresses of every epoch member and every pending client we know one for, once
+        the server has connected back to it (reachable or not, `reachability`): an address is
+        never handed out before its verdict, so no peer dials a private address behind a NAT
+        in the moment between a Join and the state that marks it unreachable."""
+        checked = self.reachability.reachable
+        members = (client.id for client in self.coordinator.epoch_state.clients)
+        return {cid: addr for cid, addr in self.roster.peers(members).items() if cid in checked}
 
     def state_frame(self, wire: dict[str, Any] | None = None) -> bytes:
         peers = self.peers()

@@ -220,3 +220,19 @@ async def test_a_late_link_catches_up_on_recent_announcements(swarm: Swarm) -> N
     # what is forgotten with the step's blobs is not pushed any more
     public[0].forget_before(6)
     assert len(public[0].recent) == 0
+
+
+async def test_a_member_linked_to_us_gets_pushes_before_its_address_is_known(
+    swarm: Swarm,
+) -> None:
+    """The server hands out a joiner's address only after its probe; meanwhile the joiner may
+    have dialed us already, and our announcements still reach it over that link."""
+    a, b = await swarm.add(), await swarm.add()
+    assert await b.fetch_blob(a.publish_blob(b"x"), [a.peer_id]) == b"x"  # b dials a
+    a.set_peers({})  # a's address book does not have b yet
+    report = await a.announce(finished(a, 7))
+    assert report.delivered == [b.peer_id], report
+    assert [x.step for x in swarm.received[b.peer_id]] == [7]
+    swarm.members.discard(b.peer_id)  # a linked non-member gets nothing
+    report = await a.announce(finished(a, 8))
+    assert report.delivered == [] and report.failed == {}, report

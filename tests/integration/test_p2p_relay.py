@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from psyche_client.p2p import P2PConfig, P2PNode, make_finished_announcement
 from psyche_client.p2p.connection import PeerUnavailable, dial_over
+from psyche_client.p2p.dialer import RELAY_AFTER
 from psyche_client.p2p.relay import RelayClient
 from psyche_client.p2p.stats import TransferStats
 from psyche_common.protocol import HandshakeError, Identity
@@ -172,6 +173,25 @@ async def test_a_failed_direct_dial_falls_back_to_the_relay(swarm: RelayedSwarm)
     await a._pool.drop_peer(b.peer_id)
     assert await a.fetch_blob(b.publish_blob(b"again"), [b.peer_id]) == b"again"
     assert time.monotonic() - started < 8
+
+
+async def test_a_hanging_direct_dial_is_raced_by_the_relay(swarm: RelayedSwarm) -> None:
+    """b's address answers TCP but never speaks (like a peer whose packets vanish): after
+    `RELAY_AFTER` s the relay joins the race and wins, long before the direct dial times out."""
+    await swarm.start_relay()
+    a, b = await swarm.add(), await swarm.add()
+    silent = await asyncio.start_server(lambda r, w: asyncio.sleep(30), "127.0.0.1", 0)
+    try:
+        port = silent.sockets[0].getsockname()[1]
+        swarm.addresses[b.peer_id] = f"127.0.0.1:{port}"
+        a.set_peers(swarm.addresses, swarm.unreachable)
+        started = time.monotonic()
+        assert await a.fetch_blob(b.publish_blob(b"raced"), [b.peer_id]) == b"raced"
+        elapsed = time.monotonic() - started
+        assert RELAY_AFTER <= elapsed < FAST.read_timeout, elapsed
+        assert a.link_state(b.peer_id) == "we dialed (relayed)"
+    finally:
+        silent.close()
 
 
 async def test_only_joined_clients_may_use_the_relay(swarm: RelayedSwarm) -> None:

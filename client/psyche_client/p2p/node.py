@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,13 +32,11 @@ from .blobs import BlobStore
 from .config import P2PConfig
 from .connection import (
     PeerConnection,
-    PeerUnavailable,
     advertised_host,
-    dial_over,
-    dial_peer,
     parse_address,
     raise_if_rejected,
 )
+from .dialer import Dialer
 from .fetch import FetchError, PeerHealth, fetch_verified
 from .inbox import AnnouncementCallback, AnnouncementInbox
 from .link import PeerLink
@@ -55,9 +52,6 @@ from .transfer import Received, receive_bytes
 log = logging.getLogger(__name__)
 
 CorruptCallback = Callable[[bytes, bytes], None]
-
-DIRECT_RETRY = 300.0
-"""Seconds after a failed direct dial during which a peer is reached through the relay."""
 
 
 @dataclass
@@ -117,8 +111,13 @@ class P2PNode(OutboundMixin, ServingMixin):
         self._background: set[asyncio.Future[Any]] = set()
         self._outbound_only = False
         self._unreachable: set[bytes] = set()
-        self.relay: RelayClient | None = None
-        self._direct_failed: dict[bytes, float] = {}
+        self._dialer = Dialer(
+            identity,
+            self.config,
+            self.stats,
+            address_of=lambda peer: self._peers.get(peer),
+            is_unreachable=lambda peer: peer in self._unreachable,
+        )
         self._redial: dict[bytes, tuple[float, float]] = {}  # peer -> (next try, backoff)
         self._maintainer: asyncio.Future[None] | None = None
         self.recent = RecentAnnouncements()
@@ -205,6 +204,12 @@ class P2PNode(OutboundMixin, ServingMixin):
     def known_peers(self) -> list[bytes]:
         return list(self._peers)
 
+    def reachable_peers(self) -> list[bytes]:
+        """Peers we can push to: those in the address book, and members with a link open to
+        us whose address the server has not handed out yet (it does once its probe ends)."""
+        linked = [p for p in self._pool.connected_peers() if p not in self._peers]
+        return [*self._peers, *(p for p in linked if self._is_member(p))]
+
     def set_step(self, step: int) -> None:
         """The training step the node is at: traffic is counted against it, and fetched blobs
         without an explicit `step` are tagged with it (so `forget_before` can drop them)."""
@@ -222,14 +227,14 @@ class P2PNode(OutboundMixin, ServingMixin):
     async def announce(
         self, announcement: Announcement, peer_ids: Iterable[bytes] | None = None
     ) -> AnnounceReport:
-        """Push a signed announcement to `peer_ids` (default: every known peer), concurrently.
+        """Push a signed announcement to `peer_ids` (default: `reachable_peers()`), concurrently.
         Returns after at most `announce_wait` s: pushes to slower peers continue in the
         background (each bounded by `announce_timeout`). Never raises for a peer's failure; the
         report says which peers got it, failed, or were still pending."""
         wire = {"type": "Announce", "announcement": to_wire(announcement)}
         self._inbox.remember(announcement)
         self.recent.add(announcement)
-        targets = self.known_peers() if peer_ids is None else list(peer_ids)
+        targets = self.reachable_peers() if peer_ids is None else list(peer_ids)
         report = AnnounceReport()
 
         async def push(peer_id: bytes) -> None:
@@ -275,7 +280,7 @@ class P2PNode(OutboundMixin, ServingMixin):
         announcement once (the inbox drops duplicates), so an announcement pushed to a single
         member still reaches everyone."""
         skip = {came_from, announcement.sender_id, self.peer_id}
-        candidates = [peer for peer in self.known_peers() if peer not in skip]
+        candidates = [peer for peer in self.reachable_peers() if peer not in skip]
         fanout = min(self.config.gossip_fanout, len(candidates))
         if fanout <= 0:
             return
@@ -386,27 +391,8 @@ class P2PNode(OutboundMixin, ServingMixin):
             )
 
     async def _dial(self, peer_id: bytes) -> PeerLink:
-        """A new link to `peer_id`: a direct connection, else a pipe through the relay (for a
-        peer that accepts no connections, or one whose direct dial failed lately)."""
-        relayed = False
-        if self._direct_possible(peer_id):
-            try:
-                conn = await self._dial_direct(peer_id)
-            except PeerUnavailable as exc:
-                if self.relay is None:
-                    raise
-                log.info("P2P: %s; trying the relay", exc)
-                self._direct_failed[peer_id] = time.monotonic()
-                conn, relayed = await self._dial_relayed(peer_id), True
-        elif self.relay is not None:
-            conn, relayed = await self._dial_relayed(peer_id), True
-        elif peer_id in self._unreachable:
-            raise PeerUnavailable(
-                f"peer {short_id(peer_id)} accepts no connections and has none open to us "
-                "(and the server offers no relay)"
-            )
-        else:
-            raise PeerUnavailable(f"no P2P address known for peer {short_id(peer_id)}")
+        """A new link to `peer_id`: direct, or through the relay (`dialer`)."""
+        conn, relayed = await self._dialer.connect(peer_id)
         link = self._new_link(conn, dialed=True, relayed=relayed)
         reader = link.start()
         self._background.add(reader)
@@ -414,43 +400,15 @@ class P2PNode(OutboundMixin, ServingMixin):
         reader.add_done_callback(lambda _t: self._pool.discard(link))
         return link
 
-    def _direct_possible(self, peer_id: bytes) -> bool:
-        """Whether to dial `peer_id` directly: it accepts connections, we know its address,
-        and (with a relay to fall back on) no direct dial to it failed in `DIRECT_RETRY` s."""
-        if peer_id in self._unreachable or peer_id not in self._peers:
-            return False
-        failed = self._direct_failed.get(peer_id)
-        return self.relay is None or failed is None or time.monotonic() - failed > DIRECT_RETRY
-
-    async def _dial_direct(self, peer_id: bytes) -> PeerConnection:
-        return await dial_peer(
-            peer_id,
-            *self._peers[peer_id],
-            self.identity,
-            self.stats,
-            connect_timeout=self.config.connect_timeout,
-            handshake_timeout=self.config.read_timeout,
-            max_frame_size=self.config.max_frame_size,
-        )
-
-    async def _dial_relayed(self, peer_id: bytes) -> PeerConnection:
-        assert self.relay is not None
-        reader, writer = await self.relay.open_pipe(peer_id)
-        return await dial_over(
-            peer_id,
-            reader,
-            writer,
-            self.identity,
-            self.stats,
-            where=f"{short_id(peer_id)} through the relay",
-            handshake_timeout=self.config.read_timeout,
-            max_frame_size=self.config.max_frame_size,
-        )
+    @property
+    def relay(self) -> RelayClient | None:
+        """The server's relay, if it offers one (`use_relay`)."""
+        return self._dialer.relay
 
     def use_relay(self, relay: RelayClient | None) -> None:
         """Reach peers that accept no connections (and peers a direct dial fails to reach)
         through `relay`, whose listen channel also lets such peers reach us. None: no relay."""
-        self.relay = relay
+        self._dialer.relay = relay
         if self._outbound_only:
             self._maintain_links()
 

@@ -43,7 +43,10 @@ class OutboundMixin:
     _maintainer: asyncio.Future[None] | None
     _redial: dict[bytes, tuple[float, float]]
     _background: set[asyncio.Future[Any]]
-    relay: RelayClient | None
+
+    @property
+    def relay(self) -> RelayClient | None:
+        raise NotImplementedError
 
     @property
     def peer_id(self) -> bytes:
