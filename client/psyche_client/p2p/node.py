@@ -42,7 +42,7 @@ from .inbox import AnnouncementCallback, AnnouncementInbox
 from .link import PeerLink
 from .links import LinkTable
 from .manifest import ModelManifest
-from .outbound import OutboundMixin
+from .outbound import OutboundLinks
 from .recent import RecentAnnouncements
 from .relay import RelayClient
 from .serving import ServingMixin
@@ -64,7 +64,7 @@ class AnnounceReport:
     pending: list[bytes] = field(default_factory=list)
 
 
-class P2PNode(OutboundMixin, ServingMixin):
+class P2PNode(ServingMixin):
     """One client's P2P endpoint: `start()`, then announce, publish and fetch; `close()`."""
 
     def __init__(
@@ -109,7 +109,6 @@ class P2PNode(OutboundMixin, ServingMixin):
         self._server_conns: set[PeerConnection] = set()
         self._inbound_per_ip: Counter[str] = Counter()
         self._background: set[asyncio.Future[Any]] = set()
-        self._outbound_only = False
         self._unreachable: set[bytes] = set()
         self._dialer = Dialer(
             identity,
@@ -118,17 +117,24 @@ class P2PNode(OutboundMixin, ServingMixin):
             address_of=lambda peer: self._peers.get(peer),
             is_unreachable=lambda peer: peer in self._unreachable,
         )
-        self._redial: dict[bytes, tuple[float, float]] = {}  # peer -> (next try, backoff)
-        self._maintainer: asyncio.Future[None] | None = None
         self.recent = RecentAnnouncements()
         self._pool = LinkTable(
             self._dial,
             own_id=identity.public_key,
             max_links=self.config.max_connections,
             reuse_within=self.config.idle_timeout * 5 / 6,
-            keep=lambda: self._outbound_only,
+            keep=lambda: self.outbound_only,
             on_connected=self.health.record_latency,
-            on_new_link=self._catch_up,
+            on_new_link=lambda peer: self._outbound.catch_up(peer),
+        )
+        self._outbound = OutboundLinks(
+            self._pool,
+            own_id=identity.public_key,
+            peers=lambda: self._peers,
+            unreachable=lambda: self._unreachable,
+            has_relay=lambda: self.relay is not None,
+            recent=self.recent,
+            push=self.announce,
         )
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -142,6 +148,7 @@ class P2PNode(OutboundMixin, ServingMixin):
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        await self._outbound.close()  # no more dials or catch-up pushes
         await self._pool.close()  # links end their readers and their requests first
         for conn in list(self._server_conns):
             await conn.close()
@@ -181,6 +188,34 @@ class P2PNode(OutboundMixin, ServingMixin):
         port = self.config.advertise_port or self.port
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
+    # ---- reachability ------------------------------------------------------------------------
+
+    def set_outbound_only(self, outbound_only: bool) -> None:
+        """Whether this node accepts no connections from peers (behind NAT, firewalled): it
+        then dials every peer, keeps those links open (pinged) and is served through them."""
+        self._outbound.set_outbound_only(outbound_only)
+
+    @property
+    def outbound_only(self) -> bool:
+        return self._outbound.outbound_only
+
+    def connected_peers(self) -> list[bytes]:
+        """Peers with an open link (dialed by either side)."""
+        return self._pool.connected_peers()
+
+    def is_reachable(self, peer_id: bytes) -> bool:
+        """False for a peer the server found unreachable (nobody dials its address)."""
+        return peer_id not in self._unreachable
+
+    def link_state(self, peer_id: bytes) -> str:
+        """The connection in use to `peer_id`: "we dialed", "they dialed" or "none", with
+        " (relayed)" for a pipe through the server's relay."""
+        link = self._pool.live(peer_id)
+        if link is None:
+            return "none"
+        state = "we dialed" if link.dialed else "they dialed"
+        return f"{state} (relayed)" if link.relayed else state
+
     # ---- address book ------------------------------------------------------------------------
 
     def set_peers(self, peers: Mapping[bytes, str], unreachable: Iterable[bytes] = ()) -> None:
@@ -198,8 +233,7 @@ class P2PNode(OutboundMixin, ServingMixin):
                 log.warning("ignoring peer %s: %s", short_id(peer_id), exc)
         self._peers = book
         self._unreachable = {bytes(peer) for peer in unreachable} - {self.peer_id}
-        if self._outbound_only:
-            self._maintain_links()
+        self._outbound.peers_changed()
 
     def known_peers(self) -> list[bytes]:
         return list(self._peers)
@@ -409,8 +443,7 @@ class P2PNode(OutboundMixin, ServingMixin):
         """Reach peers that accept no connections (and peers a direct dial fails to reach)
         through `relay`, whose listen channel also lets such peers reach us. None: no relay."""
         self._dialer.relay = relay
-        if self._outbound_only:
-            self._maintain_links()
+        self._outbound.peers_changed()
 
     def _new_link(self, conn: PeerConnection, *, dialed: bool, relayed: bool) -> PeerLink:
         """A link over `conn`. An outbound-only node keeps it open (pinged) while it is the
@@ -422,6 +455,6 @@ class P2PNode(OutboundMixin, ServingMixin):
             on_request=self._on_request,
             idle_timeout=self.config.idle_timeout,
             max_streams=self.config.max_concurrent_serving * 2,
-            keep=lambda: self._outbound_only and self._pool.in_use(link),
+            keep=lambda: self.outbound_only and self._pool.in_use(link),
         )
         return link
