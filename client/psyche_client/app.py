@@ -194,6 +194,7 @@ class ClientApp:
         A restarted server may announce another port: the old relay client is replaced."""
         current = self.relay
         if current is not None and current.port == port:
+            current.retry_now()  # a (re)join: the relay accepts us from now on
             return
         if current is not None:
             self._closing_relays.add(asyncio.ensure_future(current.close()))

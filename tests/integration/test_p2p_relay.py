@@ -269,3 +269,16 @@ async def test_the_far_end_of_a_pipe_must_prove_the_key_asked_for() -> None:
             )
     finally:
         await other.close()
+
+
+async def test_a_refused_listen_channel_retries_at_once_when_told(swarm: RelayedSwarm) -> None:
+    """A client refused while not joined (e.g. by a restarted server before it joined again)
+    backs off; the app's `retry_now` on its next Reachability notice reopens it at once."""
+    await swarm.start_relay()
+    await swarm.add(member=False)
+    relay = swarm.relays[-1]
+    await asyncio.sleep(3.5)  # refused at 0, ~1 and ~3 s: the next try is ~4 s away
+    assert not relay.listening
+    swarm.members.add(relay.identity.public_key)
+    relay.retry_now()
+    await wait_until(lambda: relay.listening, timeout=1.0)

@@ -67,6 +67,7 @@ class RelayClient:
         self.pipes_accepted = 0
         self._tasks: set[asyncio.Future[Any]] = set()
         self._listener: asyncio.Task[None] | None = None
+        self._retry_now = asyncio.Event()
         self._closed = False
 
     @property
@@ -77,6 +78,12 @@ class RelayClient:
         """Keep the listen channel open in the background (until `close`)."""
         if self._listener is None:
             self._listener = asyncio.ensure_future(self._listen_forever())
+
+    def retry_now(self) -> None:
+        """Reopen a closed listen channel now instead of after its backoff (e.g. the client
+        has just joined a restarted server, which refused it while it was not joined)."""
+        if not self.listening:
+            self._retry_now.set()
 
     async def close(self) -> None:
         self._closed = True
@@ -137,7 +144,10 @@ class RelayClient:
                 log.info("relay listen channel at %s: %s", self.address, exc)
             self.listening = False
             backoff = min(30.0, max(1.0, backoff * 2))
-            await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
+            self._retry_now.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(backoff * random.uniform(0.8, 1.2)):
+                    await self._retry_now.wait()
 
     async def _listen_once(self) -> None:
         reader, writer = await self._connect({"type": "RelayListen"}, f"relay {self.address}")
