@@ -44,6 +44,7 @@ from .link import PeerLink
 from .links import LinkTable
 from .manifest import ModelManifest
 from .outbound import OutboundMixin
+from .pacing import UploadShaper
 from .recent import RecentAnnouncements
 from .serving import ServingMixin
 from .stats import TransferStats
@@ -93,6 +94,7 @@ class P2PNode(OutboundMixin, ServingMixin):
             self.config.max_result_size,
         )
         self._serving_slots = asyncio.Semaphore(self.config.max_concurrent_serving)
+        self.shaper = UploadShaper(self.config.max_upload_rate)
         self.refused_inbound = 0
         self._on_corrupt = on_corrupt
         self._get_manifest = get_manifest
@@ -409,4 +411,5 @@ class P2PNode(OutboundMixin, ServingMixin):
             idle_timeout=self.config.idle_timeout,
             max_streams=self.config.max_concurrent_serving * 2,
             keep=lambda: self._outbound_only,
+            shaper=self.shaper,
         )
