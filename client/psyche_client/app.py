@@ -73,6 +73,8 @@ class ClientOptions:
     p2p_max_inbound_per_ip: int = 16
     p2p_max_concurrent_serving: int = 32
     p2p_max_result_size: int = 256 * 1024 * 1024
+    max_upload_mbps: float | None = None
+    """Cap on model-share uploads in Mbit/s (None: no cap)."""
     dummy_training_delay_secs: float | None = None
     exit_when_finished: bool = True
     keep_checkpoints: int = 3
@@ -134,6 +136,9 @@ class ClientApp:
             max_inbound_per_ip=options.p2p_max_inbound_per_ip,
             max_concurrent_serving=options.p2p_max_concurrent_serving,
             max_result_size=options.p2p_max_result_size,
+            max_upload_rate=None
+            if options.max_upload_mbps is None
+            else options.max_upload_mbps * 1e6 / 8,
             max_concurrent_parameter_requests=options.max_concurrent_parameter_requests,
         )
         self.node = P2PNode(

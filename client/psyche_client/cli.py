@@ -238,6 +238,17 @@ def show_identity(identity_secret_key_path: Path | None) -> None:
     help="Bytes beyond which a peer's result announcement is refused before any download.",
 )
 @click.option(
+    "--max-upload-mbps",
+    type=click.FloatRange(min=1.0),
+    default=None,
+    envvar="MAX_UPLOAD_MBPS",
+    help="Cap, in Mbit/s, on the rate at which this client uploads the model to late "
+    "joiners (manifest and parameter answers, all peers together), so that sharing the "
+    "model cannot fill a slow uplink. The round's results are never capped, and always go "
+    "before model shares. At least 1 (slower, a joiner's parameter requests time out). "
+    "Default: no cap.",
+)
+@click.option(
     "--data-fetch-attempts",
     type=click.IntRange(min=1),
     default=7,
@@ -322,6 +333,7 @@ def train(
     p2p_max_inbound_per_ip: int,
     p2p_max_concurrent_serving: int,
     p2p_max_result_size: int,
+    max_upload_mbps: float | None,
     data_fetch_attempts: int,
     data_fetch_retry_delay: float,
     server_reconnect_timeout: float,
@@ -369,6 +381,7 @@ def train(
         p2p_max_inbound_per_ip=p2p_max_inbound_per_ip,
         p2p_max_concurrent_serving=p2p_max_concurrent_serving,
         p2p_max_result_size=p2p_max_result_size,
+        max_upload_mbps=max_upload_mbps,
         data_fetch_attempts=data_fetch_attempts,
         data_fetch_retry_delay=data_fetch_retry_delay,
         server_reconnect_timeout=server_reconnect_timeout,
