@@ -27,6 +27,7 @@ from psyche_client.round.consensus import (
 )
 from psyche_client.round.context import RoundContext
 from psyche_client.round.health import health_score
+from psyche_client.round.link_speed import link_verdict, mbit
 from psyche_client.round.ports import Uplink
 from psyche_client.round.state import RoundState
 from psyche_client.training.backend import DecodedResult
@@ -123,6 +124,7 @@ class ApplyStep:
                 await asyncio.to_thread(backend.apply, step, results)
         else:
             log.warning("no results to apply for step %d", source.step, extra=self.ctx.fields())
+        self._check_link(source, coordinator)
         weights = backend.weights_hash()
         log.info(
             "applied step",
@@ -135,6 +137,25 @@ class ApplyStep:
             ),
         )
         return weights
+
+    def _check_link(self, source: RoundState, coordinator: Coordinator) -> None:
+        """Warn when `source`'s results arrived too slowly for the round time."""
+        round_time = float(coordinator.config.max_round_train_time)
+        verdict = link_verdict(source, self.ctx.me, round_time)
+        if verdict is None:
+            return
+        self.ctx.stats.link_status = verdict.summary()
+        if verdict.too_slow:
+            log.warning(
+                "%s",
+                verdict.describe(),
+                extra=self.ctx.fields(
+                    link_mbps=round(mbit(verdict.rate), 3),
+                    needed_mbps=round(mbit(verdict.needed_rate), 3),
+                    results_seconds=round(verdict.projected, 2),
+                    round_time=round_time,
+                ),
+            )
 
     async def report(self, step: int, weights: bytes) -> None:
         """Tell the coordinator our weights after `step`'s update (it flags outliers)."""
