@@ -76,6 +76,8 @@ class ClientOptions:
     max_upload_mbps: float | None = None
     """Cap on model-share uploads in Mbit/s (None: no cap)."""
     dummy_training_delay_secs: float | None = None
+    dummy_result_size: int = DummyBackend.PAYLOAD_SIZE
+    dummy_model_size: int = 0
     exit_when_finished: bool = True
     keep_checkpoints: int = 3
     data_fetch_attempts: int = 7
@@ -209,7 +211,11 @@ class ClientApp:
         from_peers = coordinator.model.checkpoint.kind in ("P2P", "P2PGcs") and bool(peers)
         backend: TrainingBackend
         if self.options.dummy_training_delay_secs is not None:
-            backend = DummyBackend(self.options.dummy_training_delay_secs)
+            backend = DummyBackend(
+                self.options.dummy_training_delay_secs,
+                result_size=self.options.dummy_result_size,
+                model_size=self.options.dummy_model_size,
+            )
         elif self.options.data_parallelism > 1:
             peer_config = await self._peer_config(peers) if from_peers else None
             backend = await asyncio.to_thread(

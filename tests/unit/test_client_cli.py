@@ -30,6 +30,8 @@ TRAIN_FLAGS = [
     "--server-reconnect-timeout",
     "--dummy-training-delay-secs",
     "--max-upload-mbps",
+    "--dummy-result-size",
+    "--dummy-model-size",
 ]
 
 
