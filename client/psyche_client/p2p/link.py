@@ -158,6 +158,8 @@ class PeerLink:
             data = message.get("data")
             await self._shaper.before_bulk(len(data) if isinstance(data, bytes) else 64)
         async with asyncio.timeout(self.conn.write_timeout), self._write_lock.hold(bulk=bulk):
+            if self.closed or self.conn.writer.is_closing():  # closed while this frame waited
+                raise ConnectionClosed(f"the connection to {short_id(self.peer_id)} is closed")
             await self.conn.send({**message, "sid": sid})
         self.last_activity = time.monotonic()
 
