@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 from psyche_client.cli import main
-from psyche_client.training.backend import DummyBackend
+from psyche_client.training.backend import PADDING_PARAMETER, DummyBackend
 from psyche_common.assignment import BatchId
 
 
@@ -25,16 +25,22 @@ def test_results_have_the_asked_size_and_are_checked() -> None:
 
 
 def test_the_shared_model_carries_padding_derived_from_the_weights() -> None:
-    sharer = DummyBackend(0.0, model_size=100_000)
+    size = 2 * PADDING_PARAMETER + 1000
+    sharer = DummyBackend(0.0, model_size=size)
     sharer.apply(1, [])
     entries = {name: data for name, _, _, data in sharer.export_parameters()}
-    assert len(entries["dummy.padding"]) == 100_000
-    joiner = DummyBackend(0.0, model_size=100_000)
+    padding = ["dummy.padding.0", "dummy.padding.1", "dummy.padding.2"]
+    assert sorted(entries) == [*padding, "dummy.weights"]
+    assert [len(entries[name]) for name in padding] == [PADDING_PARAMETER] * 2 + [1000]
+    joiner = DummyBackend(0.0, model_size=size)
     joiner.load_parameters(entries)
     assert joiner.weights_hash() == sharer.weights_hash()
-    forged = dict(entries, **{"dummy.padding": bytes(100_000)})
-    with pytest.raises(ValueError, match="does not match its weights"):
+    forged = dict(entries, **{"dummy.padding.1": bytes(PADDING_PARAMETER)})
+    with pytest.raises(ValueError, match="do not match its weights"):
         joiner.load_parameters(forged)
+    missing = {k: v for k, v in entries.items() if k != "dummy.padding.1"}
+    with pytest.raises(ValueError, match="do not match its weights"):
+        joiner.load_parameters(missing)
     assert [name for name, *_ in DummyBackend(0.0).export_parameters()] == ["dummy.weights"]
     with pytest.raises(ValueError):
         DummyBackend(0.0, result_size=0)

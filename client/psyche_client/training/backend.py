@@ -124,13 +124,17 @@ class VerifyingBackend(Protocol):
         ...
 
 
+PADDING_PARAMETER = 1 << 20
+"""Bytes per `dummy.padding.N` parameter of a `DummyBackend` with a `model_size`."""
+
+
 class DummyBackend:
     """A stand-in model: sleeps ``delay_secs`` per batch; weights are a 32-byte hash chain.
 
     Results are ``result_size`` bytes (64 by default; network tests give the size of a real
-    model's results). With ``model_size`` the shared model also carries a parameter of that
-    many bytes derived from the weights (``dummy.padding``), so sharing it moves as many
-    bytes as a real model would; a peer's padding must match its weights."""
+    model's results). With ``model_size`` the shared model also carries that many bytes
+    derived from the weights (``dummy.padding.N``), so sharing it moves as many bytes as a
+    real model would; a peer's padding must match its weights."""
 
     PAYLOAD_SIZE = 64
 
@@ -208,18 +212,26 @@ class DummyBackend:
         entries: list[tuple[str, str, tuple[int, ...], bytes]] = [
             ("dummy.weights", "uint8", (len(self.weights),), self.weights)
         ]
-        if self.model_size:
-            padding = _padding(self.weights, self.model_size)
-            entries.append(("dummy.padding", "uint8", (len(padding),), padding))
+        padding = _padding(self.weights, self.model_size)
+        for index, offset in enumerate(range(0, len(padding), PADDING_PARAMETER)):
+            part = padding[offset : offset + PADDING_PARAMETER]
+            entries.append((f"dummy.padding.{index}", "uint8", (len(part),), part))
         return entries
 
     def load_parameters(self, parameters: dict[str, bytes]) -> None:
         weights = parameters.get("dummy.weights")
         if weights is None or len(weights) != 32:
             raise ValueError("peer model has no 32-byte 'dummy.weights' parameter")
-        padding = parameters.get("dummy.padding")
-        if padding is not None and padding != _padding(weights, len(padding)):
-            raise ValueError("peer model's 'dummy.padding' does not match its weights")
+        parts = sorted(
+            (int(name.rsplit(".", 1)[1]), data)
+            for name, data in parameters.items()
+            if name.startswith("dummy.padding.")
+        )
+        padding = b"".join(data for _, data in parts)
+        if [i for i, _ in parts] != list(range(len(parts))) or padding != _padding(
+            weights, len(padding)
+        ):
+            raise ValueError("peer model's 'dummy.padding.N' parameters do not match its weights")
         self.weights = weights
 
     def config_json(self) -> str:
@@ -234,5 +246,7 @@ class DummyBackend:
 
 
 def _padding(weights: bytes, size: int) -> bytes:
-    """`DummyBackend`'s model-size padding: `size` bytes derived from the weights."""
+    """`DummyBackend`'s model-size padding: `size` bytes derived from the weights (shared
+    as parameters of `PADDING_PARAMETER` bytes, like a real model's many tensors, so a joiner
+    fetches them from several peers at once)."""
     return hashlib.shake_256(b"psyche-py dummy padding" + weights).digest(size)
