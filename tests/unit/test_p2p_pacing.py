@@ -18,6 +18,7 @@ from psyche_client.p2p.pacing import (
     limit_unsent,
 )
 from psyche_client.p2p.stats import TransferStats
+from psyche_common.protocol import ConnectionClosed
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -180,4 +181,20 @@ async def test_limit_unsent_applies_to_tcp_sockets_only() -> None:
     _, unix_writer = await asyncio.open_connection(sock=left)
     assert limit_unsent(unix_writer) is False
     unix_writer.close()
+    right.close()
+
+
+async def test_a_frame_waiting_while_its_link_closes_fails_as_closed() -> None:
+    left, right = socket.socketpair()
+    reader, writer = await asyncio.open_connection(sock=left)
+    conn = PeerConnection(b"R" * 32, reader, writer, TransferStats(), 1 << 20, 5.0)
+    link = PeerLink(conn, dialed=True, on_request=lambda *_: None, idle_timeout=5, max_streams=8)
+    await link._write_lock.acquire()  # a frame being written
+    waiting = asyncio.ensure_future(link.open_stream().send({"type": "Announce"}))
+    await asyncio.sleep(0.01)
+    conn.writer.close()  # the link goes down meanwhile
+    link._write_lock.release()
+    with pytest.raises(ConnectionClosed):
+        await waiting
+    await link.close()
     right.close()
