@@ -93,17 +93,21 @@ class ApplyStep:
             )
             return None
         chosen: list[tuple[tuple[BatchId, bytes], DecodedResult]] = []
-        for batch, candidate in plan.apply:
-            download = source.downloads.get(candidate.data_hash)
-            if download is not None and download.task is not None and not download.task.done():
-                await asyncio.shield(download.task)
-            if download is None or download.result is None:
-                self.ctx.lose_sync(
-                    f"the consensus result for {batch} of step {source.step} (from "
-                    f"{short_id(candidate.sender)}) could not be downloaded and verified"
-                )
-                return None
-            chosen.append(((batch, candidate.sender), download.result))
+        try:
+            for batch, candidate in plan.apply:
+                download = source.downloads.get(candidate.data_hash)
+                task = download.task if download is not None else None
+                if task is not None and not task.done():
+                    await asyncio.shield(task)
+                if download is None or download.result is None:
+                    self.ctx.lose_sync(
+                        f"the consensus result for {batch} of step {source.step} (from "
+                        f"{short_id(candidate.sender)}) could not be downloaded and verified"
+                    )
+                    return None
+                chosen.append(((batch, candidate.sender), download.result))
+        finally:  # also when a result came too late: a slow link is the likely cause
+            self._check_link(source, coordinator)
         model = coordinator.model
         kept, cold = split_cold_start(
             chosen, cold_start_steps(model.checkpoint.kind, model.cold_start_warmup_steps)
@@ -124,7 +128,6 @@ class ApplyStep:
                 await asyncio.to_thread(backend.apply, step, results)
         else:
             log.warning("no results to apply for step %d", source.step, extra=self.ctx.fields())
-        self._check_link(source, coordinator)
         weights = backend.weights_hash()
         log.info(
             "applied step",
@@ -140,6 +143,8 @@ class ApplyStep:
 
     def _check_link(self, source: RoundState, coordinator: Coordinator) -> None:
         """Warn when `source`'s results arrived too slowly for the round time."""
+        if source.fetches.transfers == 0:
+            return  # nothing fetched: nothing measured
         round_time = float(coordinator.config.max_round_train_time)
         verdict = link_verdict(source, self.ctx.me, round_time)
         if verdict is None:
