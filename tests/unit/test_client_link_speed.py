@@ -94,6 +94,7 @@ def test_the_apply_warns_and_the_dashboard_status_names_the_rates(
     slow = round_with(me, {me: 10, b"a" * 32: 2_000_000}, 500_000, 4.0)
     with caplog.at_level(logging.WARNING, logger="psyche.client"):
         step._check_link(slow, coordinator)  # type: ignore[arg-type]
+        step._check_link(slow, coordinator)  # type: ignore[arg-type]  # the same round again
     (record,) = [r for r in caplog.records if "too slow" in r.getMessage()]
     assert "take 16.0 s" in record.getMessage()
     assert record.__dict__["link_mbps"] == 1.0 and record.__dict__["needed_mbps"] == 1.6

@@ -58,6 +58,9 @@ class ApplyStep:
     def __init__(self, ctx: RoundContext, uplink: Uplink) -> None:
         self.ctx = ctx
         self.uplink = uplink
+        self._link_warned: int | None = None
+        """The step whose too-slow verdict was logged last (an apply done early for a
+        prepared round and then redone judges the same round twice)."""
 
     async def apply(
         self,
@@ -150,7 +153,8 @@ class ApplyStep:
         if verdict is None:
             return
         self.ctx.stats.link_status = verdict.summary()
-        if verdict.too_slow:
+        if verdict.too_slow and verdict.step != self._link_warned:
+            self._link_warned = verdict.step
             log.warning(
                 "%s",
                 verdict.describe(),
