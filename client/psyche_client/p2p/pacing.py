@@ -114,8 +114,6 @@ class UploadShaper:
         self._turn = asyncio.Lock()  # bulk frames take tokens one after another, in order
         self.bulk_bytes = 0
         """Bulk bytes let through so far."""
-        self.waited = 0.0
-        """Seconds bulk frames spent waiting here (yielding or for tokens)."""
 
     @contextlib.contextmanager
     def urgent(self) -> Iterator[None]:
@@ -141,7 +139,6 @@ class UploadShaper:
 
     async def before_bulk(self, nbytes: int) -> None:
         """Wait until a bulk frame of `nbytes` may be written."""
-        started = self._clock()
         async with self._turn:
             if self._urgent:
                 with contextlib.suppress(TimeoutError):
@@ -157,7 +154,6 @@ class UploadShaper:
                 if self._tokens < 0:
                     await asyncio.sleep(-self._tokens / self.rate)
             self.bulk_bytes += nbytes
-        self.waited += self._clock() - started
 
 
 def limit_unsent(writer: asyncio.StreamWriter, low_water: int = UNSENT_LOW_WATER) -> bool:
