@@ -12,6 +12,7 @@ import pytest
 from psyche_client.p2p.connection import PeerConnection
 from psyche_client.p2p.link import PeerLink, Stream
 from psyche_client.p2p.pacing import (
+    MAX_BULK_CHUNK,
     MIN_BULK_CHUNK,
     PriorityLock,
     UploadShaper,
@@ -97,13 +98,14 @@ async def test_no_cap_lets_bulk_through_at_once() -> None:
     for _ in range(50):
         await shaper.before_bulk(1_000_000)
     assert loop.time() - started < 0.2
-    assert shaper.bulk_chunk(256 * 1024) == 256 * 1024
+    assert shaper.bulk_chunk(256 * 1024) == MAX_BULK_CHUNK
+    assert shaper.bulk_chunk(1000) == 1000
 
 
 def test_capped_bulk_chunks_take_a_fraction_of_a_second() -> None:
-    assert UploadShaper(1_000_000.0).bulk_chunk(256 * 1024) == 200_000
+    assert UploadShaper(200_000.0).bulk_chunk(256 * 1024) == 40_000
     assert UploadShaper(10_000.0).bulk_chunk(256 * 1024) == MIN_BULK_CHUNK
-    assert UploadShaper(100e6).bulk_chunk(256 * 1024) == 256 * 1024
+    assert UploadShaper(100e6).bulk_chunk(256 * 1024) == MAX_BULK_CHUNK
     with pytest.raises(ValueError):
         UploadShaper(0.0)
 
