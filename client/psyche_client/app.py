@@ -74,7 +74,11 @@ class ClientOptions:
     p2p_max_inbound_per_ip: int = 16
     p2p_max_concurrent_serving: int = 32
     p2p_max_result_size: int = 256 * 1024 * 1024
+    max_upload_mbps: float | None = None
+    """Cap on model-share uploads in Mbit/s (None: no cap)."""
     dummy_training_delay_secs: float | None = None
+    dummy_result_size: int = DummyBackend.PAYLOAD_SIZE
+    dummy_model_size: int = 0
     exit_when_finished: bool = True
     keep_checkpoints: int = 3
     data_fetch_attempts: int = 7
@@ -138,6 +142,9 @@ class ClientApp:
             max_inbound_per_ip=options.p2p_max_inbound_per_ip,
             max_concurrent_serving=options.p2p_max_concurrent_serving,
             max_result_size=options.p2p_max_result_size,
+            max_upload_rate=None
+            if options.max_upload_mbps is None
+            else options.max_upload_mbps * 1e6 / 8,
             max_concurrent_parameter_requests=options.max_concurrent_parameter_requests,
         )
         self.node = P2PNode(
@@ -229,7 +236,11 @@ class ClientApp:
         from_peers = coordinator.model.checkpoint.kind in ("P2P", "P2PGcs") and bool(peers)
         backend: TrainingBackend
         if self.options.dummy_training_delay_secs is not None:
-            backend = DummyBackend(self.options.dummy_training_delay_secs)
+            backend = DummyBackend(
+                self.options.dummy_training_delay_secs,
+                result_size=self.options.dummy_result_size,
+                model_size=self.options.dummy_model_size,
+            )
         elif self.options.data_parallelism > 1:
             peer_config = await self._peer_config(peers) if from_peers else None
             backend = await asyncio.to_thread(

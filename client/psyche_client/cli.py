@@ -238,6 +238,17 @@ def show_identity(identity_secret_key_path: Path | None) -> None:
     help="Bytes beyond which a peer's result announcement is refused before any download.",
 )
 @click.option(
+    "--max-upload-mbps",
+    type=click.FloatRange(min=1.0),
+    default=None,
+    envvar="MAX_UPLOAD_MBPS",
+    help="Cap, in Mbit/s, on the rate at which this client uploads the model to late "
+    "joiners (manifest and parameter answers, all peers together), so that sharing the "
+    "model cannot fill a slow uplink. The round's results are never capped, and always go "
+    "before model shares. At least 1 (slower, a joiner's parameter requests time out). "
+    "Default: no cap.",
+)
+@click.option(
     "--data-fetch-attempts",
     type=click.IntRange(min=1),
     default=7,
@@ -301,6 +312,25 @@ def show_identity(identity_secret_key_path: Path | None) -> None:
     help="Testing: no model and no torch; every batch sleeps this long and produces a "
     "tiny fake result, so protocol-level runs are fast.",
 )
+@click.option(
+    "--dummy-result-size",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    envvar="DUMMY_RESULT_SIZE",
+    help="Testing, with --dummy-training-delay-secs: bytes of every fake result (e.g. the "
+    "size a real model's DisTrO results have, to test a run over slow links). Every client "
+    "of a run must use the same size.",
+)
+@click.option(
+    "--dummy-model-size",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    envvar="DUMMY_MODEL_SIZE",
+    help="Testing, with --dummy-training-delay-secs: bytes of extra fake parameters in the "
+    "model shared with late joiners, so a model share moves as much as a real model's would.",
+)
 def train(
     server_addr: str,
     run_id: str,
@@ -322,6 +352,7 @@ def train(
     p2p_max_inbound_per_ip: int,
     p2p_max_concurrent_serving: int,
     p2p_max_result_size: int,
+    max_upload_mbps: float | None,
     data_fetch_attempts: int,
     data_fetch_retry_delay: float,
     server_reconnect_timeout: float,
@@ -329,6 +360,8 @@ def train(
     fsdp: bool,
     parallel_timeout: float,
     dummy_training_delay_secs: float | None,
+    dummy_result_size: int,
+    dummy_model_size: int,
 ) -> None:
     """Join run RUN_ID at the coordinator SERVER_ADDR and train until the run finishes."""
     from psyche_client.app import ClientOptions
@@ -369,10 +402,13 @@ def train(
         p2p_max_inbound_per_ip=p2p_max_inbound_per_ip,
         p2p_max_concurrent_serving=p2p_max_concurrent_serving,
         p2p_max_result_size=p2p_max_result_size,
+        max_upload_mbps=max_upload_mbps,
         data_fetch_attempts=data_fetch_attempts,
         data_fetch_retry_delay=data_fetch_retry_delay,
         server_reconnect_timeout=server_reconnect_timeout,
         dummy_training_delay_secs=dummy_training_delay_secs,
+        dummy_result_size=dummy_result_size,
+        dummy_model_size=dummy_model_size,
         data_parallelism=data_parallelism,
         fsdp=fsdp,
         parallel_timeout=parallel_timeout,

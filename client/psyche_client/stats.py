@@ -45,6 +45,9 @@ class ClientStats:
     """The newest checkpoint this client saved (with `@revision` once uploaded)."""
     checkpoint_error: str | None = None
     """Why the last Cooldown's checkpoint could not be saved or uploaded (None once one is)."""
+    link_status: str = ""
+    """How fast the last applied round's results arrived against the round time
+    (`round.link_speed`; "" before any was measured)."""
     _last_round_end: float | None = None
 
     def observe_state(self, coordinator: Any) -> None:

@@ -42,6 +42,8 @@ def sample_view() -> ClientView:
         corrupt_blobs=1,
         last_checkpoint="checkpoints/run-step8",
         checkpoint_error="could not upload checkpoints/run-step12 to the Hub repo me/model: 503",
+        link_status="TOO SLOW: step 11 results at 0.50 Mbit/s (30.0 s of 20 s round time; "
+        "needs 0.75 Mbit/s)",
     )
 
 
@@ -60,6 +62,7 @@ async def test_tabs_show_the_view_and_switch_with_keys() -> None:
         assert "Loss: 3.900" in text and "75%" in text and "00112233aabbccdd" in text
         assert "Last checkpoint: checkpoints/run-step8" in text
         assert "Checkpoint error: could not upload checkpoints/run-step12" in text
+        assert "Link: TOO SLOW: step 11 results at 0.50 Mbit/s" in text
         await pilot.press("2")
         assert app.query_one(TabbedContent).active == "coordinator"
         coordinator = static_text(app, "#coordinator-text")
@@ -69,6 +72,7 @@ async def test_tabs_show_the_view_and_switch_with_keys() -> None:
         network = static_text(app, "#network-text")
         assert "ffee0011 (127.0.0.1:4000)" in network and "[ 25.0%] 5/20" in network
         assert "P2P: reachable at 127.0.0.1:4001 (seen from 127.0.0.1)" in network
+        assert "Link speed: TOO SLOW: step 11 results at 0.50 Mbit/s (30.0 s of 20 s" in network
         assert "77aa0022 (10.0.0.9:4000) outbound only, direct, they dialed" in network
         lines.emit(logging.LogRecord("psyche.client", logging.INFO, "x", 1, "hello log", (), None))
         app.refresh_view()

@@ -29,6 +29,9 @@ TRAIN_FLAGS = [
     "--data-fetch-retry-delay",
     "--server-reconnect-timeout",
     "--dummy-training-delay-secs",
+    "--max-upload-mbps",
+    "--dummy-result-size",
+    "--dummy-model-size",
 ]
 
 
@@ -96,6 +99,24 @@ def test_data_fetch_retry_flags_reach_the_client_options(monkeypatch) -> None:
     assert refused.exit_code != 0 and "--data-fetch-attempts" in refused.output
     negative = runner.invoke(main, [*base, "--data-fetch-retry-delay", "-1"])
     assert negative.exit_code != 0 and "--data-fetch-retry-delay" in negative.output
+
+
+def test_max_upload_mbps_caps_the_nodes_model_share_uploads(monkeypatch) -> None:
+    import psyche_client.cli as cli
+    from psyche_client.app import ClientApp
+
+    seen = []
+    monkeypatch.setattr(cli, "_run", lambda options, logs, write_log: seen.append(options) or 0)
+    base = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
+    runner = CliRunner()
+    assert runner.invoke(main, base).exit_code == 0
+    assert runner.invoke(main, [*base, "--max-upload-mbps", "8"]).exit_code == 0
+    assert runner.invoke(main, base, env={"MAX_UPLOAD_MBPS": "2.5"}).exit_code == 0
+    assert [o.max_upload_mbps for o in seen] == [None, 8.0, 2.5]
+    rates = [ClientApp(o).node.shaper.rate for o in seen]
+    assert rates == [None, 1_000_000.0, 312_500.0]  # bytes/s
+    refused = runner.invoke(main, [*base, "--max-upload-mbps", "0.5"])
+    assert refused.exit_code == 2 and "--max-upload-mbps" in refused.output
 
 
 def test_show_identity_from_file_and_env(tmp_path: Path) -> None:

@@ -5,6 +5,8 @@
 - `link.PeerLink` / `links.LinkTable`: one authenticated connection per peer pair, carrying
   request streams both ways, whoever dialed it.
 - `recent`: the announcements of recent steps, pushed to a peer whose link comes up.
+- `pacing`: a round's frames before model shares (priority writer lock, bulk-upload shaper
+  with the optional `max_upload_rate` cap, a short kernel send queue).
 - `announcements`: signed `ResultAnnouncement` / `FinishedAnnouncement` messages.
 - `blobs.BlobStore`: content-addressed (SHA-256) in-memory store of served blobs.
 - `fetch`: candidate ordering, timeouts, retries and hash checks of downloads.

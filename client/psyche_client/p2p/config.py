@@ -76,6 +76,9 @@ class P2PConfig:
     max_seen_announcements: int = 100_000
     gossip_fanout: int = 8
     """How many random peers a node forwards each new announcement to (0: no forwarding)."""
+    max_upload_rate: float | None = None
+    """Bytes/s at which model shares (manifest and parameter answers to late joiners) are
+    uploaded, over all peers together; None: no cap. Results are never capped."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -103,6 +106,10 @@ class P2PConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"P2PConfig.{name} must be at least 1, got {getattr(self, name)}")
+        if self.max_upload_rate is not None and self.max_upload_rate <= 0:
+            raise ValueError(
+                f"P2PConfig.max_upload_rate must be positive or None, got {self.max_upload_rate}"
+            )
         for name in ("connect_timeout", "read_timeout", "idle_timeout", "fetch_deadline"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"P2PConfig.{name} must be positive, got {getattr(self, name)}")

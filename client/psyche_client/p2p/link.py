@@ -9,7 +9,9 @@ request)`; frames on a stream we opened are answers, queued for its reader, and 
 streams already finished (e.g. a late chunk after a timeout) are dropped.
 
 Frames of different streams interleave at frame granularity (a writer lock keeps each frame
-whole), so an announcement never waits behind a whole model parameter. The link closes when
+whole), so an announcement never waits behind a whole model parameter. A stream marked `bulk`
+(answers that share the model with late joiners) writes after every waiting urgent frame and
+passes the node's `pacing.UploadShaper` first (see `pacing`). The link closes when
 the peer closes it, on a read error, or after `idle_timeout` seconds without a frame and
 without an open stream (unless `keep()` says to keep it: then it pings every third of that).
 """
@@ -26,6 +28,7 @@ from typing import Any
 from psyche_common.protocol import ConnectionClosed, ProtocolError, short_id
 
 from .connection import PeerConnection
+from .pacing import PriorityLock, UploadShaper, limit_unsent
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +39,18 @@ _CLOSED: dict[str, Any] = {"type": "__closed__"}
 
 class Stream:
     """One request/answer exchange on a link: `send`, `receive(timeout)`, `close`. It has the
-    `peer_id` / `send` / `receive` surface of a `PeerConnection`, so `transfer` serves both."""
+    `peer_id` / `send` / `receive` surface of a `PeerConnection`, so `transfer` serves both.
+    Set `bulk` on a stream that shares the model: its frames then yield to urgent ones."""
 
     def __init__(self, link: PeerLink, sid: int) -> None:
         self.link = link
         self.sid = sid
         self.peer_id = link.peer_id
+        self.bulk = False
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
     async def send(self, message: dict[str, Any]) -> None:
-        await self.link.send_frame(self.sid, message)
+        await self.link.send_frame(self.sid, message, bulk=self.bulk)
 
     async def receive(self, timeout: float | None) -> dict[str, Any]:
         """The next frame of this stream; `TimeoutError` after `timeout` s, `ConnectionClosed`
@@ -77,6 +82,7 @@ class PeerLink:
         max_streams: int,
         keep: Callable[[], bool] = lambda: False,
         relayed: bool = False,
+        shaper: UploadShaper | None = None,
     ) -> None:
         self.conn = conn
         self.peer_id = conn.peer_id
@@ -89,7 +95,9 @@ class PeerLink:
         self._keep = keep
         self._next_sid = 1 if dialed else 2
         self._streams: dict[int, Stream] = {}
-        self._write_lock = asyncio.Lock()
+        self._write_lock = PriorityLock()
+        self._shaper = shaper
+        limit_unsent(conn.writer)
         self.last_activity = time.monotonic()
         self.closed = False
         self._reader: asyncio.Task[None] | None = None
@@ -142,12 +150,19 @@ class PeerLink:
         self._streams.pop(sid, None)
         self.last_activity = time.monotonic()
 
-    async def send_frame(self, sid: int, message: dict[str, Any]) -> None:
+    async def send_frame(self, sid: int, message: dict[str, Any], *, bulk: bool = False) -> None:
         """Write one frame of stream `sid`; waiting for the lock and the drain together is
-        bounded by the connection's write timeout."""
+        bounded by the connection's write timeout. A `bulk` frame first passes the node's
+        upload shaper (outside that bound: its wait is pacing, not a stalled peer), then
+        takes the lock after every waiting urgent frame."""
         if self.closed:
             raise ConnectionClosed(f"the connection to {short_id(self.peer_id)} is closed")
-        async with asyncio.timeout(self.conn.write_timeout), self._write_lock:
+        if bulk and self._shaper is not None:
+            data = message.get("data")
+            await self._shaper.before_bulk(len(data) if isinstance(data, bytes) else 64)
+        async with asyncio.timeout(self.conn.write_timeout), self._write_lock.hold(bulk=bulk):
+            if self.closed or self.conn.writer.is_closing():  # closed while this frame waited
+                raise ConnectionClosed(f"the connection to {short_id(self.peer_id)} is closed")
             await self.conn.send({**message, "sid": sid})
         self.last_activity = time.monotonic()
 

@@ -43,6 +43,7 @@ from .link import PeerLink
 from .links import LinkTable
 from .manifest import ModelManifest
 from .outbound import OutboundLinks
+from .pacing import UploadShaper
 from .recent import RecentAnnouncements
 from .relay import RelayClient
 from .serving import ServingMixin
@@ -93,6 +94,7 @@ class P2PNode(ServingMixin):
             self.config.max_result_size,
         )
         self._serving_slots = asyncio.Semaphore(self.config.max_concurrent_serving)
+        self.shaper = UploadShaper(self.config.max_upload_rate)
         self.refused_inbound = 0
         self._on_corrupt = on_corrupt
         self._get_manifest = get_manifest
@@ -456,5 +458,6 @@ class P2PNode(ServingMixin):
             idle_timeout=self.config.idle_timeout,
             max_streams=self.config.max_concurrent_serving * 2,
             keep=lambda: self.outbound_only and self._pool.in_use(link),
+            shaper=self.shaper,
         )
         return link

@@ -8,6 +8,8 @@ within `fetch_deadline`; at most `max_inbound_connections` inbound connections a
 most `max_inbound_per_ip` from one address, and at most `max_concurrent_serving` blob, manifest or parameter
 requests are served at once (announcements are not held by that bound). A failing app callback
 is logged and answered as `NotFound`; a protocol error closes only that peer's link.
+Manifest and parameter answers are bulk streams (they yield to the round's traffic and pass
+the upload cap, see `pacing`); while a blob is being answered, bulk frames wait.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from .inbox import AnnouncementInbox
 from .link import PeerLink, Stream
 from .links import LinkTable
 from .manifest import ModelManifest
+from .pacing import UploadShaper
 from .recent import RecentAnnouncements
 from .stats import TransferStats
 from .transfer import RemoteError, send_bytes
@@ -44,6 +47,7 @@ class ServingMixin:
     config: P2PConfig
     blobs: BlobStore
     stats: TransferStats
+    shaper: UploadShaper
     refused_inbound: int
     _is_member: Callable[[bytes], bool]
     _inbox: AnnouncementInbox
@@ -201,11 +205,14 @@ class ServingMixin:
         elif kind == "GetBlob":
             digest = request.get("hash")
             data = self.blobs.get(digest) if isinstance(digest, bytes) else None
-            await self._answer(conn, "blob", digest, data)
+            with self.shaper.urgent():  # model shares yield to a round's result meanwhile
+                await self._answer(conn, "blob", digest, data)
         elif kind == "GetManifest":
+            conn.bulk = True
             data = await self._call_provider("manifest", self._encoded_manifest)
             await self._answer(conn, "manifest", b"", data)
         elif kind == "GetParameter":
+            conn.bulk = True
             name = request.get("name")
             data = None
             if isinstance(name, str) and self._get_parameter_bytes is not None:
@@ -236,7 +243,10 @@ class ServingMixin:
         if data is None:
             await conn.send({"type": "NotFound", "reason": f"no such {kind} here"})
             return
-        await send_bytes(conn, self._outgoing_bytes(kind, key, data), self.config.chunk_size)
+        chunk = self.config.chunk_size
+        if conn.bulk:
+            chunk = self.shaper.bulk_chunk(chunk)
+        await send_bytes(conn, self._outgoing_bytes(kind, key, data), chunk)
 
     def _outgoing_bytes(self, kind: str, key: Any, data: bytes) -> bytes:
         """The bytes served for a request (tests override this to simulate a corrupt peer)."""

@@ -27,6 +27,7 @@ from psyche_client.round.consensus import (
 )
 from psyche_client.round.context import RoundContext
 from psyche_client.round.health import health_score
+from psyche_client.round.link_speed import link_verdict, mbit
 from psyche_client.round.ports import Uplink
 from psyche_client.round.state import RoundState
 from psyche_client.training.backend import DecodedResult
@@ -57,6 +58,9 @@ class ApplyStep:
     def __init__(self, ctx: RoundContext, uplink: Uplink) -> None:
         self.ctx = ctx
         self.uplink = uplink
+        self._link_warned: int | None = None
+        """The step whose too-slow verdict was logged last (an apply done early for a
+        prepared round and then redone judges the same round twice)."""
 
     async def apply(
         self,
@@ -92,17 +96,21 @@ class ApplyStep:
             )
             return None
         chosen: list[tuple[tuple[BatchId, bytes], DecodedResult]] = []
-        for batch, candidate in plan.apply:
-            download = source.downloads.get(candidate.data_hash)
-            if download is not None and download.task is not None and not download.task.done():
-                await asyncio.shield(download.task)
-            if download is None or download.result is None:
-                self.ctx.lose_sync(
-                    f"the consensus result for {batch} of step {source.step} (from "
-                    f"{short_id(candidate.sender)}) could not be downloaded and verified"
-                )
-                return None
-            chosen.append(((batch, candidate.sender), download.result))
+        try:
+            for batch, candidate in plan.apply:
+                download = source.downloads.get(candidate.data_hash)
+                task = download.task if download is not None else None
+                if task is not None and not task.done():
+                    await asyncio.shield(task)
+                if download is None or download.result is None:
+                    self.ctx.lose_sync(
+                        f"the consensus result for {batch} of step {source.step} (from "
+                        f"{short_id(candidate.sender)}) could not be downloaded and verified"
+                    )
+                    return None
+                chosen.append(((batch, candidate.sender), download.result))
+        finally:  # also when a result came too late: a slow link is the likely cause
+            self._check_link(source, coordinator)
         model = coordinator.model
         kept, cold = split_cold_start(
             chosen, cold_start_steps(model.checkpoint.kind, model.cold_start_warmup_steps)
@@ -135,6 +143,28 @@ class ApplyStep:
             ),
         )
         return weights
+
+    def _check_link(self, source: RoundState, coordinator: Coordinator) -> None:
+        """Warn when `source`'s results arrived too slowly for the round time."""
+        if source.fetches.transfers == 0:
+            return  # nothing fetched: nothing measured
+        round_time = float(coordinator.config.max_round_train_time)
+        verdict = link_verdict(source, self.ctx.me, round_time)
+        if verdict is None:
+            return
+        self.ctx.stats.link_status = verdict.summary()
+        if verdict.too_slow and verdict.step != self._link_warned:
+            self._link_warned = verdict.step
+            log.warning(
+                "%s",
+                verdict.describe(),
+                extra=self.ctx.fields(
+                    link_mbps=round(mbit(verdict.rate), 3),
+                    needed_mbps=round(mbit(verdict.needed_rate), 3),
+                    results_seconds=round(verdict.projected, 2),
+                    round_time=round_time,
+                ),
+            )
 
     async def report(self, step: int, weights: bytes) -> None:
         """Tell the coordinator our weights after `step`'s update (it flags outliers)."""

@@ -178,9 +178,7 @@ class ResultExchange:
                         for peer in self.ctx.members()
                         if peer not in (announcement.sender_id, self.ctx.me)
                     ]
-                    payload = await self.network.fetch_blob(
-                        announcement.blob_hash, announcement.size, providers
-                    )
+                    payload = await self._fetch(round_, announcement, providers)
                     self.ctx.stats.downloaded(len(payload))
                 result = await asyncio.to_thread(
                     backend.decode, round_.step, batch, payload, announcement.data_hash
@@ -225,6 +223,21 @@ class ResultExchange:
         )
         download.status = DownloadStatus.FAILED
         self.on_change()
+
+    async def _fetch(
+        self, round_: RoundState, announcement: ResultAnnouncement, providers: list[bytes]
+    ) -> bytes:
+        """Fetch a result's blob, timed in the round's meter (`link_speed`)."""
+        round_.fetches.begin()
+        fetched = 0
+        try:
+            payload = await self.network.fetch_blob(
+                announcement.blob_hash, announcement.size, providers
+            )
+            fetched = len(payload)
+            return payload
+        finally:
+            round_.fetches.end(fetched)
 
     async def rebroadcast(self, now: float) -> None:
         """Re-send our own announcements of the last two rounds every 10 s."""

@@ -20,6 +20,7 @@ from psyche_common.bloom import Bloom
 from psyche_client.p2p.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_client.round.checks import VerifierChecks
 from psyche_client.round.consensus import Candidate
+from psyche_client.round.link_speed import BusyMeter
 from psyche_client.round.roles import RoundRoles
 from psyche_client.round.witness_builder import MutableBloom, RoundWitnessState
 from psyche_client.training.backend import DecodedResult, TrainedResult
@@ -79,6 +80,8 @@ class RoundState:
     training_finished_at: float | None = None
     checks: VerifierChecks | None = None
     """Set when this client verifies the round: its recomputed references (`verifier`)."""
+    fetches: BusyMeter = field(default_factory=BusyMeter)
+    """Bytes and busy time of this round's result fetches (`link_speed`)."""
 
     @classmethod
     def start(

@@ -124,15 +124,35 @@ class VerifyingBackend(Protocol):
         ...
 
 
+PADDING_PARAMETER = 1 << 20
+"""Bytes per `dummy.padding.N` parameter of a `DummyBackend` with a `model_size`."""
+
+
 class DummyBackend:
-    """A stand-in model: sleeps ``delay_secs`` per batch; weights are a 32-byte hash chain."""
+    """A stand-in model: sleeps ``delay_secs`` per batch; weights are a 32-byte hash chain.
+
+    Results are ``result_size`` bytes (64 by default; network tests give the size of a real
+    model's results). With ``model_size`` the shared model also carries that many bytes
+    derived from the weights (``dummy.padding.N``), so sharing it moves as many bytes as a
+    real model would; a peer's padding must match its weights."""
 
     PAYLOAD_SIZE = 64
 
-    def __init__(self, delay_secs: float, weights: bytes | None = None) -> None:
+    def __init__(
+        self,
+        delay_secs: float,
+        weights: bytes | None = None,
+        *,
+        result_size: int = PAYLOAD_SIZE,
+        model_size: int = 0,
+    ) -> None:
+        if result_size < 1 or model_size < 0:
+            raise ValueError(f"dummy sizes must be positive: {result_size=}, {model_size=}")
         self.delay_secs = delay_secs
         self.weights = weights or hashlib.sha256(b"psyche-py dummy model").digest()
         self.applied_steps = 0
+        self.payload_size = result_size
+        self.model_size = model_size
 
     def train(
         self, step: int, batch: BatchId, samples: Any, cancelled: Callable[[], bool]
@@ -141,7 +161,10 @@ class DummyBackend:
         if cancelled():
             return None
         seed = hashlib.sha256(self.weights + struct.pack(">IQQ", step, batch.start, batch.end))
-        payload = (seed.digest() * 2)[: self.PAYLOAD_SIZE]
+        if self.payload_size == self.PAYLOAD_SIZE:
+            payload = seed.digest() * 2
+        else:
+            payload = hashlib.shake_256(seed.digest()).digest(self.payload_size)
         loss = 10.0 / (1.0 + 0.1 * (self.applied_steps + 1))
         return TrainedResult(
             loss=loss,
@@ -151,14 +174,14 @@ class DummyBackend:
         )
 
     def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> DummyResult:
-        if len(payload) != self.PAYLOAD_SIZE:
-            raise ValueError(f"dummy result must be {self.PAYLOAD_SIZE} bytes, got {len(payload)}")
+        if len(payload) != self.payload_size:
+            raise ValueError(f"dummy result must be {self.payload_size} bytes, got {len(payload)}")
         if result_commitment(step, batch, payload) != data_hash:
             raise ValueError(f"result for {batch} at step {step} does not match its commitment")
         return DummyResult(payload)
 
     def result_size(self) -> int:
-        return self.PAYLOAD_SIZE
+        return self.payload_size
 
     def apply(self, step: int, results: Sequence[DecodedResult]) -> None:
         digest = hashlib.sha256(self.weights + struct.pack(">I", step))
@@ -186,12 +209,29 @@ class DummyBackend:
         return hashlib.sha256(self.weights).digest()
 
     def export_parameters(self) -> list[tuple[str, str, tuple[int, ...], bytes]]:
-        return [("dummy.weights", "uint8", (len(self.weights),), self.weights)]
+        entries: list[tuple[str, str, tuple[int, ...], bytes]] = [
+            ("dummy.weights", "uint8", (len(self.weights),), self.weights)
+        ]
+        padding = _padding(self.weights, self.model_size)
+        for index, offset in enumerate(range(0, len(padding), PADDING_PARAMETER)):
+            part = padding[offset : offset + PADDING_PARAMETER]
+            entries.append((f"dummy.padding.{index}", "uint8", (len(part),), part))
+        return entries
 
     def load_parameters(self, parameters: dict[str, bytes]) -> None:
         weights = parameters.get("dummy.weights")
         if weights is None or len(weights) != 32:
             raise ValueError("peer model has no 32-byte 'dummy.weights' parameter")
+        parts = sorted(
+            (int(name.rsplit(".", 1)[1]), data)
+            for name, data in parameters.items()
+            if name.startswith("dummy.padding.")
+        )
+        padding = b"".join(data for _, data in parts)
+        if [i for i, _ in parts] != list(range(len(parts))) or padding != _padding(
+            weights, len(padding)
+        ):
+            raise ValueError("peer model's 'dummy.padding.N' parameters do not match its weights")
         self.weights = weights
 
     def config_json(self) -> str:
@@ -203,3 +243,10 @@ class DummyBackend:
         path = pathlib.Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         (path / "dummy.weights").write_bytes(self.weights)
+
+
+def _padding(weights: bytes, size: int) -> bytes:
+    """`DummyBackend`'s model-size padding: `size` bytes derived from the weights (shared
+    as parameters of `PADDING_PARAMETER` bytes, like a real model's many tensors, so a joiner
+    fetches them from several peers at once)."""
+    return hashlib.shake_256(b"psyche-py dummy padding" + weights).digest(size)

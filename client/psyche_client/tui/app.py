@@ -66,6 +66,7 @@ def client_tab_text(view: ClientView) -> str:
         f"Weights hash: {view.weights_hash or '-'} ({view.sync_status})\n"
         f"Last checkpoint: {view.last_checkpoint or '-'}"
         + (f"\nCheckpoint error: {view.checkpoint_error}" if view.checkpoint_error else "")
+        + (f"\nLink: {view.link_status}" if view.link_status.startswith("TOO SLOW") else "")
     )
 
 
@@ -83,6 +84,7 @@ def network_tab_text(view: ClientView) -> str:
     lines = [
         f"Node ID: {view.client_id}",
         f"P2P: {view.reachability}",
+        f"Link speed: {view.link_status or 'not measured yet'}",
         f"Recently Seen Peers ({len(view.peers)}):",
     ]
     for peer in view.peers:

@@ -69,6 +69,7 @@ class ClientView:
     corrupt_blobs: int = 0
     last_checkpoint: str = ""
     checkpoint_error: str = ""
+    link_status: str = ""
 
 
 @dataclass
@@ -208,6 +209,7 @@ def build_view(app: Any, bandwidth: BandwidthMeter) -> ClientView:
         corrupt_blobs=node.stats.downloads.corrupt,
         last_checkpoint=stats.last_checkpoint,
         checkpoint_error=stats.checkpoint_error or "",
+        link_status=stats.link_status,
     )
 
 
