@@ -25,6 +25,7 @@ from psyche_common.client_id import short_id
 from psyche_common.coordinator import Coordinator, RunState
 from psyche_common.data.fetcher import DataSource, SampleFetcher
 from psyche_common.data.retry import RetryPolicy
+from psyche_common.pacing import MEGABIT
 from psyche_common.protocol import Identity
 from psyche_common.protocol.messages import Reachability, WeightsMismatch
 
@@ -144,7 +145,7 @@ class ClientApp:
             max_result_size=options.p2p_max_result_size,
             max_upload_rate=None
             if options.max_upload_mbps is None
-            else options.max_upload_mbps * 1e6 / 8,
+            else options.max_upload_mbps * MEGABIT,
             max_concurrent_parameter_requests=options.max_concurrent_parameter_requests,
         )
         self.node = P2PNode(

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from psyche_common.pacing import MEGABIT
+
 if TYPE_CHECKING:
     from psyche_client.round.state import RoundState
 
@@ -108,7 +110,7 @@ class LinkVerdict:
 
 
 def mbit(bytes_per_second: float) -> float:
-    return bytes_per_second * 8 / 1e6
+    return bytes_per_second / MEGABIT
 
 
 def link_verdict(round_: RoundState, me: bytes, round_time: float) -> LinkVerdict | None:
