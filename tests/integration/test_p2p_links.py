@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,9 +19,10 @@ from psyche_client.p2p import (
     FetchError,
     P2PConfig,
     P2PNode,
-    make_finished_announcement,
 )
 from psyche_common.protocol import Identity
+
+from .p2p_support import dead_address, finished, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -35,12 +35,6 @@ FAST = P2PConfig(
     announce_timeout=2.0,
     gossip_fanout=0,
 )
-
-
-def dead_address() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{sock.getsockname()[1]}"
 
 
 class Swarm:
@@ -90,18 +84,6 @@ async def swarm() -> AsyncIterator[Swarm]:
     s = Swarm()
     yield s
     await s.close()
-
-
-async def wait_until(predicate: Any, timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
-
-
-def finished(node: P2PNode, step: int) -> Any:
-    return make_finished_announcement(
-        node.identity, step=step, warmup=False, broadcast_merkle=bytes(32)
-    )
 
 
 async def test_an_outbound_only_node_is_served_over_the_links_it_opened(swarm: Swarm) -> None:

@@ -11,19 +11,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from psyche_client.p2p import P2PConfig, P2PNode, make_finished_announcement
+from psyche_client.p2p import P2PConfig, P2PNode
 from psyche_client.p2p.connection import PeerUnavailable, dial_over
 from psyche_client.p2p.dialer import RELAY_AFTER
 from psyche_client.p2p.relay import RelayClient
 from psyche_client.p2p.stats import TransferStats
 from psyche_common.protocol import HandshakeError, Identity
 from psyche_server.relay import RelayLimits, RelayServer
+
+from .p2p_support import dead_address, finished, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -37,12 +38,6 @@ FAST = P2PConfig(
     announce_timeout=3.0,
     gossip_fanout=0,
 )
-
-
-def dead_address() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{sock.getsockname()[1]}"
 
 
 class RelayedSwarm:
@@ -83,7 +78,7 @@ class RelayedSwarm:
             self.unreachable.add(node.peer_id)
             node.set_outbound_only(True)
         self.wire()
-        await wait_until(lambda: relay.listening or not member)
+        await wait_until(lambda: relay.listening or not member, timeout=10)
         return node
 
     def wire(self) -> None:
@@ -106,25 +101,13 @@ async def swarm() -> AsyncIterator[RelayedSwarm]:
     await s.close()
 
 
-async def wait_until(predicate: Any, timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
-
-
-def finished(node: P2PNode, step: int) -> Any:
-    return make_finished_announcement(
-        node.identity, step=step, warmup=False, broadcast_merkle=bytes(32)
-    )
-
-
 async def test_two_natted_nodes_exchange_through_the_relay(swarm: RelayedSwarm) -> None:
     server = await swarm.start_relay()
     a = await swarm.add(natted=True)
     b = await swarm.add(natted=True)
     # the outbound-only nodes link up by themselves (the smaller id opens the pipe)
-    await wait_until(lambda: a._pool.live(b.peer_id) is not None)
-    await wait_until(lambda: b._pool.live(a.peer_id) is not None)
+    await wait_until(lambda: a._pool.live(b.peer_id) is not None, timeout=10)
+    await wait_until(lambda: b._pool.live(a.peer_id) is not None, timeout=10)
     assert a.link_state(b.peer_id).endswith("(relayed)")
     assert server.open_pipes == 1
     payload = os.urandom(300_000)
@@ -223,7 +206,7 @@ async def test_the_relay_paces_what_it_forwards(swarm: RelayedSwarm) -> None:
     server = await swarm.start_relay(max_mbps=4.0)  # 500 kB/s, both directions together
     a = await swarm.add(natted=True)
     b = await swarm.add(natted=True)
-    await wait_until(lambda: a._pool.live(b.peer_id) is not None)
+    await wait_until(lambda: a._pool.live(b.peer_id) is not None, timeout=10)
     payload = os.urandom(1_500_000)
     digest = b.publish_blob(payload)
     started = time.monotonic()
@@ -238,11 +221,11 @@ async def test_a_client_that_leaves_loses_its_pipes(swarm: RelayedSwarm) -> None
     server = await swarm.start_relay()
     a = await swarm.add(natted=True)
     b = await swarm.add(natted=True)
-    await wait_until(lambda: server.open_pipes == 1)
+    await wait_until(lambda: server.open_pipes == 1, timeout=10)
     swarm.members.discard(b.peer_id)
     server.forget(b.peer_id)
-    await wait_until(lambda: server.open_pipes == 0)
-    await wait_until(lambda: a._pool.live(b.peer_id) is None)
+    await wait_until(lambda: server.open_pipes == 0, timeout=10)
+    await wait_until(lambda: a._pool.live(b.peer_id) is None, timeout=10)
 
 
 async def test_the_far_end_of_a_pipe_must_prove_the_key_asked_for() -> None:

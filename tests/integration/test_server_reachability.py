@@ -11,16 +11,11 @@ import pytest
 from psyche_client.p2p import P2PConfig, P2PNode
 from psyche_common.protocol import Identity
 
+from .p2p_support import dead_address
 from .protocol_client import ProtocolClient
 from .server_harness import poll_until, running_server, write_state
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def dead_address() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{sock.getsockname()[1]}"
 
 
 async def test_reachable_and_unreachable_clients(tmp_path: Path) -> None:
