@@ -105,12 +105,12 @@ async def test_an_outbound_only_node_is_served_over_the_links_it_opened(swarm: S
     assert sorted(report.delivered) == sorted(n.peer_id for n in public)
     # one connection per pair: the natted node was dialed by nobody, and the three pairs
     # (natted-p0, natted-p1, p0-p1) hold three connections in all
-    assert len(natted._server_conns) == 0
+    assert len(natted.inbound.conns) == 0
     for node in public:
         theirs_link, mine_link = node._pool.live(natted.peer_id), natted._pool.live(node.peer_id)
         assert theirs_link is not None and not theirs_link.dialed
         assert mine_link is not None and mine_link.dialed
-    assert sum(len(n._server_conns) for n in public) == 3
+    assert sum(len(n.inbound.conns) for n in public) == 3
     # what the dashboard shows per peer
     assert public[0].link_state(natted.peer_id) == "they dialed"
     assert natted.link_state(public[0].peer_id) == "we dialed"
@@ -124,7 +124,7 @@ async def test_one_connection_carries_requests_both_ways(swarm: Swarm) -> None:
     # b now asks a over the connection a opened, even with a's address gone
     b.set_peers({a.peer_id: swarm.dead})
     assert await b.fetch_blob(a.publish_blob(b"from a"), [a.peer_id]) == b"from a"
-    assert len(a._server_conns) == 0 and len(b._server_conns) == 1
+    assert len(a.inbound.conns) == 0 and len(b.inbound.conns) == 1
     # b has a latency for a although b never dialed it (fetches order candidates by it)
     assert a.peer_id in b.health.latency
 

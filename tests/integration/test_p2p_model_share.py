@@ -190,7 +190,7 @@ async def test_joiner_waits_for_a_member_that_shares_its_model_late(swarm: Swarm
     manifest, params = make_model(count=2)
     ready = asyncio.Event()
     member = await swarm.add(model=(manifest, params))
-    member._get_manifest = lambda: manifest if ready.is_set() else None
+    member._requests._get_manifest = lambda: manifest if ready.is_set() else None
     joiner = await swarm.add()
     loop = asyncio.get_running_loop()
     started = loop.time()

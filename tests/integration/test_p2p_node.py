@@ -470,8 +470,8 @@ async def test_a_failing_app_callback_does_not_break_the_node(cluster: Cluster) 
         raise RuntimeError("app bug")
 
     server = await cluster.add()
-    server._get_manifest = broken
-    server._get_parameter_bytes = broken
+    server._requests._get_manifest = broken
+    server._requests._get_parameter_bytes = broken
     server._inbox.callback = broken
     client = await cluster.add()
     from psyche_client.p2p.model_share import request_manifest
@@ -548,14 +548,14 @@ async def test_inbound_connections_are_capped(cluster: Cluster) -> None:
     node = await cluster.add(max_inbound_connections=2)
     other = await cluster.add()
     idle = [await asyncio.open_connection("127.0.0.1", node.port) for _ in range(2)]
-    await wait_until(lambda: len(node._server_conns) == 2)
+    await wait_until(lambda: len(node.inbound.conns) == 2)
     reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
     with pytest.raises((asyncio.IncompleteReadError, ConnectionError)):
         await asyncio.wait_for(reader.readexactly(4), 5)  # closed before any Challenge
     assert node.refused_inbound == 1
     for _, w in idle:
         w.close()
-    await wait_until(lambda: not node._server_conns)
+    await wait_until(lambda: not node.inbound.conns)
     assert await other.fetch_blob(node.publish_blob(b"x" * 10), [node.peer_id]) == b"x" * 10
     writer.close()
 
@@ -667,7 +667,7 @@ async def test_inbound_connections_from_one_address_are_capped(cluster: Cluster)
         await asyncio.open_connection("127.0.0.1", node.port, local_addr=("127.0.0.2", 0))
         for _ in range(2)
     ]
-    await wait_until(lambda: len(node._server_conns) == 2)
+    await wait_until(lambda: len(node.inbound.conns) == 2)
     reader, writer = await asyncio.open_connection(
         "127.0.0.1", node.port, local_addr=("127.0.0.2", 0)
     )

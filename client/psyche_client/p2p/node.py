@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,15 +37,16 @@ from .connection import (
 )
 from .dialer import Dialer
 from .fetch import FetchError, PeerHealth, fetch_verified
+from .inbound import InboundAcceptor
 from .inbox import AnnouncementCallback, AnnouncementInbox
-from .link import PeerLink
+from .link import PeerLink, Stream
 from .links import LinkTable
 from .manifest import ModelManifest
 from .outbound import OutboundLinks
 from .pacing import UploadShaper
 from .recent import RecentAnnouncements
 from .relay import RelayClient
-from .serving import ServingMixin
+from .serving import RequestServer
 from .stats import TransferStats
 from .transfer import Received, receive_bytes
 
@@ -65,7 +65,7 @@ class AnnounceReport:
     pending: list[bytes] = field(default_factory=list)
 
 
-class P2PNode(ServingMixin):
+class P2PNode:
     """One client's P2P endpoint: `start()`, then announce, publish and fetch; `close()`."""
 
     def __init__(
@@ -93,12 +93,8 @@ class P2PNode(ServingMixin):
             self.config.max_seen_announcements,
             self.config.max_result_size,
         )
-        self._serving_slots = asyncio.Semaphore(self.config.max_concurrent_serving)
         self.shaper = UploadShaper(self.config.max_upload_rate)
-        self.refused_inbound = 0
         self._on_corrupt = on_corrupt
-        self._get_manifest = get_manifest
-        self._get_parameter_bytes = get_parameter_bytes
         self._peers: dict[bytes, tuple[str, int]] = {}
         self._download_slots = asyncio.Semaphore(self.config.max_concurrent_downloads)
         self.parameter_slots = asyncio.Semaphore(self.config.max_concurrent_parameter_requests)
@@ -108,8 +104,6 @@ class P2PNode(ServingMixin):
         self._rng = random.Random()
         self._step: int | None = None
         self._server: asyncio.Server | None = None
-        self._server_conns: set[PeerConnection] = set()
-        self._inbound_per_ip: Counter[str] = Counter()
         self._background: set[asyncio.Future[Any]] = set()
         self._unreachable: set[bytes] = set()
         self._dialer = Dialer(
@@ -138,12 +132,35 @@ class P2PNode(ServingMixin):
             recent=self.recent,
             push=self.announce,
         )
+        self.inbound = InboundAcceptor(
+            identity,
+            self.config,
+            self.stats,
+            self.health,
+            is_member=is_member,
+            pool=self._pool,
+            new_link=lambda conn, relayed: self._new_link(conn, dialed=False, relayed=relayed),
+        )
+        self._requests = RequestServer(
+            self.config,
+            is_member=is_member,
+            blobs=self.blobs,
+            inbox=self._inbox,
+            recent=self.recent,
+            shaper=self.shaper,
+            forward=self._forward,
+            get_manifest=get_manifest,
+            get_parameter_bytes=get_parameter_bytes,
+            handle=lambda conn, peer, request: self._handle(conn, peer, request),
+            answer=lambda conn, kind, key, data: self._answer(conn, kind, key, data),
+            outgoing=lambda kind, key, data: self._outgoing_bytes(kind, key, data),
+        )
 
     # ---- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
-            self._serve_connection, self.config.bind_host, self.config.port
+            self.inbound.serve_connection, self.config.bind_host, self.config.port
         )
         log.info("P2P node %s listening on %s", self.identity.short_id, self.address)
 
@@ -152,8 +169,8 @@ class P2PNode(ServingMixin):
             self._server.close()
         await self._outbound.close()  # no more dials or catch-up pushes
         await self._pool.close()  # links end their readers and their requests first
-        for conn in list(self._server_conns):
-            await conn.close()
+        await self.inbound.close()
+        await self._requests.close()
         background: list[asyncio.Future[Any]] = [
             *self._inflight.values(),
             *self._forwards,
@@ -454,10 +471,33 @@ class P2PNode(ServingMixin):
             conn,
             dialed=dialed,
             relayed=relayed,
-            on_request=self._on_request,
+            on_request=self._requests.on_request,
             idle_timeout=self.config.idle_timeout,
             max_streams=self.config.max_concurrent_serving * 2,
             keep=lambda: self.outbound_only and self._pool.in_use(link),
             shaper=self.shaper,
         )
         return link
+
+    # ---- serving (the request server's steps, overridable) -----------------------------------
+
+    async def accept_relayed(
+        self, peer_id: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """A pipe `peer_id` opened to us through the server's relay (`inbound`)."""
+        await self.inbound.accept_relayed(peer_id, reader, writer)
+
+    @property
+    def refused_inbound(self) -> int:
+        """Inbound connections refused at accept (over a cap)."""
+        return self.inbound.refused
+
+    async def _handle(self, conn: Stream, peer_id: bytes, request: dict[str, Any]) -> None:
+        await self._requests.handle(conn, peer_id, request)
+
+    async def _answer(self, conn: Stream, kind: str, key: Any, data: bytes | None) -> None:
+        await self._requests.answer(conn, kind, key, data)
+
+    def _outgoing_bytes(self, kind: str, key: Any, data: bytes) -> bytes:
+        """The bytes served for a request (tests override this to simulate a corrupt peer)."""
+        return data

@@ -1,176 +1,91 @@
-"""Serving peers: inbound connections, and the requests a peer sends over any link.
+"""`RequestServer`: answering the requests a peer sends over any link, whoever dialed it.
 
-Mixed into `P2PNode`. An inbound connection is authenticated (`connection.accept_peer`), then
-becomes a link like the ones we dial: the peer's requests on it are answered here, and our own
-requests to that peer use it too (`links.LinkTable`). Each request is checked against the
-current membership (a peer dropped from the epoch gets `Rejected` and the link closes), served
-within `fetch_deadline`; at most `max_inbound_connections` inbound connections are open, at
-most `max_inbound_per_ip` from one address, and at most `max_concurrent_serving` blob, manifest or parameter
-requests are served at once (announcements are not held by that bound). A failing app callback
-is logged and answered as `NotFound`; a protocol error closes only that peer's link.
-Manifest and parameter answers are bulk streams (they yield to the round's traffic and pass
-the upload cap, see `pacing`); while a blob is being answered, bulk frames wait.
+Each request is checked against the current membership (a peer dropped from the epoch gets
+`Rejected` and the link closes) and served within `fetch_deadline`; at most
+`max_concurrent_serving` blob, manifest or parameter requests are served at once
+(announcements are not held by that bound). A failing app callback is logged and answered as
+`NotFound`; a protocol error closes only that peer's link. Manifest and parameter answers are
+bulk streams (they yield to the round's traffic and pass the upload cap, see `pacing`); while a
+blob is being answered, bulk frames wait.
+
+A part of `P2PNode`, which passes in its collaborators: the membership check, the blob store,
+the announcement inbox, the recent announcements, the upload shaper, how to forward a new
+announcement, the app's model providers, and the `handle` / `answer` / `outgoing` steps (the
+node's overridable methods, which call this part's own; tests override them to make a slow
+or corrupt peer).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from psyche_common.protocol import ConnectionClosed, Identity, ProtocolError, short_id
+from psyche_common.protocol import ProtocolError, short_id
 
 from .announcements import Announcement
 from .blobs import BlobStore
 from .config import P2PConfig
-from .connection import PeerConnection, PeerRefused, accept_peer
-from .fetch import PeerHealth
 from .inbox import AnnouncementInbox
 from .link import PeerLink, Stream
-from .links import LinkTable
 from .manifest import ModelManifest
 from .pacing import UploadShaper
 from .recent import RecentAnnouncements
-from .stats import TransferStats
 from .transfer import RemoteError, send_bytes
 
 log = logging.getLogger(__name__)
 
+Handle = Callable[[Stream, bytes, dict[str, Any]], Awaitable[None]]
+Answer = Callable[[Stream, str, Any, "bytes | None"], Awaitable[None]]
+Outgoing = Callable[[str, Any, bytes], bytes]
 
-class ServingMixin:
-    """The serving half of `P2PNode` (its attributes are set by `P2PNode.__init__`)."""
 
-    identity: Identity
-    config: P2PConfig
-    blobs: BlobStore
-    stats: TransferStats
-    shaper: UploadShaper
-    refused_inbound: int
-    _is_member: Callable[[bytes], bool]
-    _inbox: AnnouncementInbox
-    _serving_slots: asyncio.Semaphore
-    _server_conns: set[PeerConnection]
-    _inbound_per_ip: Counter[str]
-    _background: set[asyncio.Future[Any]]
-    _pool: LinkTable
-    health: PeerHealth
-    recent: RecentAnnouncements
-    _get_manifest: Callable[[], ModelManifest | None] | None
-    _get_parameter_bytes: Callable[[str], bytes | None] | None
+class RequestServer:
+    """Answers peers' requests (see the module docstring)."""
 
-    def _new_link(self, conn: PeerConnection, *, dialed: bool, relayed: bool) -> PeerLink:
-        raise NotImplementedError
-
-    def _forward(self, announcement: Announcement, came_from: bytes) -> None:
-        raise NotImplementedError
-
-    # ---- serving -----------------------------------------------------------------------------
-
-    async def _serve_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        """An inbound connection: the handshake, then a link serving (and carrying our
-        requests to the dialer) until it closes."""
-        remote = writer.get_extra_info("peername")
-        if len(self._server_conns) >= self.config.max_inbound_connections:
-            self.refused_inbound += 1
-            log.warning(
-                "refusing P2P connection from %s: %d inbound connections open "
-                "(max_inbound_connections)",
-                remote,
-                len(self._server_conns),
-            )
-            writer.transport.abort()
-            return
-        ip = str(remote[0]) if isinstance(remote, tuple) and remote else "?"
-        if self._inbound_per_ip[ip] >= self.config.max_inbound_per_ip:
-            self.refused_inbound += 1
-            log.warning(
-                "refusing P2P connection from %s: %d inbound connections open from that "
-                "address (max_inbound_per_ip)",
-                remote,
-                self._inbound_per_ip[ip],
-            )
-            writer.transport.abort()
-            return
-        self._inbound_per_ip[ip] += 1
-        try:
-            await self._serve_inbound(reader, writer, remote)
-        finally:
-            self._inbound_per_ip[ip] -= 1
-            if self._inbound_per_ip[ip] <= 0:
-                del self._inbound_per_ip[ip]
-
-    async def accept_relayed(
-        self, peer_id: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        """A pipe that `peer_id` opened to us through the server's relay: served like an
-        inbound connection (the P2P handshake must then prove that `peer_id` is at the other
-        end). Relayed pipes all come from the server's address, so no per-IP cap applies."""
-        if len(self._server_conns) >= self.config.max_inbound_connections:
-            self.refused_inbound += 1
-            log.warning(
-                "refusing a relayed P2P connection from %s: %d inbound connections open "
-                "(max_inbound_connections)",
-                short_id(peer_id),
-                len(self._server_conns),
-            )
-            writer.transport.abort()
-            return
-        await self._serve_inbound(reader, writer, f"{short_id(peer_id)} (relayed)", peer_id)
-
-    async def _serve_inbound(
+    def __init__(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        remote: object,
-        expected_peer: bytes | None = None,
+        config: P2PConfig,
+        *,
+        is_member: Callable[[bytes], bool],
+        blobs: BlobStore,
+        inbox: AnnouncementInbox,
+        recent: RecentAnnouncements,
+        shaper: UploadShaper,
+        forward: Callable[[Announcement, bytes], None],
+        get_manifest: Callable[[], ModelManifest | None] | None,
+        get_parameter_bytes: Callable[[str], bytes | None] | None,
+        handle: Handle | None = None,
+        answer: Answer | None = None,
+        outgoing: Outgoing | None = None,
     ) -> None:
-        conn = PeerConnection(
-            b"", reader, writer, self.stats, self.config.max_frame_size, self.config.read_timeout
-        )
-        self._server_conns.add(conn)
-        link: PeerLink | None = None
-        try:
-            started = time.monotonic()
-            peer_id = await accept_peer(
-                conn, self.identity, self._is_member, self.config.read_timeout
-            )
-            if expected_peer is not None and peer_id != expected_peer:
-                raise PeerRefused(
-                    f"the relay announced {short_id(expected_peer)} but {short_id(peer_id)} "
-                    "connected"
-                )
-            # the handshake's round trips stand for the connect latency we did not measure:
-            # fetches try peers by latency, and a peer known only through the link it
-            # dialed must not sort after every measured one
-            self.health.record_latency(peer_id, time.monotonic() - started)
-            link = self._new_link(conn, dialed=False, relayed=expected_peer is not None)
-            self._pool.add(link)
-            await link.start()
-        except PeerRefused as exc:
-            log.info("refused P2P connection from %s: %s", remote, exc)
-        except ConnectionClosed as exc:
-            if link is None:  # e.g. the server's reachability probe, which only connects
-                log.debug("P2P connection from %s closed during the handshake: %s", remote, exc)
-            else:
-                log.info("P2P connection from %s closed: %s", remote, exc)
-        except (ProtocolError, OSError, TimeoutError) as exc:
-            log.info("closed P2P connection from %s: %s: %s", remote, type(exc).__name__, exc)
-        finally:
-            self._server_conns.discard(conn)
-            if link is not None:
-                self._pool.discard(link)
-                await link.close()
-            await conn.close()
+        self.config = config
+        self.blobs = blobs
+        self.shaper = shaper
+        self._is_member = is_member
+        self._inbox = inbox
+        self._recent = recent
+        self._forward = forward
+        self._get_manifest = get_manifest
+        self._get_parameter_bytes = get_parameter_bytes
+        self._handle = handle or self.handle
+        self._answer = answer or self.answer
+        self._outgoing = outgoing or (lambda _kind, _key, data: data)
+        self._slots = asyncio.Semaphore(config.max_concurrent_serving)
+        self._tasks: set[asyncio.Future[None]] = set()
 
-    def _on_request(self, link: PeerLink, stream: Stream, request: dict[str, Any]) -> None:
+    def on_request(self, link: PeerLink, stream: Stream, request: dict[str, Any]) -> None:
+        """A link's callback for a peer's new request: served in the background."""
         task = asyncio.ensure_future(self._serve_stream(link, stream, request))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _serve_stream(self, link: PeerLink, stream: Stream, request: dict[str, Any]) -> None:
         """Answer one request of `link`'s peer (whoever dialed the link)."""
@@ -184,7 +99,7 @@ class ServingMixin:
             if request.get("type") == "Announce":
                 await self._handle(stream, peer_id, request)
                 return
-            async with self._serving_slots, asyncio.timeout(self.config.fetch_deadline):
+            async with self._slots, asyncio.timeout(self.config.fetch_deadline):
                 await self._handle(stream, peer_id, request)
         except (ProtocolError, OSError, TimeoutError) as exc:
             log.info(
@@ -194,14 +109,15 @@ class ServingMixin:
         finally:
             stream.close()
 
-    async def _handle(self, conn: Stream, peer_id: bytes, request: dict[str, Any]) -> None:
+    async def handle(self, conn: Stream, peer_id: bytes, request: dict[str, Any]) -> None:
+        """Answer one request (`Announce`, `GetBlob`, `GetManifest`, `GetParameter`)."""
         kind = request.get("type")
         if kind == "Announce":
             receipt = await self._inbox.receive(peer_id, request.get("announcement"))
             await conn.send({"type": "Ack", "status": receipt.status, "reason": receipt.reason})
             if receipt.announcement is not None:
-                self.recent.add(receipt.announcement)
-                self._forward(receipt.announcement, came_from=peer_id)
+                self._recent.add(receipt.announcement)
+                self._forward(receipt.announcement, peer_id)
         elif kind == "GetBlob":
             digest = request.get("hash")
             data = self.blobs.get(digest) if isinstance(digest, bytes) else None
@@ -239,15 +155,12 @@ class ServingMixin:
             log.exception("serving %s to a peer failed", what)
             return None
 
-    async def _answer(self, conn: Stream, kind: str, key: Any, data: bytes | None) -> None:
+    async def answer(self, conn: Stream, kind: str, key: Any, data: bytes | None) -> None:
+        """`NotFound`, or `data` as a header and chunks (bulk-sized for a bulk stream)."""
         if data is None:
             await conn.send({"type": "NotFound", "reason": f"no such {kind} here"})
             return
         chunk = self.config.chunk_size
         if conn.bulk:
             chunk = self.shaper.bulk_chunk(chunk)
-        await send_bytes(conn, self._outgoing_bytes(kind, key, data), chunk)
-
-    def _outgoing_bytes(self, kind: str, key: Any, data: bytes) -> bytes:
-        """The bytes served for a request (tests override this to simulate a corrupt peer)."""
-        return data
+        await send_bytes(conn, self._outgoing(kind, key, data), chunk)
