@@ -21,7 +21,7 @@ from psyche_client.p2p import (
     make_finished_announcement,
     make_result_announcement,
 )
-from psyche_client.p2p.node import AnnounceReport
+from psyche_client.p2p.pushing import AnnounceReport
 from psyche_common.protocol import ConnectionClosed, Identity, read_frame, write_frame
 
 pytestmark = pytest.mark.timeout(60)

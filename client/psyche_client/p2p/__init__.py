@@ -32,7 +32,8 @@ from .connection import PeerRefused, PeerUnavailable
 from .fetch import FetchError, FetchFailure
 from .manifest import ManifestError, ModelManifest, ParameterInfo, parameter_info
 from .model_share import ModelDownload, ModelShareError, download_model, poll_manifests
-from .node import AnnounceReport, P2PNode
+from .node import P2PNode
+from .pushing import AnnounceReport
 from .stats import TransferStats
 
 __all__ = [

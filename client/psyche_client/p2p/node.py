@@ -19,21 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from psyche_common.protocol import Identity, ProtocolError, short_id
+from psyche_common.protocol import Identity, short_id
 
-from .announcements import Announcement, to_wire
+from .announcements import Announcement
 from .blobs import BlobStore
 from .config import P2PConfig
 from .connection import (
     PeerConnection,
     advertised_host,
     parse_address,
-    raise_if_rejected,
 )
 from .dialer import Dialer
 from .fetch import FetchError, PeerHealth, fetch_verified
@@ -44,6 +41,7 @@ from .links import LinkTable
 from .manifest import ModelManifest
 from .outbound import OutboundLinks
 from .pacing import UploadShaper
+from .pushing import Announcer, AnnounceReport
 from .recent import RecentAnnouncements
 from .relay import RelayClient
 from .serving import RequestServer
@@ -53,16 +51,6 @@ from .transfer import Received, receive_bytes
 log = logging.getLogger(__name__)
 
 CorruptCallback = Callable[[bytes, bytes], None]
-
-
-@dataclass
-class AnnounceReport:
-    """Outcome of pushing one announcement: peers that acknowledged it, those that failed, and
-    those still being pushed when `announce_wait` ran out (the push goes on in the background)."""
-
-    delivered: list[bytes] = field(default_factory=list)
-    failed: dict[bytes, str] = field(default_factory=dict)
-    pending: list[bytes] = field(default_factory=list)
 
 
 class P2PNode:
@@ -99,9 +87,6 @@ class P2PNode:
         self._download_slots = asyncio.Semaphore(self.config.max_concurrent_downloads)
         self.parameter_slots = asyncio.Semaphore(self.config.max_concurrent_parameter_requests)
         self._inflight: dict[bytes, asyncio.Task[bytes]] = {}
-        self._forwards: set[asyncio.Task[AnnounceReport]] = set()
-        self._pushes: set[asyncio.Future[None]] = set()
-        self._rng = random.Random()
         self._step: int | None = None
         self._server: asyncio.Server | None = None
         self._background: set[asyncio.Future[Any]] = set()
@@ -122,6 +107,14 @@ class P2PNode:
             keep=lambda: self.outbound_only,
             on_connected=self.health.record_latency,
             on_new_link=lambda peer: self._outbound.catch_up(peer),
+        )
+        self._announcer = Announcer(
+            self.config,
+            own_id=identity.public_key,
+            pool=self._pool,
+            inbox=self._inbox,
+            recent=self.recent,
+            targets=self.reachable_peers,
         )
         self._outbound = OutboundLinks(
             self._pool,
@@ -168,13 +161,12 @@ class P2PNode:
         if self._server is not None:
             self._server.close()
         await self._outbound.close()  # no more dials or catch-up pushes
+        await self._announcer.close()
         await self._pool.close()  # links end their readers and their requests first
         await self.inbound.close()
         await self._requests.close()
         background: list[asyncio.Future[Any]] = [
             *self._inflight.values(),
-            *self._forwards,
-            *self._pushes,
             *self._background,
         ]
         for task in background:
@@ -280,67 +272,12 @@ class P2PNode:
     async def announce(
         self, announcement: Announcement, peer_ids: Iterable[bytes] | None = None
     ) -> AnnounceReport:
-        """Push a signed announcement to `peer_ids` (default: `reachable_peers()`), concurrently.
-        Returns after at most `announce_wait` s: pushes to slower peers continue in the
-        background (each bounded by `announce_timeout`). Never raises for a peer's failure; the
-        report says which peers got it, failed, or were still pending."""
-        wire = {"type": "Announce", "announcement": to_wire(announcement)}
-        self._inbox.remember(announcement)
-        self.recent.add(announcement)
-        targets = self.reachable_peers() if peer_ids is None else list(peer_ids)
-        report = AnnounceReport()
-
-        async def push(peer_id: bytes) -> None:
-            try:
-                async with asyncio.timeout(self.config.announce_timeout):
-                    async with self._pool.connection(peer_id) as conn:
-                        await conn.send(wire)
-                        ack = await conn.receive(self.config.read_timeout)
-                raise_if_rejected(ack, f"peer {short_id(peer_id)}")
-                if ack.get("type") != "Ack":
-                    raise ProtocolError(f"expected Ack, got {ack.get('type')!r}")
-                if ack.get("status") == "rejected":
-                    report.failed[peer_id] = f"rejected: {ack.get('reason')}"
-                else:
-                    report.delivered.append(peer_id)
-            except TimeoutError:
-                report.failed[peer_id] = f"no ack within {self.config.announce_timeout}s"
-            except (OSError, ProtocolError) as exc:
-                report.failed[peer_id] = f"{type(exc).__name__}: {exc}"
-
-        pushes = {
-            asyncio.ensure_future(push(peer_id)): peer_id
-            for peer_id in targets
-            if peer_id != self.peer_id
-        }
-        if pushes:
-            _, slow = await asyncio.wait(pushes, timeout=self.config.announce_wait)
-            for task in slow:  # a stalled peer never holds the caller: its push goes on alone
-                report.pending.append(pushes[task])
-                self._pushes.add(task)
-                task.add_done_callback(self._pushes.discard)
-        if report.failed:
-            log.debug(
-                "announcement not delivered to %d peer(s): %s",
-                len(report.failed),
-                {short_id(p): r for p, r in report.failed.items()},
-            )
-        return report
+        """Push a signed announcement to `peer_ids` (default: `reachable_peers()`); see
+        `pushing.Announcer.announce`."""
+        return await self._announcer.announce(announcement, peer_ids)
 
     def _forward(self, announcement: Announcement, came_from: bytes) -> None:
-        """Gossip: pass a new announcement on to up to `gossip_fanout` random peers (never
-        back to whoever sent it or signed it), in the background. Every node forwards each
-        announcement once (the inbox drops duplicates), so an announcement pushed to a single
-        member still reaches everyone."""
-        skip = {came_from, announcement.sender_id, self.peer_id}
-        candidates = [peer for peer in self.reachable_peers() if peer not in skip]
-        fanout = min(self.config.gossip_fanout, len(candidates))
-        if fanout <= 0:
-            return
-        targets = self._rng.sample(candidates, fanout)
-        task = asyncio.ensure_future(self.announce(announcement, targets))
-        self._forwards.add(task)
-        task.add_done_callback(self._forwards.discard)
+        self._announcer.forward(announcement, came_from)
 
     # ---- blobs -------------------------------------------------------------------------------
 
