@@ -13,6 +13,9 @@ Per attack (key `"NAME M/N"`):
 
 - `loss_vs_clean`: held-out loss of the first honest client's final checkpoint divided by the
   clean run's (the same 64 × 32 tokens of the corpus's last 5%; `attack_run.eval_loss`);
+  `gain_vs_clean`: the loss drop from the untrained model (`untrained_loss`, the same seed)
+  that the attacked run achieved, as a fraction of the clean run's drop (a short run moves
+  the loss little, so this is the more sensitive of the two);
 - `honest_hashes_agree`: the honest clients' weights hashes are identical at every step they
   all applied (`common_steps` of them), and `honest_exit_ok` whether they all exited 0;
 - `attacker_removed`: every attacker was convicted by the verifiers or dropped by a health
@@ -44,7 +47,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.attack_run import ATTACKS, Attack, RunOutcome, run_attack  # noqa: E402
+from tests.e2e.attack_run import (  # noqa: E402
+    ATTACKS,
+    Attack,
+    RunOutcome,
+    run_attack,
+    untrained_loss,
+)
 
 
 def parse_sizes(text: str) -> list[tuple[int, int]]:
@@ -103,7 +112,10 @@ def main() -> None:
     started = time.monotonic()
     table: dict[str, dict[str, Any]] = {}
     clean_table: dict[str, dict[str, Any]] = {}
+    cache = Path(os.environ.get("PSYCHE_CACHE_DIR", work / "cache"))
     try:
+        untrained = untrained_loss(cache)
+        progress(f"untrained held-out loss {untrained:.4f}")
         for malicious, clients in sizes:
             size = f"{malicious}/{clients}"
             clean: dict[tuple[bool, int], RunOutcome] = {}
@@ -139,28 +151,38 @@ def main() -> None:
                     if run.eval_loss is None or reference.eval_loss is None
                     else round(run.eval_loss / reference.eval_loss, 4)
                 )
+                gain = (
+                    None
+                    if run.eval_loss is None or reference.eval_loss is None
+                    else round((untrained - run.eval_loss) / (untrained - reference.eval_loss), 4)
+                )
                 table[name] = {
                     "malicious": size,
                     "loss_vs_clean": ratio,
+                    "gain_vs_clean": gain,
                     "honest_hashes_agree": run.hashes_agree,
                     "attacker_removed": bool(run.attackers_removed) and all(run.attackers_removed),
                     "description": attack.description,
                     **summary(run),
                 }
                 progress(f"{name}: {table[name]}")
+        report = {
+            "attacks": table,
+            "clean": clean_table,
+            "model": "builtin:llama-tiny",
+            "steps": args.steps,
+            "loss": "held-out cross-entropy of the final checkpoint, 64 x 32 tokens",
+            "untrained_loss": round(untrained, 4),
+            "cpu_count": os.cpu_count(),
+            "load_average_before_after": [
+                round(load_before[0], 2),
+                round(os.getloadavg()[0], 2),
+            ],
+            "seconds": round(time.monotonic() - started, 1),
+        }
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
-    report = {
-        "attacks": table,
-        "clean": clean_table,
-        "model": "builtin:llama-tiny",
-        "steps": args.steps,
-        "loss": "held-out cross-entropy of the final checkpoint, 64 x 32 tokens",
-        "cpu_count": os.cpu_count(),
-        "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
-        "seconds": round(time.monotonic() - started, 1),
-    }
     print(json.dumps(report, indent=2))
 
 

@@ -21,6 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -126,16 +127,10 @@ def eval_tokens(cache_dir: Path) -> np.ndarray:
     )
 
 
-def eval_loss(checkpoints: Path, cache_dir: Path) -> float | None:
-    """Mean next-token cross-entropy of the newest checkpoint under `checkpoints` on
-    `eval_tokens`; None when no checkpoint was written."""
-    saved = sorted(checkpoints.glob("*-step*"), key=lambda p: int(p.name.rsplit("step", 1)[1]))
-    if not saved:
-        return None
+def model_loss(model: Any, cache_dir: Path) -> float:
+    """Mean next-token cross-entropy of a causal LM on `eval_tokens`."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(saved[-1], dtype=torch.float32)
     model.eval()
     tokens = torch.from_numpy(eval_tokens(cache_dir))
     with torch.no_grad():
@@ -144,6 +139,33 @@ def eval_loss(checkpoints: Path, cache_dir: Path) -> float | None:
             logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)
         )
     return float(loss)
+
+
+def eval_loss(checkpoints: Path, cache_dir: Path) -> float | None:
+    """`model_loss` of the newest checkpoint under `checkpoints`; None when no checkpoint
+    was written."""
+    saved = sorted(checkpoints.glob("*-step*"), key=lambda p: int(p.name.rsplit("step", 1)[1]))
+    if not saved:
+        return None
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    model = AutoModelForCausalLM.from_pretrained(saved[-1], dtype=torch.float32)
+    return model_loss(model, cache_dir)
+
+
+def untrained_loss(cache_dir: Path) -> float:
+    """`model_loss` of `builtin:llama-tiny` as every client builds it before training (the
+    same seed), to tell how far a run's training moved the loss."""
+    import torch
+    from psyche_client.model.loading import load_model
+    from psyche_client.training.distro_backend import RNG_SEED
+
+    torch.manual_seed(RNG_SEED)
+    model, _ = load_model("builtin:llama-tiny", device="cpu", dtype=torch.float32)
+    return model_loss(model, cache_dir)
 
 
 def client_id(proc: Proc) -> str | None:
