@@ -4,7 +4,7 @@ one JSON object.
 For each size `M/N` of `--sizes` (default 1/4 and 2/8: M of N clients malicious) and each
 attack of `--only` (default all of `tests.e2e.attack_run.ATTACKS`), one run of real processes
 (`psyche-server` and `psyche-client`s on loopback, `builtin:llama-tiny` on CPU, `--steps`
-steps, every member a witness, max round time 10 s) with N − M honest clients and M
+steps, global batch max(6, N) × 32 tokens, every member a witness, max round time 10 s) with N − M honest clients and M
 attackers, and one clean run of N honest clients per distinct setting of the selected
 attacks at that size (1-bit values with 25% verifiers; bf16 values without verifiers for the
 huge-values trainer). Floods are hosts, not members: their runs have N − M member clients.

@@ -2,9 +2,10 @@
 attack tests and for bench/attacks.py.
 
 A run is a `psyche-server` and `clients` processes training `builtin:llama-tiny` on CPU for
-`steps` steps; `malicious` of them are attackers: a test-only client program of tests/e2e
-(one behaviour changed), or, for the floods, hosts that hold idle sockets against the server
-or against honest clients' P2P ports (then only the honest clients are members). The first
+`steps` steps (global batch max(6, clients) × 32 tokens); `malicious` of them are attackers:
+a test-only client program of tests/e2e (one behaviour changed), or, for the floods, hosts
+that hold idle sockets against the server or against honest clients' P2P ports (then only
+the honest clients are members). The first
 honest client writes a checkpoint at the end; its loss on a fixed held-out slice of the
 training corpus (`eval_loss`) is what "loss vs clean" compares, so the attacked run and its
 clean twin are judged on the same tokens whatever batches each trainer happened to get.
@@ -213,6 +214,9 @@ def run_attack(
         min_clients=max(2, honest_count),
         witness_nodes=0,  # every member witnesses: a quorum of honest witnesses always exists
         max_round_train_time=10,
+        # at least one sample per client: a trainer given no batch sends no result, and the
+        # witnesses' health checks drop it (an idle trainer is not told from a silent one)
+        batch=max(6, clients),
         verification_percent=verification_percent,
         quantize_1bit="true" if quantize_1bit else "false",
     )
