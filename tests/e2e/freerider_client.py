@@ -18,6 +18,7 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -29,6 +30,7 @@ from psyche_common.assignment import BatchId
 from psyche_common.client_id import short_id
 
 COPY_WAIT = 10.0
+honest_publish = ResultExchange.publish
 
 log = logging.getLogger("psyche.client")
 
@@ -56,7 +58,8 @@ async def publish_a_copy(
         found = peer_result(self, round_)
     if found is not None:
         sender, copied = found
-        mine = DistroResult.decode(output.payload, self.ctx.require_backend().trainer.layout)  # type: ignore[attr-defined]
+        backend: Any = self.ctx.require_backend()  # a DistroBackend: it trains DisTrO
+        mine = DistroResult.decode(output.payload, backend.trainer.layout)
         relabelled = DistroResult(
             round_.step, batch, mine.trainer_nonce, copied.value_kind, copied.tensors
         )
@@ -71,9 +74,6 @@ async def publish_a_copy(
             extra=self.ctx.fields(copied_from=short_id(sender), batch=str(batch)),
         )
     await honest_publish(self, round_, batch, output)
-
-
-honest_publish = ResultExchange.publish
 
 
 def main() -> None:
