@@ -50,7 +50,7 @@ warmup_steps = 0
 [model.LLM.optimizer.Distro]
 compression_chunk = 64
 compression_topk = 8
-quantize_1bit = true
+quantize_1bit = {quantize_1bit}
 compression_decay = 0.999
 clip_grad_norm = 1.0
 """
@@ -77,6 +77,7 @@ def write_state(path: Path, **overrides: Any) -> Path:
         "seq_len": 32,
         "data_location": '{ Builtin = "python-stdlib" }',
         "verification_percent": 0,
+        "quantize_1bit": "true",
     }
     values.update(overrides)
     path.write_text(STATE_TEMPLATE.format(**values))

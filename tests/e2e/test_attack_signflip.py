@@ -12,14 +12,19 @@ client applies a result of the attacker.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from psyche_client.verify.agreement import ACCUSE_BELOW
 
+from tests.e2e.attack_run import ATTACKS, RunOutcome, run_attack
 from tests.e2e.client_run import Cluster, Proc, applied_hashes, wait_for, write_state
+from tests.e2e.conftest import ATTACK_TEST_STEPS
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = pytest.mark.timeout(900)
+
+LOSS_TOLERANCE = 0.05
 
 SIGNFLIP = [sys.executable, str(Path(__file__).with_name("signflip_client.py"))]
 
@@ -125,3 +130,21 @@ def test_honest_clients_with_verifiers_are_never_convicted(tmp_path: Path) -> No
         print(f"honest agreement: min {min(scored):.3f}, {len(scored)} scores")
     finally:
         c.stop()
+
+
+def test_a_sign_flip_trainer_costs_less_than_5_percent_of_the_loss(
+    tmp_path: Path, clean_run: Callable[[bool, int], RunOutcome]
+) -> None:
+    """The sign-flipper among four clients at 25% verification, against a clean run of the
+    same settings (tests/e2e/attack_run.py): it is removed, the honest weights agree at every
+    step, and the held-out loss after the run is within 5% of the clean run's."""
+    attack = ATTACKS["signflip"]
+    clean = clean_run(attack.quantize_1bit, attack.verification_percent)
+    run = run_attack(tmp_path, attack, clients=4, malicious=1, steps=ATTACK_TEST_STEPS)
+    assert run.honest_ok, run.diagnostics
+    assert run.hashes_agree and len(run.common_steps) >= ATTACK_TEST_STEPS - 4, run.diagnostics
+    assert run.attackers_removed == [True], run.diagnostics
+    assert clean.eval_loss is not None and run.eval_loss is not None
+    ratio = run.eval_loss / clean.eval_loss
+    print(f"eval loss: clean {clean.eval_loss:.4f}, attacked {run.eval_loss:.4f} ({ratio:.4f})")
+    assert abs(ratio - 1.0) <= LOSS_TOLERANCE, (clean.eval_loss, run.eval_loss)

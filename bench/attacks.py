@@ -1,0 +1,190 @@
+"""Attack suite: every attack of tests/e2e against a clean run of the same settings; prints
+one JSON object.
+
+For each size `M/N` of `--sizes` (default 1/4 and 2/8: M of N clients malicious) and each
+attack of `--only` (default all of `tests.e2e.attack_run.ATTACKS`), one run of real processes
+(`psyche-server` and `psyche-client`s on loopback, `builtin:llama-tiny` on CPU, `--steps`
+steps, global batch max(6, N) × 32 tokens, every member a witness, max round time 10 s) with N − M honest clients and M
+attackers, and one clean run of N honest clients per distinct setting of the selected
+attacks at that size (1-bit values with 25% verifiers; bf16 values without verifiers for the
+huge-values trainer). Floods are hosts, not members: their runs have N − M member clients.
+
+Per attack (key `"NAME M/N"`):
+
+- `loss_vs_clean`: held-out loss of the first honest client's final checkpoint divided by the
+  clean run's (the same 64 × 32 tokens of the corpus's last 5%; `attack_run.eval_loss`);
+  `gain_vs_clean`: the loss drop from the untrained model (`untrained_loss`, the same seed)
+  that the attacked run achieved, as a fraction of the clean run's drop (a short run moves
+  the loss little, so this is the more sensitive of the two);
+- `honest_hashes_agree`: the honest clients' weights hashes are identical at every step they
+  all applied (`common_steps` of them), and `honest_exit_ok` whether they all exited 0;
+- `attacker_removed`: every attacker was convicted by the verifiers or dropped by a health
+  check (as the coordinator recorded it); for the floods, every flooding host had sockets
+  closed by its target (caps at accept, handshake or pre-join timeouts). False is an
+  observation, not a failure: a lying witness is refused, not removed, and a free rider
+  cannot be told from an honest trainer.
+
+The runs are sequential; each is seconds of real training and the protocol's timeouts, so
+the whole table takes a long time (several minutes per row on a loaded 2-core machine). The
+machine's core count and load averages before and after are reported: every process is
+single-threaded, and a loaded machine slows rounds (not the comparison, which is per run).
+Usage: .venv/bin/python bench/attacks.py [--steps 8] [--only signflip,huge] [--sizes 1/4]
+[--keep DIR]; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.e2e.attack_run import (  # noqa: E402
+    ATTACKS,
+    Attack,
+    RunOutcome,
+    run_attack,
+    untrained_loss,
+)
+
+
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    """`"M/N,..."` -> [(M, N), ...], each with 0 < M < N / 2 (fewer than half malicious)."""
+    sizes = []
+    for part in (p for p in text.split(",") if p):
+        try:
+            malicious, clients = (int(number) for number in part.split("/"))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"size {part!r} is not M/N") from exc
+        if malicious <= 0 or 2 * malicious >= clients:
+            raise argparse.ArgumentTypeError(f"size {part!r}: need 0 < M < N/2")
+        sizes.append((malicious, clients))
+    return sizes
+
+
+def progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def summary(run: RunOutcome) -> dict[str, Any]:
+    return {
+        "eval_loss": None if run.eval_loss is None else round(run.eval_loss, 4),
+        "honest_exit_ok": run.honest_ok,
+        "honest_hashes_agree": run.hashes_agree,
+        "common_steps": len(run.common_steps),
+        "losses_finite": run.losses_finite,
+        "seconds": round(run.seconds, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=8, help="training steps per run")
+    parser.add_argument(
+        "--only",
+        default=",".join(ATTACKS),
+        help=f"comma-separated attacks (default all: {','.join(ATTACKS)})",
+    )
+    parser.add_argument(
+        "--sizes",
+        type=parse_sizes,
+        default="1/4,2/8",
+        help="comma-separated M/N: M of N clients malicious",
+    )
+    parser.add_argument("--keep", type=Path, help="keep every run's logs under this directory")
+    args = parser.parse_args()
+    names = [name for name in args.only.split(",") if name]
+    unknown = [name for name in names if name not in ATTACKS]
+    if unknown:
+        parser.error(f"unknown attacks {unknown}; known: {', '.join(ATTACKS)}")
+    sizes: list[tuple[int, int]] = args.sizes
+    attacks: list[Attack] = [ATTACKS[name] for name in names]
+    work = args.keep or Path(tempfile.mkdtemp(prefix="psyche-attacks-"))
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    table: dict[str, dict[str, Any]] = {}
+    clean_table: dict[str, dict[str, Any]] = {}
+    cache = Path(os.environ.get("PSYCHE_CACHE_DIR", work / "cache"))
+    try:
+        untrained = untrained_loss(cache)
+        progress(f"untrained held-out loss {untrained:.4f}")
+        for malicious, clients in sizes:
+            size = f"{malicious}/{clients}"
+            clean: dict[tuple[bool, int], RunOutcome] = {}
+            for setting in sorted({(a.quantize_1bit, a.verification_percent) for a in attacks}):
+                label = f"clean {size} {'1bit' if setting[0] else 'bf16'} verify{setting[1]}%"
+                progress(f"{label}: {clients} honest clients, {args.steps} steps")
+                run = run_attack(
+                    work / label.replace(" ", "_").replace("/", "of").replace("%", ""),
+                    None,
+                    clients=clients,
+                    steps=args.steps,
+                    quantize_1bit=setting[0],
+                    verification_percent=setting[1],
+                    timeout=600,
+                )
+                clean[setting] = run
+                clean_table[label] = summary(run)
+                progress(f"{label}: {clean_table[label]}")
+            for attack in attacks:
+                name = f"{attack.name} {size}"
+                progress(f"{name}: {attack.description}")
+                run = run_attack(
+                    work / f"{attack.name}_{malicious}of{clients}",
+                    attack,
+                    clients=clients,
+                    malicious=malicious,
+                    steps=args.steps,
+                    timeout=600,
+                )
+                reference = clean[(attack.quantize_1bit, attack.verification_percent)]
+                ratio = (
+                    None
+                    if run.eval_loss is None or reference.eval_loss is None
+                    else round(run.eval_loss / reference.eval_loss, 4)
+                )
+                gain = (
+                    None
+                    if run.eval_loss is None or reference.eval_loss is None
+                    else round((untrained - run.eval_loss) / (untrained - reference.eval_loss), 4)
+                )
+                table[name] = {
+                    "malicious": size,
+                    "loss_vs_clean": ratio,
+                    "gain_vs_clean": gain,
+                    "honest_hashes_agree": run.hashes_agree,
+                    "attacker_removed": bool(run.attackers_removed) and all(run.attackers_removed),
+                    "description": attack.description,
+                    **summary(run),
+                }
+                progress(f"{name}: {table[name]}")
+        report = {
+            "attacks": table,
+            "clean": clean_table,
+            "model": "builtin:llama-tiny",
+            "steps": args.steps,
+            "loss": "held-out cross-entropy of the final checkpoint, 64 x 32 tokens",
+            "untrained_loss": round(untrained, 4),
+            "cpu_count": os.cpu_count(),
+            "load_average_before_after": [
+                round(load_before[0], 2),
+                round(os.getloadavg()[0], 2),
+            ],
+            "seconds": round(time.monotonic() - started, 1),
+        }
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

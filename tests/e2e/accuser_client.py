@@ -1,0 +1,29 @@
+"""A test-only false accuser: every round it accuses every trainer of the previous round in
+a health check, whatever its blooms say; its witnesses are honest.
+
+It is `psyche-client` with that one change (the accusation half of tests/e2e/lying_client.py,
+without the all-ones blooms); it trains and serves its results honestly. Run it with
+`psyche-client`'s arguments: `python tests/e2e/accuser_client.py train --server-addr ...`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from psyche_client.round import witness as witness_module
+
+from tests.e2e.lying_client import accuse_every_trainer
+
+
+def main() -> None:
+    witness_module.clients_to_accuse = accuse_every_trainer  # type: ignore[assignment]
+    from psyche_client.cli import main as client_main
+
+    client_main()
+
+
+if __name__ == "__main__":
+    main()

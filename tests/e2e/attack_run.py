@@ -1,0 +1,286 @@
+"""One attacked (or clean) training run of real processes, measured the same way for the
+attack tests and for bench/attacks.py.
+
+A run is a `psyche-server` and `clients` processes training `builtin:llama-tiny` on CPU for
+`steps` steps (global batch max(6, clients) × 32 tokens); `malicious` of them are attackers:
+a test-only client program of tests/e2e (one behaviour changed), or, for the floods, hosts
+that hold idle sockets against the server or against honest clients' P2P ports (then only
+the honest clients are members). The first
+honest client writes a checkpoint at the end; its loss on a fixed held-out slice of the
+training corpus (`eval_loss`) is what "loss vs clean" compares, so the attacked run and its
+clean twin are judged on the same tokens whatever batches each trainer happened to get.
+
+`run_attack` never asserts: it returns a `RunOutcome` (exit codes, whether the honest weights
+hashes agree at every common applied step, the evaluation loss, whether every honest
+training loss was finite, whether each attacker was removed) for the caller to judge.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tests.e2e.client_run import Cluster, Proc, applied_hashes, free_port, losses, write_state
+from tests.e2e.flood import Flood
+
+HERE = Path(__file__).resolve().parent
+EVAL_SEQUENCES = 64
+EVAL_SEQ_LEN = 32
+FLOOD_SOCKETS = 300
+DROPPED_LINE = "dropped from the epoch by a health check: joining again for the next epoch"
+
+
+@dataclass(frozen=True)
+class Attack:
+    """An attack: `program`, a client script in tests/e2e run by each attacker, or `flood`,
+    where the attackers flood the `server` or honest `peer`s with idle connections.
+    `quantize_1bit` and `verification_percent` are the run's settings (its clean twin's too)."""
+
+    name: str
+    description: str
+    program: str | None = None
+    flood: str | None = None
+    quantize_1bit: bool = True
+    verification_percent: int = 25
+
+    def command(self) -> list[str]:
+        if self.program is None:
+            raise ValueError(f"{self.name} runs no attacker client")
+        return [sys.executable, str(HERE / self.program)]
+
+
+ATTACKS: dict[str, Attack] = {
+    attack.name: attack
+    for attack in (
+        Attack("signflip", "trainer negating its gradients", program="signflip_client.py"),
+        Attack(
+            "freerider",
+            "trainer re-announcing another trainer's result for its own batch",
+            program="freerider_client.py",
+        ),
+        Attack(
+            "huge",
+            "trainer sending its values x 1e30 (bf16 run, no verifiers)",
+            program="huge_client.py",
+            quantize_1bit=False,
+            verification_percent=0,
+        ),
+        Attack(
+            "lying_witness",
+            "witness with all-ones blooms that also accuses every trainer",
+            program="lying_client.py",
+        ),
+        Attack(
+            "false_accuser",
+            "witness accusing every trainer in every health check",
+            program="accuser_client.py",
+        ),
+        Attack("stalling", "peer that never answers on P2P", program="stalling_client.py"),
+        Attack("flood_server", "300 idle sockets per attacker at the server", flood="server"),
+        Attack("flood_peer", "300 idle sockets per attacker at one honest peer", flood="peer"),
+    )
+}
+
+
+@dataclass
+class RunOutcome:
+    attack: str
+    clients: int
+    malicious: int
+    steps: int
+    seconds: float
+    honest_exit_codes: list[int | None]
+    common_steps: list[int]
+    hashes_agree: bool
+    losses_finite: bool
+    eval_loss: float | None
+    attackers_removed: list[bool]
+    honest: list[Proc] = field(repr=False)
+    attackers: list[Proc] = field(repr=False)
+    server: Proc | None = field(repr=False)
+    floods: list[Flood] = field(repr=False)
+    diagnostics: str = field(repr=False)
+
+    @property
+    def honest_ok(self) -> bool:
+        return self.honest_exit_codes == [0] * len(self.honest_exit_codes)
+
+
+def eval_tokens(cache_dir: Path) -> np.ndarray:
+    """`EVAL_SEQUENCES` sequences of `EVAL_SEQ_LEN + 1` tokens spread over the last 5% of the
+    `python-stdlib` corpus (a short run trains on its first batches only)."""
+    from psyche_common.data.builtin import python_stdlib_tokens
+
+    corpus = np.asarray(python_stdlib_tokens(cache_dir), dtype=np.int64)
+    start = int(len(corpus) * 0.95)
+    stride = (len(corpus) - start - EVAL_SEQ_LEN - 1) // EVAL_SEQUENCES
+    return np.stack(
+        [
+            corpus[start + i * stride : start + i * stride + EVAL_SEQ_LEN + 1]
+            for i in range(EVAL_SEQUENCES)
+        ]
+    )
+
+
+def model_loss(model: Any, cache_dir: Path) -> float:
+    """Mean next-token cross-entropy of a causal LM on `eval_tokens`."""
+    import torch
+
+    model.eval()
+    tokens = torch.from_numpy(eval_tokens(cache_dir))
+    with torch.no_grad():
+        logits = model(tokens[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)
+        )
+    return float(loss)
+
+
+def eval_loss(checkpoints: Path, cache_dir: Path) -> float | None:
+    """`model_loss` of the newest checkpoint under `checkpoints`; None when no checkpoint
+    was written."""
+    saved = sorted(checkpoints.glob("*-step*"), key=lambda p: int(p.name.rsplit("step", 1)[1]))
+    if not saved:
+        return None
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    model = AutoModelForCausalLM.from_pretrained(saved[-1], dtype=torch.float32)
+    return model_loss(model, cache_dir)
+
+
+def untrained_loss(cache_dir: Path) -> float:
+    """`model_loss` of `builtin:llama-tiny` as every client builds it before training (the
+    same seed), to tell how far a run's training moved the loss."""
+    import torch
+    from psyche_client.model.loading import load_model
+    from psyche_client.training.distro_backend import RNG_SEED
+
+    torch.manual_seed(RNG_SEED)
+    model, _ = load_model("builtin:llama-tiny", device="cpu", dtype=torch.float32)
+    return model_loss(model, cache_dir)
+
+
+def client_id(proc: Proc) -> str | None:
+    """The short client id a client process logs (None before it logged one)."""
+    for line in proc.lines():
+        if "client_id" in line:
+            return str(line["client_id"])
+    return None
+
+
+def convicted_ids(server: Proc) -> set[str]:
+    return {
+        str(line["client"])
+        for line in server.lines()
+        if str(line.get("msg", "")).startswith("conviction:") and "client" in line
+    }
+
+
+def run_attack(
+    tmp: Path,
+    attack: Attack | None,
+    *,
+    clients: int = 4,
+    malicious: int = 1,
+    steps: int = 10,
+    quantize_1bit: bool = True,
+    verification_percent: int = 25,
+    timeout: float = 400.0,
+) -> RunOutcome:
+    """Run `clients - malicious` honest clients and `malicious` attackers of `attack` (None:
+    all `clients` honest, the clean run; its settings are then `quantize_1bit` and
+    `verification_percent`) to the end of `steps` steps, and measure."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    if attack is None:
+        malicious = 0
+    else:
+        quantize_1bit = attack.quantize_1bit
+        verification_percent = attack.verification_percent
+    honest_count = clients - malicious
+    members = honest_count if attack is not None and attack.flood else clients
+    state = write_state(
+        tmp / "state.toml",
+        total_steps=steps,
+        init_min_clients=members,
+        min_clients=max(2, honest_count),
+        witness_nodes=0,  # every member witnesses: a quorum of honest witnesses always exists
+        max_round_train_time=10,
+        # at least one sample per client: a trainer given no batch sends no result, and the
+        # witnesses' health checks drop it (an idle trainer is not told from a silent one)
+        batch=max(6, clients),
+        verification_percent=verification_percent,
+        quantize_1bit="true" if quantize_1bit else "false",
+    )
+    cluster = Cluster(tmp, state)
+    checkpoints = tmp / "checkpoints"
+    floods: list[Flood] = []
+    attackers: list[Proc] = []
+    started = time.monotonic()
+    try:
+        if attack is not None and attack.flood == "server":
+            cluster.start_server("--pre-join-timeout", "2")
+            for i in range(malicious):
+                floods.append(Flood(cluster.port, f"127.0.0.{2 + i}", FLOOD_SOCKETS).start())
+        else:
+            cluster.start_server()
+        honest = []
+        for i in range(honest_count):
+            extra = ["--checkpoint-dir", str(checkpoints)] if i == 0 else []
+            if attack is not None and attack.flood == "peer" and i < malicious:
+                port = free_port()
+                extra += ["--bind-p2p-port", str(port)]
+                floods.append(Flood(port, f"127.0.0.{2 + i}", FLOOD_SOCKETS).start())
+            honest.append(cluster.start_client(*extra))
+        if attack is not None and attack.program is not None:
+            gradients = tmp / "attacker-results"
+            for _ in range(malicious):
+                attackers.append(
+                    cluster.start_client(
+                        "--write-gradients-dir", str(gradients), program=attack.command()
+                    )
+                )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(p.popen.poll() is None for p in honest):
+            time.sleep(0.5)
+        seconds = time.monotonic() - started
+        diagnostics = cluster.diagnostics()
+    finally:
+        for flood in floods:
+            flood.stop()
+        cluster.stop()
+    tables = [applied_hashes(p) for p in honest]
+    common = sorted(set.intersection(*(set(t) for t in tables))) if tables else []
+    agree = bool(common) and all(len({t[s] for t in tables}) == 1 for s in common)
+    finite = all(math.isfinite(v) for p in honest for v in losses(p).values())
+    if attack is not None and attack.flood:
+        removed = [flood.closed_by_target > 0 for flood in floods]
+    else:
+        convicted = convicted_ids(cluster.server) if cluster.server else set()
+        removed = [client_id(p) in convicted or bool(p.events(DROPPED_LINE)) for p in attackers]
+    return RunOutcome(
+        attack=attack.name if attack is not None else "clean",
+        clients=clients,
+        malicious=malicious,
+        steps=steps,
+        seconds=seconds,
+        honest_exit_codes=[p.popen.returncode for p in honest],
+        common_steps=common,
+        hashes_agree=agree,
+        losses_finite=finite,
+        eval_loss=eval_loss(checkpoints, Path(cluster.env()["PSYCHE_CACHE_DIR"])),
+        attackers_removed=removed,
+        honest=honest,
+        attackers=attackers,
+        server=cluster.server,
+        floods=floods,
+        diagnostics=diagnostics,
+    )
