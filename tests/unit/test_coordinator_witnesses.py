@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+from psyche_common.assignment import assign_data_for_round
 from psyche_common.committee import Committee, CommitteeProof, CommitteeSelection, WitnessProof
 from psyche_common.config import (
     DummyCheckpoint,
@@ -242,6 +243,31 @@ def test_health_check_drops_unseen_trainers() -> None:
     assert states == {A: ClientState.Healthy, B: ClientState.Healthy,
                       C: ClientState.Dropped, D: ClientState.Dropped}  # fmt: skip
     assert coord.health_check(W, [(C, proofs[C])]) == 0  # not counted twice
+
+
+def test_a_trainer_given_no_batch_is_not_judged_unseen() -> None:
+    """Five trainers and a global batch of 3: two trainers get no batch, have no result for a
+    witness to see, and accusing them is refused (the reference dropped them every round);
+    a trainer that had a batch and was not seen is still dropped."""
+    members = [A, B, C, D, E]
+    coord = make_coordinator(min_clients=2, init_min_clients=5, global_batch_size_start=3,
+                             global_batch_size_end=3)  # fmt: skip
+    now = to_round_train(coord, members)
+    now = witness_round(coord, now, seen=[])
+    now = witness_round(coord, now, seen=[])
+    attested = coord.previous_previous_round()
+    assert attested is not None
+    owners = set(assign_data_for_round(attested, coord.epoch_state.clients, coord.config,
+                                       coord.model.max_seq_len).values())  # fmt: skip
+    idle = [m for m in members if m not in owners]
+    assert len(owners) == 3 and len(idle) == 2
+    selection = CommitteeSelection.from_coordinator(coord, -1)
+    proofs = {c.id: selection.get_committee(i) for i, c in enumerate(coord.epoch_state.clients)}
+    (W,) = previous_witnesses(coord)
+    with pytest.raises(CoordinatorError, match="accused healthy client"):
+        coord.health_check(W, [(idle[0], proofs[idle[0]])])
+    busy = sorted(owners)[0]
+    assert coord.health_check(W, [(busy, proofs[busy])]) == 1
 
 
 def test_health_check_accusing_a_healthy_client_rejects_everything() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from psyche_common.assignment import assign_data_for_round
 from psyche_common.client_id import short_id
 from psyche_common.committee import Committee, CommitteeProof, CommitteeSelection
 from psyche_common.coordinator import transitions
@@ -101,23 +102,22 @@ def trainer_healthy(coord: Coordinator, client_id: bytes) -> bool:
 
 
 def attested_trainers(coord: Coordinator) -> set[bytes] | None:
-    """The `Trainer` committee of the round the previous round's witnesses attest (two rounds
-    back: a witness reports the results of the round before its own), or None when that
-    cannot be told (no such round, or the members changed since).
+    """The trainers of the round the previous round's witnesses attest (two rounds back: a
+    witness reports the results of the round before its own) that were given a batch, or None
+    when that cannot be told (no such round, or the members changed since).
 
-    Without verifiers every member is a trainer every round and this changes nothing; with
-    them, a verifier of round h-2 that trains in round h-1 had no result to be seen.
+    Only they had a result the witnesses' blooms could hold. Without verifiers every member is
+    a trainer every round; with them, a verifier of round h-2 that trains in round h-1 had no
+    result to be seen. A round with more trainers than samples gives some trainers no batch:
+    the reference judges those unseen and drops them, which also let an attacker who joined
+    with many identities get honest trainers dropped; they are not judged here.
     """
     attested = coord.previous_previous_round()
     clients = coord.epoch_state.clients
     if attested is None or attested.clients_len != len(clients):
         return None
-    committees = CommitteeSelection.from_coordinator(coord, -2).all_committees()
-    return {
-        client.id
-        for client, committee in zip(clients, committees, strict=True)
-        if committee == Committee.Trainer
-    }
+    assignment = assign_data_for_round(attested, clients, coord.config, coord.model.max_seq_len)
+    return set(assignment.values())
 
 
 def healthy(coord: Coordinator, client_id: bytes, proof: CommitteeProof) -> bool:
