@@ -112,6 +112,7 @@ def main() -> None:
     parser.add_argument("--step-delay", type=float, default=0.3, help="dummy training s/batch")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each setup")
     parser.add_argument("--timeout", type=float, default=400, help="seconds per run")
+    parser.add_argument("--keep", type=Path, default=None, help="keep each run's logs here")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench/netlab.py builds network namespaces: run it as root")
@@ -120,10 +121,15 @@ def main() -> None:
     for repeat in range(args.repeats):
         order = ("public", "natted") if repeat % 2 == 0 else ("natted", "public")
         for setup in order:
-            with tempfile.TemporaryDirectory(prefix=f"netlab-bench-{setup}-") as tmp:
-                started = time.monotonic()
-                results[setup].append(run_once(setup, args, Path(tmp)))
-                print(f"  ({time.monotonic() - started:.0f} s)", file=sys.stderr)
+            started = time.monotonic()
+            if args.keep is not None:
+                run_dir = args.keep / f"{setup}-{repeat}"
+                run_dir.mkdir(parents=True, exist_ok=True)
+                results[setup].append(run_once(setup, args, run_dir))
+            else:
+                with tempfile.TemporaryDirectory(prefix=f"netlab-bench-{setup}-") as tmp:
+                    results[setup].append(run_once(setup, args, Path(tmp)))
+            print(f"  ({time.monotonic() - started:.0f} s)", file=sys.stderr)
     medians = {
         setup: statistics.median(r["steps_per_minute"] for r in runs)
         for setup, runs in results.items()

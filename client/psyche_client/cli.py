@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import click
+from psyche_common.logs import LOG_LEVELS
 from psyche_common.protocol import Identity
 
 if TYPE_CHECKING:
@@ -165,6 +166,14 @@ def show_identity(identity_secret_key_path: Path | None) -> None:
     envvar="LOGS",
     help="tui: interactive dashboard; console: readable log lines; json: one JSON "
     "object per line (fields client_id, epoch, step, state, loss, weights_hash).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="info",
+    show_default=True,
+    envvar="LOG_LEVEL",
+    help="lowest level logged (debug adds every P2P push and fetch failure)",
 )
 @click.option(
     "--write-log",
@@ -343,6 +352,7 @@ def train(
     checkpoint_dir: Path | None,
     hub_repo: str | None,
     logs: str,
+    log_level: str,
     write_log: Path | None,
     write_gradients_dir: Path | None,
     max_concurrent_parameter_requests: int,
@@ -413,7 +423,7 @@ def train(
         fsdp=fsdp,
         parallel_timeout=parallel_timeout,
     )
-    sys.exit(_run(options, logs, write_log))
+    sys.exit(_run(options, logs, write_log, log_level))
 
 
 def _parallel_rank_setup(
@@ -459,7 +469,7 @@ def _is_loopback_server(server_addr: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1")
 
 
-def _run(options: ClientOptions, logs: str, write_log: Path | None) -> int:
+def _run(options: ClientOptions, logs: str, write_log: Path | None, log_level: str = "info") -> int:
     import logging
 
     from psyche_common.logs import setup_logging
@@ -471,8 +481,9 @@ def _run(options: ClientOptions, logs: str, write_log: Path | None) -> int:
     if logs == "tui":
         from psyche_client.tui.app import run_dashboard
 
+        logging.getLogger().setLevel(log_level.upper())
         return run_dashboard(options)
-    setup_logging(cast("LogFormat", logs), logging.INFO)
+    setup_logging(cast("LogFormat", logs), log_level.upper())
     try:
         import uvloop
 

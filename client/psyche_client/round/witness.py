@@ -85,6 +85,28 @@ class Witnessing:
         await self.uplink.send_witness(
             witness_wire(proof, participant, broadcast, merkle), metadata
         )
+        if fallback:  # the round ran to its end: say what the witness was still waiting for
+            waiting_for = sorted(
+                short_id(m) for m in self.ctx.members() if m not in round_.finished_from
+            )
+            unseen = (
+                sorted(str(b) for b in (previous.witness.remaining_batches or ()))
+                if (previous is not None)
+                else []
+            )
+            pending = sum(not d.settled for d in previous.downloads.values()) if previous else 0
+            log.info(
+                "sent witness at the end of the round: no Finished from %s",
+                waiting_for or "nobody missing",
+                extra=self.ctx.fields(
+                    fallback=True,
+                    waiting_for=waiting_for,
+                    trained=round_.training_done,
+                    previous_batches_unseen=unseen,
+                    previous_downloads_pending=pending,
+                ),
+            )
+            return
         log.info("sent witness", extra=self.ctx.fields(fallback=fallback))
 
     async def send_health_checks(
