@@ -275,7 +275,12 @@ class RoundRunner:
                 prepared=outcome.value if outcome is not None else "no",
             ),
         )
-        if adopted is not None:  # publishing waits for every peer's ack: not on this path
+        if adopted is not None:
+            # confirmed before the early announcements are replayed just below: they belong to
+            # this round now (replayed into an unconfirmed round they were put back until the
+            # next round start, so a witness missed results it had long received)
+            adopted.confirmed = True
+            # publishing what was held waits for every peer's ack: not on this path
             ctx.tasks.spawn(self.training.confirm(adopted))
         else:
             ctx.tasks.spawn(self.training.train(round_, prelude))

@@ -102,7 +102,8 @@ class RoundTraining:
         self.ctx.stats.round_finished(round_)
 
     async def confirm(self, round_: RoundState) -> None:
-        """The predicted round really started: publish what was held, publish from now on."""
+        """The predicted round really started: publish what was held, publish from now on
+        (the runner marks it confirmed as it adopts it; this also does, for direct callers)."""
         round_.confirmed = True
         held, round_.held_results = round_.held_results, []
         for batch, output in held:
