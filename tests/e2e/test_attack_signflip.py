@@ -132,6 +132,7 @@ def test_honest_clients_with_verifiers_are_never_convicted(tmp_path: Path) -> No
         c.stop()
 
 
+@pytest.mark.slow  # a clean run and an attacked one
 def test_a_sign_flip_trainer_costs_less_than_5_percent_of_the_loss(
     tmp_path: Path, clean_run: Callable[[bool, int], RunOutcome]
 ) -> None:

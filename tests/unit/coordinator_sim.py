@@ -29,6 +29,7 @@ from psyche_common.coordinator import (
     Witness,
     witness_quorum,
 )
+from psyche_common.coordinator.witnesses import attested_trainers
 
 ALLOWED_TRANSITIONS = {
     RunState.WaitingForMembers: {RunState.Warmup, RunState.Paused},
@@ -236,10 +237,13 @@ class SimulatedRun:
             for w in previous.witnesses
             if w.proof.index < len(view.epoch_state.clients)
         }
+        attested = attested_trainers(view)  # the trainers that had a result to be seen
         checks = []
         for index, member in enumerate(view.epoch_state.clients[: previous.clients_len]):
             proof = selection.get_committee(index)
             if proof.committee != Committee.Trainer:
+                continue
+            if attested is not None and member.id not in attested:
                 continue
             if view.trainer_health_score(member.id, previous.witnesses) < quorum:
                 checks.append((member.id, proof))

@@ -48,7 +48,7 @@ def test_server_reconnect_timeout_reaches_the_client_options(monkeypatch) -> Non
     import psyche_client.cli as cli
 
     seen = []
-    monkeypatch.setattr(cli, "_run", lambda options, logs, write_log: seen.append(options) or 0)
+    monkeypatch.setattr(cli, "_run", lambda options, *_: seen.append(options) or 0)
     base = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
     runner = CliRunner()
     assert runner.invoke(main, base).exit_code == 0
@@ -64,7 +64,7 @@ def test_advertise_addr_reaches_the_p2p_address(monkeypatch) -> None:
     import psyche_client.cli as cli
 
     seen = []
-    monkeypatch.setattr(cli, "_run", lambda options, logs, write_log: seen.append(options) or 0)
+    monkeypatch.setattr(cli, "_run", lambda options, *_: seen.append(options) or 0)
     base = ["train", "--server-addr", "10.9.9.9:1", "--run-id", "x"]
     runner = CliRunner()
     assert runner.invoke(main, [*base, "--advertise-addr", "203.0.113.7:4000"]).exit_code == 0
@@ -82,7 +82,7 @@ def test_data_fetch_retry_flags_reach_the_client_options(monkeypatch) -> None:
     import psyche_client.cli as cli
 
     seen = []
-    monkeypatch.setattr(cli, "_run", lambda options, logs, write_log: seen.append(options) or 0)
+    monkeypatch.setattr(cli, "_run", lambda options, *_: seen.append(options) or 0)
     base = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
     runner = CliRunner()
     assert runner.invoke(main, base).exit_code == 0
@@ -106,7 +106,7 @@ def test_max_upload_mbps_caps_the_nodes_model_share_uploads(monkeypatch) -> None
     from psyche_client.app import ClientApp
 
     seen = []
-    monkeypatch.setattr(cli, "_run", lambda options, logs, write_log: seen.append(options) or 0)
+    monkeypatch.setattr(cli, "_run", lambda options, *_: seen.append(options) or 0)
     base = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
     runner = CliRunner()
     assert runner.invoke(main, base).exit_code == 0
@@ -237,3 +237,20 @@ def test_train_refuses_a_rank_count_other_than_torchruns(monkeypatch) -> None:
     args = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x", "--data-parallelism", "2"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code != 0 and "differs from torchrun's WORLD_SIZE 4" in result.output
+
+
+def test_log_level_reaches_the_logging_setup(monkeypatch) -> None:
+    import psyche_client.cli as cli
+
+    levels = []
+    monkeypatch.setattr(
+        cli, "_run", lambda _options, _logs, _write_log, level: levels.append(level) or 0
+    )
+    base = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
+    runner = CliRunner()
+    assert runner.invoke(main, base).exit_code == 0
+    assert runner.invoke(main, [*base, "--log-level", "DEBUG"]).exit_code == 0
+    assert runner.invoke(main, base, env={"LOG_LEVEL": "warning"}).exit_code == 0
+    assert levels == ["info", "debug", "warning"]
+    refused = runner.invoke(main, [*base, "--log-level", "loud"])
+    assert refused.exit_code == 2 and "--log-level" in refused.output

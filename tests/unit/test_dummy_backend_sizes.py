@@ -50,7 +50,7 @@ def test_the_flags_reach_the_client_options(monkeypatch: pytest.MonkeyPatch) -> 
     import psyche_client.cli as cli
 
     seen = []
-    monkeypatch.setattr(cli, "_run", lambda options, logs, write_log: seen.append(options) or 0)
+    monkeypatch.setattr(cli, "_run", lambda options, *_: seen.append(options) or 0)
     base = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
     flags = ["--dummy-training-delay-secs", "0.1", "--dummy-result-size", "1000"]
     runner = CliRunner()
