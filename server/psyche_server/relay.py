@@ -74,7 +74,6 @@ class _AcceptedEnd:
 
 @dataclass
 class _PendingDial:
-    dialer: bytes
     target: bytes
     arrived: asyncio.Future[_AcceptedEnd] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
@@ -216,7 +215,7 @@ class RelayServer:
             raise _Refusal(f"{short_id(target)} has no listen channel open at the relay")
         self._check_capacity(client, target)
         token = secrets.token_bytes(TOKEN_SIZE)
-        pending = _PendingDial(client, target)
+        pending = _PendingDial(target)
         self._pending[token] = pending
         try:
             channel.write(encode_frame({"type": "RelayIncoming", "peer": client, "token": token}))

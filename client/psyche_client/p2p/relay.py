@@ -63,8 +63,6 @@ class RelayClient:
         self._accept_timeout = accept_timeout
         self.listening = False
         """Whether the listen channel is open (peers can reach us through the relay)."""
-        self.pipes_opened = 0
-        self.pipes_accepted = 0
         self._tasks: set[asyncio.Future[Any]] = set()
         self._listener: asyncio.Task[None] | None = None
         self._retry_now = asyncio.Event()
@@ -107,7 +105,6 @@ class RelayClient:
         except (ProtocolError, OSError, TimeoutError) as exc:
             writer.transport.abort()
             raise PeerUnavailable(f"cannot reach {where}: {exc}") from exc
-        self.pipes_opened += 1
         return reader, writer
 
     async def _connect(
@@ -190,7 +187,6 @@ class RelayClient:
             log.info("%s failed: %s", where, exc)
             writer.transport.abort()
             return
-        self.pipes_accepted += 1
         await self._on_incoming(peer_id, reader, writer)
 
     def _spawn(self, coro: Awaitable[None]) -> None:
