@@ -1,15 +1,18 @@
 """Crash the testnet's server and start it again from its saved state (`--kill-server-at`).
 
 The server runs with `--save-state-dir`, so it keeps `{run_id}-latest.toml` at the run's resume
-point. A restart SIGKILLs the server pane's process group, waits for it to exit, respawns the
-same (dead) pane, whose output stays above the new server's, with the same command on that
-file (same port, same save directory, same log file), and waits until the new server accepts
-connections. The clients, still running, reconnect by
-themselves (`psyche-client train --server-reconnect-timeout`, 600 s by default).
+point. A restart SIGKILLs the server pane's process group, waits for it to exit, saves the
+killed server's output (`logs/server.N.pane.txt`, N counting restarts from 0), respawns the same
+pane with the same command on that file (same port, same save directory, same log file) and
+waits until the new server accepts connections. Respawning clears a pane's screen, so the new
+pane first prints the saved output: the killed server's output stays above the new server's.
+The clients, still running, reconnect by themselves (`psyche-client train
+--server-reconnect-timeout`, 600 s by default).
 """
 
 from __future__ import annotations
 
+import shlex
 import signal
 import tomllib
 from pathlib import Path
@@ -44,9 +47,11 @@ def kill_and_restart_server(
     pane_id: str,
     commands: TestnetCommands,
     startup_timeout: float,
+    killed_output: Path,
 ) -> tuple[Path, int]:
-    """SIGKILL the server in `pane_id`, restart it there from its latest saved state and wait
-    for its port; returns the state file and the step it resumes at."""
+    """SIGKILL the server in `pane_id`, write its output to `killed_output`, restart it there
+    from its latest saved state and wait for its port; returns the state file and the step it
+    resumes at."""
     latest = commands.latest_state_path()
     if latest is None:
         raise ServerRestartError("the server runs without --save-state-dir: nothing to resume")
@@ -56,7 +61,11 @@ def kill_and_restart_server(
     if not latest.is_file():
         raise ServerRestartError(f"the server saved no state to resume from ({latest} is missing)")
     step = read_resume_step(latest)
-    tmux.respawn(pane_id, commands.server(latest).shell_command())
+    killed_output.parent.mkdir(parents=True, exist_ok=True)
+    killed_output.write_text(tmux.capture(pane_id) + "\n", encoding="utf-8")
+    tmux.clear_history(pane_id)
+    replay = f"cat {shlex.quote(str(killed_output))}; "
+    tmux.respawn(pane_id, replay + commands.server(latest).shell_command())
     try:
         wait_for_port(commands.server_port, startup_timeout, lambda: not tmux.status(pane_id).dead)
     except ServerStartError as exc:

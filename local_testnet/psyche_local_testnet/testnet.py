@@ -211,7 +211,11 @@ class Testnet:
         killed_at = time.time()  # wall clock, like the clients' log lines
         try:
             latest, step = kill_and_restart_server(
-                self.tmux, self.server_pane, commands, self.options.startup_timeout
+                self.tmux,
+                self.server_pane,
+                commands,
+                self.options.startup_timeout,
+                self.log_dir / f"server.{len(self.server_restarts)}.pane.txt",
             )
         except ServerRestartError as exc:
             self.server_restart_error = str(exc)

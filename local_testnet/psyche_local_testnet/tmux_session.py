@@ -163,6 +163,9 @@ class TmuxTestnetSession:
         self._tmux("respawn-pane", "-k", "-t", pane_id, command)
         self._remember_pid(pane_id)
 
+    def clear_history(self, pane_id: str) -> None:
+        self._tmux("clear-history", "-t", pane_id)
+
     def capture(self, pane_id: str) -> str:
         return "\n".join(self._tmux("capture-pane", "-p", "-J", "-S", "-", "-t", pane_id))
 

@@ -64,6 +64,8 @@ FAKE_SERVER = textwrap.dedent(
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
     listener.listen(64)
+    for line in range(5):  # a screenful of output, not one line
+        print(f"fake server output line {line}", flush=True)
     print("fake server listening", port, "run started at", started, flush=True)
     while True:
         conn, _ = listener.accept()
@@ -491,9 +493,13 @@ def test_server_killed_and_restarted_from_its_saved_state(
     # the same run: both servers report the same start time.
     [resumed_at] = summary["server_resume_steps"]
     assert resumed_at > 1, summary
-    pane = (tmp_path / "run" / "logs" / "server.pane.txt").read_text()  # both servers' output
+    # Both servers' whole output is in the pane, the killed one's above; it is also saved.
+    pane = (tmp_path / "run" / "logs" / "server.pane.txt").read_text()
     killed, restarted = re.findall(r"run started at (\S+)", pane)
     assert killed == restarted, pane
+    assert pane.count("fake server output line 4") == 2, pane
+    saved_output = (tmp_path / "run" / "logs" / "server.0.pane.txt").read_text()
+    assert saved_output.count("run started at") == 1, saved_output
     saved = (tmp_path / "run" / "saved-states" / "local-testnet-latest.toml").read_text()
     assert f"fake_started = {killed}" in saved
     assert leftover_processes(tmp_path) == []
