@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.e2e.client_run import Cluster, Proc, applied_hashes, free_port, losses, write_state
+from tests.e2e.client_run import Cluster, Proc, applied_hashes, losses, write_state
 from tests.e2e.flood import Flood
 
 HERE = Path(__file__).resolve().parent
@@ -235,11 +235,11 @@ def run_attack(
         honest = []
         for i in range(honest_count):
             extra = ["--checkpoint-dir", str(checkpoints)] if i == 0 else []
+            client = cluster.start_client(*extra)
+            honest.append(client)
             if attack is not None and attack.flood == "peer" and i < malicious:
-                port = free_port()
-                extra += ["--bind-p2p-port", str(port)]
-                floods.append(Flood(port, f"127.0.0.{2 + i}", FLOOD_SOCKETS).start())
-            honest.append(cluster.start_client(*extra))
+                flood = Flood(client.p2p_port(), f"127.0.0.{2 + i}", FLOOD_SOCKETS)
+                floods.append(flood.start())
         if attack is not None and attack.program is not None:
             gradients = tmp / "attacker-results"
             for _ in range(malicious):

@@ -91,7 +91,7 @@ class Proc:
     log_path: Path
 
     def lines(self) -> list[dict[str, Any]]:
-        out = []
+        out: list[dict[str, Any]] = []
         if not self.log_path.exists():
             return out
         for raw in self.log_path.read_text(errors="replace").splitlines():
@@ -108,6 +108,25 @@ class Proc:
     def events_with(self, key: str) -> list[dict[str, Any]]:
         """Log lines that carry the structured field `key`."""
         return [line for line in self.lines() if key in line]
+
+    def p2p_port(self, timeout: float = 60) -> int:
+        """The port the client's P2P node listens on, from its log (start clients with the
+        default `--bind-p2p-port 0`: a port picked in advance can be taken by another socket,
+        a flood's for one, before the client binds it)."""
+        found: list[int] = []
+
+        def listening() -> bool:
+            for line in self.lines():
+                message = str(line.get("msg", ""))
+                if message.startswith("P2P node ") and " listening on " in message:
+                    found.append(int(message.rsplit(":", 1)[1]))
+                    return True
+            if self.popen.poll() is not None:
+                raise AssertionError(f"{self.name} exited before listening:\n{self.tail()}")
+            return False
+
+        wait_for(listening, timeout, f"{self.name}'s P2P listener")
+        return found[0]
 
     def kill(self, sig: int = signal.SIGTERM) -> None:
         if self.popen.poll() is None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import Cluster, finish_in_agreement, free_port, write_state
+from tests.e2e.client_run import Cluster, finish_in_agreement, write_state
 from tests.e2e.flood import Flood
 
 pytestmark = pytest.mark.timeout(300)
@@ -25,14 +25,8 @@ def test_floods_at_the_server_and_at_a_peer_change_nothing(tmp_path: Path) -> No
     try:
         c.start_server("--pre-join-timeout", "2")
         floods.append(Flood(c.port, count=300).start())
-        flooded_port = free_port()
-        clients = [
-            c.start_client(
-                *(["--bind-p2p-port", str(flooded_port)] if i == 0 else []), dummy_delay=0.3
-            )
-            for i in range(3)
-        ]
-        floods.append(Flood(flooded_port, count=300).start())  # connects once it listens
+        clients = [c.start_client(dummy_delay=0.3) for _ in range(3)]
+        floods.append(Flood(clients[0].p2p_port(), count=300).start())
         finish_in_agreement(c, clients, min_common=8)
         for proc in clients:  # the flooded client's results reached everyone
             applied = proc.events("applied step")
