@@ -46,10 +46,11 @@ def main() -> None:
 )
 @click.option(
     "--server-port",
-    type=click.IntRange(1, 65535),
+    type=click.IntRange(1, 65534),
     default=20000,
     show_default=True,
-    help="TCP port the coordinator server listens on; the clients connect to 127.0.0.1:PORT",
+    help="TCP port the coordinator server listens on; the clients connect to 127.0.0.1:PORT. "
+    "The server's relay listens on PORT + 1; both must be free.",
 )
 @click.option(
     "--tui/--no-tui",
