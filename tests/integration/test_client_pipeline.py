@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from psyche_client.p2p.announcements import make_finished_announcement
 from psyche_common.coordinator import RunState
 
 from tests.integration.client_harness import FakeServer, MemoryNetwork, add_client, make_coordinator
@@ -160,4 +161,42 @@ async def test_a_pause_during_the_witness_phase_undoes_the_early_apply() -> None
     for runner in runners:
         assert runner.fatal is None
         assert runner.stats.prepared_rounds["revert"] == 1
+        await runner.aclose()
+
+
+@pytest.mark.timeout(120)
+async def test_an_announcement_kept_for_a_prepared_round_is_filed_in_it_when_adopted() -> None:
+    """Regression: an adopted round was marked confirmed only in a spawned task, after the
+    announcements kept for it had been replayed; they were put back until the next round
+    start, and a witness lacked a Finished message (or a result) it had long received."""
+    server = FakeServer(make_coordinator(epoch_time=60, total_steps=40))
+    hub = MemoryNetwork()
+    runners = [add_client(server, hub) for _ in range(3)]
+    me, peer = runners[0], runners[1]
+
+    def prepared() -> bool:
+        coordinator = server.coordinator
+        return (
+            coordinator.run_state == RunState.RoundWitness
+            and coordinator.progress.step >= 3
+            and me.preparer.prepared is not None
+        )
+
+    await run_until(server, prepared)
+    assert me.preparer.prepared is not None
+    step = me.preparer.prepared.round_.step
+    kept = make_finished_announcement(
+        peer.ctx.identity, step=step, warmup=False, broadcast_merkle=b"\x07" * 32
+    )
+    me.on_announcement(kept)
+    assert kept in me.exchange.early  # the round is only predicted so far
+
+    def started() -> bool:
+        return me.ctx.current is not None and me.ctx.current.step == step
+
+    await run_until(server, started)
+    assert me.stats.prepared_rounds["adopt"] >= 1, me.stats.prepared_rounds
+    assert kept not in me.exchange.early
+    assert peer.ctx.me in me.ctx.current.finished_from
+    for runner in runners:
         await runner.aclose()
