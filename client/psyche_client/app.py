@@ -43,8 +43,8 @@ from psyche_client.reconnect import ServerSession
 from psyche_client.round.phase import Phase
 from psyche_client.round.ports import RunnerOptions
 from psyche_client.round.runner import RoundRunner
+from psyche_client.round.stats import ClientStats
 from psyche_client.server_link import ServerLink, ServerLinkError, parse_server_addr
-from psyche_client.stats import ClientStats
 from psyche_client.training.backend import DummyBackend, TrainingBackend
 
 log = logging.getLogger("psyche.client")

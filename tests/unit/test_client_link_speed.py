@@ -11,7 +11,7 @@ import pytest
 from psyche_client.round.apply import ApplyStep
 from psyche_client.round.context import RoundContext
 from psyche_client.round.link_speed import BusyMeter, LinkVerdict, link_verdict
-from psyche_client.stats import ClientStats
+from psyche_client.round.stats import ClientStats
 from psyche_common.protocol import Identity
 
 

@@ -18,8 +18,8 @@ from psyche_common.protocol import Identity
 
 from psyche_client.round.phase import Phase
 from psyche_client.round.state import RoundState
+from psyche_client.round.stats import ClientStats
 from psyche_client.round.tasks import TaskSet
-from psyche_client.stats import ClientStats
 from psyche_client.training.backend import TrainingBackend
 
 log = logging.getLogger("psyche.client")

@@ -46,11 +46,11 @@ from psyche_client.round.prepare import NextRoundPreparer, Outcome
 from psyche_client.round.rejoin import Rejoin
 from psyche_client.round.roles import derive_round_roles
 from psyche_client.round.state import RoundState
+from psyche_client.round.stats import ClientStats
 from psyche_client.round.training import RoundTraining
 from psyche_client.round.verifier import RoundVerifier
 from psyche_client.round.warmup import Warmup
 from psyche_client.round.witness import Witnessing
-from psyche_client.stats import ClientStats
 from psyche_client.training.backend import TrainingBackend
 
 log = logging.getLogger("psyche.client")
