@@ -13,13 +13,14 @@ from psyche_client.round.consensus import (
     select_consensus_commitment,
     split_cold_start,
 )
-from psyche_client.round.health import clients_to_accuse, health_score
+from psyche_client.round.health import clients_to_accuse
 from psyche_client.round.witness_builder import (
     EMPTY_MERKLE_ROOT,
     RoundWitnessState,
     merkle_root,
     participant_key,
 )
+from psyche_common.coordinator.quorum import health_score
 
 
 class SetBloom:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from psyche_client.round.roles import client_index, derive_round_roles
+from psyche_client.round.roles import derive_round_roles
 from psyche_common.assignment import BatchId, assign_data_for_round
 from psyche_common.committee import Committee, CommitteeSelection
+from psyche_common.coordinator import Coordinator
 
 
 def fake_coordinator(n_clients: int, batch: int, seed: int = 42, witness_nodes: int = 1):
@@ -26,17 +27,15 @@ def fake_coordinator(n_clients: int, batch: int, seed: int = 42, witness_nodes: 
         global_batch_size_end=batch,
         global_batch_size_warmup_tokens=0,
     )
-    return (
-        SimpleNamespace(
-            epoch_state=SimpleNamespace(clients=clients, last_step=0),
-            config=config,
-            model=SimpleNamespace(max_seq_len=16),
-            progress=SimpleNamespace(step=7, epoch=0, epoch_start_data_index=0),
-            current_round=lambda: round_,
-        ),
-        clients,
-        round_,
+    coordinator = SimpleNamespace(
+        epoch_state=SimpleNamespace(clients=clients, last_step=0),
+        config=config,
+        model=SimpleNamespace(max_seq_len=16),
+        progress=SimpleNamespace(step=7, epoch=0, epoch_start_data_index=0),
+        current_round=lambda: round_,
     )
+    coordinator.client_index = lambda client_id: Coordinator.client_index(coordinator, client_id)
+    return coordinator, clients, round_
 
 
 def test_every_client_gets_its_share_and_they_cover_the_batch() -> None:
@@ -64,7 +63,7 @@ def test_proofs_match_the_committee_selection() -> None:
     selection = CommitteeSelection.new(0, 1, 0, 4, 9)
     for index, client in enumerate(clients):
         roles = derive_round_roles(coordinator, client.id, have_training=True)
-        assert roles.my_index == index == client_index(coordinator, client.id)
+        assert roles.my_index == index == coordinator.client_index(client.id)
         assert roles.committee_proof == selection.get_committee(index)
         assert roles.committee_proof.committee == Committee.Trainer
         assert roles.witness_proof == selection.get_witness(index)

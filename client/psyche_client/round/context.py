@@ -52,11 +52,6 @@ class RoundContext:
             raise RuntimeError("the round pipeline ran before the model was loaded")
         return self.backend
 
-    def require_coordinator(self) -> Coordinator:
-        if self.coordinator is None:
-            raise RuntimeError("the round pipeline ran before the first coordinator state")
-        return self.coordinator
-
     def members(self) -> list[bytes]:
         """The epoch's client ids, in committee order (empty before the first state)."""
         if self.coordinator is None:

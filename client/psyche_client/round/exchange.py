@@ -103,9 +103,6 @@ class ResultExchange:
         for announcement in early:
             self.route(announcement)
 
-    def forget_early(self) -> None:
-        self.early = []
-
     def accept_result(
         self, round_: RoundState, announcement: ResultAnnouncement, own_payload: bytes | None = None
     ) -> None:
