@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from psyche_client.p2p.announcements import message_id
+from psyche_client.p2p.announcements import AnnouncementError, message_id
+from psyche_client.p2p.inbox import verify
 from psyche_client.round.ports import RunnerOptions
 from psyche_client.round.runner import RoundRunner
 from psyche_client.training.backend import DummyBackend
@@ -81,7 +82,8 @@ class MemoryNetwork:
     """Shared blob store + announcement fan-out; `corrupt_from` peers serve damaged blobs.
 
     Like the real P2P inbox, each receiver drops an announcement it has already seen
-    (same `message_id`), so identical re-sent messages are delivered once.
+    (same `message_id`), so identical re-sent messages are delivered once, and one whose
+    signatures do not verify; the others reach the runners as `VerifiedAnnouncement`s.
     """
 
     def __init__(self) -> None:
@@ -106,13 +108,17 @@ class MemoryEndpoint:
         if self.me in self.hub.dead:
             return
         key = message_id(announcement)
+        try:
+            verified = verify(announcement)
+        except AnnouncementError:
+            return
         for peer, runner in list(self.hub.runners.items()):
             if peer == self.me or peer in self.hub.dead:
                 continue
             seen = self.hub.seen.setdefault(peer, set())
             if key not in seen:
                 seen.add(key)
-                asyncio.get_running_loop().call_soon(runner.on_announcement, announcement)
+                asyncio.get_running_loop().call_soon(runner.on_announcement, verified)
 
     def publish_blob(self, data: bytes, step: int) -> bytes:
         digest = hashlib.sha256(data).digest()

@@ -22,12 +22,8 @@ import time
 from psyche_common.coordinator import Coordinator
 from psyche_common.protocol import Identity
 
-from psyche_client.p2p.announcements import (
-    AnnouncementError,
-    FinishedAnnouncement,
-    ResultAnnouncement,
-    verify_announcement,
-)
+from psyche_client.p2p.announcements import FinishedAnnouncement
+from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.apply import ApplyStep
 from psyche_client.round.context import RoundContext
 from psyche_client.round.cooldown import CooldownStep
@@ -136,19 +132,16 @@ class RoundRunner:
         is_member = ctx.me in ctx.members()
         await self._do(action_for(ctx.phase, coordinator.run_state, is_member), coordinator)
 
-    def on_announcement(self, announcement: ResultAnnouncement | FinishedAnnouncement) -> None:
-        """An announcement arrived from a peer (or was re-broadcast): verify, then route."""
-        try:
-            verify_announcement(announcement)
-        except AnnouncementError as exc:
-            log.warning("dropped announcement: %s", exc, extra=self.ctx.fields())
-            return
+    def on_announcement(self, verified: VerifiedAnnouncement) -> None:
+        """An announcement arrived from a peer (or was re-broadcast), its signatures checked
+        by the P2P inbox: route it (warmup readiness, or the round it names)."""
+        announcement = verified.announcement
         if isinstance(announcement, FinishedAnnouncement) and announcement.warmup:
             self.warmup.on_announcement(announcement)
             return
         if self.ctx.backend is None or self.ctx.coordinator is None:
             return
-        self.exchange.route(announcement)
+        self.exchange.route(verified)
 
     async def tick(self) -> None:
         """The 500 ms timer: warmup readiness, Finished + witness, re-announcements."""

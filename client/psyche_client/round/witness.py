@@ -20,6 +20,7 @@ from psyche_common.coordinator import Coordinator, witness_quorum
 from psyche_common.coordinator.witnesses import attested_trainers
 
 from psyche_client.p2p.announcements import make_finished_announcement
+from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.context import RoundContext
 from psyche_client.round.exchange import ResultExchange
 from psyche_client.round.health import clients_to_accuse
@@ -60,7 +61,7 @@ class Witnessing:
                 self.ctx.identity, step=round_.step, warmup=False, broadcast_merkle=merkle
             )
             round_.own_announcements.append(announcement)
-            self.exchange.route(announcement)
+            self.exchange.route(VerifiedAnnouncement.own(announcement))
             await self.network.announce(announcement)
         if set(self.ctx.members()) <= round_.finished_from and round_.roles.is_witness:
             await self.send_witness(round_, fallback=False)
