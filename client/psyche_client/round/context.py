@@ -70,7 +70,7 @@ class RoundContext:
         self.stats.sync_status = f"out of sync: {cause}"
         for round_ in (self.current, self.previous):
             if round_ is not None:
-                round_.cancelled = True
+                round_.cancel()
 
     def round_for_step(self, step: int) -> RoundState | None:
         for round_ in (self.current, self.previous):

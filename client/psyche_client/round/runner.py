@@ -38,7 +38,7 @@ from psyche_client.round.ports import (
     Uplink,
     WeightsCheck,
 )
-from psyche_client.round.prepare import NextRoundPreparer, Outcome
+from psyche_client.round.prepare import Adopted, NextRoundPreparer
 from psyche_client.round.rejoin import Rejoin
 from psyche_client.round.roles import derive_round_roles
 from psyche_client.round.state import RoundState
@@ -235,26 +235,23 @@ class RoundRunner:
         # of sync applies nothing until it has resynced
         full = prior is not None and prior.height > 0 and ctx.out_of_sync is None
         source = ctx.previous if full else None
-        prepared = self.preparer.take()
-        outcome = None if prepared is None else prepared.outcome(roles, have_training, witnesses)
-        adopted = prepared.round_ if prepared is not None and outcome == Outcome.ADOPT else None
-        if outcome is not None:
-            ctx.stats.prepared_rounds[outcome.value] += 1
+        # the prepared round is handed over: adopted (and confirmed), or settled by `prelude`
+        start = self.preparer.hand_off(roles, have_training, witnesses)
         prelude: asyncio.Task[bytes | None] | None
-        if prepared is not None and adopted is not None:
-            prelude = prepared.apply_task
+        if isinstance(start, Adopted):
+            round_, prelude = start.round_, start.apply_task
         else:
+            round_ = RoundState.start(
+                roles, len(coordinator.epoch_state.clients), have_training, time.monotonic()
+            )
             prelude = ctx.tasks.spawn(
-                self.preparer.settle(prepared, outcome, source, witnesses, coordinator, step)
+                self.preparer.settle(start, source, witnesses, coordinator, step)
             )
         if prelude is not None:
             ctx.tasks.spawn(self._report_after(prelude, step))
         if full and prior is not None and prior.roles.is_witness:
             ctx.tasks.spawn(self.witnessing.send_health_checks(coordinator, after=prelude))
         backend.begin_round(coordinator)
-        round_ = adopted or RoundState.start(
-            roles, len(coordinator.epoch_state.clients), have_training, time.monotonic()
-        )
         ctx.previous, ctx.current = prior, round_
         ctx.phase = Phase.TRAINING
         self.warmup.reset()
@@ -265,18 +262,16 @@ class RoundRunner:
                 height=height,
                 batches=[str(b) for b in roles.my_batches],
                 witness=roles.is_witness,
-                prepared=outcome.value if outcome is not None else "no",
+                prepared=start.label,
             ),
         )
-        if adopted is not None:
-            # confirmed before the early announcements are replayed just below: they belong to
-            # this round now (replayed into an unconfirmed round they were put back until the
-            # next round start, so a witness missed results it had long received)
-            adopted.confirmed = True
+        if isinstance(start, Adopted):
             # publishing what was held waits for every peer's ack: not on this path
-            ctx.tasks.spawn(self.training.confirm(adopted))
+            ctx.tasks.spawn(self.training.publish_held(round_))
         else:
             ctx.tasks.spawn(self.training.train(round_, prelude))
+        # what was kept for this round's step is filed in it now: the round is confirmed
+        # (a new one is from the start, an adopted one by the hand-off)
         self.exchange.replay_early()
         self._poke()
 
@@ -295,8 +290,8 @@ class RoundRunner:
 
     def _reset_to_warmup(self) -> None:
         ctx = self.ctx
-        if ctx.current is not None and not ctx.current.training_done:
-            ctx.current.cancelled = True
+        if ctx.current is not None:
+            ctx.current.stop()
         self.preparer.abandon("the epoch ended")
         ctx.tasks.cancel_round_tasks()
         ctx.current = ctx.previous = None

@@ -27,7 +27,7 @@ from psyche_client.round.health import clients_to_accuse
 from psyche_client.round.phase import Phase
 from psyche_client.round.ports import PeerNetwork, Uplink, witness_wire
 from psyche_client.round.roles import selection_for_round
-from psyche_client.round.state import RoundState
+from psyche_client.round.state import RoundStage, RoundState
 from psyche_client.round.witness_builder import EMPTY_MERKLE_ROOT
 
 log = logging.getLogger("psyche.client")
@@ -45,7 +45,9 @@ class Witnessing:
     async def progress(self) -> None:
         """Send Finished and the opportunistic witness once their conditions hold."""
         round_ = self.ctx.current
-        if round_ is None or self.ctx.phase != Phase.TRAINING or not round_.training_done:
+        if round_ is None or self.ctx.phase != Phase.TRAINING:
+            return
+        if round_.stage not in (RoundStage.TRAINED, RoundStage.FINISHED):
             return
         if self.ctx.out_of_sync is not None:
             return
@@ -54,8 +56,8 @@ class Witnessing:
             previous.witness.all_batches_seen and previous.downloads_settled()
         ):
             return
-        if not round_.sent_finished:
-            round_.sent_finished = True
+        if round_.stage is RoundStage.TRAINED:
+            round_.mark_finished()
             merkle = previous.witness.merkle() if previous is not None else EMPTY_MERKLE_ROOT
             announcement = make_finished_announcement(
                 self.ctx.identity, step=round_.step, warmup=False, broadcast_merkle=merkle
