@@ -23,7 +23,7 @@ from psyche_client.round.checks import VerifierChecks
 from psyche_client.round.consensus import Candidate
 from psyche_client.round.link_speed import BusyMeter
 from psyche_client.round.roles import RoundRoles
-from psyche_client.round.witness_builder import MutableBloom, RoundWitnessState
+from psyche_client.round.witness_builder import RoundWitnessState
 from psyche_client.training.backend import DecodedResult, TrainedResult
 
 
@@ -112,7 +112,7 @@ class RoundState:
         num_clients: int,
         have_training: bool,
         now: float,
-        bloom_factory: Callable[[int], MutableBloom] = new_bloom,
+        bloom_factory: Callable[[int], Bloom] = new_bloom,
         predicted: bool = False,
     ) -> RoundState:
         witness = RoundWitnessState.new(roles.batch_ids, num_clients, bloom_factory)
