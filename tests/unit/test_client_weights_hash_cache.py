@@ -12,7 +12,7 @@ from tests.unit.test_client_distro_backend import make_coordinator
 
 
 def fresh(backend: DistroBackend) -> bytes:
-    return bytes.fromhex(weights_hash(backend.trainer.model))
+    return weights_hash(backend.trainer.model)
 
 
 def test_cached_hash_follows_train_apply_and_load() -> None:

@@ -1,6 +1,6 @@
 """The real training backend: a Hugging Face causal LM trained with `psyche_client.training.trainer`.
 
-Loads the model the coordinator's checkpoint names (`model_io.load_model`: local directory,
+Loads the model the coordinator's checkpoint names (`model.loading.load_model`: local directory,
 `builtin:NAME` preset or Hub repo), builds the `Trainer` with the run's optimizer config, and
 computes learning rates from the run's schedule (cold-start factor included). Results travel
 as `DistroResult.encode()` bytes; `decode` checks them strictly against this model's layout,
