@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from psyche_common.committee import CommitteeProof
 from psyche_common.config.checkpoint import AnyCheckpoint
 from psyche_common.config.checkpoint import Checkpoint as CheckpointField
 from psyche_common.coordinator import Coordinator
+from psyche_common.coordinator.committee import CommitteeProof
 from psyche_common.coordinator.types import ClientState, Witness
 from psyche_common.protocol.messages import HealthCheck, InvalidMessage, describe_validation_error
 from pydantic import TypeAdapter, ValidationError

@@ -13,7 +13,7 @@ import logging
 import secrets
 from collections.abc import Collection
 
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Accusation as CoordinatorAccusation
 from psyche_common.coordinator import Coordinator
 from psyche_common.protocol import short_id

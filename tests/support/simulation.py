@@ -26,7 +26,7 @@ import transformers
 from psyche_client.distro import DistroResult, DistroSettings
 from psyche_client.distro.sparseloco import SparseLocoSettings
 from psyche_client.training.trainer import AdamWSettings, Trainer
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.data.builtin import python_stdlib_files
 from psyche_common.lr_schedule import lr_at
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from psyche_client.training.distro_backend import DistroBackend
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.config.lr_schedule import ConstantLR
 from psyche_common.config.optimizer import DistroOptimizer as DistroConfig
 

@@ -15,10 +15,10 @@ from psyche_client.round.roles import RoundRoles
 from psyche_client.round.runner import RoundRunner
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
 from psyche_client.training.backend import DummyBackend, DummyResult, result_commitment
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
-from psyche_common.committee import CommitteeSelection
 from psyche_common.coordinator import ClientState, Conviction, RunState, VerificationRecord
+from psyche_common.coordinator.committee import CommitteeSelection
 from psyche_common.protocol import Identity
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 
 from psyche_client.distro.compressor import Compressor, canonical_order
 from psyche_client.distro.result import DistroResult, ResultLayout

@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.client_id import short_id
 from psyche_common.coordinator import Coordinator, Witness, witness_quorum
 

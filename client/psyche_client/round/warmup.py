@@ -15,8 +15,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from psyche_common.committee import WitnessProof
 from psyche_common.coordinator import Coordinator, RunState
+from psyche_common.coordinator.committee import WitnessProof
 
 from psyche_client.p2p.announcements import FinishedAnnouncement, make_finished_announcement
 from psyche_client.round.context import RoundContext

@@ -2,11 +2,12 @@
 
 `Coordinator` holds the whole state and takes every input as a method call with the clock
 (`now`, integer unix seconds) and randomness (`seed`, u64) as arguments; it never does I/O.
-Modules: `types` (value types), `errors`, `quorum`, `state` (the dataclass and helpers),
-`transitions` (tick, pause, resume), `witnesses` (witnesses and health checks),
-`plausibility` (the most bits an honest witness bloom can have set),
-`checkpoints`, `wire` (msgpack and state.toml forms), `resume` (what a restarted server
-resumes from).
+Modules: `types` (value types), `errors`, `quorum`, `committee` (committee and witness
+selection), `assignment` (batch sizes and a round's data assignment), `verification` (who
+verifies what), `state` (the dataclass and helpers), `transitions` (tick, pause, resume),
+`witnesses` (witnesses and health checks), `plausibility` (the most bits an honest witness
+bloom can have set), `checkpoints`, `wire` (msgpack and state.toml forms), `resume` (what a
+restarted server resumes from).
 """
 
 from psyche_common.client_id import short_id

@@ -15,10 +15,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from psyche_common.assignment import get_batch_size
-from psyche_common.committee import CommitteeProof
 from psyche_common.config import AnyCheckpoint, CoordinatorConfig, LLMConfig, StateFile
 from psyche_common.coordinator import accusations, checkpoints, transitions, wire, witnesses
+from psyche_common.coordinator.assignment import get_batch_size
+from psyche_common.coordinator.committee import CommitteeProof
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.types import (
     ACTIVE_STATES,

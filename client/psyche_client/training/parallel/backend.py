@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import torch.distributed as dist
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.lr_schedule import effective_lr
 
 from psyche_client.distro import DistroSettings
