@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 from psyche_common.batch_id import BatchId
+from psyche_common.config import AnyLRSchedule
 from psyche_common.coordinator import Coordinator
 from psyche_common.lr_schedule import effective_lr
 
@@ -99,7 +100,7 @@ class DistroBackend:
         self,
         trainer: Trainer,
         info: ModelInfo,
-        lr_schedule: Any,
+        lr_schedule: AnyLRSchedule,
         warmup_bounds: tuple[int, int] | None,
     ) -> None:
         self.trainer = trainer

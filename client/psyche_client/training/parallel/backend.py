@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch.distributed as dist
 from psyche_common.batch_id import BatchId
+from psyche_common.config import AnyLRSchedule
 from psyche_common.lr_schedule import effective_lr
 
 from psyche_client.distro import DistroSettings
@@ -68,7 +69,7 @@ class ParallelBackend:
         channel: CommandChannel,
         supervisor: Supervisor,
         engine: Engine,
-        lr_schedule: Any,
+        lr_schedule: AnyLRSchedule,
         warmup_bounds: tuple[int, int] | None,
     ) -> None:
         self.groups = groups
