@@ -42,11 +42,12 @@ def progress(message: str) -> None:
 
 
 def coordinator(seq_len: int) -> SimpleNamespace:
+    from psyche_common.config.checkpoint import HubCheckpoint
     from psyche_common.config.lr_schedule import ConstantLR
     from psyche_common.config.optimizer import DistroOptimizer
 
     llm = SimpleNamespace(
-        checkpoint=SimpleNamespace(kind="Hub", repo_id=MODEL, revision=None),
+        checkpoint=HubCheckpoint(repo_id=MODEL),
         optimizer=DistroOptimizer(
             compression_chunk=64,
             compression_topk=8,

@@ -113,7 +113,7 @@ class ApplyStep:
             self._check_link(source, coordinator)
         model = coordinator.model
         kept, cold = split_cold_start(
-            chosen, cold_start_steps(model.checkpoint.kind, model.cold_start_warmup_steps)
+            chosen, cold_start_steps(model.checkpoint.is_p2p, model.cold_start_warmup_steps)
         )
         skipped = [*plan.skipped, *((batch, reason) for (batch, _), reason in cold)]
         for skipped_batch, reason in skipped:

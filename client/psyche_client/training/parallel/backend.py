@@ -105,8 +105,8 @@ class ParallelBackend:
         if source is None and peer_config is None:
             raise ValueError(f"checkpoint {llm.checkpoint!r} names no model repository")
         command = LoadModel(
-            source=source,
-            revision=getattr(llm.checkpoint, "revision", None),
+            source=source.repo_id if source else None,
+            revision=source.revision if source else None,
             peer_config=peer_config,
             optimizer=settings,
             micro_batch_size=micro_batch_size,
