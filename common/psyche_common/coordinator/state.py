@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +19,7 @@ from psyche_common.coordinator import accusations, checkpoints, transitions, wir
 from psyche_common.coordinator.assignment import get_batch_size
 from psyche_common.coordinator.committee import CommitteeProof
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
+from psyche_common.coordinator.health import health_score
 from psyche_common.coordinator.types import (
     ACTIVE_STATES,
     HALTED_STATES,
@@ -222,8 +222,7 @@ class Coordinator:
 
     def trainer_health_score(self, client_id: bytes, round_witnesses: Sequence[Witness]) -> int:
         """How many witnesses saw `client_id`'s results (participant bloom of SHA-256(id))."""
-        key = hashlib.sha256(client_id).digest()
-        return sum(1 for w in round_witnesses if w.participant_bloom.contains(key))
+        return health_score(client_id, [w.participant_bloom for w in round_witnesses])
 
     # ----- primitives used by the transition modules -----
 
