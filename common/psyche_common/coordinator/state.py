@@ -77,7 +77,7 @@ class Coordinator:
 
     @classmethod
     def from_state_file(cls, state_file: StateFile) -> Coordinator:
-        return wire.from_state_file(state_file)
+        return cls(**wire.fields_from_state_file(state_file))
 
     def to_state_file(self) -> StateFile:
         return wire.to_state_file(self)
@@ -87,7 +87,7 @@ class Coordinator:
 
     @classmethod
     def from_wire(cls, data: Any) -> Coordinator:
-        return wire.from_wire(data)
+        return cls(**wire.fields_from_wire(data))
 
     def reset_ephemeral(self) -> None:
         """What the server does to a loaded state at startup (and to a copy before saving)."""
