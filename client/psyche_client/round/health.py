@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from psyche_common.coordinator.quorum import health_score
+from psyche_common.coordinator.health import health_score
 
 from psyche_client.round.consensus import BloomLike
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from psyche_common.assignment import BatchId
-from psyche_common.committee import CommitteeProof, WitnessProof
+from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Coordinator, RunState, Witness
+from psyche_common.coordinator.committee import CommitteeProof, WitnessProof
 
 from psyche_client.round.roles import RoundRoles
 

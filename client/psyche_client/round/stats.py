@@ -14,8 +14,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from psyche_common.assignment import round_batch_size
 from psyche_common.coordinator import Coordinator
+from psyche_common.coordinator.assignment import round_batch_size
 
 from psyche_client.round.state import RoundState
 

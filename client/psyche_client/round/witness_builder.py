@@ -12,8 +12,9 @@ import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
+from psyche_common.coordinator.health import participant_key
 
 EMPTY_MERKLE_ROOT = bytes(32)
 
@@ -32,11 +33,6 @@ def merkle_root(items: Iterable[bytes]) -> bytes:
             for i in range(0, len(level), 2)
         ]
     return level[0]
-
-
-def participant_key(signer: bytes) -> bytes:
-    """What the participant bloom stores for an uploader: ``SHA-256(signer public key)``."""
-    return hashlib.sha256(signer).digest()
 
 
 @dataclass

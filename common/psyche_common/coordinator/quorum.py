@@ -1,10 +1,6 @@
-"""The witness quorum table (reference section 4.2) and the health score held against it."""
+"""The witness quorum table (reference section 4.2)."""
 
 from __future__ import annotations
-
-import hashlib
-from collections.abc import Iterable
-from typing import Protocol
 
 WITNESS_QUORUM_RATIO = 2.0 / 3.0
 
@@ -21,18 +17,3 @@ def witness_quorum(witness_nodes: int, num_witnesses: int) -> int:
     if w <= 3:
         return 2
     return max(1, int(w * WITNESS_QUORUM_RATIO))
-
-
-class ParticipantBloom(Protocol):
-    """A witness's participant bloom (`psyche_common.bloom.Bloom`), as far as scoring goes."""
-
-    def contains(self, item: bytes) -> bool: ...
-
-
-def health_score(client_id: bytes, participant_blooms: Iterable[ParticipantBloom]) -> int:
-    """How many witnesses saw `client_id`'s results: the participant blooms that hold
-    SHA-256(id). The coordinator and the clients judge a trainer's health with this one rule
-    (a client that accuses a trainer the coordinator finds healthy has its whole report
-    rejected)."""
-    key = hashlib.sha256(client_id).digest()
-    return sum(1 for bloom in participant_blooms if bloom.contains(key))
