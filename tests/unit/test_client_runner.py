@@ -271,8 +271,8 @@ async def test_a_result_announced_at_another_size_than_the_layout_is_refused(cap
 
 
 async def test_no_health_check_when_members_left_since_the_previous_round() -> None:
-    from tests.unit.coordinator_support import ids, make_coordinator, to_round_train
-    from tests.unit.coordinator_support import witness_round as run_round
+    from tests.support.coordinators import ids, make_coordinator, to_round_train
+    from tests.support.coordinators import witness_round as run_round
 
     def coordinator(drop_one: bool) -> Any:
         coord = make_coordinator(witness_nodes=0)

@@ -24,7 +24,7 @@ from psyche_common.coordinator import (
 )
 from psyche_common.coordinator.checkpoints import merge_uploaded
 
-from tests.unit.coordinator_support import (
+from tests.support.coordinators import (
     ids,
     make_coordinator,
     round_witness_for,

@@ -1,16 +1,19 @@
-"""Builders shared by the coordinator tests: configs, coordinators, ids and real witnesses."""
+"""Real coordinators for tests: configs, a builder that brings a `Coordinator` to a chosen run
+state, step, epoch and membership by the transitions a run takes, ids and real witnesses."""
 
 from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from psyche_common.bloom import Bloom
 from psyche_common.committee import CommitteeSelection, WitnessProof
 from psyche_common.config import CoordinatorConfig, LLMConfig
-from psyche_common.coordinator import Coordinator, RunState, Witness
+from psyche_common.config.loading import parse_state
+from psyche_common.coordinator import Client, Coordinator, EpochState, RunState, Witness
+from psyche_common.coordinator.wire import epoch_state_to_toml
 
 BASE_CONFIG: dict[str, Any] = {
     "warmup_time": 5,
@@ -56,6 +59,82 @@ def make_coordinator(model: dict[str, Any] | None = None, **config: Any) -> Coor
         model=make_model(**(model or {})),
         config=make_config(**config),
     )
+
+
+def state_document(
+    *,
+    clients: Sequence[bytes] = (),
+    step: int = 1,
+    epoch: int = 0,
+    model: dict[str, Any] | None = None,
+    run_id: str = "test",
+    **config: Any,
+) -> dict[str, Any]:
+    """A state.toml document (as `tomllib` reads one) of a run waiting for members at `step` of
+    `epoch`. `clients` are the previous epoch's Healthy members (a run after a Cooldown keeps
+    them; with none, a P2P checkpoint falls back to its Hub repo when the epoch starts)."""
+    document: dict[str, Any] = {
+        "run_id": run_id,
+        "run_state": RunState.WaitingForMembers.name,
+        "config": {**BASE_CONFIG, **config},
+        "model": {"LLM": {**BASE_MODEL, **(model or {})}},
+        "progress": {"epoch": epoch, "step": step, "epoch_start_data_index": 0},
+    }
+    if clients:
+        members = EpochState(clients=[Client(client_id) for client_id in clients])
+        document["epoch_state"] = epoch_state_to_toml(members)
+    return document
+
+
+def coordinator_in(
+    run_state: RunState,
+    clients: Sequence[bytes],
+    *,
+    step: int = 1,
+    epoch: int = 0,
+    checkpoint: dict[str, Any] | None = None,
+    model: dict[str, Any] | None = None,
+    now: int = 1000,
+    seed: int = 7,
+    **config: Any,
+) -> Coordinator:
+    """A real coordinator in `run_state` at `step` of `epoch` whose epoch members are
+    `clients`, reached from a state file by ticks and witnesses as a run would be.
+
+    `checkpoint` is the `[model.LLM.checkpoint]` table (e.g. `{"P2P": {"repo_id": "x"}}`); a
+    P2P one survives the epoch start when `epoch` > 0 (the members held the model). `min_clients`
+    and `init_min_clients` default to `len(clients)` and `witness_nodes` to 1. In Warmup and the
+    round states the state began at the returned coordinator's `run_state_start_unix_timestamp`.
+    Cooldown (and Finished) end the round of `step - 1` with `total_steps = step` unless given."""
+    if run_state in (RunState.Cooldown, RunState.Finished):
+        config.setdefault("total_steps", step)
+        step -= 1
+    config.setdefault("min_clients", max(1, len(clients)))
+    config.setdefault("init_min_clients", config["min_clients"])
+    model = {**(model or {}), **({"checkpoint": checkpoint} if checkpoint else {})}
+    previous = clients if epoch > 0 else ()
+    document = state_document(clients=previous, step=step, epoch=epoch, model=model, **config)
+    coord = Coordinator.from_state_file(parse_state(document))
+    if run_state == RunState.WaitingForMembers:
+        return coord
+    if run_state == RunState.Paused:
+        coord.pause(now)
+        return coord
+    start_epoch(coord, list(clients), now)
+    if run_state == RunState.Warmup:
+        return coord
+    now = to_round_train(coord, list(clients), now, seed, started=True)
+    if run_state == RunState.RoundWitness:
+        now += coord.config.max_round_train_time
+        coord.tick(list(clients), now, seed)
+    elif run_state in (RunState.Cooldown, RunState.Finished):
+        now = witness_round(coord, now)
+        if run_state == RunState.Finished:
+            coord.tick(list(clients), now + coord.config.cooldown_time, seed)
+    if coord.run_state != run_state:
+        reached = f"{coord.run_state.name} at step {coord.progress.step}"
+        raise ValueError(f"{run_state.name} is not reached: {reached}")
+    return coord
 
 
 def ids(n: int, salt: str = "client") -> list[bytes]:
@@ -106,8 +185,17 @@ def start_epoch(coord: Coordinator, members: list[bytes], now: int = 1000) -> in
     return now
 
 
-def to_round_train(coord: Coordinator, members: list[bytes], now: int = 1000, seed: int = 7) -> int:
-    start_epoch(coord, members, now)
+def to_round_train(
+    coord: Coordinator,
+    members: list[bytes],
+    now: int = 1000,
+    seed: int = 7,
+    *,
+    started: bool = False,
+) -> int:
+    """WaitingForMembers (or, with `started`, Warmup) → RoundTrain; returns the time."""
+    if not started:
+        start_epoch(coord, members, now)
     now += coord.config.warmup_time
     coord.tick(members, now, seed)
     assert coord.run_state == RunState.RoundTrain
