@@ -66,19 +66,20 @@ def state_document(
     clients: Sequence[bytes] = (),
     step: int = 1,
     epoch: int = 0,
+    data_index: int = 0,
     model: dict[str, Any] | None = None,
     run_id: str = "test",
     **config: Any,
 ) -> dict[str, Any]:
     """A state.toml document (as `tomllib` reads one) of a run waiting for members at `step` of
-    `epoch`. `clients` are the previous epoch's Healthy members (a run after a Cooldown keeps
+    `epoch`, whose first batch starts at `data_index`. `clients` are the previous epoch's Healthy members (a run after a Cooldown keeps
     them; with none, a P2P checkpoint falls back to its Hub repo when the epoch starts)."""
     document: dict[str, Any] = {
         "run_id": run_id,
         "run_state": RunState.WaitingForMembers.name,
         "config": {**BASE_CONFIG, **config},
         "model": {"LLM": {**BASE_MODEL, **(model or {})}},
-        "progress": {"epoch": epoch, "step": step, "epoch_start_data_index": 0},
+        "progress": {"epoch": epoch, "step": step, "epoch_start_data_index": data_index},
     }
     if clients:
         members = EpochState(clients=[Client(client_id) for client_id in clients])
@@ -92,6 +93,8 @@ def coordinator_in(
     *,
     step: int = 1,
     epoch: int = 0,
+    height: int = 0,
+    data_index: int = 0,
     checkpoint: dict[str, Any] | None = None,
     model: dict[str, Any] | None = None,
     now: int = 1000,
@@ -101,6 +104,8 @@ def coordinator_in(
     """A real coordinator in `run_state` at `step` of `epoch` whose epoch members are
     `clients`, reached from a state file by ticks and witnesses as a run would be.
 
+    The epoch starts at `step - height` with its first batch at `data_index`; `height` rounds
+    are witnessed by all elected witnesses (every client seen) before the round of `step`.
     `checkpoint` is the `[model.LLM.checkpoint]` table (e.g. `{"P2P": {"repo_id": "x"}}`); a
     P2P one survives the epoch start when `epoch` > 0 (the members held the model). `min_clients`
     and `init_min_clients` default to `len(clients)` and `witness_nodes` to 1. In Warmup and the
@@ -109,11 +114,19 @@ def coordinator_in(
     if run_state in (RunState.Cooldown, RunState.Finished):
         config.setdefault("total_steps", step)
         step -= 1
+    first_step = step - height
     config.setdefault("min_clients", max(1, len(clients)))
     config.setdefault("init_min_clients", config["min_clients"])
     model = {**(model or {}), **({"checkpoint": checkpoint} if checkpoint else {})}
     previous = clients if epoch > 0 else ()
-    document = state_document(clients=previous, step=step, epoch=epoch, model=model, **config)
+    document = state_document(
+        clients=previous,
+        step=first_step,
+        epoch=epoch,
+        data_index=data_index,
+        model=model,
+        **config,
+    )
     coord = Coordinator.from_state_file(parse_state(document))
     if run_state == RunState.WaitingForMembers:
         return coord
@@ -124,6 +137,8 @@ def coordinator_in(
     if run_state == RunState.Warmup:
         return coord
     now = to_round_train(coord, list(clients), now, seed, started=True)
+    for _ in range(height):
+        now = witness_round(coord, now)
     if run_state == RunState.RoundWitness:
         now += coord.config.max_round_train_time
         coord.tick(list(clients), now, seed)

@@ -34,7 +34,8 @@ from tests.support.coordinators import (
     to_round_train,
     witness_round,
 )
-from tests.support.fakes import RecordingUplink, lone_network, unsigned_result
+from tests.support.fakes import RecordingUplink, lone_network
+from tests.support.rounds import downloaded, observer_round
 
 
 def make_runner() -> tuple[RoundRunner, RecordingUplink]:
@@ -57,18 +58,7 @@ def make_runner() -> tuple[RoundRunner, RecordingUplink]:
 
 
 def source_round(batch: BatchId, step: int, owner: bytes) -> RoundState:
-    roles = RoundRoles(
-        step=step,
-        height=1,
-        my_index=None,
-        committee_proof=None,
-        witness_proof=None,
-        selection=None,
-        assignments={batch: owner},
-        batch_ids=(batch,),
-        my_batches=(),
-    )
-    return RoundState.start(roles, 2, True, 0.0, bloom_factory=lambda n: Bloom.random())
+    return observer_round(step, {batch: owner})
 
 
 def coordinator_with_witness(
@@ -86,12 +76,7 @@ def coordinator_with_witness(
 
 
 def verified(data_hash: bytes, owner: bytes, batch: BatchId, payload: bytes) -> ResultDownload:
-    return ResultDownload(
-        unsigned_result(owner, batch, data_hash),
-        batch,
-        status=DownloadStatus.VERIFIED,
-        result=DummyResult(payload),
-    )
+    return downloaded(data_hash, owner, batch, DummyResult(payload))
 
 
 async def test_apply_uses_the_witnessed_payload_and_reports_the_hash() -> None:
