@@ -44,6 +44,32 @@ BASE_MODEL: dict[str, Any] = {
 }
 
 
+def distro_model(
+    repo_id: str = "builtin:llama-tiny",
+    *,
+    chunk: int,
+    topk: int,
+    quantize_1bit: bool = True,
+    max_seq_len: int = 16,
+) -> dict[str, Any]:
+    """`[model.LLM]` overrides for a DisTrO run of the Hub model `repo_id` at a constant lr
+    of 3e-3 (gradients clipped to norm 1)."""
+    return {
+        "checkpoint": {"Hub": {"repo_id": repo_id}},
+        "max_seq_len": max_seq_len,
+        "lr_schedule": {"Constant": {"base_lr": 3e-3, "warmup_init_lr": 0.0, "warmup_steps": 0}},
+        "optimizer": {
+            "Distro": {
+                "compression_chunk": chunk,
+                "compression_topk": topk,
+                "quantize_1bit": quantize_1bit,
+                "compression_decay": 0.999,
+                "clip_grad_norm": 1.0,
+            }
+        },
+    }
+
+
 def make_config(**overrides: Any) -> CoordinatorConfig:
     return CoordinatorConfig.model_validate({**BASE_CONFIG, **overrides})
 
