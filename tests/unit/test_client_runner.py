@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from psyche_client.p2p.announcements import make_result_announcement
 from psyche_client.round.consensus import Candidate
-from psyche_client.round.ports import RunnerOptions
 from psyche_client.round.roles import RoundRoles
 from psyche_client.round.runner import RoundRunner
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
@@ -34,27 +33,14 @@ from tests.support.coordinators import (
     to_round_train,
     witness_round,
 )
-from tests.support.fakes import RecordingUplink, lone_network
+from tests.support.fakes import RecordingUplink
 from tests.support.rounds import downloaded, observer_round
+from tests.support.runners import lone_runner
 
 
 def make_runner() -> tuple[RoundRunner, RecordingUplink]:
     uplink = RecordingUplink()
-    identity = Identity.generate()
-
-    async def load(_c: Any) -> DummyBackend:
-        return DummyBackend(0.0)
-
-    runner = RoundRunner(
-        identity,
-        lone_network(identity.public_key),
-        uplink,
-        load,
-        None,
-        RunnerOptions(download_backoff=0.0, needs_data=False),
-    )
-    runner.backend = DummyBackend(0.0)
-    return runner, uplink
+    return lone_runner(uplink=uplink), uplink
 
 
 def source_round(batch: BatchId, step: int, owner: bytes) -> RoundState:
@@ -228,7 +214,7 @@ async def test_a_result_announced_at_another_size_than_the_layout_is_refused(cap
 
 
 async def test_no_health_check_when_members_left_since_the_previous_round() -> None:
-    def coordinator(drop_one: bool) -> Any:
+    def coordinator(drop_one: bool) -> tuple[Coordinator, int]:
         coord = make_coordinator(witness_nodes=0)
         members = ids(4)
         now = to_round_train(coord, members)
