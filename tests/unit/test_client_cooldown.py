@@ -7,13 +7,13 @@ from __future__ import annotations
 import errno
 import logging
 from pathlib import Path
-from types import SimpleNamespace
 from typing import ClassVar
 
 import httpx
 import huggingface_hub
 import psyche_client.model.loading as model_io
 import pytest
+from huggingface_hub import CommitInfo
 from huggingface_hub.errors import HfHubHTTPError
 from psyche_client.app import ClientApp, ClientOptions
 from psyche_client.training.backend import DummyBackend
@@ -169,7 +169,7 @@ class FailingHubApi:
     def __init__(self, token: str | None = None) -> None:
         self.token = token
 
-    def upload_folder(self, folder_path: str, repo_id: str, commit_message: str):
+    def upload_folder(self, folder_path: str, repo_id: str, commit_message: str) -> CommitInfo:
         if FailingHubApi.failing:
             request = httpx.Request("POST", f"https://huggingface.co/api/models/{repo_id}/commit")
             raise HfHubHTTPError(
@@ -177,7 +177,9 @@ class FailingHubApi:
                 response=httpx.Response(503, request=request),
             )
         FailingHubApi.uploads.append(folder_path)
-        return SimpleNamespace(oid=f"rev-{Path(folder_path).name}")
+        oid = f"rev-{Path(folder_path).name}"
+        url = f"https://huggingface.co/{repo_id}/commit/{oid}"
+        return CommitInfo(url, commit_message=commit_message, commit_description="", oid=oid)
 
 
 async def test_a_failed_upload_is_logged_shown_and_retried_with_the_next_checkpoint(
