@@ -8,7 +8,7 @@ import pytest
 from psyche_client.p2p.announcements import make_finished_announcement
 from psyche_common.coordinator import RunState
 
-from tests.integration.client_harness import FakeServer, add_client, make_coordinator
+from tests.support.client_harness import FakeServer, add_client, make_coordinator
 from tests.support.fakes import MemoryHub
 
 

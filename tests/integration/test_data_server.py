@@ -31,9 +31,8 @@ from psyche_server.app import ServerOptions
 from psyche_server.data_server import DataServer
 from psyche_server.runner import RunRequest, StartupError, build_app
 
+from tests.support.protocol_client import start_clients
 from tests.support.server_harness import poll_until, running_server, write_state
-
-from .protocol_client import start_clients
 
 SEQ_LEN = 8
 RUN = "data-run"
