@@ -21,7 +21,7 @@ from psyche_common.coordinator import Coordinator
 from psyche_client.p2p.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_client.round.witness_builder import EMPTY_MERKLE_ROOT
 from psyche_client.training.backend import TrainingBackend
-from psyche_client.verify.agreement import ACCUSE_BELOW
+from psyche_client.verify.threshold import ACCUSE_BELOW
 
 
 class PeerNetwork(Protocol):

@@ -27,7 +27,7 @@ from psyche_client.round.context import RoundContext
 from psyche_client.round.ports import DataFetcher, Uplink
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
 from psyche_client.training.backend import VerifyingBackend
-from psyche_client.verify.agreement import ACCUSE_BELOW
+from psyche_client.verify.threshold import ACCUSE_BELOW
 
 log = logging.getLogger("psyche.client")
 
