@@ -55,7 +55,7 @@ def coordinator(seq_len: int) -> Coordinator:
 
 def batches(args: argparse.Namespace) -> list[np.ndarray]:
     """The run's samples: the builtin corpus, the same for both clients."""
-    from psyche_common.assignment import BatchId
+    from psyche_common.batch_id import BatchId
     from psyche_common.data.builtin import BuiltinDataProvider
 
     provider = BuiltinDataProvider("python-stdlib", args.seq_len, None)
@@ -75,7 +75,7 @@ class Client:
 
     def run(self, data: list[np.ndarray]) -> float:
         """Train and apply one step per batch; returns the seconds taken."""
-        from psyche_common.assignment import BatchId
+        from psyche_common.batch_id import BatchId
 
         started = time.perf_counter()
         for tokens in data:

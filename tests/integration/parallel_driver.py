@@ -26,7 +26,7 @@ from psyche_client.training.distro_backend import DistroBackend
 from psyche_client.training.parallel.backend import ParallelBackend
 from psyche_client.training.parallel.plan import ParallelSpec
 from psyche_client.training.trainer import weights_digest
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Coordinator, RunState
 
 from tests.support.coordinators import coordinator_in, distro_model, ids

@@ -9,10 +9,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from psyche_common.bloom import Bloom
-from psyche_common.committee import CommitteeSelection, WitnessProof
 from psyche_common.config import CoordinatorConfig, LLMConfig
 from psyche_common.config.loading import parse_state
 from psyche_common.coordinator import Client, Coordinator, EpochState, RunState, Witness
+from psyche_common.coordinator.committee import CommitteeSelection, WitnessProof
 from psyche_common.coordinator.wire import epoch_state_to_toml
 
 BASE_CONFIG: dict[str, Any] = {

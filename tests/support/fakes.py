@@ -21,7 +21,7 @@ from psyche_client.p2p.announcements import (
     ResultAnnouncement,
     message_id,
 )
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 
 Announcement = ResultAnnouncement | FinishedAnnouncement
 Receiver = Callable[[Announcement], None]

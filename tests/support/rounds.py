@@ -6,7 +6,7 @@ from __future__ import annotations
 from psyche_client.round.roles import RoundRoles
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
 from psyche_client.training.backend import DecodedResult
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
 
 from tests.support.fakes import unsigned_result

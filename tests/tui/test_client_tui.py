@@ -169,7 +169,7 @@ def test_view_of_a_client_reconnecting_with_a_result_download_in_flight() -> Non
     from psyche_client.app import ClientApp, ClientOptions
     from psyche_client.training.backend import DummyResult
     from psyche_client.tui.view import build_view
-    from psyche_common.assignment import BatchId
+    from psyche_common.batch_id import BatchId
     from psyche_common.protocol import Identity
 
     from tests.support.rounds import downloaded, observer_round

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from psyche_client.training.distro_backend import DistroBackend
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Coordinator, RunState
 
 from tests.support.coordinators import coordinator_in, distro_model, ids

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from psyche_client.round.roles import client_index, derive_round_roles
-from psyche_common.assignment import BatchId, assign_data_for_round
-from psyche_common.committee import Committee, CommitteeSelection
+from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Client, Coordinator, Round, RunState
+from psyche_common.coordinator.assignment import assign_data_for_round
+from psyche_common.coordinator.committee import Committee, CommitteeSelection
 
 from tests.support.coordinators import coordinator_in
 

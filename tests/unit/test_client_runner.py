@@ -13,9 +13,8 @@ from psyche_client.round.roles import RoundRoles
 from psyche_client.round.runner import RoundRunner
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
 from psyche_client.training.backend import DummyBackend, DummyResult, result_commitment
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
-from psyche_common.committee import CommitteeSelection, WitnessProof
 from psyche_common.coordinator import (
     ClientState,
     Conviction,
@@ -24,6 +23,7 @@ from psyche_common.coordinator import (
     VerificationRecord,
     Witness,
 )
+from psyche_common.coordinator.committee import CommitteeSelection, WitnessProof
 from psyche_common.protocol import Identity
 
 from tests.support.coordinators import (

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from psyche_common.committee import (
+from psyche_common.coordinator import Client
+from psyche_common.coordinator.committee import (
     Committee,
     CommitteeProof,
     CommitteeSelection,
     CommitteeSelectionError,
     WitnessProof,
 )
-from psyche_common.coordinator import Client
 
 SEED = 12345
 
