@@ -98,8 +98,9 @@ def state_document(
     **config: Any,
 ) -> dict[str, Any]:
     """A state.toml document (as `tomllib` reads one) of a run waiting for members at `step` of
-    `epoch`, whose first batch starts at `data_index`. `clients` are the previous epoch's Healthy members (a run after a Cooldown keeps
-    them; with none, a P2P checkpoint falls back to its Hub repo when the epoch starts)."""
+    `epoch`, whose first batch starts at `data_index`. `clients` are the previous epoch's
+    Healthy members (a run after a Cooldown keeps them; with none, a P2P checkpoint falls back
+    to its Hub repo when the epoch starts)."""
     document: dict[str, Any] = {
         "run_id": run_id,
         "run_state": RunState.WaitingForMembers.name,
@@ -137,6 +138,9 @@ def coordinator_in(
     and `init_min_clients` default to `len(clients)` and `witness_nodes` to 1. In Warmup and the
     round states the state began at the returned coordinator's `run_state_start_unix_timestamp`.
     Cooldown (and Finished) end the round of `step - 1` with `total_steps = step` unless given."""
+    target = step
+    if height and run_state in (RunState.WaitingForMembers, RunState.Warmup, RunState.Paused):
+        raise ValueError(f"{run_state.name} has no round: no height")
     if run_state in (RunState.Cooldown, RunState.Finished):
         config.setdefault("total_steps", step)
         step -= 1
@@ -172,9 +176,9 @@ def coordinator_in(
         now = witness_round(coord, now)
         if run_state == RunState.Finished:
             coord.tick(list(clients), now + coord.config.cooldown_time, seed)
-    if coord.run_state != run_state:
+    if (coord.run_state, coord.progress.step) != (run_state, target):
         reached = f"{coord.run_state.name} at step {coord.progress.step}"
-        raise ValueError(f"{run_state.name} is not reached: {reached}")
+        raise ValueError(f"{run_state.name} at step {target} is not reached: {reached}")
     return coord
 
 
