@@ -18,7 +18,7 @@ from psyche_common.config.loading import load_state
 from psyche_common.coordinator import Coordinator, RunState
 
 from tests.e2e.client_run import Proc, applied_hashes, wait_for, write_state
-from tests.unit.coordinator_sim import SimulatedRun, client_id
+from tests.support.coordinator_sim import SimulatedRun, client_id
 
 from .cluster import LabCluster
 from .lab import Lab

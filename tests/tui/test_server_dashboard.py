@@ -14,7 +14,7 @@ from psyche_server.tui.app import ServerDashboard
 from psyche_server.tui.view_model import build_view, run_state_text
 from textual.widgets import Static, TabbedContent
 
-from tests.integration.server_harness import load_coordinator, write_state
+from tests.support.server_harness import load_coordinator, write_state
 
 
 def text_of(dashboard: ServerDashboard, widget_id: str) -> str:
@@ -134,7 +134,7 @@ async def test_data_server_tab(tmp_path: Path) -> None:
 
 
 def test_the_verification_line_shows_the_convictions(tmp_path: Path) -> None:
-    from psyche_common.assignment import BatchId
+    from psyche_common.batch_id import BatchId
     from psyche_common.coordinator import Conviction
     from psyche_server.tui.view_model import verification_line
 

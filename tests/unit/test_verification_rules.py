@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from psyche_common.assignment import BatchId, assign_data_for_state
-from psyche_common.committee import Committee, CommitteeSelection
+from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import (
     Accusation,
     ClientState,
@@ -13,15 +12,17 @@ from psyche_common.coordinator import (
     ErrorKind,
     RunState,
 )
+from psyche_common.coordinator.assignment import assign_data_for_state
+from psyche_common.coordinator.committee import Committee, CommitteeSelection
 from psyche_common.coordinator.verdicts import VerificationRecord
-from psyche_common.verification import (
+from psyche_common.coordinator.verification import (
     checkers_of,
     conviction_quorum,
     round_verifiers,
     verifier_sample,
 )
 
-from tests.unit.coordinator_support import ids, make_coordinator, to_round_train, witness_round
+from tests.support.coordinators import ids, make_coordinator, to_round_train, witness_round
 
 
 def coordinator_in_round(percent: int = 50, members: int = 8, **config: int) -> Coordinator:

@@ -1,10 +1,11 @@
-"""Small models and results shared by the DisTrO unit tests."""
+"""A tiny net with awkward parameter shapes and DisTrO results of it, for the DisTrO unit
+tests."""
 
 from __future__ import annotations
 
 import torch
 from psyche_client.distro import DistroOptimizer, DistroSettings, Generated
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 
 
 class TinyNet(torch.nn.Module):
