@@ -74,7 +74,7 @@ def bare_worker(shape: Shape, out: Path) -> None:
     """The baseline, run as a separate process next to the client run: the same model, data
     and micro-batching trained by a plain loop with AdamW, forever (the parent kills it); one
     ``start end`` line (monotonic seconds, system-wide on Linux) per step goes to ``out``."""
-    from psyche_client.model.loading import load_model
+    from psyche_client.training.model.loading import load_model
     from psyche_common.assignment import BatchId
     from psyche_common.data.builtin import BuiltinDataProvider
 
@@ -322,8 +322,8 @@ def client_run(tmp: Path, shape: Shape, steps: int) -> dict[str, Any]:
 
 
 def joiner_fetch() -> dict[str, float]:
-    from psyche_client.model.loading import builtin_config, config_from_dict
     from psyche_client.p2p.benchmark import measure_parameter_fetch
+    from psyche_client.training.model.loading import builtin_config, config_from_dict
     from transformers import AutoModelForCausalLM
 
     config = config_from_dict(builtin_config("llama-20m"))

@@ -3,7 +3,7 @@
 `run_client(options)` starts the P2P node, connects to the server, loads the model when the
 first Warmup lists us (checkpoint from the Hub / a local directory / a builtin preset, or
 peer-to-peer after the first epoch), follows the coordinator until the run is Finished, and
-shares/saves the model at every Cooldown (`psyche_client.model.sharing`). When the server
+shares/saves the model at every Cooldown (`psyche_client.weights.sharing`). When the server
 connection is lost the model, the P2P node and the round runner stay up while
 `reconnect.ServerSession` connects again (for up to `server_reconnect_timeout` seconds). It
 returns the exit code.
@@ -29,8 +29,6 @@ from psyche_common.pacing import MEGABIT
 from psyche_common.protocol import Identity
 from psyche_common.protocol.messages import Reachability, WeightsMismatch
 
-from psyche_client.model.sharing import SharedModel, checkpoint_model
-from psyche_client.model.sync import WeightsSync
 from psyche_client.p2p.config import P2PConfig
 from psyche_client.p2p.model_share import (
     JOINER_NOT_SHARED_WAIT,
@@ -39,13 +37,15 @@ from psyche_client.p2p.model_share import (
 )
 from psyche_client.p2p.node import P2PNode
 from psyche_client.p2p.relay import RelayClient
-from psyche_client.reconnect import ServerSession
 from psyche_client.round.phase import Phase
 from psyche_client.round.ports import RunnerOptions
 from psyche_client.round.runner import RoundRunner
-from psyche_client.server_link import ServerLink, ServerLinkError, parse_server_addr
+from psyche_client.session.reconnect import ServerSession
+from psyche_client.session.server_link import ServerLink, ServerLinkError, parse_server_addr
 from psyche_client.stats import ClientStats
 from psyche_client.training.backend import DummyBackend, TrainingBackend
+from psyche_client.weights.sharing import SharedModel, checkpoint_model
+from psyche_client.weights.sync import WeightsSync
 
 log = logging.getLogger("psyche.client")
 

@@ -539,8 +539,8 @@ def check(
     of weights when the model is a builtin preset or a local directory)."""
     from psyche_common.config import load_state
 
-    from psyche_client.model.estimate import estimate_run
-    from psyche_client.model.loading import ModelLoadError, load_model_config
+    from psyche_client.tools.estimate import estimate_run
+    from psyche_client.training.model.loading import ModelLoadError, load_model_config
     from psyche_client.training.parallel.plan import ParallelSpec
 
     state = load_state(state_path)

@@ -16,7 +16,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from psyche_client.round import witness as witness_module
-from psyche_client.uplink import SwitchableUplink
+from psyche_client.session.uplink import SwitchableUplink
 
 _send_witness = SwitchableUplink.send_witness
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from click.testing import CliRunner
 from psyche_client.cli import main
-from psyche_client.model.sharing import prune_checkpoints
+from psyche_client.weights.sharing import prune_checkpoints
 from psyche_common.protocol import Identity
 
 TRAIN_FLAGS = [

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import httpx
 import huggingface_hub
-import psyche_client.model.loading as model_io
+import psyche_client.training.model.loading as model_io
 import pytest
 from huggingface_hub.errors import HfHubHTTPError
 from psyche_client.app import ClientApp, ClientOptions

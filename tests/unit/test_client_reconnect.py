@@ -9,9 +9,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pytest
-from psyche_client.reconnect import Backoff, ServerSession, SessionStatus
-from psyche_client.server_link import ServerLink, ServerLinkError, ServerRejected
-from psyche_client.uplink import SwitchableUplink
+from psyche_client.session.reconnect import Backoff, ServerSession, SessionStatus
+from psyche_client.session.server_link import ServerLink, ServerLinkError, ServerRejected
+from psyche_client.session.uplink import SwitchableUplink
 from psyche_common.protocol import (
     Identity,
     accept_handshake,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from psyche_client.server_link import ServerLink, ServerLinkError, parse_server_addr
+from psyche_client.session.server_link import ServerLink, ServerLinkError, parse_server_addr
 from psyche_common.protocol import (
     Identity,
     accept_handshake,

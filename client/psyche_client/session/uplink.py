@@ -16,7 +16,7 @@ from typing import Any
 
 from psyche_common.assignment import BatchId
 
-from psyche_client.server_link import ServerLink, ServerLinkError
+from psyche_client.session.server_link import ServerLink, ServerLinkError
 
 log = logging.getLogger("psyche.client.server")
 

@@ -20,14 +20,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from psyche_client.server_link import (
+from psyche_client.session.server_link import (
     CONNECT_TIMEOUT,
     ServerLink,
     ServerLinkError,
     ServerRejected,
     ServerUpdate,
 )
-from psyche_client.uplink import SwitchableUplink
+from psyche_client.session.uplink import SwitchableUplink
 
 log = logging.getLogger("psyche.client.server")
 
