@@ -17,8 +17,8 @@ from psyche_common.protocol import Identity
 
 def make_app(**options: Any) -> ClientApp:
     return ClientApp(
-        ClientOptions(
-            server_addr="127.0.0.1:1", run_id="run", identity=Identity.generate(), **options
+        ClientOptions.from_flags(
+            {"server_addr": "127.0.0.1:1", "run_id": "run", **options}, Identity.generate()
         )
     )
 

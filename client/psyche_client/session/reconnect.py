@@ -93,13 +93,14 @@ class ServerSession:
         *,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
+        uplink: SwitchableUplink | None = None,
     ) -> None:
         self._connect = connect
         self.give_up_after = give_up_after
         self.backoff = backoff or Backoff()
         self._rng = rng or random.Random()
         self._clock = clock
-        self.uplink = SwitchableUplink()
+        self.uplink = uplink if uplink is not None else SwitchableUplink()
         self.status = SessionStatus()
         self.reconnects = 0
 
