@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from psyche_common.logs import LogFormat
 
     from psyche_client.app.options import ClientOptions
+    from psyche_client.app.parts import Parts
 
 
 def load_identity(path: Path | None) -> Identity:
@@ -92,6 +93,7 @@ def show_identity(identity_secret_key_path: Path | None) -> None:
 def train(**flags: object) -> None:
     """Join run RUN_ID at the coordinator SERVER_ADDR and train until the run finishes."""
     from psyche_client.app.options import ClientOptions
+    from psyche_client.app.parts import Parts
 
     values = dict(flags)
     server_addr = str(values["server_addr"])
@@ -122,7 +124,8 @@ def train(**flags: object) -> None:
     p2p = replace(options.p2p, advertise_host=advertise_host, advertise_port=advertise_port)
     options = replace(options, p2p=p2p)
     log_file = cast("Path | None", values["write_log"])
-    sys.exit(_run(options, str(values["logs"]), log_file, str(values["log_level"])))
+    parts = click.get_current_context().find_object(Parts)  # an attack client's, in tests
+    sys.exit(_run(options, str(values["logs"]), log_file, str(values["log_level"]), parts))
 
 
 def _parallel_rank_setup(
@@ -168,7 +171,13 @@ def _is_loopback_server(server_addr: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1")
 
 
-def _run(options: ClientOptions, logs: str, write_log: Path | None, log_level: str = "info") -> int:
+def _run(
+    options: ClientOptions,
+    logs: str,
+    write_log: Path | None,
+    log_level: str = "info",
+    parts: Parts | None = None,
+) -> int:
     import logging
 
     from psyche_common.logs import setup_logging
@@ -181,7 +190,7 @@ def _run(options: ClientOptions, logs: str, write_log: Path | None, log_level: s
         from psyche_client.tui.app import run_dashboard
 
         logging.getLogger().setLevel(log_level.upper())
-        return run_dashboard(options)
+        return run_dashboard(options, parts)
     setup_logging(cast("LogFormat", logs), log_level.upper())
     try:
         import uvloop
@@ -190,7 +199,7 @@ def _run(options: ClientOptions, logs: str, write_log: Path | None, log_level: s
     except ImportError:
         run_loop = asyncio.run
     try:
-        return run_loop(ClientApp(options).run())
+        return run_loop(ClientApp(options, parts).run())
     except KeyboardInterrupt:
         return 130
 

@@ -245,7 +245,7 @@ def test_log_level_reaches_the_logging_setup(monkeypatch) -> None:
 
     levels = []
     monkeypatch.setattr(
-        cli, "_run", lambda _options, _logs, _write_log, level: levels.append(level) or 0
+        cli, "_run", lambda _options, _logs, _write_log, level, _parts: levels.append(level) or 0
     )
     base = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
     runner = CliRunner()

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import huggingface_hub
 import pytest
 import torch
-from psyche_client.training.device import DeviceError, resolve_device
 from psyche_client.training.model import loading as model_io
+from psyche_client.training.model.device import DeviceError, resolve_device
 from psyche_client.training.model.loading import (
     ModelLoadError,
     build_model_from_config,

@@ -26,7 +26,7 @@ from psyche_client.distro.optimizer import DistroOptimizer
 from psyche_client.distro.result import DistroResult, ResultDecodeError, ResultLayout
 from psyche_client.distro.size import encoded_result_size
 from psyche_client.training.backend import DecodedResult, TrainedResult, WeightsSnapshot
-from psyche_client.training.device import resolve_device
+from psyche_client.training.model.device import resolve_device
 from psyche_client.training.model.loading import (
     ModelInfo,
     build_model_from_config,

@@ -27,6 +27,7 @@ from psyche_client.tui.view import (
 
 if TYPE_CHECKING:
     from psyche_client.app.options import ClientOptions
+    from psyche_client.app.parts import Parts
     from psyche_client.app.snapshot import ClientSnapshot
 
 REFRESH_SECONDS = 0.15
@@ -199,7 +200,7 @@ class ClientDashboard(App[int]):
         bw_plot.refresh()
 
 
-def run_dashboard(options: ClientOptions) -> int:
+def run_dashboard(options: ClientOptions, parts: Parts | None = None) -> int:
     """Run the client under the dashboard; its logs go to the Logs tab."""
     from psyche_client.app.app import ClientApp
 
@@ -207,6 +208,6 @@ def run_dashboard(options: ClientOptions) -> int:
     root.setLevel(logging.INFO)
     lines = LogLines()
     root.addHandler(lines)
-    dashboard = ClientDashboard(ClientApp(options), lines)
+    dashboard = ClientDashboard(ClientApp(options, parts), lines)
     result = dashboard.run()
     return int(result if result is not None else dashboard.exit_code)

@@ -34,13 +34,13 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
-from psyche_client.training.device import resolve_device
 from psyche_client.training.model.checkpoint import (
     TOKENIZER_FILE_PATTERNS,
     CheckpointUploadError,
     save_checkpoint,
     upload_to_hub,
 )
+from psyche_client.training.model.device import resolve_device
 from psyche_client.training.model.params import (
     ParameterEntry,
     count_parameters,
