@@ -8,6 +8,7 @@ it with `psyche-client`'s arguments: `python tests/e2e/lying_client.py train --s
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,17 +19,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from psyche_client.app.parts import Parts
 from psyche_client.round import witness as witness_module
 from psyche_client.session.uplink import SwitchableUplink
+from psyche_common.bloom import Bloom
+from psyche_common.coordinator.types import Witness
+from psyche_common.protocol.messages import WitnessMetadata
 
 
 class LyingUplink(SwitchableUplink):
     """Sends every witness with all bloom bits set."""
 
-    async def send_witness(self, witness: dict[str, Any], metadata: dict[str, Any]) -> None:
-        for field in ("participant_bloom", "broadcast_bloom"):
-            bloom = dict(witness[field])
-            bloom["bits"] = b"\xff" * len(bloom["bits"])
-            witness[field] = bloom
-        await super().send_witness(witness, metadata)
+    async def send_witness(self, witness: Witness, metadata: WitnessMetadata) -> None:
+        def saturated(bloom: Bloom) -> Bloom:
+            return dataclasses.replace(bloom, bits=(1 << bloom.num_bits) - 1)
+
+        lying = dataclasses.replace(
+            witness,
+            participant_bloom=saturated(witness.participant_bloom),
+            broadcast_bloom=saturated(witness.broadcast_bloom),
+        )
+        await super().send_witness(lying, metadata)
 
 
 def accuse_every_trainer(

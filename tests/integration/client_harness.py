@@ -17,6 +17,7 @@ from psyche_client.round.runner import RoundRunner
 from psyche_client.training.backend import DummyBackend
 from psyche_common.assignment import BatchId
 from psyche_common.committee import CommitteeProof
+from psyche_common.config import HubCheckpoint
 from psyche_common.config.loading import parse_state
 from psyche_common.coordinator import (
     Accusation,
@@ -26,6 +27,7 @@ from psyche_common.coordinator import (
     Witness,
 )
 from psyche_common.protocol import Identity
+from psyche_common.protocol.messages import WitnessMetadata
 
 STATE_TOML = """
 run_id = "pipeline-test"
@@ -144,28 +146,29 @@ class FakeUplink:
     server: FakeServer
     me: bytes
 
-    async def send_witness(self, witness: dict[str, Any], metadata: dict[str, Any]) -> None:
-        self.server.witness_hashes.append((self.me, metadata["step"], metadata["weights_hash"]))
-        self.server.call(lambda c: c.witness(self.me, Witness.from_wire(witness), self.server.now))
+    async def send_witness(self, witness: Witness, metadata: WitnessMetadata) -> None:
+        self.server.witness_hashes.append((self.me, metadata.step, metadata.weights_hash))
+        # through the wire form, as the server receives it
+        received = Witness.from_wire(witness.to_wire())
+        self.server.call(lambda c: c.witness(self.me, received, self.server.now))
 
-    async def send_warmup_witness(self, witness: dict[str, Any]) -> None:
+    async def send_warmup_witness(self, witness: Witness) -> None:
         self.server.warmup_witnesses.append((self.server.coordinator.progress.epoch, self.me))
+        received = Witness.from_wire(witness.to_wire())
         self.server.call(
-            lambda c: c.warmup_witness(
-                self.me, Witness.from_wire(witness), self.server.now, self.server.seed()
-            )
+            lambda c: c.warmup_witness(self.me, received, self.server.now, self.server.seed())
         )
 
     async def send_health_check(
-        self, checks: list[tuple[bytes, dict[str, Any]]], step: int, weights_hash: bytes
+        self, checks: Sequence[tuple[bytes, CommitteeProof]], step: int, weights_hash: bytes
     ) -> None:
         self.server.record_hash(self.me, step, weights_hash)
         if checks:
-            parsed = [(cid, CommitteeProof.from_wire(p)) for cid, p in checks]
+            parsed = [(cid, CommitteeProof.from_wire(p.to_wire())) for cid, p in checks]
             self.server.accusations.append((self.me, [cid for cid, _ in checks]))
             self.server.call(lambda c: c.health_check(self.me, parsed))
 
-    async def send_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+    async def send_checkpoint(self, checkpoint: HubCheckpoint) -> None:
         return None
 
     async def send_accusation(

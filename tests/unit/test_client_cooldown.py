@@ -21,14 +21,15 @@ from psyche_client.tui.app import client_tab_text
 from psyche_client.tui.view import BandwidthMeter, build_view
 from psyche_client.weights.backends import BackendOptions
 from psyche_client.weights.lifecycle import CheckpointOptions
+from psyche_common.config import HubCheckpoint
 from psyche_common.protocol import Identity
 
 
 class RecordingLink:
     def __init__(self) -> None:
-        self.checkpoints: list[dict] = []
+        self.checkpoints: list[HubCheckpoint] = []
 
-    async def send_checkpoint(self, checkpoint: dict) -> None:
+    async def send_checkpoint(self, checkpoint: HubCheckpoint) -> None:
         self.checkpoints.append(checkpoint)
 
 
@@ -58,7 +59,7 @@ async def test_cooldown_shares_saves_prunes_and_reports(tmp_path: Path, monkeypa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run-step12", "run-step8"]
     assert (tmp_path / "run-step12" / "dummy.weights").read_bytes() == backend.weights
     assert [u[1] for u in uploads] == ["me/model"] * 3
-    assert link.checkpoints[-1] == {"Hub": {"repo_id": "me/model", "revision": "abc123"}}
+    assert link.checkpoints[-1] == HubCheckpoint(repo_id="me/model", revision="abc123")
     app.lifecycle.shared.clear()
     assert app.lifecycle.shared.manifest is None
 
@@ -200,7 +201,7 @@ async def test_a_failed_upload_is_logged_shown_and_retried_with_the_next_checkpo
     FailingHubApi.failing = False
     await cooldown(app, backend, 9)
     assert FailingHubApi.uploads == [str(tmp_path / "run-step8")]
-    assert link.checkpoints == [{"Hub": {"repo_id": "me/model", "revision": "rev-run-step8"}}]
+    assert link.checkpoints == [HubCheckpoint(repo_id="me/model", revision="rev-run-step8")]
     assert app.stats.checkpoint_error is None
     assert app.stats.last_checkpoint == f"{tmp_path / 'run-step8'}@rev-run-step8"
     assert "Checkpoint error" not in dashboard_text(app)

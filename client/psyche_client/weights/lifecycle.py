@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from psyche_common.client_id import short_id
+from psyche_common.config import HubCheckpoint
 from psyche_common.coordinator import Coordinator
 from psyche_common.protocol import Identity
 
@@ -178,5 +179,5 @@ class ModelLifecycle:
         self.stats.checkpointed(path, outcome.revision, outcome.error)
         if options.hub_repo and outcome.revision is not None:
             await self.uplink.send_checkpoint(
-                {"Hub": {"repo_id": options.hub_repo, "revision": outcome.revision}}
+                HubCheckpoint(repo_id=options.hub_repo, revision=outcome.revision)
             )
