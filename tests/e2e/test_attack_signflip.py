@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from psyche_client.verify.agreement import ACCUSE_BELOW
+from psyche_client.verify.threshold import ACCUSE_BELOW
 
 from tests.e2e.attack_run import ATTACKS, RunOutcome, run_attack
 from tests.e2e.client_run import Cluster, Proc, applied_hashes, wait_for, write_state

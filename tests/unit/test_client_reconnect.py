@@ -12,7 +12,7 @@ import pytest
 from psyche_client.session.reconnect import Backoff, ServerSession, SessionStatus
 from psyche_client.session.server_link import ServerLink, ServerLinkError, ServerRejected
 from psyche_client.session.uplink import SwitchableUplink
-from psyche_common.committee import WitnessProof
+from psyche_common.coordinator.committee import WitnessProof
 from psyche_common.coordinator.types import Witness
 from psyche_common.protocol import (
     Identity,

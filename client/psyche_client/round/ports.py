@@ -13,18 +13,18 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
-from psyche_common.committee import CommitteeProof, WitnessProof
 from psyche_common.config import HubCheckpoint
 from psyche_common.coordinator import Coordinator
+from psyche_common.coordinator.committee import CommitteeProof, WitnessProof
 from psyche_common.coordinator.types import Witness
 from psyche_common.protocol.messages import WitnessMetadata
 
 from psyche_client.p2p.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_client.round.witness_builder import EMPTY_MERKLE_ROOT
 from psyche_client.training.backend import TrainingBackend
-from psyche_client.verify.agreement import ACCUSE_BELOW
+from psyche_client.verify.threshold import ACCUSE_BELOW
 
 
 class PeerNetwork(Protocol):

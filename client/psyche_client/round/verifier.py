@@ -20,14 +20,14 @@ import logging
 
 import numpy as np
 from psyche_common.client_id import short_id
-from psyche_common.verification import verifier_sample
+from psyche_common.coordinator.verification import verifier_sample
 
 from psyche_client.round.checks import VerifierChecks, agreement_milli
 from psyche_client.round.context import RoundContext
 from psyche_client.round.ports import DataFetcher, Uplink
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
 from psyche_client.training.backend import VerifyingBackend
-from psyche_client.verify.agreement import ACCUSE_BELOW
+from psyche_client.verify.threshold import ACCUSE_BELOW
 
 log = logging.getLogger("psyche.client")
 

@@ -21,10 +21,10 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
-from psyche_common.assignment import BatchId
-from psyche_common.committee import CommitteeProof
+from psyche_common.batch_id import BatchId
 from psyche_common.config import AnyCheckpoint, HubCheckpoint
 from psyche_common.config import Checkpoint as CheckpointField
+from psyche_common.coordinator.committee import CommitteeProof
 from psyche_common.coordinator.types import Witness as WitnessReport
 from psyche_common.protocol import (
     DEFAULT_MAX_FRAME_SIZE,

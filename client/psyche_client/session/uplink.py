@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from psyche_common.assignment import BatchId
-from psyche_common.committee import CommitteeProof
+from psyche_common.batch_id import BatchId
 from psyche_common.config import HubCheckpoint
+from psyche_common.coordinator.committee import CommitteeProof
 from psyche_common.coordinator.types import Witness
 from psyche_common.protocol.messages import WitnessMetadata
 

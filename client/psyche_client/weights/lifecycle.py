@@ -86,7 +86,7 @@ class ModelLifecycle:
     async def load_backend(self, coordinator: Coordinator) -> TrainingBackend:
         me = self.identity.public_key
         peers = [peer for peer in self.members() if peer != me]
-        from_peers = coordinator.model.checkpoint.kind in ("P2P", "P2PGcs") and bool(peers)
+        from_peers = coordinator.model.checkpoint.is_p2p and bool(peers)
         entry = self.backends[self.backend_options.kind]
         if entry.builds_model:
             peer_config = await self._peer_config(peers) if from_peers else None
