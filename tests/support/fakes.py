@@ -14,7 +14,7 @@ import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from psyche_client.p2p.announcements import (
     AnnouncementError,
@@ -24,6 +24,10 @@ from psyche_client.p2p.announcements import (
 )
 from psyche_client.p2p.inbox import VerifiedAnnouncement, verify
 from psyche_common.batch_id import BatchId
+from psyche_common.config import HubCheckpoint
+from psyche_common.coordinator import Witness
+from psyche_common.coordinator.committee import CommitteeProof
+from psyche_common.protocol.messages import WitnessMetadata
 
 Announcement = ResultAnnouncement | FinishedAnnouncement
 Receiver = Callable[[VerifiedAnnouncement], None]
@@ -118,16 +122,14 @@ def lone_network(me: bytes = bytes(32)) -> MemoryNetwork:
 class ServerSink(Protocol):
     """A fake server behind `RecordingUplink`: gets each message once it is recorded."""
 
-    def on_witness(
-        self, sender: bytes, witness: dict[str, Any], metadata: dict[str, Any]
-    ) -> None: ...
+    def on_witness(self, sender: bytes, witness: Witness, metadata: WitnessMetadata) -> None: ...
 
-    def on_warmup_witness(self, sender: bytes, witness: dict[str, Any]) -> None: ...
+    def on_warmup_witness(self, sender: bytes, witness: Witness) -> None: ...
 
     def on_health_check(
         self,
         sender: bytes,
-        checks: list[tuple[bytes, dict[str, Any]]],
+        checks: Sequence[tuple[bytes, CommitteeProof]],
         step: int,
         weights_hash: bytes,
     ) -> None: ...
@@ -146,33 +148,33 @@ class RecordingUplink:
 
     me: bytes = bytes(32)
     server: ServerSink | None = None
-    witnesses: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
-    warmup_witnesses: list[dict[str, Any]] = field(default_factory=list)
-    health: list[tuple[list[tuple[bytes, dict[str, Any]]], int, bytes]] = field(
+    witnesses: list[tuple[Witness, WitnessMetadata]] = field(default_factory=list)
+    warmup_witnesses: list[Witness] = field(default_factory=list)
+    health: list[tuple[list[tuple[bytes, CommitteeProof]], int, bytes]] = field(
         default_factory=list
     )
-    checkpoints: list[dict[str, Any]] = field(default_factory=list)
+    checkpoints: list[HubCheckpoint] = field(default_factory=list)
     accusations: list[tuple[int, bytes, BatchId, int]] = field(default_factory=list)
     joins: int = 0
 
-    async def send_witness(self, witness: dict[str, Any], metadata: dict[str, Any]) -> None:
+    async def send_witness(self, witness: Witness, metadata: WitnessMetadata) -> None:
         self.witnesses.append((witness, metadata))
         if self.server is not None:
             self.server.on_witness(self.me, witness, metadata)
 
-    async def send_warmup_witness(self, witness: dict[str, Any]) -> None:
+    async def send_warmup_witness(self, witness: Witness) -> None:
         self.warmup_witnesses.append(witness)
         if self.server is not None:
             self.server.on_warmup_witness(self.me, witness)
 
     async def send_health_check(
-        self, checks: list[tuple[bytes, dict[str, Any]]], step: int, weights_hash: bytes
+        self, checks: Sequence[tuple[bytes, CommitteeProof]], step: int, weights_hash: bytes
     ) -> None:
-        self.health.append((checks, step, weights_hash))
+        self.health.append((list(checks), step, weights_hash))
         if self.server is not None:
             self.server.on_health_check(self.me, checks, step, weights_hash)
 
-    async def send_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+    async def send_checkpoint(self, checkpoint: HubCheckpoint) -> None:
         self.checkpoints.append(checkpoint)
 
     async def send_join(self) -> None:

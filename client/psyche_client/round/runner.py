@@ -132,6 +132,11 @@ class RoundRunner:
         is_member = ctx.me in ctx.members()
         await self._do(action_for(ctx.phase, coordinator.run_state, is_member), coordinator)
 
+    def lose_sync(self, cause: str) -> None:
+        """Our weights are known to differ from the majority's (the server said so): stop
+        training and witnessing until the next Warmup resyncs them."""
+        self.ctx.lose_sync(cause)
+
     def on_announcement(self, verified: VerifiedAnnouncement) -> None:
         """An announcement arrived from a peer (or was re-broadcast), its signatures checked
         by the P2P inbox: route it (warmup readiness, or the round it names)."""

@@ -17,7 +17,9 @@ from psyche_common.bloom import Bloom
 from psyche_common.client_id import short_id
 from psyche_common.coordinator import Coordinator, witness_quorum
 from psyche_common.coordinator.committee import Committee
+from psyche_common.coordinator.types import Witness
 from psyche_common.coordinator.witnesses import attested_trainers
+from psyche_common.protocol.messages import WitnessMetadata
 
 from psyche_client.p2p.announcements import make_finished_announcement
 from psyche_client.p2p.inbox import VerifiedAnnouncement
@@ -25,7 +27,7 @@ from psyche_client.round.context import RoundContext
 from psyche_client.round.exchange import ResultExchange
 from psyche_client.round.health import clients_to_accuse
 from psyche_client.round.phase import Phase
-from psyche_client.round.ports import PeerNetwork, Uplink, witness_wire
+from psyche_client.round.ports import PeerNetwork, Uplink
 from psyche_client.round.roles import selection_for_round
 from psyche_client.round.state import RoundStage, RoundState
 from psyche_client.round.witness_builder import EMPTY_MERKLE_ROOT
@@ -86,7 +88,7 @@ class Witnessing:
         weights = self.ctx.require_backend().weights_hash()
         metadata = self.ctx.stats.witness_metadata(round_.step, weights)
         await self.uplink.send_witness(
-            witness_wire(proof, participant, broadcast, merkle), metadata
+            Witness(proof, participant, broadcast, merkle), WitnessMetadata(**metadata)
         )
         if fallback:  # the round ran to its end: say what the witness was still waiting for
             waiting_for = sorted(
@@ -150,7 +152,7 @@ class Witnessing:
             is_trainer=judged,
             participant_blooms=[w.participant_bloom for w in witnesses],
             quorum=quorum,
-            proof_for=lambda i: selection.get_committee(i).to_wire(),
+            proof_for=selection.get_committee,
         )
         if accused:
             log.warning(

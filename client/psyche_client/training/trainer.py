@@ -59,7 +59,7 @@ from psyche_client.distro import (
     ResultLayout,
 )
 from psyche_client.distro.sparseloco import SparseLocoOptimizer, SparseLocoSettings
-from psyche_client.model.loading import weights_hash
+from psyche_client.training.model.loading import weights_hash
 from psyche_client.training.optimizer_settings import AdamWSettings, Settings, optimizer_settings
 
 __all__ = [

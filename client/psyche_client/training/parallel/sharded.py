@@ -43,7 +43,7 @@ from psyche_client.distro import (
     ResultLayout,
     TensorPayload,
 )
-from psyche_client.model.params import hash_parameters, raw_entry
+from psyche_client.training.model.params import hash_parameters, raw_entry
 from psyche_client.training.parallel.collectives import (
     any_rank,
     gather_object,
