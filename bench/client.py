@@ -24,6 +24,9 @@
    one's: apply of round h-2, data fetch, forward/backward, DisTrO generate (clip +
    momentum + DCT + top-k), encode + commitment, decode of results, weights hashing, the
    training itself and the idle time after it, and the RoundWitness phase.
+   `--model M` measures another model on both sides (a local directory too); `--build-134m DIR`
+   writes the ~134M-parameter Llama of docs/benchmarks.md there first (`bench/models.py`).
+   For it, `--batch 32 --short-batch 4 --micro-batch 4` gives the 8,192- and 1,024-token steps.
 2. Late-joiner model fetch: seconds to fetch a ~20M-parameter model's bytes peer-to-peer
    (`psyche_client.p2p.benchmark`, 3 serving peers, hash-checked parameters) vs a raw
    loopback socket copy of the same bytes.
@@ -51,6 +54,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.models import write_llama_134m  # noqa: E402 - needs ROOT on sys.path
+
 MODEL = "builtin:llama-2m"
 DATA = "python-stdlib"
 ROUND_WITNESS_TIME = 1
@@ -70,7 +75,7 @@ def progress(message: str) -> None:
 # ---------------------------------------------------------------------------- baseline
 
 
-def bare_worker(shape: Shape, out: Path) -> None:
+def bare_worker(shape: Shape, out: Path, model_name: str) -> None:
     """The baseline, run as a separate process next to the client run: the same model, data
     and micro-batching trained by a plain loop with AdamW, forever (the parent kills it); one
     ``start end`` line (monotonic seconds, system-wide on Linux) per step goes to ``out``."""
@@ -78,7 +83,7 @@ def bare_worker(shape: Shape, out: Path) -> None:
     from psyche_common.batch_id import BatchId
     from psyche_common.data.builtin import BuiltinDataProvider
 
-    model, _ = load_model(MODEL, device="cpu", dtype=torch.float32)
+    model, _ = load_model(model_name, device="cpu", dtype=torch.float32)
     provider = BuiltinDataProvider(DATA, shape.seq_len, None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95))
     with out.open("a") as log:
@@ -99,11 +104,13 @@ def bare_worker(shape: Shape, out: Path) -> None:
             step += 1
 
 
-def start_bare_worker(shape: Shape, threads: int, out: Path) -> subprocess.Popen[bytes]:
+def start_bare_worker(
+    shape: Shape, threads: int, out: Path, model_name: str
+) -> subprocess.Popen[bytes]:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     command = [sys.executable, __file__, "--bare-worker", str(out), "--threads", str(threads)]
     command += ["--batch", str(shape.batch), "--seq-len", str(shape.seq_len)]
-    command += ["--micro-batch", str(shape.micro_batch)]
+    command += ["--micro-batch", str(shape.micro_batch), "--model", model_name]
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
 
 
@@ -263,7 +270,7 @@ def round_breakdown(
 # ---------------------------------------------------------------------------- client run
 
 
-def client_run(tmp: Path, shape: Shape, steps: int) -> dict[str, Any]:
+def client_run(tmp: Path, shape: Shape, steps: int, model_name: str) -> dict[str, Any]:
     from psyche_client.app import ClientApp, ClientOptions, ServerOptions
     from psyche_client.app.options import client_p2p_config
     from psyche_client.weights.backends import BackendOptions
@@ -277,11 +284,11 @@ def client_run(tmp: Path, shape: Shape, steps: int) -> dict[str, Any]:
         total_steps=steps + 1,
         batch=shape.batch,
         seq_len=shape.seq_len,
-        max_round_train_time=120,
+        max_round_train_time=900,
         warmup_time=60,
     )
     text = state.read_text().replace("\nmin_clients = 2", "\nmin_clients = 1")
-    text = text.replace('repo_id = "builtin:llama-tiny"', f'repo_id = "{MODEL}"')
+    text = text.replace('repo_id = "builtin:llama-tiny"', f'repo_id = "{model_name}"')
     state.write_text(text)
     probe = Probe()
     restore = install_probe(probe)
@@ -336,7 +343,9 @@ def joiner_fetch() -> dict[str, float]:
     return result
 
 
-def measure_case(shape: Shape, steps: int, repeats_count: int, threads: int) -> dict[str, Any]:
+def measure_case(
+    shape: Shape, steps: int, repeats_count: int, threads: int, model_name: str
+) -> dict[str, Any]:
     """The client next to the bare loop, `repeats_count` times; the median ratio and the
     breakdown of the most typical repeat."""
     repeats = []
@@ -347,9 +356,9 @@ def measure_case(shape: Shape, steps: int, repeats_count: int, threads: int) -> 
         )
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "bare.log"
-            worker = start_bare_worker(shape, threads, out)
+            worker = start_bare_worker(shape, threads, out, model_name)
             try:
-                client = client_run(Path(tmp), shape, steps)
+                client = client_run(Path(tmp), shape, steps, model_name)
             finally:
                 worker.terminate()
                 worker.wait(30)
@@ -404,21 +413,29 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each side")
     parser.add_argument("--skip-fetch", action="store_true", help="skip the joiner fetch")
     parser.add_argument("--skip-short", action="store_true", help="skip the short-step case")
+    parser.add_argument("--model", default=MODEL, help="model of both sides (a directory too)")
+    parser.add_argument(
+        "--build-134m", type=Path, default=None, help="write the 134M Llama here and use it"
+    )
     parser.add_argument("--bare-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     shape = Shape(args.batch, args.seq_len, args.micro_batch)
     torch.set_num_threads(args.threads)
     if args.bare_worker is not None:
-        bare_worker(shape, args.bare_worker)
+        bare_worker(shape, args.bare_worker, args.model)
         return
     logging.disable(logging.WARNING)
     load_before = os.getloadavg()
-    cases = {"long_step": measure_case(shape, args.steps, args.repeats, args.threads)}
+    if args.build_134m is not None:
+        args.model = str(write_llama_134m(args.build_134m))
+    cases = {"long_step": measure_case(shape, args.steps, args.repeats, args.threads, args.model)}
     if not args.skip_short:
         short = Shape(args.short_batch, args.seq_len, min(args.micro_batch, args.short_batch))
-        cases["short_step"] = measure_case(short, args.steps * 2, args.repeats, args.threads)
+        cases["short_step"] = measure_case(
+            short, args.steps * 2, args.repeats, args.threads, args.model
+        )
     result: dict[str, Any] = {
-        "model": MODEL,
+        "model": args.model,
         "data": DATA,
         "torch_threads": args.threads,
         "round_witness_time": ROUND_WITNESS_TIME,

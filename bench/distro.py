@@ -18,7 +18,11 @@ validation loss over AdamW's and bytes per token; prints `{"study": [...], "best
 It runs for hours on a 2-core CPU; `--cache FILE` keeps finished runs (JSON lines) so that an
 interrupted or extended study does not redo them.
 
-Usage: .venv/bin/python bench/distro.py [--steps N] [--timing-iters N]
+`--build-134m DIR` writes the ~134M-parameter Llama of docs/benchmarks.md (hidden 768, 12
+layers, vocabulary 32,000, untied; `bench/models.py`) into DIR as a config-only Hugging Face
+directory and measures that model (as `--model DIR`).
+
+Usage: .venv/bin/python bench/distro.py [--steps N] [--timing-iters N] [--model M | --build-134m DIR]
        .venv/bin/python bench/distro.py --study [--steps 300] [--seeds 0,1] [--cache FILE]
 """
 
@@ -42,7 +46,8 @@ from psyche_common.batch_id import BatchId
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support.distro_study import VARIANTS, run_study  # noqa: E402 - needs ROOT on sys.path
+from bench.models import write_llama_134m  # noqa: E402 - needs ROOT on sys.path
+from tests.support.distro_study import VARIANTS, run_study  # noqa: E402
 from tests.support.simulation import (  # noqa: E402
     load_stdlib_corpus,
     run_adamw,
@@ -162,6 +167,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4, help="sequences per client step")
     parser.add_argument("--seq-len", type=int, default=256, help="tokens per sequence")
     parser.add_argument("--model", default="builtin:llama-20m", help="model for sizes and times")
+    parser.add_argument(
+        "--build-134m", type=Path, default=None, help="write the 134M Llama here and measure it"
+    )
     parser.add_argument("--study", action="store_true", help="run the variant study instead")
     parser.add_argument("--seeds", default="0,1", help="study seeds, comma-separated")
     parser.add_argument("--only", default=None, help="study variants to run, comma-separated")
@@ -183,6 +191,8 @@ def main() -> None:
         report["load_average"] = {"before": load_before, "after": os.getloadavg()}
         print(json.dumps(report))
         return
+    if args.build_134m is not None:
+        args.model = str(write_llama_134m(args.build_134m))
     print(f"measuring {args.model}...", file=sys.stderr)
     sizes = measure_model(args.model, args.timing_iters, args.batch, args.seq_len)
     steps = args.steps or 80

@@ -13,6 +13,7 @@ from psyche_client.distro import DctTransform, DistroOptimizer, DistroResult, Di
 from psyche_client.distro.compress import topk_per_chunk
 from psyche_common.batch_id import BatchId
 
+from tests.support.exact_idct_reference import integer_sign_definition
 from tests.support.tiny_distro import SETTINGS, TinyNet, set_random_grads
 
 ONE_BIT = dataclasses.replace(SETTINGS, quantize_1bit=True)
@@ -95,11 +96,14 @@ def _peer_results(settings: DistroSettings, peers: int, step: int = 1) -> list[D
 
 
 @pytest.mark.parametrize("settings", [SETTINGS, ONE_BIT, TWO_BIT], ids=["bf16", "1bit", "2bit"])
-def test_apply_is_scatter_mean_then_float64_inverse_dct_then_sign(settings: DistroSettings) -> None:
+def test_apply_is_scatter_mean_then_integer_inverse_dct_then_sign(
+    settings: DistroSettings,
+) -> None:
     """Against a loop written from the definition: bf16 and 2-bit results normalised per
     tensor to the lower median of their RMS values (docs/distro.md), then per coefficient
-    the mean over the results that chose it (float64), inverse DCT in float64,
-    `theta -= lr * sign(.)`."""
+    the mean over the results that chose it (float64), the integer inverse DCT's sign,
+    `theta -= lr * sign(.)`; and that sign is the float64 inverse DCT's wherever that is not
+    within 1e-6 of 0."""
     results = _peer_results(settings, 3)
     model = TinyNet()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -121,11 +125,15 @@ def test_apply_is_scatter_mean_then_float64_inverse_dct_then_sign(settings: Dist
                 for j in range(expected.k):
                     total[c, idx[c, j]] += val[c, j]
                     count[c, idx[c, j]] += 1
-        mean = torch.where(count > 0, total / count.clamp_min(1), 0.0)
-        decoded = transform.decode(mean.view(expected.xshape), expected.shape)
-        want = before[expected.name] - 0.25 * torch.sign(decoded).float()
+        mean = torch.where(count > 0, total / count.clamp_min(1), 0.0).flatten()
+        positions = mean.nonzero().flatten()
+        signs = integer_sign_definition(expected, positions, mean[positions])
+        want = before[expected.name] - 0.25 * torch.from_numpy(signs)
         got = dict(model.named_parameters())[expected.name]
         assert torch.equal(got, want), expected.name
+        decoded = transform.decode(mean.view(expected.xshape), expected.shape)
+        clear = decoded.abs() > 1e-6
+        assert torch.equal(torch.sign(decoded).float()[clear], torch.from_numpy(signs)[clear])
 
 
 def _normalising_factors(values: list[torch.Tensor]) -> list[float]:

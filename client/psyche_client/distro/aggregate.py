@@ -15,7 +15,8 @@ only what lies about 2**-(52 - log2(results)) below the parameter's largest valu
 `scales` (one factor per result, from `influence.influence_scales`) multiplies each result's
 values first; the caller passes them for value kinds that carry magnitudes (bf16, 2-bit).
 
-API: `exact_grid(values, terms) -> Tensor`, `aggregate(payloads, kind, chunks, totalk, *,
+API: `exact_grid(values, terms) -> Tensor`, `aggregate_sparse(payloads, kind, totalk, *,
+mean_over_all, device, scales=None) -> (positions, means)`, `aggregate(payloads, kind, chunks, totalk, *,
 mean_over_all, device, scales=None) -> Tensor` (float64 `[chunks, totalk]`).
 """
 
@@ -48,6 +49,45 @@ def exact_grid(values: torch.Tensor, terms: int) -> torch.Tensor:
     return torch.round(values * scale) / scale
 
 
+def aggregate_sparse(
+    payloads: Sequence[TensorPayload],
+    kind: ValueKind,
+    totalk: int,
+    *,
+    mean_over_all: bool,
+    device: torch.device,
+    scales: Sequence[float] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(positions, means)`: the distinct chosen coefficients' flat positions
+    (`chunk * totalk + index`, ascending, int64) and their float64 means, as `aggregate`
+    defines them; coefficients no result chose are absent."""
+    if not payloads:
+        raise ValueError("aggregate needs at least one result")
+    if scales is not None and len(scales) != len(payloads):
+        raise ValueError(f"{len(scales)} scales for {len(payloads)} results")
+    idx = np.concatenate([payload.indices() for payload in payloads], axis=1)
+    if scales is None:
+        val = np.concatenate([payload.values(kind) for payload in payloads], axis=1)
+    else:
+        val = np.concatenate(
+            [
+                np.multiply(payload.values(kind), scale)
+                for payload, scale in zip(payloads, scales, strict=True)
+            ],
+            axis=1,
+        )
+    offsets = (np.arange(idx.shape[0], dtype=np.int64) * totalk)[:, None]
+    flat = torch.from_numpy((idx + offsets).reshape(-1)).to(device)
+    values = exact_grid(torch.from_numpy(val.reshape(-1)).to(device), len(payloads))
+    positions, inverse = torch.unique(flat, sorted=True, return_inverse=True)
+    sums = torch.zeros(positions.shape[0], dtype=torch.float64, device=device)
+    sums.scatter_add_(0, inverse, values)
+    if mean_over_all:
+        return positions, sums / len(payloads)
+    counts = torch.bincount(inverse, minlength=positions.shape[0])
+    return positions, sums / counts.to(torch.float64)
+
+
 def aggregate(
     payloads: Sequence[TensorPayload],
     kind: ValueKind,
@@ -70,32 +110,9 @@ def aggregate(
     and one indexed write fills the zeroed dense tensor. With `scales`, result r's values are
     multiplied by `scales[r]` (one float64 rounding each) before anything else.
     """
-    if not payloads:
-        raise ValueError("aggregate needs at least one result")
-    if scales is not None and len(scales) != len(payloads):
-        raise ValueError(f"{len(scales)} scales for {len(payloads)} results")
-    idx = np.concatenate([payload.indices() for payload in payloads], axis=1)
-    if scales is None:
-        val = np.concatenate([payload.values(kind) for payload in payloads], axis=1)
-    else:
-        val = np.concatenate(
-            [
-                np.multiply(payload.values(kind), scale)
-                for payload, scale in zip(payloads, scales, strict=True)
-            ],
-            axis=1,
-        )
-    offsets = (np.arange(chunks, dtype=np.int64) * totalk)[:, None]
-    flat = torch.from_numpy((idx + offsets).reshape(-1)).to(device)
-    values = exact_grid(torch.from_numpy(val.reshape(-1)).to(device), len(payloads))
-    positions, inverse = torch.unique(flat, sorted=True, return_inverse=True)
-    sums = torch.zeros(positions.shape[0], dtype=torch.float64, device=device)
-    sums.scatter_add_(0, inverse, values)
-    if mean_over_all:
-        means = sums / len(payloads)
-    else:
-        counts = torch.bincount(inverse, minlength=positions.shape[0])
-        means = sums / counts.to(torch.float64)
+    positions, means = aggregate_sparse(
+        payloads, kind, totalk, mean_over_all=mean_over_all, device=device, scales=scales
+    )
     dense = torch.zeros(chunks * totalk, dtype=torch.float64, device=device)
     dense[positions] = means
     return dense.view(chunks, totalk)

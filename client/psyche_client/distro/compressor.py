@@ -5,11 +5,12 @@ chunk, top-k and value kind. `compress(i, buffer)` takes parameter i's buffer (D
 momentum, SparseLoCo's error-feedback accumulator) through the tiled DCT, the top-k per chunk
 and the value quantizer. `densify(i, idx, val, like)` is the inverse DCT of one sparse set of
 coefficients (a client's own previous result, for error feedback and lookahead).
-`aggregated(i, payloads, ...)` is the inverse DCT of all received results' coefficients of
-parameter i (as tiles; `untile(i, tiles)` reshapes), aggregated exactly (`aggregate`) and
-transformed in float64: the only step
-whose float sums may differ between devices, done at a precision where that matters only for
-values within ~1e-16 of a rounding or sign boundary. Results whose values carry magnitudes
+`aggregated_signs(i, payloads)` is DisTrO's update direction: the sign of the inverse DCT of
+all received results' coefficients of parameter i, aggregated exactly (`aggregate`) and
+transformed on integers (`exact_idct`), so it is the same on every device.
+`aggregated(i, payloads, ...)` is SparseLoCo's: the float64 inverse DCT (as tiles;
+`untile(i, tiles)` reshapes), whose float sums may differ between devices only within ~1e-16
+of a value. Results whose values carry magnitudes
 (bf16, 2-bit) are first normalised per tensor to a common RMS (`influence`), so no single
 result outweighs a typical one; one-bit results are aggregated as they are. `check(result)` compares a result's
 value kind and per-tensor layout with the local model's.
@@ -22,9 +23,10 @@ from dataclasses import dataclass
 
 import torch
 
-from psyche_client.distro.aggregate import aggregate
+from psyche_client.distro.aggregate import aggregate, aggregate_sparse
 from psyche_client.distro.compress import pack_indices, topk_per_chunk
 from psyche_client.distro.dct import DctTransform
+from psyche_client.distro.exact_idct import ExactSignDecoder
 from psyche_client.distro.influence import influence_scales
 from psyche_client.distro.result import DistroResult, ResultLayout, TensorPayload
 from psyche_client.distro.values import ValueKind, quantize
@@ -51,6 +53,7 @@ class Compressor:
         self.topk = topk
         self.layout = ResultLayout.for_parameters(named_shapes, chunk, topk, kind)
         self.transform = DctTransform(chunk)
+        self.sign_decoder = ExactSignDecoder()
 
     @property
     def kind(self) -> ValueKind:
@@ -81,6 +84,28 @@ class Compressor:
         dense.scatter_(-1, idx.to(like.device), val.to(device=like.device, dtype=like.dtype))
         return self.transform.decode(dense.view(expected.xshape), expected.shape)
 
+    def aggregated_signs(
+        self, i: int, payloads: Sequence[TensorPayload], *, device: torch.device
+    ) -> torch.Tensor:
+        """DisTrO's update direction for parameter i: the sign (float32 -1/0/+1, the
+        parameter's shape) of the integer inverse DCT of the scatter-mean of `payloads`
+        (`exact_idct`), the same on every device."""
+        expected = self.layout.tensors[i]
+        positions, means = aggregate_sparse(
+            payloads,
+            self.kind,
+            expected.totalk,
+            mean_over_all=False,
+            device=device,
+            scales=self._scales(payloads),
+        )
+        return self.sign_decoder.signs(positions, means, expected, device)
+
+    def _scales(self, payloads: Sequence[TensorPayload]) -> list[float] | None:
+        if self.kind == ValueKind.ONE_BIT:
+            return None
+        return influence_scales([p.rms(self.kind) for p in payloads])
+
     def aggregated(
         self,
         i: int,
@@ -92,9 +117,6 @@ class Compressor:
         """Parameter i's aggregated update as float64 tiles (the inverse DCT in the encoded
         layout); `untile(i, tiles)` puts them in the parameter's shape."""
         expected = self.layout.tensors[i]
-        scales = None
-        if self.kind != ValueKind.ONE_BIT:
-            scales = influence_scales([p.rms(self.kind) for p in payloads])
         coefficients = aggregate(
             payloads,
             self.kind,
@@ -102,7 +124,7 @@ class Compressor:
             expected.totalk,
             mean_over_all=mean_over_all,
             device=device,
-            scales=scales,
+            scales=self._scales(payloads),
         )
         return self.transform.decode_tiles(coefficients.view(expected.xshape), expected.shape)
 

@@ -3,8 +3,8 @@
 Reference: spec sections 1.5 and 1.6, with fixes for determinism (docs/deviations.md): the
 lookahead is undone by restoring saved weights, weight decay runs in `apply` (so every client
 applying the same results decays identically), results are applied in canonical batch-id
-order, their coefficients are summed exactly and the inverse DCT of the aggregate runs in
-float64 before `sign`.
+order, their coefficients are summed exactly and the sign of the inverse DCT of the aggregate
+is that of an exact integer transform (`exact_idct`), the same on every device.
 
 Per parameter (sorted by name) the optimizer keeps a momentum `delta` (zeros, parameter dtype).
 
@@ -178,7 +178,8 @@ class DistroOptimizer:
         """Apply `results` (any order; sorted canonically here). Returns how many were used.
 
         Per parameter: every coefficient is the mean over the results that chose it (one
-        exact float64 scatter for all results), then the float64 inverse DCT, then
+        exact float64 scatter for all results), then the sign of the integer inverse DCT
+        (`exact_idct`), then
         `theta <- theta * (1 - lr * wd) - lr * sign(.)`. Clients applying the same set of
         results with the same lr get bit-identical weights.
         """
@@ -189,11 +190,10 @@ class DistroOptimizer:
             self.compressor.check(result)
         weight_decay = self.settings.weight_decay
         for i, (_, p) in enumerate(self._params):
-            tiles = self.compressor.aggregated(
-                i, [result.tensors[i] for result in ordered], mean_over_all=False, device=p.device
+            signs = self.compressor.aggregated_signs(
+                i, [result.tensors[i] for result in ordered], device=p.device
             )
-            signs = self.compressor.untile(i, tiles.sign_().to(p.dtype))
             if weight_decay != 0.0:
                 p.mul_(1.0 - lr * weight_decay)
-            p.add_(signs, alpha=-lr)
+            p.add_(signs.to(p.dtype), alpha=-lr)
         return len(ordered)
