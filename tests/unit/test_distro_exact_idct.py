@@ -82,24 +82,26 @@ def test_exact_ties_give_zero_through_the_exact_path(monkeypatch: pytest.MonkeyP
     assert asked and asked[0] >= 8
 
 
-def test_same_signs_on_sparse_and_dense_paths_and_any_thread_count(
+def test_same_signs_on_sparse_and_dense_paths_blocks_and_any_thread_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Different float32 summation orders (index_add_ vs a GEMM, 1 vs 2 threads) cannot
-    change the result."""
-    layout = _layout((64, 128), chunk=64)
+    """Different float32 summation orders (index_add_ vs a GEMM, 1 vs 2 threads) and block
+    sizes cannot change the result, and it is the definition's."""
+    layout = _layout((256, 128), chunk=64)
     positions, means = _random_coefficients(layout, 64, 7)
     results = []
     threads = torch.get_num_threads()
     try:
-        for per_tile, n_threads in ((10**9, 1), (0, 1), (0, 2), (10**9, 2)):
+        for per_tile, n_threads, block in ((10**9, 1, 1 << 18), (0, 1, 1), (0, 2, 1 << 18)):
             monkeypatch.setattr(exact_idct, "_SPARSE_PER_TILE", per_tile)
+            monkeypatch.setattr(exact_idct, "_BLOCK_ELEMENTS", block)
             torch.set_num_threads(n_threads)
             results.append(ExactSignDecoder().signs(positions, means, layout, CPU))
     finally:
         torch.set_num_threads(threads)
     for other in results[1:]:
         assert torch.equal(results[0], other)
+    np.testing.assert_array_equal(results[0].numpy(), _definition(layout, positions, means))
 
 
 def test_signs_match_float64_except_within_the_proven_rounding() -> None:

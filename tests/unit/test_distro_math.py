@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from psyche_client.distro import DctTransform, chunk_size, dct_basis, encoded_shape, num_chunks
+from psyche_client.distro import compressor as compressor_module
 from psyche_client.distro.compress import (
     index_bits,
     index_bytes,
@@ -22,6 +23,8 @@ from psyche_client.distro.compress import (
     unpack_indices,
     unpack_signs,
 )
+from psyche_client.distro.compressor import Compressor
+from psyche_client.distro.values import ValueKind
 
 
 @pytest.mark.parametrize(
@@ -248,3 +251,17 @@ def test_payload_formula_table(
     totalk = math.prod(xshape[-tile_dims:])
     idx_bytes, val_bytes = payload_sizes(num_chunks(shape, chunk), totalk, topk, one_bit)
     assert idx_bytes + val_bytes == payload
+
+
+def test_blocked_encode_selects_what_one_pass_selects(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large matrices are encoded over blocks of tile rows (3-D ones with their leading dims
+    folded in); the chunks, indices and values are those of one pass."""
+    monkeypatch.setattr(compressor_module, "_ENCODE_BLOCK", 8 * 24)
+    gen = torch.Generator().manual_seed(3)
+    for shape in ((40, 24), (3, 16, 24)):
+        comp = Compressor([("w", shape)], 8, 5, ValueKind.ONE_BIT)
+        buffer = torch.randn(shape, generator=gen)
+        got = comp.compress(0, buffer)
+        idx, val = topk_per_chunk(DctTransform(8).encode(buffer), 5, 2)
+        assert torch.equal(got.idx, idx)
+        torch.testing.assert_close(got.val, val, rtol=0, atol=1e-6)

@@ -31,6 +31,8 @@ from psyche_client.distro.influence import influence_scales
 from psyche_client.distro.result import DistroResult, ResultLayout, TensorPayload
 from psyche_client.distro.values import ValueKind, quantize
 
+_ENCODE_BLOCK = 1 << 18  # elements of one encode block (1 MiB of float32)
+
 
 @dataclass(frozen=True)
 class Compressed:
@@ -61,8 +63,7 @@ class Compressor:
 
     def compress(self, i: int, buffer: torch.Tensor) -> Compressed:
         expected = self.layout.tensors[i]
-        encoded = self.transform.encode(buffer)
-        idx, val = topk_per_chunk(encoded, self.topk, expected.tile_dims)
+        idx, val = self._encode_topk(buffer, expected.tile_dims, expected.xshape)
         packed_val, sent = quantize(val, self.kind)
         payload = TensorPayload(
             expected.xshape,
@@ -72,6 +73,24 @@ class Compressor:
             packed_val,
         )
         return Compressed(payload, idx, val, sent)
+
+    def _encode_topk(
+        self, buffer: torch.Tensor, tile_dims: int, xshape: tuple[int, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """DCT and top-k per chunk, over blocks of whole tile rows of a large matrix (so that
+        the DCT's output, its magnitudes and the selection stay in cache); the chunks come
+        out in the same order as from one pass."""
+        if tile_dims == 1 or buffer.numel() <= _ENCODE_BLOCK:
+            idx, val = topk_per_chunk(self.transform.encode(buffer), self.topk, tile_dims)
+            return idx, val
+        n1 = xshape[-2]
+        rows = buffer.reshape(-1, buffer.shape[-1])
+        step = max(1, _ENCODE_BLOCK // (n1 * rows.shape[1])) * n1
+        parts = [
+            topk_per_chunk(self.transform.encode(rows[first : first + step]), self.topk, 2)
+            for first in range(0, rows.shape[0], step)
+        ]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
     def densify(
         self, i: int, idx: torch.Tensor, val: torch.Tensor, like: torch.Tensor

@@ -57,7 +57,7 @@ _U = 2.0**-24
 _TIE_MARGIN = 1e-6
 # below this many received coefficients per tile the first stage is sparse (index_add_)
 _SPARSE_PER_TILE = 96
-_SPARSE_BLOCK = 1 << 16
+_BLOCK_ELEMENTS = 1 << 18
 
 
 def integer_basis(n: int) -> np.ndarray:
@@ -148,12 +148,6 @@ class ExactSignDecoder:
         within = positions - tile * (n1 * n2)
         j = torch.div(within, n2, rounding_mode="floor")
         k = within - j * n2
-        with _full_fp32_matmul():
-            # stage 1 in [rows, n1, cols, n2] (tile row r, j, tile col c, b), so that the
-            # second stage, B1 @ [n1, cols * n2] per tile row, lands in the parameter's layout
-            stage1 = self._first_stage(tile, j, k, x_int, grid, n1, n2, b2, device)
-            approx = torch.matmul(b1.float32(device), stage1.view(rows, n1, cols * n2))
-        del stage1
         l1 = torch.zeros(tiles, dtype=torch.int64, device=device)
         l1.index_add_(0, tile, x_int.abs())
         kappa = (_gamma(n2) + _gamma(n1) * (1.0 + _gamma(n2))) * (1.0 + 2.0**-20)
@@ -161,11 +155,34 @@ class ExactSignDecoder:
         wide = 2.0 * float(bound64.max()) >= 2.0**62
         # a tile without coefficients is exactly 0: give it a bound no |G~| is below
         bound = torch.where(l1 > 0, bound64, -1.0).to(torch.float32).view(rows, 1, cols, 1)
-        shaped = approx.view(rows, n1, cols, n2)
-        out = torch.sign(shaped)
-        where = (shaped.abs_() <= bound).nonzero()
-        del approx, shaped
-        if where.shape[0]:
+        out = torch.empty((rows, n1, cols, n2), dtype=torch.float32, device=device)
+        # blocks of tile rows, so that each block's passes stay in cache
+        step = max(1, _BLOCK_ELEMENTS // (n1 * cols * n2))
+        tile_row = torch.div(tile, cols, rounding_mode="floor")
+        edges = torch.searchsorted(
+            tile_row, torch.arange(0, rows + step, step, device=device).clamp_(max=rows)
+        ).tolist()
+        unsure = []
+        with _full_fp32_matmul():
+            for block, first in enumerate(range(0, rows, step)):
+                count = min(step, rows - first)
+                part = slice(edges[block], edges[block + 1])
+                # stage 1 in [rows, n1, cols, n2] (tile row r, j, tile col c, b), so that the
+                # second stage, B1 @ [n1, cols * n2] per tile row, lands in the parameter's
+                # layout
+                line = ((tile_row[part] - first) * n1 + j[part]) * cols + (
+                    tile[part] - tile_row[part] * cols
+                )
+                stage1 = self._first_stage(line, k[part], x_int[part], count, n1, cols, n2, b2)
+                approx = torch.matmul(b1.float32(device), stage1.view(count, n1, cols * n2))
+                shaped = approx.view(count, n1, cols, n2)
+                torch.sign(shaped, out=out[first : first + count])
+                found = (shaped.abs_() <= bound[first : first + count]).nonzero()
+                if found.shape[0]:
+                    found[:, 0] += first
+                    unsure.append(found)
+        if unsure:
+            where = torch.cat(unsure)
             exact = _exact_entries(
                 where.cpu().numpy(), positions, x_int, cols, n1, n2, b1, b2, wide
             )
@@ -176,28 +193,24 @@ class ExactSignDecoder:
 
     def _first_stage(
         self,
-        tile: torch.Tensor,
-        j: torch.Tensor,
+        line: torch.Tensor,
         k: torch.Tensor,
         x_int: torch.Tensor,
-        grid: tuple[int, int],
+        rows: int,
         n1: int,
+        cols: int,
         n2: int,
         b2: _Basis,
-        device: torch.device,
     ) -> torch.Tensor:
-        """`X_int @ B2_int.T` per tile as float32 `[rows * n1 * cols, n2]`, row
-        `(r * n1 + j) * cols + c` holding row j of tile (r, c)."""
-        rows, cols = grid
+        """`X_int @ B2_int.T` per tile as float32 `[rows * n1 * cols, n2]`; coefficient i
+        lies in row `line[i]` (`(r * n1 + j) * cols + c` for row j of tile (r, c)), column
+        `k[i]`."""
+        device = x_int.device
         basis_t = b2.float32(device).t().contiguous()  # row k: B2_int[:, k]
         x_float = x_int.to(torch.float32)
-        tile_row = torch.div(tile, cols, rounding_mode="floor")
-        line = (tile_row * n1 + j) * cols + (tile - tile_row * cols)
         if x_int.numel() < _SPARSE_PER_TILE * rows * cols:
             out = torch.zeros(rows * n1 * cols, n2, dtype=torch.float32, device=device)
-            for start in range(0, x_int.numel(), _SPARSE_BLOCK):
-                part = slice(start, start + _SPARSE_BLOCK)
-                out.index_add_(0, line[part], basis_t[k[part]] * x_float[part, None])
+            out.index_add_(0, line, basis_t[k] * x_float[:, None])
             return out
         dense = torch.zeros(rows * n1 * cols * n2, dtype=torch.float32, device=device)
         dense[line * n2 + k] = x_float
