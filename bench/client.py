@@ -285,6 +285,7 @@ def client_run(tmp: Path, shape: Shape, steps: int, model_name: str) -> dict[str
         batch=shape.batch,
         seq_len=shape.seq_len,
         max_round_train_time=900,
+        epoch_time=3600,
         warmup_time=60,
     )
     text = state.read_text().replace("\nmin_clients = 2", "\nmin_clients = 1")

@@ -151,3 +151,33 @@ def test_integer_basis_is_far_from_rounding_ties(n: int) -> None:
     scaled = dct_basis(n).numpy() * 2.0**Q_BITS
     assert (np.abs(scaled - np.floor(scaled) - 0.5) > 1e-6).all() or n == 1
     assert np.array_equal(integer_basis(n), np.rint(scaled).astype(np.int64))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_signs_equal_the_cpu_signs() -> None:
+    """Another device's kernels (atomics in index_add_, other GEMM orders) give the same."""
+    layout = _layout((256, 128), chunk=64)
+    for per_chunk in (16, 200):
+        positions, means = _random_coefficients(layout, per_chunk, 11)
+        cpu = ExactSignDecoder().signs(positions, means, layout, CPU)
+        cuda = ExactSignDecoder().signs(positions, means, layout, torch.device("cuda"))
+        assert torch.equal(cpu, cuda.cpu())
+
+
+def test_python_integer_fallback_agrees_with_the_wrapping_one() -> None:
+    """The exact path's Python-integer variant (taken if a bound came near 2**62) gives the
+    signs of the wrapping one, which is exact for the small |G_int| it is used for."""
+    layout = _layout((16, 24))
+    positions, _ = _random_coefficients(layout, 20, 5)
+    x_int = torch.randint(
+        -100, 101, (positions.numel(),), generator=torch.Generator().manual_seed(2)
+    )
+    decoder = ExactSignDecoder()
+    where = np.array(
+        [[r, a, c, b] for r in range(2) for a in range(8) for c in range(3) for b in (0, 5)]
+    )
+    args = (positions, x_int, 3, 8, 8, decoder.basis(8), decoder.basis(8))
+    wrapped = exact_idct._exact_entries(where, *args, False)
+    wide = exact_idct._exact_entries(where, *args, True)
+    assert np.array_equal(np.sign(wrapped), wide)
+    assert (wrapped != 0).sum() > 0.9 * len(where)
