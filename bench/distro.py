@@ -7,8 +7,9 @@ Default run:
 2. Encode (clip + momentum + DCT + top-k + packing + serialisation) time, and decode (strict
    decode of N results) + apply (aggregation, inverse DCT, sign step) time for N = 4, 16 and
    64 results, each as a fraction of the same client's forward+backward time, all measured in
-   this run (medians). The first 4 results come from real training steps; the others from
-   the same `generate` on random gradients (decode and apply cost does not depend on values).
+   this run (medians). The first 4 results come from real training steps; the others are
+   built directly with distinct random indices and random values per chunk (decode and apply
+   cost does not depend on the values).
 3. DisTrO / AdamW validation loss at equal tokens from a short convergence run of the
    prototype model (4 simulated peers, pipeline with the two-round delay).
 
@@ -38,7 +39,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from psyche_client.distro import DistroSettings
+from psyche_client.distro import DistroResult, DistroSettings
+from psyche_client.distro.compress import pack_indices
+from psyche_client.distro.result import TensorPayload
+from psyche_client.distro.values import quantize
 from psyche_client.training.model.loading import count_parameters, load_model
 from psyche_client.training.trainer import Trainer
 from psyche_common.batch_id import BatchId
@@ -91,16 +95,32 @@ def _train_steps(trainer: Trainer, iters: int, batch: int, seq_len: int) -> dict
 
 
 def _more_results(trainer: Trainer, count: int, first_batch: int) -> list[bytes]:
-    """Results of the real `generate` on random gradients (no forward/backward)."""
-    gen = torch.Generator().manual_seed(1)
+    """Valid results built directly: per chunk k distinct random indices and random signs
+    (decode and apply cost does not depend on the values; distinct random indices are the
+    most coefficients a set of results can bring, so this is the dearest case)."""
+    layout = trainer.layout
+    rng = np.random.default_rng(1)
     blobs = []
     for i in range(count):
-        for p in trainer.model.parameters():
-            p.grad = torch.randn(p.shape, generator=gen, dtype=p.dtype) * 1e-3
+        tensors = []
+        for t in layout.tensors:
+            idx = rng.integers(0, t.totalk, size=(t.chunks, t.k))
+            while t.k > 1:  # redraw the chunks that picked an index twice
+                ordered = np.sort(idx, axis=1)
+                again = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
+                if not again.any():
+                    break
+                idx[again] = rng.integers(0, t.totalk, size=(int(again.sum()), t.k))
+            values = torch.from_numpy(rng.standard_normal(t.chunks * t.k).astype(np.float32))
+            packed, _ = quantize(values.view(t.chunks, t.k), layout.value_kind)
+            tensors.append(
+                TensorPayload(
+                    t.xshape, t.totalk, t.k, pack_indices(torch.from_numpy(idx), t.totalk), packed
+                )
+            )
         start = first_batch + 4 * i
-        generated = trainer.distro.generate(1e-4, 99, BatchId(start, start + 3), i)
-        blobs.append(generated.transmit.encode())
-    trainer.model.zero_grad(set_to_none=True)
+        result = DistroResult(99, BatchId(start, start + 3), i, layout.value_kind, tuple(tensors))
+        blobs.append(result.encode())
     return blobs
 
 
