@@ -166,7 +166,11 @@ def load_sharded(groups: RankGroups, command: LoadModel) -> ShardedModel:
 def _build(groups: RankGroups, command: LoadModel, mesh: Any) -> ShardedModel:
     torch.manual_seed(RNG_SEED)
     model, info = load_run_model(
-        command.source, command.revision, command.peer_config, torch.device("cpu")
+        command.source,
+        command.revision,
+        command.peer_config,
+        torch.device("cpu"),
+        command.architecture,
     )
     named = sorted(model.named_parameters(), key=lambda item: item[0])
     names = [name for name, _ in named]
