@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from psyche_common.model_source import BUILTIN_PREFIX, SourceKind, classify_source
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from psyche_client.training.model.checkpoint import (
     TOKENIZER_FILE_PATTERNS,
@@ -148,10 +149,12 @@ def config_from_dict(config: dict[str, Any] | PretrainedConfig) -> PretrainedCon
 
 
 def _check_supported(config: PretrainedConfig, source: str) -> None:
-    if getattr(config, "tie_word_embeddings", False):
+    """Refuse a config transformers cannot build as a causal LM (tied embeddings are fine:
+    `named_parameters()` yields the shared tensor once, under the input embedding's name)."""
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
         raise ModelLoadError(
-            f"model {source}: tied word embeddings are not supported "
-            "(set tie_word_embeddings = false; the reference rejects them too)"
+            f"model {source}: model_type {config.model_type!r} is not a causal language model "
+            "that transformers builds (AutoModelForCausalLM)"
         )
 
 
