@@ -207,6 +207,7 @@ def main() -> None:
     baseline = at_256["msgpack_encode_state_us"]
     result = {
         "benchmark": "coordinator",
+        "quick": args.quick,
         "repeat": repeat,
         "clients_256": at_256,
         "ratio_vs_msgpack_encode": {

@@ -311,7 +311,9 @@ async def measure(n_clients: int, probes: int, idle_window: float, workdir: Path
         await asyncio.wait_for(process.wait(), 30)
 
 
-async def main_async(sizes: list[int], probes: int, idle_window: float) -> dict[str, Any]:
+async def main_async(
+    sizes: list[int], probes: int, idle_window: float, quick: bool
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         baseline = await measure(BASELINE_CLIENTS, probes, idle_window, workdir)
@@ -335,6 +337,7 @@ async def main_async(sizes: list[int], probes: int, idle_window: float) -> dict[
     }
     return {
         "benchmark": "server",
+        "quick": quick,
         "tick_interval_s": 0.5,
         "idle_window_s": idle_window,
         "baseline": baseline,
@@ -362,7 +365,7 @@ def main() -> None:
     except ImportError:
         runner = asyncio.Runner()
     with runner:
-        report = runner.run(main_async(sizes, probes, idle_window))
+        report = runner.run(main_async(sizes, probes, idle_window, args.quick))
     print(json.dumps(report))
 
 
