@@ -28,7 +28,7 @@ The runs are sequential; each is seconds of real training and the protocol's tim
 the whole table takes a long time (several minutes per row on a loaded 2-core machine). The
 machine's core count and load averages before and after are reported: every process is
 single-threaded, and a loaded machine slows rounds (not the comparison, which is per run).
-`--quick`: one attack (`signflip`) at size 1/3, 3 steps (the first applied one included): one
+`--quick`: one attack (`signflip`) at size 1/3, 4 steps (one of them applied): one
 clean run and one attacked run, the whole path from the processes to the table. Still minutes
 on a loaded 2-core machine (every run is a server and 3 client processes), so its test is
 `slow` (`make test-all`).
@@ -105,11 +105,11 @@ def main() -> None:
         help="comma-separated M/N: M of N clients malicious (default 1/4,2/8)",
     )
     parser.add_argument("--keep", type=Path, help="keep every run's logs under this directory")
-    parser.add_argument("--quick", action="store_true", help="signflip at 1/3, 3 steps")
+    parser.add_argument("--quick", action="store_true", help="signflip at 1/3, 4 steps")
     args = parser.parse_args()
     quick = args.quick
     only = args.only or ("signflip" if quick else ",".join(ATTACKS))
-    args.steps = args.steps or (3 if quick else 8)
+    args.steps = args.steps or (4 if quick else 8)
     names = [name for name in only.split(",") if name]
     unknown = [name for name in names if name not in ATTACKS]
     if unknown:
