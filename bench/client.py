@@ -86,7 +86,7 @@ def bare_worker(shape: Shape, out: Path) -> None:
     and micro-batching trained by a plain loop with AdamW, forever (the parent kills it); one
     ``start end`` line (monotonic seconds, system-wide on Linux) per step goes to ``out``."""
     from psyche_client.model.loading import load_model
-    from psyche_common.assignment import BatchId
+    from psyche_common.batch_id import BatchId
     from psyche_common.data.builtin import BuiltinDataProvider
 
     model, _ = load_model(shape.model, device="cpu", dtype=torch.float32)

@@ -27,11 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgpack
-from psyche_common.assignment import assign_data_for_round, assign_data_for_state
 from psyche_common.bloom import Bloom
-from psyche_common.committee import CommitteeSelection
 from psyche_common.config import CoordinatorConfig, LLMConfig
 from psyche_common.coordinator import Coordinator, RunState, Witness
+from psyche_common.coordinator.assignment import assign_data_for_round, assign_data_for_state
+from psyche_common.coordinator.committee import CommitteeSelection
 
 CONFIG = {
     "warmup_time": 30,

@@ -42,7 +42,7 @@ import torch
 from psyche_client.distro import DistroSettings
 from psyche_client.model.loading import count_parameters, load_model
 from psyche_client.training.trainer import Trainer
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

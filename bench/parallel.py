@@ -46,11 +46,12 @@ def progress(message: str) -> None:
 
 
 def coordinator(model: str, seq_len: int) -> SimpleNamespace:
+    from psyche_common.config.checkpoint import HubCheckpoint
     from psyche_common.config.lr_schedule import ConstantLR
     from psyche_common.config.optimizer import DistroOptimizer
 
     llm = SimpleNamespace(
-        checkpoint=SimpleNamespace(kind="Hub", repo_id=model, revision=None),
+        checkpoint=HubCheckpoint(repo_id=model),
         optimizer=DistroOptimizer(
             compression_chunk=64,
             compression_topk=8,
@@ -66,7 +67,7 @@ def coordinator(model: str, seq_len: int) -> SimpleNamespace:
 
 def batches(args: argparse.Namespace) -> list[np.ndarray]:
     """The run's samples: the builtin corpus, the same for both clients."""
-    from psyche_common.assignment import BatchId
+    from psyche_common.batch_id import BatchId
     from psyche_common.data.builtin import BuiltinDataProvider
 
     provider = BuiltinDataProvider("python-stdlib", args.seq_len, None)
@@ -86,7 +87,7 @@ class Client:
 
     def run(self, data: list[np.ndarray]) -> float:
         """Train and apply one step per batch; returns the seconds taken."""
-        from psyche_common.assignment import BatchId
+        from psyche_common.batch_id import BatchId
 
         started = time.perf_counter()
         for tokens in data:

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
-from psyche_common.committee import WitnessProof
 from psyche_common.coordinator import RunState
+from psyche_common.coordinator.committee import WitnessProof
 from psyche_common.coordinator.types import Witness
 from psyche_common.protocol import (
     Identity,

@@ -46,7 +46,7 @@ from psyche_client.verify.agreement import (  # noqa: E402
     sign_agreement,
 )
 from psyche_client.verify.recompute import recompute_gradient  # noqa: E402
-from psyche_common.assignment import BatchId  # noqa: E402
+from psyche_common.batch_id import BatchId  # noqa: E402
 
 from tests.support.simulation import (  # noqa: E402
     build_model,

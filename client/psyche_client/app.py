@@ -234,7 +234,7 @@ class ClientApp:
 
     async def _load_backend(self, coordinator: Coordinator) -> TrainingBackend:
         peers = [peer for peer in self.members if peer != self.identity.public_key]
-        from_peers = coordinator.model.checkpoint.kind in ("P2P", "P2PGcs") and bool(peers)
+        from_peers = coordinator.model.checkpoint.is_p2p and bool(peers)
         backend: TrainingBackend
         if self.options.dummy_training_delay_secs is not None:
             backend = DummyBackend(

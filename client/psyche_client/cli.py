@@ -545,14 +545,14 @@ def check(
 
     state = load_state(state_path)
     checkpoint = state.model.checkpoint
-    repo_id = getattr(checkpoint, "repo_id", None)
-    if repo_id is None:
+    repo = checkpoint.hub_repo()
+    if repo is None:
         raise click.ClickException(
             f"{state_path}: model.LLM.checkpoint is {checkpoint}, which names no model "
             "(check needs a Hub, Dummy or P2P checkpoint with a repo_id)"
         )
     try:
-        model_config = load_model_config(repo_id, getattr(checkpoint, "revision", None))
+        model_config = load_model_config(repo.repo_id, repo.revision)
     except ModelLoadError as exc:
         raise click.ClickException(f"{state_path}: model.LLM.checkpoint: {exc}") from exc
     try:

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
     Identity,

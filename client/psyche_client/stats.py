@@ -13,7 +13,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from psyche_common.assignment import round_batch_size
+from psyche_common.coordinator.assignment import round_batch_size
 
 WINDOW = 16
 

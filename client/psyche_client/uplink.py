@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 
 from psyche_client.server_link import ServerLink, ServerLinkError
 

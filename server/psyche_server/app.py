@@ -31,10 +31,7 @@ from psyche_common.protocol.messages import (
     to_wire,
 )
 
-from .bridge import (
-    client_index,
-    unhealthy_exited_ids,
-)
+from .bridge import unhealthy_exited_ids
 from .client_messages import apply_client_message, reported_weights
 from .connections import CloseConnection, Connection, ConnectionManager
 from .consistency import WeightsHashMonitor
@@ -420,7 +417,7 @@ class ServerApp:
             self.relay.forget(client_id)
         if not self.options.withdraw_on_disconnect:
             return
-        index = client_index(self.coordinator, client_id)
+        index = self.coordinator.client_index(client_id)
         if index is None:
             return
         try:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from psyche_common.committee import CommitteeProof
 from psyche_common.config.checkpoint import AnyCheckpoint
 from psyche_common.config.checkpoint import Checkpoint as CheckpointField
 from psyche_common.coordinator import Coordinator
+from psyche_common.coordinator.committee import CommitteeProof
 from psyche_common.coordinator.types import ClientState, Witness
 from psyche_common.protocol.messages import HealthCheck, InvalidMessage, describe_validation_error
 from pydantic import TypeAdapter, ValidationError
@@ -47,13 +47,6 @@ def parse_checkpoint(wire: dict[str, Any]) -> AnyCheckpoint:
         raise InvalidMessage(describe_validation_error("Checkpoint.checkpoint", exc)) from exc
 
 
-def client_index(coordinator: Coordinator, client_id: bytes) -> int | None:
-    for index, client in enumerate(coordinator.epoch_state.clients):
-        if client.id == client_id:
-            return index
-    return None
-
-
 KICKED_STATES = frozenset({ClientState.Dropped, ClientState.Ejected})
 
 
@@ -70,7 +63,6 @@ def unhealthy_exited_ids(coordinator: Coordinator) -> list[bytes]:
 
 
 __all__ = [
-    "client_index",
     "parse_checkpoint",
     "parse_health_checks",
     "parse_witness",

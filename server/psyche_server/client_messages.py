@@ -13,7 +13,7 @@ import logging
 import secrets
 from collections.abc import Collection
 
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Accusation as CoordinatorAccusation
 from psyche_common.coordinator import Coordinator
 from psyche_common.protocol import short_id
@@ -27,7 +27,7 @@ from psyche_common.protocol.messages import (
     Witness,
 )
 
-from .bridge import client_index, parse_checkpoint, parse_health_checks, parse_witness
+from .bridge import parse_checkpoint, parse_health_checks, parse_witness
 
 log = logging.getLogger("psyche.server")
 
@@ -56,7 +56,7 @@ def apply_client_message(
             )
     elif isinstance(message, Checkpoint):
         checkpoint = parse_checkpoint(message.checkpoint)
-        index = client_index(coordinator, client_id)
+        index = coordinator.client_index(client_id)
         if index is None:
             log.warning(
                 "checkpoint from %s, which is not a client of this epoch", short_id(client_id)

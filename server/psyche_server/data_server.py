@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Protocol
 
 import numpy as np
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Coordinator
 from psyche_common.data.errors import DataError, DataIndexError
 from psyche_common.protocol import data_server_domain, short_id

@@ -26,7 +26,7 @@ from psyche_client.distro.result import DistroResult
 from psyche_client.round.exchange import ResultExchange
 from psyche_client.round.state import DownloadStatus, RoundState
 from psyche_client.training.backend import TrainedResult
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.client_id import short_id
 
 COPY_WAIT = 10.0

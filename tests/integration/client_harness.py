@@ -15,8 +15,7 @@ from psyche_client.p2p.announcements import message_id
 from psyche_client.round.ports import RunnerOptions
 from psyche_client.round.runner import RoundRunner
 from psyche_client.training.backend import DummyBackend
-from psyche_common.assignment import BatchId
-from psyche_common.committee import CommitteeProof
+from psyche_common.batch_id import BatchId
 from psyche_common.config.loading import parse_state
 from psyche_common.coordinator import (
     Accusation,
@@ -25,6 +24,7 @@ from psyche_common.coordinator import (
     CoordinatorError,
     Witness,
 )
+from psyche_common.coordinator.committee import CommitteeProof
 from psyche_common.protocol import Identity
 
 STATE_TOML = """

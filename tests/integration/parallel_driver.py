@@ -27,14 +27,15 @@ from psyche_client.training.distro_backend import DistroBackend
 from psyche_client.training.parallel.backend import ParallelBackend
 from psyche_client.training.parallel.plan import ParallelSpec
 from psyche_client.training.trainer import weights_digest
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
+from psyche_common.config.checkpoint import HubCheckpoint
 from psyche_common.config.lr_schedule import ConstantLR
 from psyche_common.config.optimizer import DistroOptimizer as DistroConfig
 
 
 def coordinator(model: str, chunk: int, topk: int, one_bit: bool) -> SimpleNamespace:
     llm = SimpleNamespace(
-        checkpoint=SimpleNamespace(kind="Hub", repo_id=model, revision=None),
+        checkpoint=HubCheckpoint(repo_id=model),
         optimizer=DistroConfig(
             compression_chunk=chunk,
             compression_topk=topk,

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from psyche_common.bloom import Bloom
-from psyche_common.committee import CommitteeSelection, WitnessProof
 from psyche_common.coordinator import Coordinator
+from psyche_common.coordinator.committee import CommitteeSelection, WitnessProof
 from psyche_common.coordinator.errors import CoordinatorError
 from psyche_common.coordinator.quorum import witness_quorum
 from psyche_common.coordinator.types import RunState, Witness

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.config.data_location import Gcp, HttpData, NumberedFiles, SingleUrl
 from psyche_common.data.errors import DataFetchError, DataFileError, DataIndexError
 from psyche_common.data.fetcher import DataSource, SampleFetcher

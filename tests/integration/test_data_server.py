@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from psyche_client.p2p.connection import dial_peer
 from psyche_client.p2p.stats import TransferStats
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import RunState
 from psyche_common.data import DataFetchError, DataIndexError
 from psyche_common.data.factory import make_provider

@@ -26,7 +26,8 @@ import transformers
 from psyche_client.distro import DistroResult, DistroSettings
 from psyche_client.distro.sparseloco import SparseLocoSettings
 from psyche_client.training.trainer import AdamWSettings, Trainer
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
+from psyche_common.config import CosineLR
 from psyche_common.data.builtin import python_stdlib_files
 from psyche_common.lr_schedule import lr_at
 
@@ -77,15 +78,13 @@ def cosine_schedule(
     peak: float, steps: int, warmup: int = 20, final_fraction: float = 0.1
 ) -> Callable[[int], float]:
     """Warmup from 0 over `warmup` steps, then cosine to `final_fraction` x peak at `steps`."""
-    schedule = {
-        "Cosine": {
-            "base_lr": peak,
-            "warmup_init_lr": 0.0,
-            "final_lr": final_fraction * peak,
-            "warmup_steps": warmup,
-            "total_steps": steps,
-        }
-    }
+    schedule = CosineLR(
+        base_lr=peak,
+        warmup_init_lr=0.0,
+        final_lr=final_fraction * peak,
+        warmup_steps=warmup,
+        total_steps=steps,
+    )
     return lambda step: lr_at(schedule, step)
 
 

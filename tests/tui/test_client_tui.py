@@ -166,7 +166,7 @@ def test_view_of_a_client_reconnecting_with_a_result_download_in_flight() -> Non
     from psyche_client.app import ClientApp, ClientOptions
     from psyche_client.round.state import DownloadStatus, ResultDownload
     from psyche_client.tui.view import build_view
-    from psyche_common.assignment import BatchId
+    from psyche_common.batch_id import BatchId
     from psyche_common.protocol import Identity
 
     app = ClientApp(

@@ -134,7 +134,7 @@ async def test_data_server_tab(tmp_path: Path) -> None:
 
 
 def test_the_verification_line_shows_the_convictions(tmp_path: Path) -> None:
-    from psyche_common.assignment import BatchId
+    from psyche_common.batch_id import BatchId
     from psyche_common.coordinator import Conviction
     from psyche_server.tui.view_model import verification_line
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 from psyche_client.distro import DistroOptimizer, DistroSettings, Generated
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 
 
 class TinyNet(torch.nn.Module):

@@ -16,9 +16,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from psyche_common.assignment import BatchId, assign_data_for_state
+from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
-from psyche_common.committee import Committee, CommitteeSelection, WitnessProof
 from psyche_common.coordinator import (
     ClientState,
     Coordinator,
@@ -29,6 +28,8 @@ from psyche_common.coordinator import (
     Witness,
     witness_quorum,
 )
+from psyche_common.coordinator.assignment import assign_data_for_state
+from psyche_common.coordinator.committee import Committee, CommitteeSelection, WitnessProof
 from psyche_common.coordinator.witnesses import attested_trainers
 
 ALLOWED_TRANSITIONS = {

@@ -8,9 +8,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from psyche_common.bloom import Bloom
-from psyche_common.committee import CommitteeSelection, WitnessProof
 from psyche_common.config import CoordinatorConfig, LLMConfig
 from psyche_common.coordinator import Coordinator, RunState, Witness
+from psyche_common.coordinator.committee import CommitteeSelection, WitnessProof
 
 BASE_CONFIG: dict[str, Any] = {
     "warmup_time": 5,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-from psyche_common.assignment import (
-    BatchId,
+from psyche_common.batch_id import BatchId
+from psyche_common.coordinator.assignment import (
     assign_data_for_round,
     batches_for_client,
     get_batch_ids_for_round,

@@ -20,6 +20,7 @@ from psyche_client.round.witness_builder import (
     merkle_root,
     participant_key,
 )
+from psyche_common.config import HubCheckpoint, P2PCheckpoint
 
 
 class SetBloom:
@@ -69,10 +70,14 @@ def test_plan_apply_orders_and_skips() -> None:
 
 def test_cold_start_results_are_split_off_after_a_p2p_checkpoint() -> None:
     fresh, warm = SimpleNamespace(trainer_nonce=0), SimpleNamespace(trainer_nonce=3)
-    kept, skipped = split_cold_start([("A", fresh), ("B", warm)], cold_start_steps("P2P", 2))
+    kept, skipped = split_cold_start(
+        [("A", fresh), ("B", warm)], cold_start_steps(P2PCheckpoint(repo_id="r").is_p2p, 2)
+    )
     assert kept == [("B", warm)]
     assert skipped == [("A", SkipReason.COLD_START)]
-    kept, skipped = split_cold_start([("A", fresh)], cold_start_steps("Hub", 2))
+    kept, skipped = split_cold_start(
+        [("A", fresh)], cold_start_steps(HubCheckpoint(repo_id="r").is_p2p, 2)
+    )
     assert (kept, skipped) == ([("A", fresh)], [])
 
 

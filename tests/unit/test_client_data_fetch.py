@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from psyche_client.app import ClientApp, ClientOptions
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.data import RetryPolicy
 from psyche_common.data.fetcher import SampleFetcher
 from psyche_common.data.server_client import DataServerProvider

@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 import torch
 from psyche_client.training.distro_backend import DistroBackend
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
+from psyche_common.config.checkpoint import HubCheckpoint
 from psyche_common.config.lr_schedule import ConstantLR
 from psyche_common.config.optimizer import DistroOptimizer as DistroConfig
 
 
 def make_coordinator() -> SimpleNamespace:
     llm = SimpleNamespace(
-        checkpoint=SimpleNamespace(kind="Hub", repo_id="builtin:llama-tiny", revision=None),
+        checkpoint=HubCheckpoint(repo_id="builtin:llama-tiny"),
         optimizer=DistroConfig(
             compression_chunk=16,
             compression_topk=4,

@@ -5,8 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from psyche_client.round.roles import client_index, derive_round_roles
-from psyche_common.assignment import BatchId, assign_data_for_round
-from psyche_common.committee import Committee, CommitteeSelection
+from psyche_common.batch_id import BatchId
+from psyche_common.coordinator.assignment import assign_data_for_round
+from psyche_common.coordinator.committee import Committee, CommitteeSelection
 
 
 def fake_coordinator(n_clients: int, batch: int, seed: int = 42, witness_nodes: int = 1):

@@ -15,10 +15,11 @@ from psyche_client.round.roles import RoundRoles
 from psyche_client.round.runner import RoundRunner
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
 from psyche_client.training.backend import DummyBackend, DummyResult, result_commitment
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
-from psyche_common.committee import CommitteeSelection
+from psyche_common.config import HubCheckpoint
 from psyche_common.coordinator import ClientState, Conviction, RunState, VerificationRecord
+from psyche_common.coordinator.committee import CommitteeSelection
 from psyche_common.protocol import Identity
 
 
@@ -93,7 +94,7 @@ def coordinator_with_witness(
     for item in seen:
         bloom.add(item)
     witness = SimpleNamespace(broadcast_bloom=bloom, participant_bloom=Bloom())
-    checkpoint = SimpleNamespace(kind="Hub")
+    checkpoint = HubCheckpoint(repo_id="builtin:llama-tiny")
     coordinator = SimpleNamespace(
         config=SimpleNamespace(witness_nodes=1),
         model=SimpleNamespace(checkpoint=checkpoint, cold_start_warmup_steps=0),

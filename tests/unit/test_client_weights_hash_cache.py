@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from psyche_client.model.loading import weights_hash
 from psyche_client.training.distro_backend import DistroBackend
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 
 from tests.unit.test_client_distro_backend import make_coordinator
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from psyche_common.committee import (
+from psyche_common.coordinator.committee import (
     Committee,
     CommitteeProof,
     CommitteeSelection,

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from psyche_common.assignment import assign_data_for_round, get_batch_size
 from psyche_common.coordinator import Coordinator, RunState
+from psyche_common.coordinator.assignment import assign_data_for_round, get_batch_size
 
 from tests.unit.coordinator_sim import SimulatedRun, client_id
 from tests.unit.coordinator_support import make_coordinator

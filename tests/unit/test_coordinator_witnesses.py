@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import pytest
-from psyche_common.assignment import assign_data_for_round
-from psyche_common.committee import Committee, CommitteeProof, CommitteeSelection, WitnessProof
 from psyche_common.config import (
     DummyCheckpoint,
     GcsCheckpoint,
@@ -22,7 +20,14 @@ from psyche_common.coordinator import (
     Witness,
     witness_quorum,
 )
+from psyche_common.coordinator.assignment import assign_data_for_round
 from psyche_common.coordinator.checkpoints import merge_uploaded
+from psyche_common.coordinator.committee import (
+    Committee,
+    CommitteeProof,
+    CommitteeSelection,
+    WitnessProof,
+)
 
 from tests.unit.coordinator_support import (
     ids,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.data.builtin import (
     BuiltinDataProvider,
     build_python_stdlib,

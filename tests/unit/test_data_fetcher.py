@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.data import DataFetchError, DataFileError, DataIndexError, RetryPolicy
 from psyche_common.data.fetcher import DataSource, SampleFetcher
 from psyche_common.data.local import LocalDataProvider

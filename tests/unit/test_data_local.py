@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tokenizers
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.data.dummy import DummyDataProvider
 from psyche_common.data.errors import DataFetchError, DataFileError, DataIndexError
 from psyche_common.data.local import LocalDataProvider

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.data.errors import DataFileError
 from psyche_common.data.preprocessed import PreprocessedDataProvider, find_parquet_files
 

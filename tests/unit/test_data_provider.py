@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.config.data_location import DummyData, LocalData
 from psyche_common.data import DataFileError, DataProvider
 from psyche_common.data.builtin import BuiltinDataProvider

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.data.dummy import DummyDataProvider
 from psyche_common.data.errors import DataFileError, DataIndexError
 from psyche_common.data.weighted import (

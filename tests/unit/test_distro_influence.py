@@ -19,7 +19,7 @@ from psyche_client.distro.influence import common_scale, influence_scales, value
 from psyche_client.distro.result import TensorPayload
 from psyche_client.distro.sparseloco import SparseLocoOptimizer, SparseLocoSettings
 from psyche_client.distro.values import ValueKind, quantize
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 
 BF16 = DistroSettings(
     compression_decay=0.999, compression_topk=8, compression_chunk=64, quantize_1bit=False

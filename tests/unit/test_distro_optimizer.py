@@ -11,7 +11,7 @@ import pytest
 import torch
 from psyche_client.distro import DctTransform, DistroOptimizer, DistroResult, DistroSettings
 from psyche_client.distro.compress import topk_per_chunk
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 
 from tests.unit._distro_helpers import SETTINGS, TinyNet, set_random_grads
 

@@ -22,7 +22,7 @@ from psyche_client.distro import (
     TensorPayload,
 )
 from psyche_client.distro.compress import pack_indices
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 
 from tests.unit._distro_helpers import SETTINGS, generate_result
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from psyche_client.distro import DistroOptimizer, DistroSettings
 from psyche_client.distro.size import encoded_result_size
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 
 from tests.unit._distro_helpers import SETTINGS, TinyNet, set_random_grads
 

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 from psyche_client.cli import main
 from psyche_client.training.backend import PADDING_PARAMETER, DummyBackend
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 
 
 def test_results_have_the_asked_size_and_are_checked() -> None:

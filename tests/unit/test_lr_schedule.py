@@ -3,51 +3,67 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import pytest
+from psyche_common.config import (
+    AnyLRSchedule,
+    ConstantLR,
+    CosineLR,
+    LinearLR,
+    LRSchedule,
+    WarmupStableDecayLR,
+)
 from psyche_common.lr_schedule import (
     check_schedule,
     cold_start_bounds,
     cold_start_factor,
     effective_lr,
     lr_at,
-    normalize_schedule,
 )
+from pydantic import TypeAdapter
 
 
-def constant(base: float, warmup: int, init: float) -> dict:
-    return {"Constant": {"base_lr": base, "warmup_steps": warmup, "warmup_init_lr": init}}
+def constant(base: float, warmup: int, init: float) -> ConstantLR:
+    return ConstantLR(base_lr=base, warmup_steps=warmup, warmup_init_lr=init)
 
 
-def linear(base: float, warmup: int, init: float, total: int, final: float) -> dict:
-    fields = {
-        "base_lr": base,
-        "warmup_steps": warmup,
-        "warmup_init_lr": init,
-        "total_steps": total,
-        "final_lr": final,
-    }
-    return {"Linear": fields}
+def linear(base: float, warmup: int, init: float, total: int, final: float) -> LinearLR:
+    return LinearLR(
+        base_lr=base, warmup_steps=warmup, warmup_init_lr=init, total_steps=total, final_lr=final
+    )
 
 
-def cosine(base: float, warmup: int, init: float, total: int, final: float) -> dict:
-    return {"Cosine": linear(base, warmup, init, total, final)["Linear"]}
+def cosine(base: float, warmup: int, init: float, total: int, final: float) -> CosineLR:
+    return CosineLR(
+        base_lr=base, warmup_steps=warmup, warmup_init_lr=init, total_steps=total, final_lr=final
+    )
 
 
-def wsd(base, warmup, init, stable, cos_steps, cos_final, lin_steps, lin_final) -> dict:
-    return {
-        "WarmupStableDecay": {
-            "base_lr": base,
-            "warmup_steps": warmup,
-            "warmup_init_lr": init,
-            "stable_steps": stable,
-            "cosine_decay_steps": cos_steps,
-            "cosine_decay_final_lr": cos_final,
-            "linear_decay_steps": lin_steps,
-            "linear_decay_final_lr": lin_final,
-        }
-    }
+def wsd(
+    base: float,
+    warmup: int,
+    init: float,
+    stable: int,
+    cos_steps: int,
+    cos_final: float,
+    lin_steps: int,
+    lin_final: float,
+) -> WarmupStableDecayLR:
+    return WarmupStableDecayLR(
+        base_lr=base,
+        warmup_steps=warmup,
+        warmup_init_lr=init,
+        stable_steps=stable,
+        cosine_decay_steps=cos_steps,
+        cosine_decay_final_lr=cos_final,
+        linear_decay_steps=lin_steps,
+        linear_decay_final_lr=lin_final,
+    )
+
+
+def from_toml(table: object) -> AnyLRSchedule:
+    """A schedule read from its TOML form, as the config loader reads it."""
+    return TypeAdapter(LRSchedule).validate_python(table)
 
 
 def close(a: float, b: float, abs_tol: float = 1e-12) -> bool:
@@ -126,38 +142,31 @@ def test_wsd_ordering_is_checked() -> None:
         lr_at(wsd(0.01, 0, 0.0, 0, 10, 0.001, 10, 0.002), 3)
 
 
-def test_schedule_shapes_accepted() -> None:
-    @dataclass
-    class CosineLR:
-        base_lr: float
-        warmup_init_lr: float
-        final_lr: float
-        warmup_steps: int
-        total_steps: int
-
-    @dataclass
-    class Wrapper:
-        Constant: object = None
-        Linear: object = None
-        Cosine: object = None
-        WarmupStableDecay: object = None
-
-    model = CosineLR(0.01, 0.001, 0.0, 10, 110)
+def test_the_toml_form_reads_into_the_same_schedule() -> None:
+    table = {
+        "Cosine": {
+            "base_lr": 0.01,
+            "warmup_init_lr": 0.001,
+            "final_lr": 0.0,
+            "warmup_steps": 10,
+            "total_steps": 110,
+        }
+    }
+    model = from_toml(table)
+    assert model == cosine(0.01, 10, 0.001, 110, 0.0)
     assert close(lr_at(model, 60), 0.005)
-    assert close(lr_at(Wrapper(Cosine=model), 60), 0.005)
-    flat = {"kind": "Cosine", **cosine(0.01, 10, 0.001, 110, 0.0)["Cosine"]}
-    assert normalize_schedule(flat).kind == "Cosine"
 
 
 def test_bad_schedules_name_the_field() -> None:
+    # a schedule is a config model: a bad table fails where it is read, naming the field
     with pytest.raises(ValueError, match="final_lr"):
-        lr_at({"Cosine": {"base_lr": 1.0, "warmup_init_lr": 0.0, "warmup_steps": 1}}, 1)
+        from_toml({"Cosine": {"base_lr": 1.0, "warmup_init_lr": 0.0, "warmup_steps": 1}})
     with pytest.raises(ValueError, match="warmup_steps"):
-        lr_at(constant(0.01, -1, 0.0), 1)
-    with pytest.raises(ValueError, match="not one of"):
-        lr_at({"Exponential": {}}, 1)
-    with pytest.raises(ValueError, match="more than one"):
-        lr_at({**constant(0.1, 0, 0.0), **cosine(0.1, 0, 0.0, 10, 0.0)}, 1)
+        constant(0.01, -1, 0.0)
+    with pytest.raises(ValueError, match="unknown lr schedule 'Exponential'"):
+        from_toml({"Exponential": {}})
+    with pytest.raises(ValueError, match="exactly one key"):
+        from_toml({**constant(0.1, 0, 0.0).to_toml(), **cosine(0.1, 0, 0.0, 10, 0.0).to_toml()})
     with pytest.raises(ValueError, match="step"):
         lr_at(constant(0.01, 0, 0.0), -1)
 
@@ -182,8 +191,6 @@ def test_effective_lr_combines_schedule_and_cold_start() -> None:
 
 
 def test_config_models_from_psyche_common_config() -> None:
-    from psyche_common.config import CosineLR, WarmupStableDecayLR
-
     model = CosineLR(
         base_lr=0.01, warmup_steps=10, warmup_init_lr=0.001, total_steps=110, final_lr=0.0
     )

@@ -9,6 +9,7 @@ from psyche_client.round.context import RoundContext
 from psyche_client.round.warmup import Warmup, warmup_tag
 from psyche_client.stats import ClientStats
 from psyche_client.training.backend import DummyBackend
+from psyche_common.config import P2PCheckpoint
 from psyche_common.coordinator import RunState
 from psyche_common.protocol import Identity
 
@@ -30,7 +31,7 @@ def warmup_state(me: bytes, started: int) -> Any:
         run_state=RunState.Warmup,
         epoch_state=SimpleNamespace(clients=[SimpleNamespace(id=me)], start_timestamp=started),
         progress=SimpleNamespace(step=7, epoch=1),
-        model=SimpleNamespace(checkpoint=SimpleNamespace(kind="P2P")),
+        model=SimpleNamespace(checkpoint=P2PCheckpoint(repo_id="builtin:llama-tiny")),
     )
 
 

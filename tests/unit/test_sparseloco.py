@@ -13,7 +13,7 @@ import torch
 from psyche_client.distro import DctTransform, OwnResult
 from psyche_client.distro.sparseloco import SparseLocoOptimizer, SparseLocoSettings
 from psyche_client.training.trainer import Trainer, TrainingCancelled
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 
 from tests.unit._distro_helpers import TinyNet, set_random_grads
 from tests.unit.test_trainer import tiny_llama, tokens

@@ -20,7 +20,7 @@ from psyche_client.training.trainer import (
     optimizer_settings,
     weights_digest,
 )
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.config.optimizer import AdamWOptimizer
 from psyche_common.config.optimizer import DistroOptimizer as DistroConfig
 from psyche_common.config.optimizer import SparseLocoOptimizer as SparseLocoConfig

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from psyche_common.assignment import BatchId, assign_data_for_state
-from psyche_common.committee import Committee, CommitteeSelection
+from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import (
     Accusation,
     ClientState,
@@ -13,8 +12,10 @@ from psyche_common.coordinator import (
     ErrorKind,
     RunState,
 )
+from psyche_common.coordinator.assignment import assign_data_for_state
+from psyche_common.coordinator.committee import Committee, CommitteeSelection
 from psyche_common.coordinator.verdicts import VerificationRecord
-from psyche_common.verification import (
+from psyche_common.coordinator.verification import (
     checkers_of,
     conviction_quorum,
     round_verifiers,

@@ -26,11 +26,11 @@ from psyche_client.verify.agreement import (
     sign_agreement,
 )
 from psyche_client.verify.recompute import recompute_gradient
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
-from psyche_common.committee import Committee, CommitteeProof
+from psyche_common.coordinator.committee import Committee, CommitteeProof
+from psyche_common.coordinator.verification import verifier_sample
 from psyche_common.protocol import Identity
-from psyche_common.verification import verifier_sample
 
 from tests.support.simulation import build_model, load_stdlib_corpus, prototype_llama_config
 

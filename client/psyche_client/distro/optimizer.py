@@ -28,10 +28,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import torch
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
+from psyche_common.config import DistroOptimizer as DistroConfig
 
 from psyche_client.distro.compressor import Compressor, canonical_order
 from psyche_client.distro.result import DistroResult, ResultLayout
@@ -66,8 +66,8 @@ class DistroSettings:
         return ValueKind.TWO_BIT if self.quantize_2bit else ValueKind.BF16
 
     @classmethod
-    def from_config(cls, config: Any) -> DistroSettings:
-        """From any object with the Distro fields (the pydantic config model included)."""
+    def from_config(cls, config: DistroConfig) -> DistroSettings:
+        """From the run config's `Distro` optimizer table."""
         return cls(
             compression_decay=float(config.compression_decay),
             compression_topk=int(config.compression_topk),
@@ -75,7 +75,7 @@ class DistroSettings:
             quantize_1bit=bool(config.quantize_1bit),
             weight_decay=float(config.weight_decay or 0.0),
             clip_grad_norm=config.clip_grad_norm,
-            quantize_2bit=bool(getattr(config, "quantize_2bit", None) or False),
+            quantize_2bit=bool(config.quantize_2bit or False),
         )
 
 

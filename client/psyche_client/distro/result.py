@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 
 from psyche_client.distro.chunking import encoded_shape
 from psyche_client.distro.compress import effective_k, index_bytes, unpack_indices

@@ -35,10 +35,10 @@ import copy
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import torch
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
+from psyche_common.config import SparseLocoOptimizer as SparseLocoConfig
 
 from psyche_client.distro.compressor import Compressor, canonical_order
 from psyche_client.distro.optimizer import Generated, OwnResult
@@ -76,8 +76,8 @@ class SparseLocoSettings:
         return ValueKind.TWO_BIT if self.quantize_2bit else ValueKind.BF16
 
     @classmethod
-    def from_config(cls, config: Any) -> SparseLocoSettings:
-        """From any object with the SparseLoCo fields (the pydantic config model included)."""
+    def from_config(cls, config: SparseLocoConfig) -> SparseLocoSettings:
+        """From the run config's `SparseLoCo` optimizer table."""
         beta1, beta2 = config.betas
         return cls(
             inner_steps=int(config.inner_steps),

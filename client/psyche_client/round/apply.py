@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.client_id import short_id
 from psyche_common.coordinator import Coordinator, Witness, witness_quorum
 
@@ -113,7 +113,7 @@ class ApplyStep:
             self._check_link(source, coordinator)
         model = coordinator.model
         kept, cold = split_cold_start(
-            chosen, cold_start_steps(model.checkpoint.kind, model.cold_start_warmup_steps)
+            chosen, cold_start_steps(model.checkpoint.is_p2p, model.cold_start_warmup_steps)
         )
         skipped = [*plan.skipped, *((batch, reason) for (batch, _), reason in cold)]
         for skipped_batch, reason in skipped:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 
 
 @dataclass

@@ -67,10 +67,10 @@ class HasTrainerNonce(Protocol):
     def trainer_nonce(self) -> int: ...
 
 
-def cold_start_steps(checkpoint_kind: str, cold_start_warmup_steps: int) -> int:
+def cold_start_steps(p2p_checkpoint: bool, cold_start_warmup_steps: int) -> int:
     """Results whose trainer nonce is below this are not applied: the trainers' first results
     after the run resumed from a P2P checkpoint (0, nothing skipped, for other checkpoints)."""
-    return cold_start_warmup_steps if checkpoint_kind in ("P2P", "P2PGcs") else 0
+    return cold_start_warmup_steps if p2p_checkpoint else 0
 
 
 R = TypeVar("R", bound=HasTrainerNonce)

@@ -16,9 +16,9 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.client_id import short_id
-from psyche_common.committee import Committee
+from psyche_common.coordinator.committee import Committee
 from psyche_common.protocol import Identity
 
 from psyche_client.p2p.announcements import (

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Coordinator, RunState, Witness
 
 from psyche_client.round.roles import RoundRoles

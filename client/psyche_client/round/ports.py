@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
-from psyche_common.committee import WitnessProof
 from psyche_common.coordinator import Coordinator
+from psyche_common.coordinator.committee import WitnessProof
 
 from psyche_client.p2p.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_client.round.witness_builder import EMPTY_MERKLE_ROOT

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from psyche_common.assignment import BatchId, assign_data_for_round
-from psyche_common.committee import (
+from psyche_common.batch_id import BatchId
+from psyche_common.coordinator.assignment import assign_data_for_round
+from psyche_common.coordinator.committee import (
     Committee,
     CommitteeProof,
     CommitteeSelection,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
 
 from psyche_client.p2p.announcements import FinishedAnnouncement, ResultAnnouncement

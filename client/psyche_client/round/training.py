@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import numpy as np
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.data import DataError
 
 from psyche_client.round.context import RoundContext

@@ -20,7 +20,7 @@ import logging
 
 import numpy as np
 from psyche_common.client_id import short_id
-from psyche_common.verification import verifier_sample
+from psyche_common.coordinator.verification import verifier_sample
 
 from psyche_client.round.checks import VerifierChecks, agreement_milli
 from psyche_client.round.context import RoundContext

@@ -15,8 +15,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from psyche_common.committee import WitnessProof
 from psyche_common.coordinator import Coordinator, RunState
+from psyche_common.coordinator.committee import WitnessProof
 
 from psyche_client.p2p.announcements import FinishedAnnouncement, make_finished_announcement
 from psyche_client.round.context import RoundContext
@@ -25,7 +25,6 @@ from psyche_client.round.ports import PeerNetwork, Uplink, WeightsCheck, empty_w
 WARMUP_TAG_DOMAIN = b"psyche-py/warmup/v1\x00"
 KEPT_WARMUP_TAGS = 4
 REBROADCAST_INTERVAL = 2.0
-PEER_CHECKPOINTS = ("P2P", "P2PGcs")
 
 log = logging.getLogger("psyche.client")
 
@@ -105,7 +104,7 @@ class Warmup:
     async def _settle_weights(self, coordinator: Coordinator, tag: bytes) -> None:
         ctx = self.ctx
         backend = ctx.require_backend()
-        if coordinator.model.checkpoint.kind not in PEER_CHECKPOINTS:
+        if not coordinator.model.checkpoint.is_p2p:
             log.info(
                 "the run restarts from its %s checkpoint: reloading the model",
                 coordinator.model.checkpoint.kind,

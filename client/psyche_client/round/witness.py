@@ -15,8 +15,8 @@ from collections.abc import Awaitable
 
 from psyche_common.bloom import Bloom
 from psyche_common.client_id import short_id
-from psyche_common.committee import Committee
 from psyche_common.coordinator import Coordinator, witness_quorum
+from psyche_common.coordinator.committee import Committee
 from psyche_common.coordinator.witnesses import attested_trainers
 
 from psyche_client.p2p.announcements import make_finished_announcement

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
+from psyche_common.config import AnyCheckpoint, AnyLRSchedule, HubRepo
 from psyche_common.coordinator import Coordinator
 from psyche_common.lr_schedule import effective_lr
 
@@ -46,9 +47,10 @@ if TYPE_CHECKING:
 RNG_SEED = 1337
 
 
-def checkpoint_source(checkpoint: Any) -> str | None:
+def checkpoint_source(checkpoint: AnyCheckpoint) -> HubRepo | None:
     """The model repository a coordinator checkpoint names (None for one that names none)."""
-    return getattr(checkpoint, "repo_id", None) or None
+    repo = checkpoint.hub_repo()
+    return repo if repo is not None and repo.repo_id else None
 
 
 def load_run_model(
@@ -99,7 +101,7 @@ class DistroBackend:
         self,
         trainer: Trainer,
         info: ModelInfo,
-        lr_schedule: Any,
+        lr_schedule: AnyLRSchedule,
         warmup_bounds: tuple[int, int] | None,
     ) -> None:
         self.trainer = trainer
@@ -130,8 +132,8 @@ class DistroBackend:
         if source is None and peer_config is None:
             raise ValueError(f"checkpoint {checkpoint!r} names no model repository")
         model, info = load_run_model(
-            source,
-            getattr(checkpoint, "revision", None),
+            source.repo_id if source else None,
+            source.revision if source else None,
             peer_config,
             torch_device,
         )

@@ -1,14 +1,20 @@
 """Training settings from the run config's optimizer table: AdamW's, DisTrO's or SparseLoCo's.
 
-`optimizer_settings(config)` turns a pydantic optimizer model (or already-built settings) into
-`AdamWSettings`, `DistroSettings` or `SparseLocoSettings`, the frozen dataclasses the
-`Trainer` and the optimizers take.
+`optimizer_settings(config)` turns the run config's optimizer variant (or already-built
+settings) into `AdamWSettings`, `DistroSettings` or `SparseLocoSettings`, the frozen dataclasses
+the `Trainer` and the optimizers take.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from psyche_common.config import (
+    AdamWOptimizer,
+    AnyOptimizer,
+    DistroOptimizer,
+    SparseLocoOptimizer,
+)
 
 from psyche_client.distro.optimizer import DistroSettings
 from psyche_client.distro.sparseloco import SparseLocoSettings
@@ -24,7 +30,7 @@ class AdamWSettings:
     clip_grad_norm: float | None = 1.0
 
     @classmethod
-    def from_config(cls, config: Any) -> AdamWSettings:
+    def from_config(cls, config: AdamWOptimizer) -> AdamWSettings:
         beta1, beta2 = config.betas
         return cls(
             (float(beta1), float(beta2)),
@@ -37,16 +43,18 @@ class AdamWSettings:
 Settings = DistroSettings | SparseLocoSettings | AdamWSettings
 
 
-def optimizer_settings(config: Any) -> Settings:
-    """Our settings from a pydantic optimizer model (or already-built settings)."""
-    if isinstance(config, DistroSettings | SparseLocoSettings | AdamWSettings):
-        return config
-    if hasattr(config, "inner_steps"):
-        return SparseLocoSettings.from_config(config)
-    if hasattr(config, "compression_topk"):
-        return DistroSettings.from_config(config)
-    if hasattr(config, "betas"):
-        return AdamWSettings.from_config(config)
-    raise ValueError(
-        f"unsupported optimizer for training: {config!r} (need Distro, SparseLoCo or AdamW)"
-    )
+def optimizer_settings(config: AnyOptimizer | Settings) -> Settings:
+    """Our settings from the run config's optimizer variant (or already-built settings)."""
+    match config:
+        case DistroSettings() | SparseLocoSettings() | AdamWSettings():
+            return config
+        case SparseLocoOptimizer():
+            return SparseLocoSettings.from_config(config)
+        case DistroOptimizer():
+            return DistroSettings.from_config(config)
+        case AdamWOptimizer():
+            return AdamWSettings.from_config(config)
+        case _:
+            raise ValueError(
+                f"unsupported optimizer for training: {config!r} (need Distro, SparseLoCo or AdamW)"
+            )

@@ -49,7 +49,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 
 from psyche_client.distro import (
     DistroOptimizer,

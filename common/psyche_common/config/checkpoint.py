@@ -3,6 +3,9 @@
 TOML forms: `checkpoint = "Ephemeral"`, or a section `[model.LLM.checkpoint.Hub]` (also `Dummy`,
 `P2P`) with `repo_id` and optional `revision`, or `[model.LLM.checkpoint.Gcs]` (also `P2PGcs`)
 with `bucket` and optional `prefix`.
+
+Callers ask a checkpoint what it means (`is_p2p`, `hub_repo()`) rather than testing its `kind`
+string or probing for fields.
 """
 
 from __future__ import annotations
@@ -27,7 +30,22 @@ class GcsRepo(StrictModel):
     prefix: ShortStr | None = None
 
 
-class _HubCheckpoint(Variant):
+class _CheckpointVariant(Variant):
+    """What every checkpoint variant answers."""
+
+    @property
+    def is_p2p(self) -> bool:
+        """Whether clients fetch the weights from the epoch's peers (P2P, P2PGcs); the stored
+        repository is only the fallback then."""
+        return False
+
+    def hub_repo(self) -> HubRepo | None:
+        """The Hub repository (or local directory, or `builtin:NAME`) that names the model, for
+        Hub, Dummy and P2P; None for a checkpoint that names none (Ephemeral, Gcs, P2PGcs)."""
+        return None
+
+
+class _HubCheckpoint(_CheckpointVariant):
     repo_id: ShortStr
     revision: ShortStr | None = None
 
@@ -35,8 +53,11 @@ class _HubCheckpoint(Variant):
     def repo(self) -> HubRepo:
         return HubRepo(repo_id=self.repo_id, revision=self.revision)
 
+    def hub_repo(self) -> HubRepo:
+        return self.repo
 
-class _GcsCheckpoint(Variant):
+
+class _GcsCheckpoint(_CheckpointVariant):
     bucket: ShortStr
     prefix: ShortStr | None = None
 
@@ -48,7 +69,7 @@ class _GcsCheckpoint(Variant):
         return f"gs://{self.bucket}/{self.prefix}" if self.prefix else f"gs://{self.bucket}"
 
 
-class EphemeralCheckpoint(Variant):
+class EphemeralCheckpoint(_CheckpointVariant):
     """No checkpoint at all; clients cannot start from it (invalid for a run)."""
 
     kind: Literal["Ephemeral"] = "Ephemeral"
@@ -80,6 +101,10 @@ class P2PCheckpoint(_HubCheckpoint):
 
     kind: Literal["P2P"] = "P2P"
 
+    @property
+    def is_p2p(self) -> bool:
+        return True
+
     def __str__(self) -> str:
         return f"P2P - Hub repo: {self.repo_id}"
 
@@ -94,6 +119,10 @@ class P2PGcsCheckpoint(_GcsCheckpoint):
     """Fetch the weights from peers; the GCS location is the fallback."""
 
     kind: Literal["P2PGcs"] = "P2PGcs"
+
+    @property
+    def is_p2p(self) -> bool:
+        return True
 
 
 CHECKPOINT_VARIANTS = (

@@ -2,15 +2,17 @@
 
 `Coordinator` holds the whole state and takes every input as a method call with the clock
 (`now`, integer unix seconds) and randomness (`seed`, u64) as arguments; it never does I/O.
-Modules: `types` (value types), `errors`, `quorum`, `state` (the dataclass and helpers),
-`transitions` (tick, pause, resume), `witnesses` (witnesses and health checks),
-`plausibility` (the most bits an honest witness bloom can have set),
-`checkpoints`, `wire` (msgpack and state.toml forms), `resume` (what a restarted server
-resumes from).
+Modules: `types` (value types), `errors`, `quorum`, `committee` (committee and witness
+selection), `assignment` (batch sizes and a round's data assignment), `verification` (who
+verifies what), `state` (the dataclass and helpers), `transitions` (tick, pause, resume),
+`witnesses` (witnesses and health checks), `health` (a trainer's health score),
+`plausibility` (the most bits an honest witness bloom can have set), `checkpoints`, `wire`
+(msgpack and state.toml forms), `resume` (what a restarted server resumes from).
 """
 
 from psyche_common.client_id import short_id
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
+from psyche_common.coordinator.health import health_score
 from psyche_common.coordinator.quorum import witness_quorum
 from psyche_common.coordinator.state import Coordinator, CoordinatorInvariantError
 from psyche_common.coordinator.types import (
@@ -51,6 +53,7 @@ __all__ = [
     "TickResult",
     "VerificationRecord",
     "Witness",
+    "health_score",
     "short_id",
     "witness_quorum",
 ]

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from psyche_common.assignment import BatchId, assign_data_for_round
+from psyche_common.batch_id import BatchId
 from psyche_common.client_id import short_id
+from psyche_common.coordinator.assignment import assign_data_for_round
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.types import ClientState, Round, RunState
 from psyche_common.coordinator.verdicts import (
@@ -30,7 +31,7 @@ from psyche_common.coordinator.verdicts import (
     Accusation,
     Conviction,
 )
-from psyche_common.verification import (
+from psyche_common.coordinator.verification import (
     checkers_of,
     conviction_quorum,
     round_verifiers,

@@ -50,12 +50,12 @@ def without_peers(checkpoint: AnyCheckpoint) -> AnyCheckpoint:
 def merge_uploaded(current: AnyCheckpoint, received: AnyCheckpoint) -> AnyCheckpoint:
     """The checkpoint after a checkpointer reports an upload (unfitting variants: unchanged)."""
     if isinstance(received, HubCheckpoint):
-        if isinstance(current, P2PCheckpoint | P2PGcsCheckpoint):
+        if current.is_p2p:
             return P2PCheckpoint(repo_id=received.repo_id, revision=received.revision)
         if isinstance(current, HubCheckpoint):
             return HubCheckpoint(repo_id=received.repo_id, revision=received.revision)
     elif isinstance(received, GcsCheckpoint):
-        if isinstance(current, P2PGcsCheckpoint | P2PCheckpoint):
+        if current.is_p2p:
             return P2PGcsCheckpoint(bucket=received.bucket, prefix=received.prefix)
         if isinstance(current, GcsCheckpoint):
             return GcsCheckpoint(bucket=received.bucket, prefix=received.prefix)

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 from psyche_common.client_id import short_id
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
+from psyche_common.coordinator.types import Witness
 
 if TYPE_CHECKING:
     from psyche_common.coordinator.state import Coordinator
-    from psyche_common.coordinator.types import Witness
 
 
 def max_bloom_entries(coord: Coordinator) -> int:

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from psyche_common.assignment import get_batch_size
-from psyche_common.committee import CommitteeProof
 from psyche_common.config import AnyCheckpoint, CoordinatorConfig, LLMConfig, StateFile
 from psyche_common.coordinator import accusations, checkpoints, transitions, wire, witnesses
+from psyche_common.coordinator.assignment import get_batch_size
+from psyche_common.coordinator.committee import CommitteeProof
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
+from psyche_common.coordinator.health import health_score
 from psyche_common.coordinator.types import (
     ACTIVE_STATES,
     HALTED_STATES,
@@ -77,7 +77,7 @@ class Coordinator:
 
     @classmethod
     def from_state_file(cls, state_file: StateFile) -> Coordinator:
-        return wire.from_state_file(state_file)
+        return cls(**wire.fields_from_state_file(state_file))
 
     def to_state_file(self) -> StateFile:
         return wire.to_state_file(self)
@@ -87,7 +87,7 @@ class Coordinator:
 
     @classmethod
     def from_wire(cls, data: Any) -> Coordinator:
-        return wire.from_wire(data)
+        return cls(**wire.fields_from_wire(data))
 
     def reset_ephemeral(self) -> None:
         """What the server does to a loaded state at startup (and to a copy before saving)."""
@@ -222,8 +222,7 @@ class Coordinator:
 
     def trainer_health_score(self, client_id: bytes, round_witnesses: Sequence[Witness]) -> int:
         """How many witnesses saw `client_id`'s results (participant bloom of SHA-256(id))."""
-        key = hashlib.sha256(client_id).digest()
-        return sum(1 for w in round_witnesses if w.participant_bloom.contains(key))
+        return health_score(client_id, [w.participant_bloom for w in round_witnesses])
 
     # ----- primitives used by the transition modules -----
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from psyche_common.bloom import WITNESS_BLOOM_KEYS, Bloom
 from psyche_common.client_id import CLIENT_ID_LEN, short_id
-from psyche_common.committee import WitnessProof
+from psyche_common.coordinator.committee import WitnessProof
 from psyche_common.run_state import RunState as RunState  # re-exported
 from psyche_common.wire_checks import wire_list, wire_map, wire_uint
 

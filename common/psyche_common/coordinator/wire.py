@@ -1,5 +1,7 @@
-"""Serialization of the coordinator: the msgpack-safe broadcast form (`to_wire` / `from_wire`)
-and the state.toml form (`to_state_file` / `from_state_file`), plus `reset_ephemeral`.
+"""Serialization of the coordinator: the msgpack-safe broadcast form (`to_wire` /
+`fields_from_wire`) and the state.toml form (`to_state_file` / `fields_from_state_file`), plus
+`reset_ephemeral`. The decoders return the constructor's fields (`CoordinatorFields`);
+`Coordinator.from_wire` and `Coordinator.from_state_file` build the object from them.
 
 Wire form: only dict/list/int/float/str/bytes/bool; client ids, bloom bits and Merkle roots
 stay bytes; the model and config use their TOML shapes. The TOML form of `epoch_state` writes
@@ -9,7 +11,7 @@ because TOML integers are signed 64-bit.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from pydantic import ValidationError
 
@@ -20,6 +22,21 @@ from psyche_common.wire_checks import wire_map, wire_uint
 
 if TYPE_CHECKING:
     from psyche_common.coordinator.state import Coordinator
+
+
+class CoordinatorFields(TypedDict):
+    """A decoded coordinator: the fields `Coordinator(...)` takes."""
+
+    run_id: str
+    run_state: RunState
+    model: LLMConfig
+    config: CoordinatorConfig
+    progress: Progress
+    epoch_state: EpochState
+    run_state_start_ms: int
+    pending_pause: bool
+    verification: VerificationRecord
+
 
 WIRE_KEYS = (
     "run_id",
@@ -47,10 +64,8 @@ def to_wire(coord: Coordinator) -> dict[str, Any]:
     }
 
 
-def from_wire(data: Any) -> Coordinator:
+def fields_from_wire(data: Any) -> CoordinatorFields:
     """Decode `to_wire` output; raises ValueError naming the first bad field."""
-    from psyche_common.coordinator.state import Coordinator
-
     data = wire_map(data, "coordinator")
     missing = [key for key in WIRE_KEYS if key not in data]
     if missing:
@@ -68,7 +83,7 @@ def from_wire(data: Any) -> Coordinator:
         config = CoordinatorConfig.model_validate(data["config"])
     except ValidationError as exc:
         raise ValueError(f"coordinator model/config: {exc}") from exc
-    return Coordinator(
+    return CoordinatorFields(
         run_id=run_id,
         run_state=RunState(run_state),
         model=model,
@@ -105,17 +120,15 @@ def reset_ephemeral(coord: Coordinator) -> None:
 # ----- state.toml -----
 
 
-def from_state_file(state_file: StateFile) -> Coordinator:
+def fields_from_state_file(state_file: StateFile) -> CoordinatorFields:
     """A coordinator from a loaded state.toml; raises ValueError for a bad `epoch_state`."""
-    from psyche_common.coordinator.state import Coordinator
-
     epoch_state = (
         EpochState()
         if state_file.epoch_state is None
         else epoch_state_from_toml(state_file.epoch_state)
     )
     progress = state_file.progress
-    return Coordinator(
+    return CoordinatorFields(
         run_id=state_file.run_id,
         run_state=state_file.run_state,
         model=state_file.model.model_copy(deep=True),

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from psyche_common.assignment import assign_data_for_round
 from psyche_common.client_id import short_id
-from psyche_common.committee import Committee, CommitteeProof, CommitteeSelection
 from psyche_common.coordinator import transitions
+from psyche_common.coordinator.assignment import assign_data_for_round
+from psyche_common.coordinator.committee import Committee, CommitteeProof, CommitteeSelection
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.plausibility import check_witness_blooms, max_bloom_entries
 from psyche_common.coordinator.quorum import witness_quorum

@@ -6,14 +6,10 @@ num_sequences), the length is the configured ``seq_len`` and ids must be < ``num
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from psyche_common.batch_id import BatchId
 from psyche_common.data.errors import DataIndexError
-
-if TYPE_CHECKING:
-    from psyche_common.assignment import BatchId
 
 
 class DummyDataProvider:

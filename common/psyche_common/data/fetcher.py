@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from psyche_common.batch_id import BatchId
 from psyche_common.data.errors import DataFetchError
 from psyche_common.data.factory import ServerProviderFactory, make_provider
 from psyche_common.data.http_client import HttpOptions
@@ -30,7 +31,6 @@ from psyche_common.data.retry import RetryPolicy, get_samples_with_retries
 if TYPE_CHECKING:
     import numpy as np
 
-    from psyche_common.assignment import BatchId
     from psyche_common.data.provider import DataProvider
     from psyche_common.protocol import Identity
 

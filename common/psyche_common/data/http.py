@@ -17,19 +17,17 @@ import logging
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from psyche_common.batch_id import BatchId
 from psyche_common.config.data_location import Gcp, HttpData, NumberedFiles, SingleUrl
 from psyche_common.config.enums import TokenSize
 from psyche_common.data.errors import DataFetchError, DataFileError
 from psyche_common.data.http_client import HttpOptions, HttpSession
 from psyche_common.data.sequence_index import SequenceTable, parse_shuffle
 from psyche_common.data.token_files import DATA_FILE_EXTENSIONS, parse_token_size, token_dtype
-
-if TYPE_CHECKING:
-    from psyche_common.assignment import BatchId
 
 logger = logging.getLogger(__name__)
 

@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from psyche_common.batch_id import BatchId
 from psyche_common.data.errors import DataFileError
 from psyche_common.data.sequence_index import parse_shuffle, shuffled_order
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from psyche_common.assignment import BatchId
 
 SPLIT_NAMES = ("train", "test", "validation", "dev", "val")
 FIXED_LENGTH_COLUMNS = ("inputs", "labels", "position_ids")

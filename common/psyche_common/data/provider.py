@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from psyche_common.batch_id import BatchId
+
 if TYPE_CHECKING:
     import numpy as np
-
-    from psyche_common.assignment import BatchId
 
 
 @runtime_checkable

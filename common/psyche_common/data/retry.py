@@ -14,12 +14,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from psyche_common.batch_id import BatchId
 from psyche_common.data.errors import DataFetchError
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from psyche_common.assignment import BatchId
     from psyche_common.data.provider import DataProvider
 
 T = TypeVar("T")

@@ -18,7 +18,7 @@ import logging
 
 import numpy as np
 
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.data.errors import DataFetchError, DataIndexError
 from psyche_common.data.retry import RetryPolicy, retry_async
 from psyche_common.protocol import (

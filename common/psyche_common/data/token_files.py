@@ -20,10 +20,11 @@ import os
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from psyche_common.batch_id import BatchId
 from psyche_common.config.enums import TokenSize
 from psyche_common.data.errors import DataFileError
 from psyche_common.data.sequence_index import (
@@ -33,9 +34,6 @@ from psyche_common.data.sequence_index import (
     sequence_table,
     shuffled_order,
 )
-
-if TYPE_CHECKING:
-    from psyche_common.assignment import BatchId
 
 DATA_FILE_EXTENSIONS: tuple[str, ...] = (".npy", ".bin", ".ds")
 NUMPY_MAGIC = b"\x93NUMPY"

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pydantic
 
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 from psyche_common.config.data_location import HttpData
 from psyche_common.data.errors import DataFileError, DataIndexError
 from psyche_common.data.http import HttpDataProvider, first_error, resolve_location

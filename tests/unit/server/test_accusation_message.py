@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from psyche_common.assignment import assign_data_for_state
 from psyche_common.config import load_state
 from psyche_common.coordinator import ClientState, Coordinator, CoordinatorError
+from psyche_common.coordinator.assignment import assign_data_for_state
+from psyche_common.coordinator.verification import round_verifiers, verifier_sample
 from psyche_common.protocol import InvalidMessage, parse_client_message, to_wire
 from psyche_common.protocol.messages import Accusation
-from psyche_common.verification import round_verifiers, verifier_sample
 from psyche_server.client_messages import apply_client_message
 from psyche_server.persistence import save_state
 

@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 import torch.distributed as dist
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
+from psyche_common.config import AnyLRSchedule
 from psyche_common.lr_schedule import effective_lr
 
 from psyche_client.distro import DistroSettings
@@ -68,7 +69,7 @@ class ParallelBackend:
         channel: CommandChannel,
         supervisor: Supervisor,
         engine: Engine,
-        lr_schedule: Any,
+        lr_schedule: AnyLRSchedule,
         warmup_bounds: tuple[int, int] | None,
     ) -> None:
         self.groups = groups
@@ -104,8 +105,8 @@ class ParallelBackend:
         if source is None and peer_config is None:
             raise ValueError(f"checkpoint {llm.checkpoint!r} names no model repository")
         command = LoadModel(
-            source=source,
-            revision=getattr(llm.checkpoint, "revision", None),
+            source=source.repo_id if source else None,
+            revision=source.revision if source else None,
             peer_config=peer_config,
             optimizer=settings,
             micro_batch_size=micro_batch_size,

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch.distributed as dist
-from psyche_common.assignment import BatchId
+from psyche_common.batch_id import BatchId
 
 from psyche_client.distro import DistroSettings
 from psyche_client.training.parallel.launch import RankGroups

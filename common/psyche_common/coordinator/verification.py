@@ -14,8 +14,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 
-from psyche_common.assignment import BatchId, ClientLike, committee_members
-from psyche_common.committee import Committee
+from psyche_common.batch_id import BatchId
+from psyche_common.coordinator.assignment import ClientLike, committee_members
+from psyche_common.coordinator.committee import Committee
 
 VERIFIER_SAMPLES = 2
 """Batches each verifier recomputes per round (fewer when the round has fewer batches)."""

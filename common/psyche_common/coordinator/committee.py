@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.shuffle import compute_shuffled_index, shuffled_positions
 from psyche_common.wire_checks import wire_map, wire_uint
 
@@ -149,8 +150,6 @@ class CommitteeSelection:
         Raises `CoordinatorError(NoActiveRound)` when that round does not exist and
         `CoordinatorError(InvalidCommitteeSelection)` when its inputs are inconsistent.
         """
-        from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
-
         round_: Round | None
         if offset == 0:
             round_ = coordinator.current_round()

@@ -1,7 +1,7 @@
 """Global batch-size ramp, batch ids and the data assignment of a round (reference section 3).
 
-A `BatchId` is an inclusive range of global sample indices (one sample = `max_seq_len`
-tokens). A round's global batch starts at `round.data_index`; its size follows the batch-size
+A round's global batch is cut into `BatchId`s (inclusive ranges of global sample indices, see
+`psyche_common.batch_id`); it starts at `round.data_index` and its size follows the batch-size
 ramp, rounded half away from zero like Rust's `f64::round` (not Python's `round`). The trainers
 of the round (committee selection, in index order) are shuffled with the LCG seeded by the
 round's raw seed, then take `base + 1` samples (the first `remainder` of them) or `base`.
@@ -11,52 +11,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from psyche_common.committee import Committee, CommitteeSelection
+from psyche_common.batch_id import BatchId
+from psyche_common.coordinator.committee import Committee, CommitteeSelection
 from psyche_common.shuffle import deterministic_shuffle
 
 if TYPE_CHECKING:
     from psyche_common.coordinator.state import Coordinator
 
 U16_MAX = 0xFFFF
-
-
-@dataclass(frozen=True, order=True)
-class BatchId:
-    """Inclusive range `[start, end]` of global sample indices."""
-
-    start: int
-    end: int
-
-    def __post_init__(self) -> None:
-        if self.start < 0 or self.end < self.start:
-            raise ValueError(f"BatchId needs 0 <= start <= end, got [{self.start}, {self.end}]")
-
-    def __len__(self) -> int:
-        return self.end - self.start + 1
-
-    def __str__(self) -> str:
-        if self.start == self.end:
-            return f"B{self.start}"
-        return f"B[{self.start}, {self.end}]"
-
-    def __contains__(self, sample_index: object) -> bool:
-        return isinstance(sample_index, int) and self.start <= sample_index <= self.end
-
-    def to_wire(self) -> list[int]:
-        return [self.start, self.end]
-
-    @classmethod
-    def from_wire(cls, data: Any) -> BatchId:
-        if (
-            not isinstance(data, list | tuple)
-            or len(data) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in data)
-        ):
-            raise ValueError(f"batch id must be [start, end] integers, got {data!r}")
-        return cls(data[0], data[1])
 
 
 class BatchSizeConfig(Protocol):
