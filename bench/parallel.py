@@ -26,8 +26,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one torch thread per rank (inherited by workers)
 
@@ -37,6 +36,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+if TYPE_CHECKING:
+    from psyche_common.coordinator import Coordinator
+
 MODEL = "builtin:llama-2m"
 QUICK_MODEL = "builtin:llama-tiny"
 
@@ -45,24 +47,14 @@ def progress(message: str) -> None:
     print(f"[bench/parallel] {message}", file=sys.stderr, flush=True)
 
 
-def coordinator(model: str, seq_len: int) -> SimpleNamespace:
-    from psyche_common.config.checkpoint import HubCheckpoint
-    from psyche_common.config.lr_schedule import ConstantLR
-    from psyche_common.config.optimizer import DistroOptimizer
+def coordinator(model: str, seq_len: int) -> Coordinator:
+    """The Warmup (where backends load) of a DisTrO run of `model`."""
+    from psyche_common.coordinator import RunState
 
-    llm = SimpleNamespace(
-        checkpoint=HubCheckpoint(repo_id=model),
-        optimizer=DistroOptimizer(
-            compression_chunk=64,
-            compression_topk=8,
-            quantize_1bit=True,
-            compression_decay=0.999,
-            clip_grad_norm=1.0,
-        ),
-        lr_schedule=ConstantLR(base_lr=3e-3, warmup_steps=0, warmup_init_lr=0.0),
-        max_seq_len=seq_len,
-    )
-    return SimpleNamespace(model=llm, get_cold_start_warmup_bounds=lambda: None)
+    from tests.support.coordinators import coordinator_in, distro_model, ids
+
+    llm = distro_model(model, chunk=64, topk=8, max_seq_len=seq_len)
+    return coordinator_in(RunState.Warmup, ids(2), model=llm)
 
 
 def batches(args: argparse.Namespace) -> list[np.ndarray]:

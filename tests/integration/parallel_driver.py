@@ -16,7 +16,6 @@ import json
 import sys
 import tempfile
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -28,25 +27,15 @@ from psyche_client.training.parallel.backend import ParallelBackend
 from psyche_client.training.parallel.plan import ParallelSpec
 from psyche_client.training.trainer import weights_digest
 from psyche_common.batch_id import BatchId
-from psyche_common.config.checkpoint import HubCheckpoint
-from psyche_common.config.lr_schedule import ConstantLR
-from psyche_common.config.optimizer import DistroOptimizer as DistroConfig
+from psyche_common.coordinator import Coordinator, RunState
+
+from tests.support.coordinators import coordinator_in, distro_model, ids
 
 
-def coordinator(model: str, chunk: int, topk: int, one_bit: bool) -> SimpleNamespace:
-    llm = SimpleNamespace(
-        checkpoint=HubCheckpoint(repo_id=model),
-        optimizer=DistroConfig(
-            compression_chunk=chunk,
-            compression_topk=topk,
-            quantize_1bit=one_bit,
-            compression_decay=0.999,
-            clip_grad_norm=1.0,
-        ),
-        lr_schedule=ConstantLR(base_lr=3e-3, warmup_steps=0, warmup_init_lr=0.0),
-        max_seq_len=32,
-    )
-    return SimpleNamespace(model=llm, get_cold_start_warmup_bounds=lambda: None)
+def coordinator(model: str, chunk: int, topk: int, one_bit: bool) -> Coordinator:
+    """The Warmup (where backends load) of a DisTrO run of `model`, 32-token sequences."""
+    llm = distro_model(model, chunk=chunk, topk=topk, quantize_1bit=one_bit, max_seq_len=32)
+    return coordinator_in(RunState.Warmup, ids(2), model=llm)
 
 
 def agreement(a: DistroResult, b: DistroResult, layout: ResultLayout) -> dict[str, float]:

@@ -8,7 +8,8 @@ import pytest
 from psyche_client.p2p.announcements import make_finished_announcement
 from psyche_common.coordinator import RunState
 
-from tests.integration.client_harness import FakeServer, MemoryNetwork, add_client, make_coordinator
+from tests.support.client_harness import FakeServer, add_client, make_coordinator
+from tests.support.fakes import MemoryHub
 
 
 async def run_until(server: FakeServer, predicate, max_steps: int = 400) -> None:
@@ -30,7 +31,7 @@ def assert_consistent(server: FakeServer) -> None:
 @pytest.mark.timeout(120)
 async def test_three_clients_train_with_identical_weights() -> None:
     server = FakeServer(make_coordinator(epoch_time=12, total_steps=8))
-    hub = MemoryNetwork()
+    hub = MemoryHub()
     runners = [add_client(server, hub) for _ in range(3)]
     await run_until(server, lambda: server.coordinator.run_state == RunState.Finished)
     applied_steps = sorted(server.hashes)
@@ -51,7 +52,7 @@ async def test_three_clients_train_with_identical_weights() -> None:
 @pytest.mark.timeout(120)
 async def test_corrupt_relay_is_skipped_and_dead_client_is_accused() -> None:
     server = FakeServer(make_coordinator(epoch_time=40, total_steps=14, witness_nodes=0))
-    hub = MemoryNetwork()
+    hub = MemoryHub()
     runners = [add_client(server, hub) for _ in range(4)]
     ids = list(server.runners)
     await run_until(server, lambda: server.coordinator.progress.step >= 3)
@@ -77,7 +78,7 @@ async def test_every_epoch_warmup_ends_by_warmup_witness() -> None:
     """Regression: a client's warmup Finished message was identical in every epoch, so the
     peers' de-duplication dropped it after epoch 0 and later Warmups ran to their timeout."""
     server = FakeServer(make_coordinator(epoch_time=8, total_steps=40))
-    hub = MemoryNetwork()
+    hub = MemoryHub()
     runners = [add_client(server, hub) for _ in range(3)]
     await run_until(server, lambda: server.coordinator.progress.epoch >= 3)
     epochs_with_witness = {epoch for epoch, _ in server.warmup_witnesses}
@@ -92,7 +93,7 @@ async def test_a_dropped_client_joins_again_and_trains_in_a_later_epoch() -> Non
     """Regression: a client dropped by a health check (and kicked from the pending set) idled
     for good ("no longer in the client list"); it now joins again and is back next epoch."""
     server = FakeServer(make_coordinator(epoch_time=8, total_steps=60, witness_nodes=0))
-    hub = MemoryNetwork()
+    hub = MemoryHub()
     runners = [add_client(server, hub) for _ in range(4)]
     victim = list(server.runners)[3]
     await run_until(server, lambda: server.coordinator.progress.step >= 3)
@@ -115,7 +116,7 @@ async def test_a_dropped_client_joins_again_and_trains_in_a_later_epoch() -> Non
 @pytest.mark.timeout(120)
 async def test_rounds_prepared_while_witnesses_report_are_adopted() -> None:
     server = FakeServer(make_coordinator(epoch_time=12, total_steps=8))
-    hub = MemoryNetwork()
+    hub = MemoryHub()
     runners = [add_client(server, hub) for _ in range(3)]
     await run_until(server, lambda: server.coordinator.run_state == RunState.Finished)
     assert_consistent(server)
@@ -130,7 +131,7 @@ async def test_rounds_prepared_while_witnesses_report_are_adopted() -> None:
 @pytest.mark.timeout(120)
 async def test_a_pause_during_the_witness_phase_undoes_the_early_apply() -> None:
     server = FakeServer(make_coordinator(epoch_time=60, total_steps=40))
-    hub = MemoryNetwork()
+    hub = MemoryHub()
     runners = [add_client(server, hub) for _ in range(3)]
 
     def prepared_everywhere() -> bool:
@@ -170,7 +171,7 @@ async def test_an_announcement_kept_for_a_prepared_round_is_filed_in_it_when_ado
     announcements kept for it had been replayed; they were put back until the next round
     start, and a witness lacked a Finished message (or a result) it had long received."""
     server = FakeServer(make_coordinator(epoch_time=60, total_steps=40))
-    hub = MemoryNetwork()
+    hub = MemoryHub()
     runners = [add_client(server, hub) for _ in range(3)]
     me, peer = runners[0], runners[1]
 

@@ -14,8 +14,8 @@ import msgpack
 from psyche_common.config import HubCheckpoint, P2PCheckpoint
 from psyche_common.coordinator import ClientState, Coordinator, RunState, TickResult
 
-from tests.unit.coordinator_sim import SimulatedRun, client_id
-from tests.unit.coordinator_support import make_coordinator
+from tests.support.coordinator_sim import SimulatedRun, client_id
+from tests.support.coordinators import make_coordinator
 
 
 class WireSimulatedRun(SimulatedRun):

@@ -22,7 +22,7 @@ from psyche_client.p2p import (
 )
 from psyche_common.protocol import Identity
 
-from .p2p_support import dead_address, finished, wait_until
+from tests.support.p2p import dead_address, finished, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

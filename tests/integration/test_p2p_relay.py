@@ -24,7 +24,7 @@ from psyche_client.p2p.stats import TransferStats
 from psyche_common.protocol import HandshakeError, Identity
 from psyche_server.relay import RelayLimits, RelayServer
 
-from .p2p_support import dead_address, finished, wait_until
+from tests.support.p2p import dead_address, finished, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

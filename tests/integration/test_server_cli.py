@@ -15,8 +15,8 @@ import pytest
 from psyche_common.config import load_state
 from psyche_common.coordinator import RunState
 
-from .protocol_client import ProtocolClient, start_clients
-from .server_harness import poll_until, write_state
+from tests.support.protocol_client import ProtocolClient, start_clients
+from tests.support.server_harness import poll_until, write_state
 
 LISTENING = re.compile(r"psyche-server listening on ([0-9.]+):(\d+)")
 

@@ -14,8 +14,9 @@ from psyche_client.server_link import ServerLink
 from psyche_common.protocol import Identity, encode_frame
 from psyche_server.connections import ConnectionLimits
 
-from .protocol_client import ProtocolClient
-from .server_harness import poll_until, running_server, write_state
+from tests.support.protocol_client import ProtocolClient
+from tests.support.server_harness import poll_until, running_server, write_state
+
 from .test_server_robustness import (
     assert_closed,
     assert_still_served,

@@ -11,9 +11,9 @@ import pytest
 from psyche_client.p2p import P2PConfig, P2PNode
 from psyche_common.protocol import Identity
 
-from .p2p_support import dead_address
-from .protocol_client import ProtocolClient
-from .server_harness import poll_until, running_server, write_state
+from tests.support.p2p import dead_address
+from tests.support.protocol_client import ProtocolClient
+from tests.support.server_harness import poll_until, running_server, write_state
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -22,8 +22,8 @@ from psyche_common.protocol import (
 from psyche_common.protocol.messages import Join, to_wire
 from psyche_server.connections import ConnectionLimits
 
-from .protocol_client import ProtocolClient
-from .server_harness import poll_until, running_server, write_state
+from tests.support.protocol_client import ProtocolClient
+from tests.support.server_harness import poll_until, running_server, write_state
 
 LIMITS = ConnectionLimits(max_frame_size=64 * 1024, handshake_timeout=1.0)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from psyche_common.coordinator import RunState
 from psyche_common.coordinator.types import ClientState
 
-from .protocol_client import ProtocolClient, start_clients
-from .server_harness import poll_until, running_server, write_state
+from tests.support.protocol_client import ProtocolClient, start_clients
+from tests.support.server_harness import poll_until, running_server, write_state
 
 
 def healthy_score(app, slot: int) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 from psyche_common.coordinator.types import RunState
 from psyche_server.app import state_timeout_deadline
 
-from tests.integration.server_harness import load_coordinator, running_server, write_state
+from tests.support.server_harness import load_coordinator, running_server, write_state
 
 
 def test_deadline_is_start_plus_duration_never_the_start_itself(tmp_path: Path) -> None:

@@ -1,5 +1,21 @@
-"""Test and benchmark support code that is not part of any production package.
+"""Test and benchmark support code that is not part of any production package; the helpers
+that more than one test module uses live here (pytest fixtures stay in the `conftest.py`
+files; the e2e and netlab suites keep the process harnesses only they use).
 
-`simulation`: in-process DisTrO peers and an AdamW baseline on a tiny byte-level Llama (used by
-the convergence test and `bench/distro.py`).
+Fakes and builders:
+- `fakes`: the round pipeline's ports in memory (`MemoryHub`/`MemoryNetwork` for
+  `PeerNetwork`, `RecordingUplink` for `Uplink`) and an unsigned result announcement.
+- `coordinators`: real `Coordinator`s (`coordinator_in` brings one to a run state, step,
+  epoch and membership by real transitions), configs, ids and real witnesses.
+- `rounds`: client round states (`observer_round`, `downloaded`).
+- `runners`: `lone_runner`, a `RoundRunner` on the dummy backend with no peers.
+
+Harnesses and simulations:
+- `client_harness`: N round runners against a fake server and a real coordinator.
+- `coordinator_sim`: a whole run of the coordinator on a fake clock with simulated clients.
+- `server_harness` and `protocol_client`: a real server in-process and a protocol client.
+- `p2p`: small P2P helpers (a dead address, a polling wait, a `Finished` announcement).
+- `tiny_distro`: a tiny net and DisTrO results for the DisTrO unit tests.
+- `simulation`: in-process DisTrO peers and an AdamW baseline on a tiny byte-level Llama (used
+  by the convergence test and `bench/distro.py`); `distro_study` builds on it.
 """

@@ -82,24 +82,28 @@ async def test_tabs_show_the_view_and_switch_with_keys() -> None:
 
 
 def test_run_state_text() -> None:
-    from types import SimpleNamespace
-
     from psyche_client.tui.view import run_state_text
+    from psyche_common.coordinator import Coordinator, RunState
 
-    config = SimpleNamespace(min_clients=3, warmup_time=30, cooldown_time=5)
+    from tests.support.coordinators import coordinator_in, ids
 
-    def coordinator(state: str, started: int, clients: int = 1):
-        return SimpleNamespace(
-            run_state=state,
-            run_state_start_unix_timestamp=started,
-            config=config,
-            epoch_state=SimpleNamespace(clients=[object()] * clients),
+    def coordinator(state: RunState, clients: int = 3) -> Coordinator:
+        """`state` of epoch 1 (the previous epoch's `clients` members are listed while
+        waiting); 3 members needed, Warmup 30 s, Cooldown 5 s."""
+        return coordinator_in(
+            state, ids(clients), epoch=1, min_clients=3, warmup_time=30, cooldown_time=5
         )
 
-    assert run_state_text(coordinator("WaitingForMembers", 0), 10) == "Waiting for 2 members"
-    assert run_state_text(coordinator("Warmup", 100), 110) == "Warmup (20s remaining)"
-    assert run_state_text(coordinator("Cooldown", 100), 110) == "Cooldown (0s remaining)"
-    assert run_state_text(coordinator("RoundWitness", 0), 1) == "Witnessing"
+    def ten_seconds_in(coord: Coordinator) -> int:
+        return coord.run_state_start_unix_timestamp + 10
+
+    waiting = coordinator(RunState.WaitingForMembers, clients=1)
+    assert run_state_text(waiting, 10) == "Waiting for 2 members"
+    warmup = coordinator(RunState.Warmup)
+    assert run_state_text(warmup, ten_seconds_in(warmup)) == "Warmup (20s remaining)"
+    cooldown = coordinator(RunState.Cooldown)
+    assert run_state_text(cooldown, ten_seconds_in(cooldown)) == "Cooldown (0s remaining)"
+    assert run_state_text(coordinator(RunState.RoundWitness), 1) == "Witnessing"
 
 
 def test_bandwidth_meter_samples_once_a_second() -> None:
@@ -161,29 +165,26 @@ def test_view_of_a_client_reconnecting_with_a_result_download_in_flight() -> Non
     """Regression: a result download in flight crashed the view (it expected asyncio tasks);
     and while the server is away the status says the client is reconnecting."""
     import time
-    from types import SimpleNamespace
 
     from psyche_client.app import ClientApp, ClientOptions
-    from psyche_client.round.state import DownloadStatus, ResultDownload
+    from psyche_client.training.backend import DummyResult
     from psyche_client.tui.view import build_view
     from psyche_common.batch_id import BatchId
     from psyche_common.protocol import Identity
 
-    app = ClientApp(
-        ClientOptions(server_addr="127.0.0.1:1", run_id="r", identity=Identity.generate())
-    )
-    pending = ResultDownload(announcement=SimpleNamespace(size=4096), batch=BatchId(0, 3))  # type: ignore[arg-type]
-    done = ResultDownload(
-        announcement=SimpleNamespace(size=1),
-        batch=BatchId(4, 7),
-        status=DownloadStatus.VERIFIED,  # type: ignore[arg-type]
-    )
-    round_ = SimpleNamespace(
-        downloads={b"\xaa" * 32: pending, b"\xbb" * 32: done},
-        batches_left=0,
-        roles=SimpleNamespace(my_batches=[], is_trainer=True, is_witness=False),
-    )
-    app.runner = SimpleNamespace(current=round_, previous=None)  # type: ignore[assignment]
+    from tests.support.rounds import downloaded, observer_round
+    from tests.support.runners import lone_runner
+
+    identity = Identity.generate()
+    app = ClientApp(ClientOptions(server_addr="127.0.0.1:1", run_id="r", identity=identity))
+    trainer = b"t" * 32
+    pending = downloaded(b"\xaa" * 32, trainer, BatchId(0, 3), size=4096)
+    done = downloaded(b"\xbb" * 32, trainer, BatchId(4, 7), DummyResult(b""), size=1)
+    round_ = observer_round(5, {BatchId(0, 3): trainer, BatchId(4, 7): trainer})
+    round_.downloads = {b"\xaa" * 32: pending, b"\xbb" * 32: done}
+    assert round_.batches_left == 0
+    app.runner = lone_runner(identity, stats=app.stats)
+    app.runner.ctx.current = round_
     status = app.server.status
     status.connected, status.attempt = False, 3
     status.lost_at, status.next_attempt_at = time.monotonic() - 5, time.monotonic() + 4.2

@@ -14,7 +14,7 @@ from psyche_server.tui.app import ServerDashboard
 from psyche_server.tui.view_model import build_view, run_state_text
 from textual.widgets import Static, TabbedContent
 
-from tests.integration.server_harness import load_coordinator, write_state
+from tests.support.server_harness import load_coordinator, write_state
 
 
 def text_of(dashboard: ServerDashboard, widget_id: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from types import SimpleNamespace
 
 from psyche_client.round.consensus import (
     Candidate,
@@ -20,6 +19,7 @@ from psyche_client.round.witness_builder import (
     merkle_root,
     participant_key,
 )
+from psyche_client.training.backend import DummyResult
 from psyche_common.config import HubCheckpoint, P2PCheckpoint
 
 
@@ -69,7 +69,7 @@ def test_plan_apply_orders_and_skips() -> None:
 
 
 def test_cold_start_results_are_split_off_after_a_p2p_checkpoint() -> None:
-    fresh, warm = SimpleNamespace(trainer_nonce=0), SimpleNamespace(trainer_nonce=3)
+    fresh, warm = DummyResult(b"", trainer_nonce=0), DummyResult(b"", trainer_nonce=3)
     kept, skipped = split_cold_start(
         [("A", fresh), ("B", warm)], cold_start_steps(P2PCheckpoint(repo_id="r").is_p2p, 2)
     )

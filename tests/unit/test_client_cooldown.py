@@ -7,27 +7,28 @@ from __future__ import annotations
 import errno
 import logging
 from pathlib import Path
-from types import SimpleNamespace
 from typing import ClassVar
 
 import httpx
 import huggingface_hub
 import psyche_client.model.loading as model_io
 import pytest
+from huggingface_hub import CommitInfo
 from huggingface_hub.errors import HfHubHTTPError
 from psyche_client.app import ClientApp, ClientOptions
 from psyche_client.training.backend import DummyBackend
 from psyche_client.tui.app import client_tab_text
 from psyche_client.tui.view import BandwidthMeter, build_view
+from psyche_common.coordinator import Coordinator, RunState
 from psyche_common.protocol import Identity
 
+from tests.support.coordinators import coordinator_in, ids
+from tests.support.fakes import RecordingUplink
 
-class RecordingLink:
-    def __init__(self) -> None:
-        self.checkpoints: list[dict] = []
 
-    async def send_checkpoint(self, checkpoint: dict) -> None:
-        self.checkpoints.append(checkpoint)
+def cooldown_at(step: int) -> Coordinator:
+    """The Cooldown that ends the round of `step - 1` in epoch `step // 4`."""
+    return coordinator_in(RunState.Cooldown, ids(2), step=step, epoch=step // 4)
 
 
 async def test_cooldown_shares_saves_prunes_and_reports(tmp_path: Path, monkeypatch) -> None:
@@ -48,12 +49,11 @@ async def test_cooldown_shares_saves_prunes_and_reports(tmp_path: Path, monkeypa
         dummy_training_delay_secs=0.0,
     )
     app = ClientApp(options)
-    link = RecordingLink()
+    link = RecordingUplink()
     app.server.uplink.attach(link)  # type: ignore[arg-type]
     backend = DummyBackend(0.0)
     for step in (5, 9, 13):
-        coordinator = SimpleNamespace(progress=SimpleNamespace(step=step, epoch=step // 4))
-        await app._cooldown(coordinator, backend)
+        await app._cooldown(cooldown_at(step), backend)
     assert app.shared.manifest is not None and app.shared.manifest.step == 13
     assert app.shared.parameters == {"dummy.weights": backend.weights}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run-step12", "run-step8"]
@@ -80,7 +80,7 @@ class FailingSaveBackend(DummyBackend):
         raise self.error
 
 
-def make_app(tmp_path: Path, hub_repo: str | None = None) -> tuple[ClientApp, RecordingLink]:
+def make_app(tmp_path: Path, hub_repo: str | None = None) -> tuple[ClientApp, RecordingUplink]:
     options = ClientOptions(
         server_addr="127.0.0.1:1",
         run_id="run",
@@ -91,14 +91,13 @@ def make_app(tmp_path: Path, hub_repo: str | None = None) -> tuple[ClientApp, Re
         dummy_training_delay_secs=0.0,
     )
     app = ClientApp(options)
-    link = RecordingLink()
+    link = RecordingUplink()
     app.server.uplink.attach(link)  # type: ignore[arg-type]
     return app, link
 
 
 async def cooldown(app: ClientApp, backend: DummyBackend, step: int) -> None:
-    coordinator = SimpleNamespace(progress=SimpleNamespace(step=step, epoch=step // 4))
-    await app._cooldown(coordinator, backend)
+    await app._cooldown(cooldown_at(step), backend)
 
 
 def dashboard_text(app: ClientApp) -> str:
@@ -170,7 +169,7 @@ class FailingHubApi:
     def __init__(self, token: str | None = None) -> None:
         self.token = token
 
-    def upload_folder(self, folder_path: str, repo_id: str, commit_message: str):
+    def upload_folder(self, folder_path: str, repo_id: str, commit_message: str) -> CommitInfo:
         if FailingHubApi.failing:
             request = httpx.Request("POST", f"https://huggingface.co/api/models/{repo_id}/commit")
             raise HfHubHTTPError(
@@ -178,7 +177,9 @@ class FailingHubApi:
                 response=httpx.Response(503, request=request),
             )
         FailingHubApi.uploads.append(folder_path)
-        return SimpleNamespace(oid=f"rev-{Path(folder_path).name}")
+        oid = f"rev-{Path(folder_path).name}"
+        url = f"https://huggingface.co/{repo_id}/commit/{oid}"
+        return CommitInfo(url, commit_message=commit_message, commit_description="", oid=oid)
 
 
 async def test_a_failed_upload_is_logged_shown_and_retried_with_the_next_checkpoint(

@@ -3,16 +3,18 @@ the run's data_location and max_seq_len from the coordinator state at the first 
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from psyche_client.app import ClientApp, ClientOptions
 from psyche_common.batch_id import BatchId
+from psyche_common.coordinator import Coordinator, RunState
 from psyche_common.data import RetryPolicy
 from psyche_common.data.fetcher import SampleFetcher
 from psyche_common.data.server_client import DataServerProvider
 from psyche_common.protocol import Identity
+
+from tests.support.coordinators import coordinator_in, ids
 
 
 def make_app(**options: Any) -> ClientApp:
@@ -23,10 +25,10 @@ def make_app(**options: Any) -> ClientApp:
     )
 
 
-def state(data_location: Any, max_seq_len: int) -> SimpleNamespace:
-    return SimpleNamespace(
-        model=SimpleNamespace(data_location=data_location, max_seq_len=max_seq_len)
-    )
+def state(data_location: Any, max_seq_len: int) -> Coordinator:
+    """A round in training whose samples come from `data_location`, `max_seq_len` long."""
+    model = {"data_location": data_location, "max_seq_len": max_seq_len}
+    return coordinator_in(RunState.RoundTrain, ids(2), model=model)
 
 
 async def test_the_client_fetches_through_a_sample_fetcher_with_its_policy() -> None:

@@ -3,32 +3,20 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from psyche_client.training.distro_backend import DistroBackend
 from psyche_common.batch_id import BatchId
-from psyche_common.config.checkpoint import HubCheckpoint
-from psyche_common.config.lr_schedule import ConstantLR
-from psyche_common.config.optimizer import DistroOptimizer as DistroConfig
+from psyche_common.coordinator import Coordinator, RunState
+
+from tests.support.coordinators import coordinator_in, distro_model, ids
 
 
-def make_coordinator() -> SimpleNamespace:
-    llm = SimpleNamespace(
-        checkpoint=HubCheckpoint(repo_id="builtin:llama-tiny"),
-        optimizer=DistroConfig(
-            compression_chunk=16,
-            compression_topk=4,
-            quantize_1bit=True,
-            compression_decay=0.999,
-            clip_grad_norm=1.0,
-        ),
-        lr_schedule=ConstantLR(base_lr=3e-3, warmup_steps=0, warmup_init_lr=0.0),
-        max_seq_len=16,
-    )
-    return SimpleNamespace(model=llm, get_cold_start_warmup_bounds=lambda: None)
+def make_coordinator() -> Coordinator:
+    """The Warmup (where the backend loads) of a DisTrO run of the built-in tiny Llama."""
+    return coordinator_in(RunState.Warmup, ids(2), model=distro_model(chunk=16, topk=4))
 
 
 def test_replicas_stay_identical_and_reject_tampering() -> None:

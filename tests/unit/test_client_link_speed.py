@@ -4,15 +4,19 @@ the projection of a round's result traffic against the round time, and the warni
 from __future__ import annotations
 
 import logging
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from psyche_client.round.apply import ApplyStep
 from psyche_client.round.context import RoundContext
 from psyche_client.round.link_speed import BusyMeter, LinkVerdict, link_verdict
+from psyche_client.round.state import RoundState
 from psyche_client.stats import ClientStats
+from psyche_common.batch_id import BatchId
+from psyche_common.coordinator import RunState
 from psyche_common.protocol import Identity
+
+from tests.support.coordinators import coordinator_in
+from tests.support.rounds import downloaded, observer_round
 
 
 class Clock:
@@ -43,17 +47,22 @@ def test_overlapping_fetches_count_their_busy_time_once() -> None:
         meter.end(0)
 
 
-def round_with(me: bytes, sizes: dict[bytes, int], fetched: int, busy: float) -> Any:
+def round_with(me: bytes, sizes: dict[bytes, int], fetched: int, busy: float) -> RoundState:
+    """Round 7 where each trainer announced one result of its size; `fetched` bytes of them
+    were fetched in `busy` seconds."""
     clock = Clock()
     meter = BusyMeter(clock)
     meter.begin()
     clock.now += busy
     meter.end(fetched)
-    downloads = {
-        bytes([i]) * 32: SimpleNamespace(announcement=SimpleNamespace(sender_id=s, size=n))
-        for i, (s, n) in enumerate(sizes.items())
-    }
-    return SimpleNamespace(step=7, fetches=meter, downloads=downloads)
+    batches = {BatchId(4 * i, 4 * i + 3): sender for i, sender in enumerate(sizes)}
+    round_ = observer_round(7, batches, num_clients=len(sizes))
+    round_.fetches = meter
+    for i, (batch, sender) in enumerate(batches.items()):
+        round_.downloads[bytes([i]) * 32] = downloaded(
+            bytes([i]) * 32, sender, batch, size=sizes[sender]
+        )
+    return round_
 
 
 def test_a_round_whose_results_take_longer_than_the_round_time_is_too_slow() -> None:
@@ -79,7 +88,7 @@ def test_a_round_whose_results_take_longer_than_the_round_time_is_too_slow() -> 
 def test_nothing_fetched_is_no_verdict() -> None:
     me = b"m" * 32
     assert link_verdict(round_with(me, {me: 100}, 0, 0.0), me, 10.0) is None
-    untouched = SimpleNamespace(step=1, fetches=BusyMeter(), downloads={})
+    untouched = observer_round(1, {})
     assert link_verdict(untouched, me, 10.0) is None
 
 
@@ -90,11 +99,11 @@ def test_the_apply_warns_and_the_dashboard_status_names_the_rates(
     me = identity.public_key
     stats = ClientStats()
     step = ApplyStep(RoundContext(identity=identity, stats=stats), uplink=None)  # type: ignore[arg-type]
-    coordinator = SimpleNamespace(config=SimpleNamespace(max_round_train_time=10))
+    coordinator = coordinator_in(RunState.RoundTrain, [me], step=7, max_round_train_time=10)
     slow = round_with(me, {me: 10, b"a" * 32: 2_000_000}, 500_000, 4.0)
     with caplog.at_level(logging.WARNING, logger="psyche.client"):
-        step._check_link(slow, coordinator)  # type: ignore[arg-type]
-        step._check_link(slow, coordinator)  # type: ignore[arg-type]  # the same round again
+        step._check_link(slow, coordinator)
+        step._check_link(slow, coordinator)  # the same round again
     (record,) = [r for r in caplog.records if "too slow" in r.getMessage()]
     assert "take 16.0 s" in record.getMessage()
     assert record.__dict__["link_mbps"] == 1.0 and record.__dict__["needed_mbps"] == 1.6
@@ -102,7 +111,7 @@ def test_the_apply_warns_and_the_dashboard_status_names_the_rates(
     caplog.clear()
     fine = round_with(me, {me: 10, b"a" * 32: 2_000_000}, 2_000_000, 1.0)
     with caplog.at_level(logging.WARNING, logger="psyche.client"):
-        step._check_link(fine, coordinator)  # type: ignore[arg-type]
+        step._check_link(fine, coordinator)
     assert not caplog.records
     assert stats.link_status.startswith("ok: step 7 results at 16.00 Mbit/s")
 

@@ -2,46 +2,40 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from psyche_client.round.roles import client_index, derive_round_roles
 from psyche_common.batch_id import BatchId
+from psyche_common.coordinator import Client, Coordinator, Round, RunState
 from psyche_common.coordinator.assignment import assign_data_for_round
 from psyche_common.coordinator.committee import Committee, CommitteeSelection
 
+from tests.support.coordinators import coordinator_in
 
-def fake_coordinator(n_clients: int, batch: int, seed: int = 42, witness_nodes: int = 1):
-    clients = [SimpleNamespace(id=bytes([i + 1]) * 32) for i in range(n_clients)]
-    round_ = SimpleNamespace(
-        data_index=100,
-        random_seed=seed,
-        tie_breaker_tasks=0,
-        clients_len=n_clients,
+
+def coordinator_at_height_3(
+    n_clients: int, batch: int, seed: int = 42, witness_nodes: int = 1
+) -> tuple[Coordinator, list[Client], Round]:
+    """Round training at step 7, the epoch's fourth round (height 3), whose data starts at
+    sample 100; `batch` samples a round, sequences of 16 tokens."""
+    members = [bytes([i + 1]) * 32 for i in range(n_clients)]
+    coordinator = coordinator_in(
+        RunState.RoundTrain,
+        members,
+        step=7,
         height=3,
-        witnesses=[],
-    )
-    config = SimpleNamespace(
+        data_index=100 - 3 * batch,
+        seed=seed,
+        model={"max_seq_len": 16},
         witness_nodes=witness_nodes,
-        verification_percent=0,
         global_batch_size_start=batch,
         global_batch_size_end=batch,
-        global_batch_size_warmup_tokens=0,
     )
-    return (
-        SimpleNamespace(
-            epoch_state=SimpleNamespace(clients=clients, last_step=0),
-            config=config,
-            model=SimpleNamespace(max_seq_len=16),
-            progress=SimpleNamespace(step=7, epoch=0, epoch_start_data_index=0),
-            current_round=lambda: round_,
-        ),
-        clients,
-        round_,
-    )
+    round_ = coordinator.current_round()
+    assert (round_.height, round_.data_index) == (3, 100)
+    return coordinator, list(coordinator.epoch_state.clients), round_
 
 
 def test_every_client_gets_its_share_and_they_cover_the_batch() -> None:
-    coordinator, clients, round_ = fake_coordinator(3, batch=8)
+    coordinator, clients, round_ = coordinator_at_height_3(3, batch=8)
     seen: list[BatchId] = []
     witnesses = 0
     for client in clients:
@@ -61,8 +55,8 @@ def test_every_client_gets_its_share_and_they_cover_the_batch() -> None:
 
 
 def test_proofs_match_the_committee_selection() -> None:
-    coordinator, clients, _ = fake_coordinator(4, batch=4, seed=9)
-    selection = CommitteeSelection.new(0, 1, 0, 4, 9)
+    coordinator, clients, round_ = coordinator_at_height_3(4, batch=4, seed=9)
+    selection = CommitteeSelection.new(0, 1, 0, 4, round_.random_seed)
     for index, client in enumerate(clients):
         roles = derive_round_roles(coordinator, client.id, have_training=True)
         assert roles.my_index == index == client_index(coordinator, client.id)
@@ -72,7 +66,7 @@ def test_proofs_match_the_committee_selection() -> None:
 
 
 def test_flush_round_and_outsider() -> None:
-    coordinator, clients, _ = fake_coordinator(2, batch=4)
+    coordinator, clients, _ = coordinator_at_height_3(2, batch=4)
     roles = derive_round_roles(coordinator, clients[0].id, have_training=False)
     assert roles.assignments == {} and roles.my_batches == () and roles.batch_ids == ()
     outsider = derive_round_roles(coordinator, b"\xff" * 32, have_training=True)

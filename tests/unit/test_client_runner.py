@@ -4,115 +4,65 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from psyche_client.p2p.announcements import make_result_announcement
 from psyche_client.round.consensus import Candidate
-from psyche_client.round.ports import RunnerOptions
 from psyche_client.round.roles import RoundRoles
 from psyche_client.round.runner import RoundRunner
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
 from psyche_client.training.backend import DummyBackend, DummyResult, result_commitment
 from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
-from psyche_common.config import HubCheckpoint
-from psyche_common.coordinator import ClientState, Conviction, RunState, VerificationRecord
-from psyche_common.coordinator.committee import CommitteeSelection
+from psyche_common.coordinator import (
+    ClientState,
+    Conviction,
+    Coordinator,
+    RunState,
+    VerificationRecord,
+    Witness,
+)
+from psyche_common.coordinator.committee import CommitteeSelection, WitnessProof
 from psyche_common.protocol import Identity
 
-
-class NullNetwork:
-    def __init__(self) -> None:
-        self.announced: list[Any] = []
-
-    async def announce(self, announcement: Any) -> None:
-        self.announced.append(announcement)
-
-    def publish_blob(self, data: bytes, step: int) -> bytes:
-        return b"\x00" * 32
-
-    async def fetch_blob(self, blob_hash: bytes, size: int, providers: Any) -> bytes:
-        raise ConnectionError("nobody has it")
-
-    def begin_step(self, step: int) -> None:
-        return None
-
-
-class RecordingUplink:
-    def __init__(self) -> None:
-        self.health: list[tuple[list, int, bytes]] = []
-
-    async def send_witness(self, witness: dict, metadata: dict) -> None: ...
-
-    async def send_warmup_witness(self, witness: dict) -> None: ...
-
-    async def send_health_check(self, checks: list, step: int, weights_hash: bytes) -> None:
-        self.health.append((checks, step, weights_hash))
-
-    async def send_checkpoint(self, checkpoint: dict) -> None: ...
+from tests.support.coordinators import (
+    coordinator_in,
+    ids,
+    make_coordinator,
+    to_round_train,
+    witness_round,
+)
+from tests.support.fakes import RecordingUplink
+from tests.support.rounds import downloaded, observer_round
+from tests.support.runners import lone_runner
 
 
 def make_runner() -> tuple[RoundRunner, RecordingUplink]:
     uplink = RecordingUplink()
-
-    async def load(_c: Any) -> DummyBackend:
-        return DummyBackend(0.0)
-
-    runner = RoundRunner(
-        Identity.generate(),
-        NullNetwork(),
-        uplink,
-        load,
-        None,
-        RunnerOptions(download_backoff=0.0, needs_data=False),
-    )
-    runner.backend = DummyBackend(0.0)
-    return runner, uplink
+    return lone_runner(uplink=uplink), uplink
 
 
 def source_round(batch: BatchId, step: int, owner: bytes) -> RoundState:
-    roles = RoundRoles(
-        step=step,
-        height=1,
-        my_index=None,
-        committee_proof=None,
-        witness_proof=None,
-        selection=None,
-        assignments={batch: owner},
-        batch_ids=(batch,),
-        my_batches=(),
-    )
-    return RoundState.start(roles, 2, True, 0.0, bloom_factory=lambda n: Bloom.random())
+    return observer_round(step, {batch: owner})
 
 
 def coordinator_with_witness(
     seen: list[bytes], convictions: list[Conviction] | None = None
-) -> tuple[Any, list[Any]]:
+) -> tuple[Coordinator, list[Witness]]:
+    """Round training at step 5 of epoch 0 (Hub checkpoint), and one witness whose broadcast
+    bloom holds `seen`."""
     bloom = Bloom.random()
     for item in seen:
         bloom.add(item)
-    witness = SimpleNamespace(broadcast_bloom=bloom, participant_bloom=Bloom())
-    checkpoint = HubCheckpoint(repo_id="builtin:llama-tiny")
-    coordinator = SimpleNamespace(
-        config=SimpleNamespace(witness_nodes=1),
-        model=SimpleNamespace(checkpoint=checkpoint, cold_start_warmup_steps=0),
-        progress=SimpleNamespace(epoch=0, step=5),
-        run_state=RunState.RoundTrain,
-        verification=VerificationRecord(convictions=list(convictions or [])),
-    )
+    witness = Witness(WitnessProof(0, 0, True), participant_bloom=Bloom(), broadcast_bloom=bloom)
+    coordinator = coordinator_in(RunState.RoundTrain, ids(2), step=5)
+    coordinator.verification = VerificationRecord(convictions=list(convictions or []))
     return coordinator, [witness]
 
 
 def verified(data_hash: bytes, owner: bytes, batch: BatchId, payload: bytes) -> ResultDownload:
-    announcement = SimpleNamespace(sender_id=owner, data_hash=data_hash)
-    return ResultDownload(
-        announcement,  # type: ignore[arg-type]
-        batch,
-        status=DownloadStatus.VERIFIED,
-        result=DummyResult(payload),
-    )
+    return downloaded(data_hash, owner, batch, DummyResult(payload))
 
 
 async def test_apply_uses_the_witnessed_payload_and_reports_the_hash() -> None:
@@ -199,11 +149,7 @@ async def test_announcements_for_a_future_round_are_kept_for_later() -> None:
     sender = Identity.generate()
     current = source_round(BatchId(0, 3), 4, sender.public_key)
     runner.ctx.current = current
-    runner.ctx.coordinator = SimpleNamespace(  # type: ignore[assignment]
-        epoch_state=SimpleNamespace(clients=[SimpleNamespace(id=sender.public_key)]),
-        progress=SimpleNamespace(epoch=0, step=4),
-        run_state=RunState.RoundTrain,
-    )
+    runner.ctx.coordinator = coordinator_in(RunState.RoundTrain, [sender.public_key], step=4)
     early = make_result_announcement(
         sender,
         step=5,
@@ -246,11 +192,7 @@ async def test_a_result_announced_at_another_size_than_the_layout_is_refused(cap
         my_batches=(),
     )
     round_ = RoundState.start(roles, 1, True, 0.0, bloom_factory=lambda n: Bloom.random())
-    runner.ctx.coordinator = SimpleNamespace(  # type: ignore[assignment]
-        epoch_state=SimpleNamespace(clients=[SimpleNamespace(id=sender.public_key)]),
-        progress=SimpleNamespace(epoch=0, step=4),
-        run_state=RunState.RoundTrain,
-    )
+    runner.ctx.coordinator = coordinator_in(RunState.RoundTrain, [sender.public_key], step=4)
 
     def announced(size: int, data_hash: bytes) -> Any:
         return make_result_announcement(
@@ -272,17 +214,14 @@ async def test_a_result_announced_at_another_size_than_the_layout_is_refused(cap
 
 
 async def test_no_health_check_when_members_left_since_the_previous_round() -> None:
-    from tests.unit.coordinator_support import ids, make_coordinator, to_round_train
-    from tests.unit.coordinator_support import witness_round as run_round
-
-    def coordinator(drop_one: bool) -> Any:
+    def coordinator(drop_one: bool) -> tuple[Coordinator, int]:
         coord = make_coordinator(witness_nodes=0)
         members = ids(4)
         now = to_round_train(coord, members)
-        now = run_round(coord, now)
+        now = witness_round(coord, now)
         if drop_one:  # a member in the middle leaves at the next round start
             coord.epoch_state.clients[1].state = ClientState.Dropped
-        return coord, run_round(coord, now, seen=[])  # nobody saw any trainer
+        return coord, witness_round(coord, now, seen=[])  # nobody saw any trainer
 
     for drop_one, expect_checks in ((False, True), (True, False)):
         coord, _ = coordinator(drop_one)

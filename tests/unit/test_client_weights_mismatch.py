@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from psyche_client.app import ClientApp, ClientOptions
 from psyche_client.round.context import RoundContext
 from psyche_common.protocol import Identity
 from psyche_common.protocol.messages import WeightsMismatch
+
+from tests.support.runners import lone_runner
 
 
 def make_app() -> tuple[ClientApp, RoundContext]:
@@ -17,9 +17,8 @@ def make_app() -> tuple[ClientApp, RoundContext]:
             server_addr="127.0.0.1:1", run_id="run", identity=identity, dummy_training_delay_secs=0
         )
     )
-    ctx = RoundContext(identity, app.stats)
-    app.runner = SimpleNamespace(ctx=ctx)  # type: ignore[assignment]
-    return app, ctx
+    app.runner = lone_runner(identity, stats=app.stats)
+    return app, app.runner.ctx
 
 
 def test_a_mismatch_notice_for_our_weights_puts_us_out_of_sync() -> None:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
+from psyche_common.coordinator import Client
 from psyche_common.coordinator.committee import (
     Committee,
     CommitteeProof,
@@ -14,11 +13,6 @@ from psyche_common.coordinator.committee import (
 )
 
 SEED = 12345
-
-
-@dataclass
-class FakeClient:
-    id: bytes
 
 
 def test_new_committee_selection() -> None:
@@ -105,7 +99,7 @@ def test_verify_witness_and_forgery() -> None:
 
 
 def test_verify_for_client_checks_identity_and_bounds() -> None:
-    clients = [FakeClient(bytes([i]) * 32) for i in range(4)]
+    clients = [Client(bytes([i]) * 32) for i in range(4)]
     cs = CommitteeSelection.new(0, 1, 0, 4, 7)
     proof = cs.get_witness(3)
     assert cs.verify_witness_for_client(clients[3].id, proof, clients)

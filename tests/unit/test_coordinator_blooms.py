@@ -15,7 +15,7 @@ from psyche_common.bloom import WITNESS_BLOOM_BITS, WITNESS_BLOOM_KEYS, Bloom
 from psyche_common.coordinator import CoordinatorError, ErrorKind, RunState, Witness
 from psyche_common.coordinator.plausibility import check_witness_blooms, max_bloom_entries
 
-from tests.unit.coordinator_support import (
+from tests.support.coordinators import (
     ids,
     make_coordinator,
     round_witness_for,

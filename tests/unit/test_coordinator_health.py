@@ -7,7 +7,7 @@ from psyche_common.coordinator import Witness, health_score
 from psyche_common.coordinator.committee import WitnessProof
 from psyche_common.coordinator.health import participant_key
 
-from tests.unit.coordinator_support import make_coordinator
+from tests.support.coordinators import make_coordinator
 
 A, B = bytes([1]) * 32, bytes([2]) * 32
 

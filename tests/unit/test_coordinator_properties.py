@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from psyche_common.coordinator import Coordinator, RunState
 from psyche_common.coordinator.assignment import assign_data_for_round, get_batch_size
 
-from tests.unit.coordinator_sim import SimulatedRun, client_id
-from tests.unit.coordinator_support import make_coordinator
+from tests.support.coordinator_sim import SimulatedRun, client_id
+from tests.support.coordinators import make_coordinator
 
 PROPERTY_SETTINGS = settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]

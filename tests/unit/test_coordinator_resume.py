@@ -6,7 +6,7 @@ from psyche_common.config import HubCheckpoint, P2PCheckpoint, parse_state
 from psyche_common.coordinator import ClientState, Coordinator, RunState
 from psyche_common.coordinator.resume import resume_point
 
-from tests.unit.coordinator_support import ids, make_coordinator, to_round_train, witness_round
+from tests.support.coordinators import ids, make_coordinator, to_round_train, witness_round
 
 A, B, C = ids(3)
 OTHER = ids(3, "other")

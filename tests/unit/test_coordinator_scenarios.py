@@ -7,8 +7,8 @@ import random
 
 from psyche_common.coordinator import RunState
 
-from tests.unit.coordinator_sim import SimulatedRun, client_id
-from tests.unit.coordinator_support import make_coordinator
+from tests.support.coordinator_sim import SimulatedRun, client_id
+from tests.support.coordinators import make_coordinator
 
 TIMINGS = {
     "warmup_time": 20,

@@ -18,7 +18,7 @@ from psyche_common.coordinator import (
     TickResult,
 )
 
-from tests.unit.coordinator_support import (
+from tests.support.coordinators import (
     ids,
     make_coordinator,
     round_witness_for,

@@ -12,7 +12,7 @@ import tomli_w
 from psyche_common.config import HubCheckpoint, P2PCheckpoint, load_state, parse_state
 from psyche_common.coordinator import ClientState, Coordinator, RunState
 
-from tests.unit.coordinator_support import ids, make_coordinator, to_round_train, witness_round
+from tests.support.coordinators import ids, make_coordinator, to_round_train, witness_round
 
 A, B, C = ids(3)
 ALLOWED = (dict, list, int, float, str, bytes, bool, type(None))

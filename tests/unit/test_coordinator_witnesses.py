@@ -29,7 +29,7 @@ from psyche_common.coordinator.committee import (
     WitnessProof,
 )
 
-from tests.unit.coordinator_support import (
+from tests.support.coordinators import (
     ids,
     make_coordinator,
     round_witness_for,

@@ -13,7 +13,7 @@ from psyche_client.distro import DctTransform, DistroOptimizer, DistroResult, Di
 from psyche_client.distro.compress import topk_per_chunk
 from psyche_common.batch_id import BatchId
 
-from tests.unit._distro_helpers import SETTINGS, TinyNet, set_random_grads
+from tests.support.tiny_distro import SETTINGS, TinyNet, set_random_grads
 
 ONE_BIT = dataclasses.replace(SETTINGS, quantize_1bit=True)
 TWO_BIT = dataclasses.replace(SETTINGS, quantize_2bit=True)

@@ -24,7 +24,7 @@ from psyche_client.distro import (
 from psyche_client.distro.compress import pack_indices
 from psyche_common.batch_id import BatchId
 
-from tests.unit._distro_helpers import SETTINGS, generate_result
+from tests.support.tiny_distro import SETTINGS, generate_result
 
 ONE_BIT = dataclasses.replace(SETTINGS, quantize_1bit=True)
 TWO_BIT = dataclasses.replace(SETTINGS, quantize_2bit=True)

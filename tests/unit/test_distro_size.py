@@ -10,7 +10,7 @@ from psyche_client.distro import DistroOptimizer, DistroSettings
 from psyche_client.distro.size import encoded_result_size
 from psyche_common.batch_id import BatchId
 
-from tests.unit._distro_helpers import SETTINGS, TinyNet, set_random_grads
+from tests.support.tiny_distro import SETTINGS, TinyNet, set_random_grads
 
 
 class Wide(torch.nn.Module):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import huggingface_hub
 import pytest
 import torch
+from huggingface_hub import CommitInfo
 from psyche_client.model import loading as model_io
 from psyche_client.model.loading import (
     ModelLoadError,
@@ -222,9 +222,10 @@ def test_upload_to_hub_with_mocked_api(tmp_path: Path, monkeypatch) -> None:
         def __init__(self, token: str | None = None) -> None:
             self.token = token
 
-        def upload_folder(self, **kwargs: object) -> SimpleNamespace:
+        def upload_folder(self, **kwargs: object) -> CommitInfo:
             uploads.append({"token": self.token, **kwargs})
-            return SimpleNamespace(oid="f00d")
+            url = f"https://huggingface.co/{kwargs['repo_id']}/commit/f00d"
+            return CommitInfo(url, commit_message="", commit_description="", oid="f00d")
 
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     revision = upload_to_hub(tmp_path, "org/ckpt", "hf_token", commit_message="step 9")

@@ -8,7 +8,7 @@ from psyche_client.round.phase import ACTIONS, Action, Phase, action_for
 from psyche_client.round.roles import derive_round_roles
 from psyche_common.coordinator import Coordinator, RunState
 
-from tests.unit.coordinator_support import (
+from tests.support.coordinators import (
     ids,
     make_coordinator,
     round_witness_for,

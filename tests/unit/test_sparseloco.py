@@ -15,7 +15,7 @@ from psyche_client.distro.sparseloco import SparseLocoOptimizer, SparseLocoSetti
 from psyche_client.training.trainer import Trainer, TrainingCancelled
 from psyche_common.batch_id import BatchId
 
-from tests.unit._distro_helpers import TinyNet, set_random_grads
+from tests.support.tiny_distro import TinyNet, set_random_grads
 from tests.unit.test_trainer import tiny_llama, tokens
 
 SETTINGS = SparseLocoSettings(

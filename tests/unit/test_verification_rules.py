@@ -22,7 +22,7 @@ from psyche_common.coordinator.verification import (
     verifier_sample,
 )
 
-from tests.unit.coordinator_support import ids, make_coordinator, to_round_train, witness_round
+from tests.support.coordinators import ids, make_coordinator, to_round_train, witness_round
 
 
 def coordinator_in_round(percent: int = 50, members: int = 8, **config: int) -> Coordinator:

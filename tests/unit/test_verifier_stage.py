@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from types import SimpleNamespace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ from psyche_client.round.roles import RoundRoles
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
 from psyche_client.round.verifier import RoundVerifier
 from psyche_client.stats import ClientStats
+from psyche_client.training.backend import DummyBackend
 from psyche_client.training.trainer import Trainer
 from psyche_client.verify.agreement import (
     ACCUSE_BELOW,
@@ -32,6 +33,7 @@ from psyche_common.coordinator.committee import Committee, CommitteeProof
 from psyche_common.coordinator.verification import verifier_sample
 from psyche_common.protocol import Identity
 
+from tests.support.fakes import RecordingUplink, unsigned_result
 from tests.support.simulation import build_model, load_stdlib_corpus, prototype_llama_config
 
 SETTINGS = DistroSettings(
@@ -98,14 +100,12 @@ class FakeVerifyingBackend:
         return float(result.score)
 
 
-class ReportingUplink:
-    def __init__(self) -> None:
-        self.accusations: list[tuple[int, bytes, BatchId, int]] = []
+@dataclass(frozen=True)
+class ScoredResult:
+    """A decoded result whose agreement with any reference is `score`."""
 
-    async def send_accusation(
-        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int
-    ) -> None:
-        self.accusations.append((step, trainer, batch, agreement_milli))
+    score: float
+    trainer_nonce: int = 0
 
 
 BATCHES = tuple(BatchId(i * 4, i * 4 + 3) for i in range(4))
@@ -129,11 +129,11 @@ def verifier_round(seed: int = 11) -> RoundState:
     return RoundState.start(roles, 5, True, 0.0, bloom_factory=lambda n: Bloom.random())
 
 
-def make_verifier() -> tuple[RoundVerifier, RoundContext, FakeVerifyingBackend, ReportingUplink]:
+def make_verifier() -> tuple[RoundVerifier, RoundContext, FakeVerifyingBackend, RecordingUplink]:
     ctx = RoundContext(Identity.generate(), ClientStats())
     backend = FakeVerifyingBackend()
     ctx.backend = backend  # type: ignore[assignment]
-    uplink = ReportingUplink()
+    uplink = RecordingUplink()
 
     async def fetch(batch: BatchId) -> np.ndarray:
         return np.full((2, 8), batch.start, dtype=np.int64)
@@ -142,12 +142,11 @@ def make_verifier() -> tuple[RoundVerifier, RoundContext, FakeVerifyingBackend, 
 
 
 def verified_result(batch: BatchId, score: float, tag: bytes) -> ResultDownload:
-    announcement = SimpleNamespace(sender_id=OWNERS[batch], data_hash=tag * 32)
     return ResultDownload(
-        announcement,  # type: ignore[arg-type]
+        unsigned_result(OWNERS[batch], batch, tag * 32),
         batch,
         status=DownloadStatus.VERIFIED,
-        result=SimpleNamespace(score=score, trainer_nonce=0),  # type: ignore[arg-type]
+        result=ScoredResult(score),
     )
 
 
@@ -198,7 +197,7 @@ async def test_the_verifier_skips_when_the_weights_moved() -> None:
 
 async def test_a_backend_without_checks_verifies_nothing() -> None:
     verifier, ctx, _, _ = make_verifier()
-    ctx.backend = SimpleNamespace(weights_hash=lambda: b"w" * 32)  # type: ignore[assignment]
+    ctx.backend = DummyBackend(0.0)
     round_ = verifier_round()
     await verifier.recompute(round_)
     assert round_.checks is None

@@ -14,7 +14,7 @@ from psyche_common.protocol.messages import Accusation
 from psyche_server.client_messages import apply_client_message
 from psyche_server.persistence import save_state
 
-from tests.unit.coordinator_support import ids, make_coordinator, to_round_train
+from tests.support.coordinators import ids, make_coordinator, to_round_train
 
 
 def round_with_one_verifier() -> tuple[Coordinator, bytes, Accusation]:

@@ -8,7 +8,7 @@ from psyche_common.coordinator import CoordinatorError, ErrorKind
 from psyche_common.protocol.messages import Checkpoint
 from psyche_server.client_messages import apply_client_message
 
-from tests.unit.coordinator_support import ids, make_coordinator, start_epoch
+from tests.support.coordinators import ids, make_coordinator, start_epoch
 
 A, B = ids(2)
 

@@ -10,7 +10,7 @@ from psyche_common.coordinator import Client, ClientState, RunState
 from psyche_server.consistency import WeightsHashTracker
 from psyche_server.persistence import save_state, saved_state_name
 
-from tests.integration.server_harness import load_coordinator, write_state
+from tests.support.server_harness import load_coordinator, write_state
 
 A, B, C, D = (bytes([i]) * 32 for i in range(4))
 H1, H2 = b"\x11" * 32, b"\x22" * 32

@@ -11,7 +11,7 @@ from psyche_common.config import load_state
 from psyche_common.coordinator import Coordinator, RunState
 from psyche_server.persistence import StateSaver, latest_state_name
 
-from tests.integration.server_harness import load_coordinator, write_state
+from tests.support.server_harness import load_coordinator, write_state
 
 A, B = (bytes([i]) * 32 for i in range(2))
 

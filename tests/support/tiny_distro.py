@@ -1,4 +1,5 @@
-"""Small models and results shared by the DisTrO unit tests."""
+"""A tiny net with awkward parameter shapes and DisTrO results of it, for the DisTrO unit
+tests."""
 
 from __future__ import annotations
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Any
+from collections.abc import Callable
 
 from psyche_client.p2p import P2PNode, make_finished_announcement
+from psyche_client.p2p.announcements import FinishedAnnouncement
 
 
 def dead_address() -> str:
@@ -17,14 +18,14 @@ def dead_address() -> str:
         return f"127.0.0.1:{sock.getsockname()[1]}"
 
 
-async def wait_until(predicate: Any, timeout: float = 5.0) -> None:
+async def wait_until(predicate: Callable[[], object], timeout: float = 5.0) -> None:
     """Poll `predicate` every 10 ms until it is true (`TimeoutError` after `timeout` s)."""
     async with asyncio.timeout(timeout):
         while not predicate():
             await asyncio.sleep(0.01)
 
 
-def finished(node: P2PNode, step: int) -> Any:
+def finished(node: P2PNode, step: int) -> FinishedAnnouncement:
     """A signed `Finished` announcement of `node` for `step`."""
     return make_finished_announcement(
         node.identity, step=step, warmup=False, broadcast_merkle=bytes(32)
