@@ -29,7 +29,7 @@
    loopback socket copy of the same bytes.
 
 `--quick` (what `make test` runs): both parts at their smallest, in seconds: the tiny preset
-(`builtin:llama-tiny`), one client run of 5 steps of 4 × 32 tokens next to the bare loop (the
+(`builtin:llama-tiny`), one client run of 6 steps of 4 × 32 tokens next to the bare loop (the
 long step only), and the fetch of the tiny preset's bytes. Its ratios mean nothing: the
 rounds are all protocol.
 """
@@ -116,6 +116,21 @@ def start_bare_worker(shape: Shape, threads: int, out: Path) -> subprocess.Popen
     command += ["--batch", str(shape.batch), "--seq-len", str(shape.seq_len)]
     command += ["--micro-batch", str(shape.micro_batch), "--model", shape.model]
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+
+
+def wait_for_first_bare_step(
+    worker: subprocess.Popen[bytes], out: Path, timeout: float = 300
+) -> None:
+    """Until the baseline has stepped once: on a loaded machine its start (torch, the model)
+    can take longer than a short client run's first rounds, and only its steps inside the
+    client's window count."""
+    deadline = time.monotonic() + timeout
+    while not (out.exists() and out.read_text().strip()):
+        if worker.poll() is not None:
+            raise RuntimeError(f"the bare loop exited with {worker.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the bare loop did not step within {timeout:g}s")
+        time.sleep(0.1)
 
 
 def bare_in_window(out: Path, shape: Shape, start: float, end: float) -> dict[str, float]:
@@ -362,6 +377,7 @@ def measure_case(shape: Shape, steps: int, repeats_count: int, threads: int) -> 
             out = Path(tmp) / "bare.log"
             worker = start_bare_worker(shape, threads, out)
             try:
+                wait_for_first_bare_step(worker, out)
                 client = client_run(Path(tmp), shape, steps)
             finally:
                 worker.terminate()
@@ -429,7 +445,7 @@ def main() -> None:
         args.seq_len or (32 if quick else 256),
         args.micro_batch or (2 if quick else 8),
     )
-    steps = args.steps or (5 if quick else 7)
+    steps = args.steps or (6 if quick else 7)
     repeats = args.repeats or (1 if quick else 3)
     torch.set_num_threads(args.threads)
     if args.bare_worker is not None:
