@@ -85,7 +85,7 @@ def bare_worker(shape: Shape, out: Path) -> None:
     """The baseline, run as a separate process next to the client run: the same model, data
     and micro-batching trained by a plain loop with AdamW, forever (the parent kills it); one
     ``start end`` line (monotonic seconds, system-wide on Linux) per step goes to ``out``."""
-    from psyche_client.model.loading import load_model
+    from psyche_client.training.model.loading import load_model
     from psyche_common.batch_id import BatchId
     from psyche_common.data.builtin import BuiltinDataProvider
 
@@ -290,7 +290,9 @@ def round_breakdown(
 
 
 def client_run(tmp: Path, shape: Shape, steps: int) -> dict[str, Any]:
-    from psyche_client.app import ClientApp, ClientOptions
+    from psyche_client.app import ClientApp, ClientOptions, ServerOptions
+    from psyche_client.app.options import client_p2p_config
+    from psyche_client.weights.backends import BackendOptions
     from psyche_common.protocol import Identity
 
     from tests.e2e.client_run import Cluster, write_state
@@ -314,13 +316,10 @@ def client_run(tmp: Path, shape: Shape, steps: int) -> dict[str, Any]:
     try:
         app = ClientApp(
             ClientOptions(
-                server_addr=f"127.0.0.1:{cluster.port}",
-                run_id="e2e-run",
-                identity=Identity.generate(),
-                bind_p2p_interface="127.0.0.1",
-                advertise_host="127.0.0.1",
-                device="cpu",
-                micro_batch_size=shape.micro_batch,
+                ServerOptions(f"127.0.0.1:{cluster.port}", "e2e-run"),
+                Identity.generate(),
+                p2p=client_p2p_config(bind_host="127.0.0.1", advertise_host="127.0.0.1"),
+                backend=BackendOptions(device="cpu", micro_batch_size=shape.micro_batch),
             )
         )
         code = asyncio.run(app.run())
@@ -348,8 +347,8 @@ def client_run(tmp: Path, shape: Shape, steps: int) -> dict[str, Any]:
 
 
 def joiner_fetch(preset: str) -> dict[str, float]:
-    from psyche_client.model.loading import builtin_config, config_from_dict
     from psyche_client.p2p.benchmark import measure_parameter_fetch
+    from psyche_client.training.model.loading import builtin_config, config_from_dict
     from transformers import AutoModelForCausalLM
 
     config = config_from_dict(builtin_config(preset))

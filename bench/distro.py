@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from psyche_client.distro import DistroSettings
-from psyche_client.model.loading import count_parameters, load_model
+from psyche_client.training.model.loading import count_parameters, load_model
 from psyche_client.training.trainer import Trainer
 from psyche_common.batch_id import BatchId
 

@@ -161,8 +161,8 @@ def untrained_loss(cache_dir: Path) -> float:
     """`model_loss` of `builtin:llama-tiny` as every client builds it before training (the
     same seed), to tell how far a run's training moved the loss."""
     import torch
-    from psyche_client.model.loading import load_model
     from psyche_client.training.distro_backend import RNG_SEED
+    from psyche_client.training.model.loading import load_model
 
     torch.manual_seed(RNG_SEED)
     model, _ = load_model("builtin:llama-tiny", device="cpu", dtype=torch.float32)

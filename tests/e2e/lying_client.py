@@ -8,6 +8,7 @@ it with `psyche-client`'s arguments: `python tests/e2e/lying_client.py train --s
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,20 +16,27 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from psyche_client.app.parts import Parts
 from psyche_client.round import witness as witness_module
-from psyche_client.uplink import SwitchableUplink
+from psyche_client.session.uplink import SwitchableUplink
+from psyche_common.bloom import Bloom
+from psyche_common.coordinator.types import Witness
+from psyche_common.protocol.messages import WitnessMetadata
 
-_send_witness = SwitchableUplink.send_witness
 
+class LyingUplink(SwitchableUplink):
+    """Sends every witness with all bloom bits set."""
 
-async def send_lying_witness(
-    self: SwitchableUplink, witness: dict[str, Any], metadata: dict[str, Any]
-) -> None:
-    for field in ("participant_bloom", "broadcast_bloom"):
-        bloom = dict(witness[field])
-        bloom["bits"] = b"\xff" * len(bloom["bits"])
-        witness[field] = bloom
-    await _send_witness(self, witness, metadata)
+    async def send_witness(self, witness: Witness, metadata: WitnessMetadata) -> None:
+        def saturated(bloom: Bloom) -> Bloom:
+            return dataclasses.replace(bloom, bits=(1 << bloom.num_bits) - 1)
+
+        lying = dataclasses.replace(
+            witness,
+            participant_bloom=saturated(witness.participant_bloom),
+            broadcast_bloom=saturated(witness.broadcast_bloom),
+        )
+        await super().send_witness(lying, metadata)
 
 
 def accuse_every_trainer(
@@ -42,11 +50,10 @@ def accuse_every_trainer(
 
 
 def main() -> None:
-    SwitchableUplink.send_witness = send_lying_witness  # type: ignore[method-assign]
     witness_module.clients_to_accuse = accuse_every_trainer  # type: ignore[assignment]
     from psyche_client.cli import main as client_main
 
-    client_main()
+    client_main(obj=Parts(uplink=LyingUplink))
 
 
 if __name__ == "__main__":

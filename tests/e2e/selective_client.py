@@ -14,14 +14,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from psyche_client import app as client_app
+from psyche_client.app.parts import NodeNetwork, Parts
 from psyche_client.p2p.announcements import (
     FinishedAnnouncement,
     ResultAnnouncement,
 )
 
 
-class SelectiveNetwork(client_app.NodeNetwork):
+class SelectiveNetwork(NodeNetwork):
     async def announce(self, announcement: ResultAnnouncement | FinishedAnnouncement) -> None:
         if not isinstance(announcement, ResultAnnouncement):
             await super().announce(announcement)
@@ -32,10 +32,9 @@ class SelectiveNetwork(client_app.NodeNetwork):
 
 
 def main() -> None:
-    client_app.NodeNetwork = SelectiveNetwork  # type: ignore[misc]
     from psyche_client.cli import main as client_main
 
-    client_main()
+    client_main(obj=Parts(network=SelectiveNetwork))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from psyche_client import app as client_app
+from psyche_client.app.parts import Parts
 from psyche_client.p2p.node import P2PNode
 
 
@@ -26,10 +26,9 @@ class StallingNode(P2PNode):
 
 
 def main() -> None:
-    client_app.P2PNode = StallingNode  # type: ignore[misc]
     from psyche_client.cli import main as client_main
 
-    client_main()
+    client_main(obj=Parts(node=StallingNode))
 
 
 if __name__ == "__main__":

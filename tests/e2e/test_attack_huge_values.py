@@ -33,7 +33,7 @@ def largest_value(path: Path) -> float:
     """The largest |value| in a result file the attacker wrote (decoded strictly against the
     layout of `builtin:llama-tiny` with the tests' DisTrO settings and bf16 values)."""
     import torch
-    from psyche_client.model.loading import load_model
+    from psyche_client.training.model.loading import load_model
 
     model, _ = load_model("builtin:llama-tiny", device="cpu", dtype=torch.float32)
     layout = ResultLayout.for_parameters(

@@ -145,7 +145,9 @@ async def test_corrupted_blobs_are_detected_and_never_applied(cluster) -> None:
     keep identical weights and finish the run."""
     import asyncio
 
-    from psyche_client.app import ClientApp, ClientOptions
+    from psyche_client.app import ClientApp, ClientOptions, ServerOptions
+    from psyche_client.app.options import client_p2p_config
+    from psyche_client.weights.backends import BackendOptions
     from psyche_common.protocol import Identity
 
     c = cluster(total_steps=10, witness_nodes=0, max_round_train_time=8)
@@ -153,12 +155,10 @@ async def test_corrupted_blobs_are_detected_and_never_applied(cluster) -> None:
     apps = []
     for _ in range(3):
         options = ClientOptions(
-            server_addr=f"127.0.0.1:{c.port}",
-            run_id="e2e-run",
-            identity=Identity.generate(),
-            bind_p2p_interface="127.0.0.1",
-            advertise_host="127.0.0.1",
-            dummy_training_delay_secs=0.1,
+            ServerOptions(f"127.0.0.1:{c.port}", "e2e-run"),
+            Identity.generate(),
+            p2p=client_p2p_config(bind_host="127.0.0.1", advertise_host="127.0.0.1"),
+            backend=BackendOptions(dummy_delay_secs=0.1),
         )
         apps.append(ClientApp(options))
     bad = apps[0]

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from psyche_client.p2p.announcements import make_finished_announcement
+from psyche_client.p2p.inbox import verify
 from psyche_common.coordinator import RunState
 
 from tests.support.client_harness import FakeServer, add_client, make_coordinator
@@ -189,15 +190,15 @@ async def test_an_announcement_kept_for_a_prepared_round_is_filed_in_it_when_ado
     kept = make_finished_announcement(
         peer.ctx.identity, step=step, warmup=False, broadcast_merkle=b"\x07" * 32
     )
-    me.on_announcement(kept)
-    assert kept in me.exchange.early  # the round is only predicted so far
+    me.on_announcement(verify(kept))
+    assert verify(kept) in me.exchange.early  # the round is only predicted so far
 
     def started() -> bool:
         return me.ctx.current is not None and me.ctx.current.step == step
 
     await run_until(server, started)
     assert me.stats.prepared_rounds["adopt"] >= 1, me.stats.prepared_rounds
-    assert kept not in me.exchange.early
+    assert verify(kept) not in me.exchange.early
     assert peer.ctx.me in me.ctx.current.finished_from
     for runner in runners:
         await runner.aclose()

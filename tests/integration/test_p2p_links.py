@@ -53,7 +53,7 @@ class Swarm:
             identity,
             is_member=self.members.__contains__,
             config=dataclasses.replace(FAST, **config),
-            on_announcement=lambda a, _via: inbox.append(a),
+            on_announcement=lambda v, _via: inbox.append(v.announcement),
         )
         await node.start()
         self.nodes.append(node)

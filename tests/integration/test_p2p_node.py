@@ -80,7 +80,7 @@ class Cluster:
             identity,
             is_member=self.members.__contains__,
             config=dataclasses.replace(FAST, **config),
-            on_announcement=lambda a, via: inbox.append((a, via)),
+            on_announcement=lambda v, via: inbox.append((v.announcement, via)),
             on_corrupt=lambda peer, h: reports.append((peer, h)),
         )
         await node.start()

@@ -10,7 +10,7 @@ import logging
 import time
 from pathlib import Path
 
-from psyche_client.server_link import ServerLink
+from psyche_client.session.server_link import ServerLink
 from psyche_common.protocol import Identity, encode_frame
 from psyche_server.connections import ConnectionLimits
 

@@ -41,7 +41,7 @@ def llama20m_result_size(chunk: int = 64, topk: int = 8, one_bit: bool = True) -
     import torch
     from psyche_client.distro.result import ResultLayout
     from psyche_client.distro.size import encoded_result_size
-    from psyche_client.model.loading import builtin_config, config_from_dict
+    from psyche_client.training.model.loading import builtin_config, config_from_dict
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from psyche_common.coordinator import (
 )
 from psyche_common.coordinator.committee import CommitteeProof
 from psyche_common.protocol import Identity
+from psyche_common.protocol.messages import WitnessMetadata
 
 from tests.support.coordinators import state_document
 from tests.support.fakes import MemoryHub, RecordingUplink
@@ -118,26 +119,27 @@ class FakeServer:
             if peer in self.pending or peer in self.kicked:  # kicked clients stay connected
                 await runner.on_state(Coordinator.from_wire(wire))
 
-    def on_witness(self, sender: bytes, witness: dict[str, Any], metadata: dict[str, Any]) -> None:
-        self.witness_hashes.append((sender, metadata["step"], metadata["weights_hash"]))
-        self.call(lambda c: c.witness(sender, Witness.from_wire(witness), self.now))
+    def on_witness(self, sender: bytes, witness: Witness, metadata: WitnessMetadata) -> None:
+        self.witness_hashes.append((sender, metadata.step, metadata.weights_hash))
+        # through the wire form, as the server receives it
+        received = Witness.from_wire(witness.to_wire())
+        self.call(lambda c: c.witness(sender, received, self.now))
 
-    def on_warmup_witness(self, sender: bytes, witness: dict[str, Any]) -> None:
+    def on_warmup_witness(self, sender: bytes, witness: Witness) -> None:
         self.warmup_witnesses.append((self.coordinator.progress.epoch, sender))
-        self.call(
-            lambda c: c.warmup_witness(sender, Witness.from_wire(witness), self.now, self.seed())
-        )
+        received = Witness.from_wire(witness.to_wire())
+        self.call(lambda c: c.warmup_witness(sender, received, self.now, self.seed()))
 
     def on_health_check(
         self,
         sender: bytes,
-        checks: list[tuple[bytes, dict[str, Any]]],
+        checks: Sequence[tuple[bytes, CommitteeProof]],
         step: int,
         weights_hash: bytes,
     ) -> None:
         self.record_hash(sender, step, weights_hash)
         if checks:
-            parsed = [(cid, CommitteeProof.from_wire(p)) for cid, p in checks]
+            parsed = [(cid, CommitteeProof.from_wire(p.to_wire())) for cid, p in checks]
             self.accusations.append((sender, [cid for cid, _ in checks]))
             self.call(lambda c: c.health_check(sender, parsed))
 

@@ -14,17 +14,23 @@ import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from psyche_client.p2p.announcements import (
+    AnnouncementError,
     FinishedAnnouncement,
     ResultAnnouncement,
     message_id,
 )
+from psyche_client.p2p.inbox import VerifiedAnnouncement, verify
 from psyche_common.batch_id import BatchId
+from psyche_common.config import HubCheckpoint
+from psyche_common.coordinator import Witness
+from psyche_common.coordinator.committee import CommitteeProof
+from psyche_common.protocol.messages import WitnessMetadata
 
 Announcement = ResultAnnouncement | FinishedAnnouncement
-Receiver = Callable[[Announcement], None]
+Receiver = Callable[[VerifiedAnnouncement], None]
 """What a member does with an announcement a peer sent (a runner's `on_announcement`)."""
 
 
@@ -33,7 +39,8 @@ class MemoryHub:
     """The network all members share: who is listening, who holds which blob.
 
     Like the real P2P inbox, each receiver drops an announcement it has already seen (same
-    `message_id`), so identical re-sent messages are delivered once. Members in `dead` send and
+    `message_id`), so identical re-sent messages are delivered once, and one whose signatures
+    do not verify; the others reach the receivers as `VerifiedAnnouncement`s. Members in `dead` send and
     serve nothing; members in `corrupt_from` serve damaged blobs.
     """
 
@@ -70,13 +77,17 @@ class MemoryNetwork:
         if self.me in self.hub.dead:
             return
         key = message_id(announcement)
+        try:
+            verified = verify(announcement)
+        except AnnouncementError:
+            return
         for peer, receive in list(self.hub.receivers.items()):
             if peer == self.me or peer in self.hub.dead:
                 continue
             seen = self.hub.seen.setdefault(peer, set())
             if key not in seen:
                 seen.add(key)
-                asyncio.get_running_loop().call_soon(receive, announcement)
+                asyncio.get_running_loop().call_soon(receive, verified)
 
     def publish_blob(self, data: bytes, step: int) -> bytes:
         digest = hashlib.sha256(data).digest()
@@ -111,16 +122,14 @@ def lone_network(me: bytes = bytes(32)) -> MemoryNetwork:
 class ServerSink(Protocol):
     """A fake server behind `RecordingUplink`: gets each message once it is recorded."""
 
-    def on_witness(
-        self, sender: bytes, witness: dict[str, Any], metadata: dict[str, Any]
-    ) -> None: ...
+    def on_witness(self, sender: bytes, witness: Witness, metadata: WitnessMetadata) -> None: ...
 
-    def on_warmup_witness(self, sender: bytes, witness: dict[str, Any]) -> None: ...
+    def on_warmup_witness(self, sender: bytes, witness: Witness) -> None: ...
 
     def on_health_check(
         self,
         sender: bytes,
-        checks: list[tuple[bytes, dict[str, Any]]],
+        checks: Sequence[tuple[bytes, CommitteeProof]],
         step: int,
         weights_hash: bytes,
     ) -> None: ...
@@ -139,33 +148,33 @@ class RecordingUplink:
 
     me: bytes = bytes(32)
     server: ServerSink | None = None
-    witnesses: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
-    warmup_witnesses: list[dict[str, Any]] = field(default_factory=list)
-    health: list[tuple[list[tuple[bytes, dict[str, Any]]], int, bytes]] = field(
+    witnesses: list[tuple[Witness, WitnessMetadata]] = field(default_factory=list)
+    warmup_witnesses: list[Witness] = field(default_factory=list)
+    health: list[tuple[list[tuple[bytes, CommitteeProof]], int, bytes]] = field(
         default_factory=list
     )
-    checkpoints: list[dict[str, Any]] = field(default_factory=list)
+    checkpoints: list[HubCheckpoint] = field(default_factory=list)
     accusations: list[tuple[int, bytes, BatchId, int]] = field(default_factory=list)
     joins: int = 0
 
-    async def send_witness(self, witness: dict[str, Any], metadata: dict[str, Any]) -> None:
+    async def send_witness(self, witness: Witness, metadata: WitnessMetadata) -> None:
         self.witnesses.append((witness, metadata))
         if self.server is not None:
             self.server.on_witness(self.me, witness, metadata)
 
-    async def send_warmup_witness(self, witness: dict[str, Any]) -> None:
+    async def send_warmup_witness(self, witness: Witness) -> None:
         self.warmup_witnesses.append(witness)
         if self.server is not None:
             self.server.on_warmup_witness(self.me, witness)
 
     async def send_health_check(
-        self, checks: list[tuple[bytes, dict[str, Any]]], step: int, weights_hash: bytes
+        self, checks: Sequence[tuple[bytes, CommitteeProof]], step: int, weights_hash: bytes
     ) -> None:
-        self.health.append((checks, step, weights_hash))
+        self.health.append((list(checks), step, weights_hash))
         if self.server is not None:
             self.server.on_health_check(self.me, checks, step, weights_hash)
 
-    async def send_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+    async def send_checkpoint(self, checkpoint: HubCheckpoint) -> None:
         self.checkpoints.append(checkpoint)
 
     async def send_join(self) -> None:

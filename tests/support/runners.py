@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from psyche_client.round.ports import RunnerOptions
 from psyche_client.round.runner import RoundRunner
-from psyche_client.stats import ClientStats
+from psyche_client.round.stats import ClientStats
 from psyche_client.training.backend import DummyBackend
 from psyche_common.coordinator import Coordinator
 from psyche_common.protocol import Identity

@@ -119,7 +119,9 @@ async def test_dashboard_follows_a_live_run(tmp_path) -> None:
     """A real server process and two in-process dummy clients, one shown in the dashboard."""
     import asyncio
 
-    from psyche_client.app import ClientApp, ClientOptions
+    from psyche_client.app import ClientApp, ClientOptions, ServerOptions
+    from psyche_client.app.options import client_p2p_config
+    from psyche_client.weights.backends import BackendOptions
     from psyche_common.protocol import Identity
 
     from tests.e2e.client_run import Cluster, write_state
@@ -132,12 +134,10 @@ async def test_dashboard_follows_a_live_run(tmp_path) -> None:
         apps = [
             ClientApp(
                 ClientOptions(
-                    server_addr=f"127.0.0.1:{cluster.port}",
-                    run_id="e2e-run",
-                    identity=Identity.generate(),
-                    bind_p2p_interface="127.0.0.1",
-                    advertise_host="127.0.0.1",
-                    dummy_training_delay_secs=0.1,
+                    ServerOptions(f"127.0.0.1:{cluster.port}", "e2e-run"),
+                    Identity.generate(),
+                    p2p=client_p2p_config(bind_host="127.0.0.1", advertise_host="127.0.0.1"),
+                    backend=BackendOptions(dummy_delay_secs=0.1),
                 )
             )
             for _ in range(2)
@@ -166,7 +166,7 @@ def test_view_of_a_client_reconnecting_with_a_result_download_in_flight() -> Non
     and while the server is away the status says the client is reconnecting."""
     import time
 
-    from psyche_client.app import ClientApp, ClientOptions
+    from psyche_client.app import ClientApp, ClientOptions, ServerOptions
     from psyche_client.training.backend import DummyResult
     from psyche_client.tui.view import build_view
     from psyche_common.batch_id import BatchId
@@ -176,7 +176,7 @@ def test_view_of_a_client_reconnecting_with_a_result_download_in_flight() -> Non
     from tests.support.runners import lone_runner
 
     identity = Identity.generate()
-    app = ClientApp(ClientOptions(server_addr="127.0.0.1:1", run_id="r", identity=identity))
+    app = ClientApp(ClientOptions(ServerOptions("127.0.0.1:1", "r"), identity))
     trainer = b"t" * 32
     pending = downloaded(b"\xaa" * 32, trainer, BatchId(0, 3), size=4096)
     done = downloaded(b"\xbb" * 32, trainer, BatchId(4, 7), DummyResult(b""), size=1)
@@ -188,6 +188,6 @@ def test_view_of_a_client_reconnecting_with_a_result_download_in_flight() -> Non
     status = app.server.status
     status.connected, status.attempt = False, 3
     status.lost_at, status.next_attempt_at = time.monotonic() - 5, time.monotonic() + 4.2
-    view = build_view(app, BandwidthMeter())
+    view = build_view(app.snapshot(), BandwidthMeter())
     assert [(row.label, row.total) for row in view.downloads] == [("result " + "aa" * 6, 4096)]
     assert view.status.startswith("Server reconnecting (attempt 3, next in ")

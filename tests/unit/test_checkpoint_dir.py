@@ -1,5 +1,5 @@
 """Checkpoint directories are written atomically and pruned without counting partial ones
-(`psyche_client.model.checkpoint_dir`)."""
+(`psyche_client.training.model.checkpoint_dir`)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import errno
 import os
 from pathlib import Path
 
-import psyche_client.model.checkpoint_dir as checkpoint_dir
+import psyche_client.training.model.checkpoint_dir as checkpoint_dir
 import pytest
-from psyche_client.model.checkpoint_dir import (
+from psyche_client.training.model.checkpoint_dir import (
     complete_checkpoints,
     prune_checkpoints,
     temporary_checkpoints,

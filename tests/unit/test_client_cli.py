@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 from click.testing import CliRunner
 from psyche_client.cli import main
-from psyche_client.model.sharing import prune_checkpoints
+from psyche_client.weights.sharing import prune_checkpoints
+from psyche_common.pacing import MEGABIT
 from psyche_common.protocol import Identity
 
 TRAIN_FLAGS = [
@@ -55,7 +56,7 @@ def test_server_reconnect_timeout_reaches_the_client_options(monkeypatch) -> Non
     assert runner.invoke(main, [*base, "--server-reconnect-timeout", "0"]).exit_code == 0
     env = {"SERVER_RECONNECT_TIMEOUT": "45.5"}
     assert runner.invoke(main, base, env=env).exit_code == 0
-    assert [o.server_reconnect_timeout for o in seen] == [600.0, 0.0, 45.5]
+    assert [o.server.reconnect_timeout for o in seen] == [600.0, 0.0, 45.5]
     refused = runner.invoke(main, [*base, "--server-reconnect-timeout", "-1"])
     assert refused.exit_code == 2 and "--server-reconnect-timeout" in refused.output
 
@@ -70,7 +71,7 @@ def test_advertise_addr_reaches_the_p2p_address(monkeypatch) -> None:
     assert runner.invoke(main, [*base, "--advertise-addr", "203.0.113.7:4000"]).exit_code == 0
     env = {"ADVERTISE_ADDR": "[2001:db8::1]:4001"}
     assert runner.invoke(main, base, env=env).exit_code == 0
-    assert [(o.advertise_host, o.advertise_port) for o in seen] == [
+    assert [(o.p2p.advertise_host, o.p2p.advertise_port) for o in seen] == [
         ("203.0.113.7", 4000),
         ("2001:db8::1", 4001),
     ]
@@ -90,7 +91,7 @@ def test_data_fetch_retry_flags_reach_the_client_options(monkeypatch) -> None:
     assert runner.invoke(main, [*base, *flags]).exit_code == 0
     env = {"DATA_FETCH_ATTEMPTS": "2", "DATA_FETCH_RETRY_DELAY": "0"}
     assert runner.invoke(main, base, env=env).exit_code == 0
-    assert [(o.data_fetch_attempts, o.data_fetch_retry_delay) for o in seen] == [
+    assert [(o.data.attempts, o.data.delay_step) for o in seen] == [
         (7, 2.0),
         (3, 0.5),
         (2, 0.0),
@@ -112,7 +113,7 @@ def test_max_upload_mbps_caps_the_nodes_model_share_uploads(monkeypatch) -> None
     assert runner.invoke(main, base).exit_code == 0
     assert runner.invoke(main, [*base, "--max-upload-mbps", "8"]).exit_code == 0
     assert runner.invoke(main, base, env={"MAX_UPLOAD_MBPS": "2.5"}).exit_code == 0
-    assert [o.max_upload_mbps for o in seen] == [None, 8.0, 2.5]
+    assert [o.p2p.max_upload_rate for o in seen] == [None, 8.0 * MEGABIT, 2.5 * MEGABIT]
     rates = [ClientApp(o).node.shaper.rate for o in seen]
     assert rates == [None, 1_000_000.0, 312_500.0]  # bytes/s
     refused = runner.invoke(main, [*base, "--max-upload-mbps", "0.5"])
@@ -244,7 +245,7 @@ def test_log_level_reaches_the_logging_setup(monkeypatch) -> None:
 
     levels = []
     monkeypatch.setattr(
-        cli, "_run", lambda _options, _logs, _write_log, level: levels.append(level) or 0
+        cli, "_run", lambda _options, _logs, _write_log, level, _parts: levels.append(level) or 0
     )
     base = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
     runner = CliRunner()

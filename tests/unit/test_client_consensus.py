@@ -12,15 +12,15 @@ from psyche_client.round.consensus import (
     select_consensus_commitment,
     split_cold_start,
 )
-from psyche_client.round.health import clients_to_accuse, health_score
+from psyche_client.round.health import clients_to_accuse
 from psyche_client.round.witness_builder import (
     EMPTY_MERKLE_ROOT,
     RoundWitnessState,
     merkle_root,
-    participant_key,
 )
 from psyche_client.training.backend import DummyResult
 from psyche_common.config import HubCheckpoint, P2PCheckpoint
+from psyche_common.coordinator.health import health_score, participant_key
 
 
 class SetBloom:

@@ -11,14 +11,17 @@ from typing import ClassVar
 
 import httpx
 import huggingface_hub
-import psyche_client.model.loading as model_io
+import psyche_client.training.model.loading as model_io
 import pytest
 from huggingface_hub import CommitInfo
 from huggingface_hub.errors import HfHubHTTPError
-from psyche_client.app import ClientApp, ClientOptions
+from psyche_client.app import ClientApp, ClientOptions, ServerOptions
 from psyche_client.training.backend import DummyBackend
 from psyche_client.tui.app import client_tab_text
 from psyche_client.tui.view import BandwidthMeter, build_view
+from psyche_client.weights.backends import BackendOptions
+from psyche_client.weights.lifecycle import CheckpointOptions
+from psyche_common.config import HubCheckpoint
 from psyche_common.coordinator import Coordinator, RunState
 from psyche_common.protocol import Identity
 
@@ -40,28 +43,25 @@ async def test_cooldown_shares_saves_prunes_and_reports(tmp_path: Path, monkeypa
 
     monkeypatch.setattr(model_io, "upload_to_hub", fake_upload)
     options = ClientOptions(
-        server_addr="127.0.0.1:1",
-        run_id="run",
-        identity=Identity.generate(),
-        checkpoint_dir=tmp_path,
-        hub_repo="me/model",
-        keep_checkpoints=2,
-        dummy_training_delay_secs=0.0,
+        ServerOptions("127.0.0.1:1", "run"),
+        Identity.generate(),
+        backend=BackendOptions(dummy_delay_secs=0.0),
+        checkpointing=CheckpointOptions(tmp_path, "me/model", keep=2),
     )
     app = ClientApp(options)
     link = RecordingUplink()
     app.server.uplink.attach(link)  # type: ignore[arg-type]
     backend = DummyBackend(0.0)
     for step in (5, 9, 13):
-        await app._cooldown(cooldown_at(step), backend)
-    assert app.shared.manifest is not None and app.shared.manifest.step == 13
-    assert app.shared.parameters == {"dummy.weights": backend.weights}
+        await app.lifecycle.cooldown(cooldown_at(step), backend)
+    assert app.lifecycle.shared.manifest is not None and app.lifecycle.shared.manifest.step == 13
+    assert app.lifecycle.shared.parameters == {"dummy.weights": backend.weights}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run-step12", "run-step8"]
     assert (tmp_path / "run-step12" / "dummy.weights").read_bytes() == backend.weights
     assert [u[1] for u in uploads] == ["me/model"] * 3
-    assert link.checkpoints[-1] == {"Hub": {"repo_id": "me/model", "revision": "abc123"}}
-    app.shared.clear()
-    assert app.shared.manifest is None
+    assert link.checkpoints[-1] == HubCheckpoint(repo_id="me/model", revision="abc123")
+    app.lifecycle.shared.clear()
+    assert app.lifecycle.shared.manifest is None
 
 
 class FailingSaveBackend(DummyBackend):
@@ -82,13 +82,10 @@ class FailingSaveBackend(DummyBackend):
 
 def make_app(tmp_path: Path, hub_repo: str | None = None) -> tuple[ClientApp, RecordingUplink]:
     options = ClientOptions(
-        server_addr="127.0.0.1:1",
-        run_id="run",
-        identity=Identity.generate(),
-        checkpoint_dir=tmp_path,
-        hub_repo=hub_repo,
-        keep_checkpoints=2,
-        dummy_training_delay_secs=0.0,
+        ServerOptions("127.0.0.1:1", "run"),
+        Identity.generate(),
+        backend=BackendOptions(dummy_delay_secs=0.0),
+        checkpointing=CheckpointOptions(tmp_path, hub_repo, keep=2),
     )
     app = ClientApp(options)
     link = RecordingUplink()
@@ -97,11 +94,11 @@ def make_app(tmp_path: Path, hub_repo: str | None = None) -> tuple[ClientApp, Re
 
 
 async def cooldown(app: ClientApp, backend: DummyBackend, step: int) -> None:
-    await app._cooldown(cooldown_at(step), backend)
+    await app.lifecycle.cooldown(cooldown_at(step), backend)
 
 
 def dashboard_text(app: ClientApp) -> str:
-    return client_tab_text(build_view(app, BandwidthMeter()))
+    return client_tab_text(build_view(app.snapshot(), BandwidthMeter()))
 
 
 @pytest.mark.parametrize(
@@ -126,8 +123,8 @@ async def test_a_failed_save_is_logged_shown_and_retried_at_the_next_cooldown(
     with caplog.at_level(logging.ERROR, logger="psyche.client"):
         await cooldown(app, backend, 9)  # returns normally: the client trains on
     # the model is shared with late joiners all the same
-    assert app.shared.manifest is not None and app.shared.manifest.step == 9
-    assert app.shared.parameters == {"dummy.weights": b"w" * 32}
+    assert app.lifecycle.shared.manifest is not None and app.lifecycle.shared.manifest.step == 9
+    assert app.lifecycle.shared.parameters == {"dummy.weights": b"w" * 32}
     # no half-written run-step8, no partial left behind, the previous checkpoint intact
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run-step4"]
     assert (tmp_path / "run-step4" / "dummy.weights").read_bytes() != b"w" * 32
@@ -155,7 +152,7 @@ async def test_an_unusable_checkpoint_dir_does_not_stop_the_cooldown(tmp_path: P
     blocker.write_text("not a directory")
     app, _ = make_app(blocker / "checkpoints")
     await cooldown(app, DummyBackend(0.0), 5)
-    assert app.shared.manifest is not None and app.shared.manifest.step == 5
+    assert app.lifecycle.shared.manifest is not None and app.lifecycle.shared.manifest.step == 5
     assert app.stats.checkpoint_error is not None
     assert str(blocker / "checkpoints" / "run-step4") in app.stats.checkpoint_error
 
@@ -205,7 +202,7 @@ async def test_a_failed_upload_is_logged_shown_and_retried_with_the_next_checkpo
     FailingHubApi.failing = False
     await cooldown(app, backend, 9)
     assert FailingHubApi.uploads == [str(tmp_path / "run-step8")]
-    assert link.checkpoints == [{"Hub": {"repo_id": "me/model", "revision": "rev-run-step8"}}]
+    assert link.checkpoints == [HubCheckpoint(repo_id="me/model", revision="rev-run-step8")]
     assert app.stats.checkpoint_error is None
     assert app.stats.last_checkpoint == f"{tmp_path / 'run-step8'}@rev-run-step8"
     assert "Checkpoint error" not in dashboard_text(app)

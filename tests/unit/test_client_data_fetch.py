@@ -19,8 +19,8 @@ from tests.support.coordinators import coordinator_in, ids
 
 def make_app(**options: Any) -> ClientApp:
     return ClientApp(
-        ClientOptions(
-            server_addr="127.0.0.1:1", run_id="run", identity=Identity.generate(), **options
+        ClientOptions.from_flags(
+            {"server_addr": "127.0.0.1:1", "run_id": "run", **options}, Identity.generate()
         )
     )
 

@@ -10,7 +10,7 @@ from psyche_client.round.apply import ApplyStep
 from psyche_client.round.context import RoundContext
 from psyche_client.round.link_speed import BusyMeter, LinkVerdict, link_verdict
 from psyche_client.round.state import RoundState
-from psyche_client.stats import ClientStats
+from psyche_client.round.stats import ClientStats
 from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import RunState
 from psyche_common.protocol import Identity

@@ -9,9 +9,11 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pytest
-from psyche_client.reconnect import Backoff, ServerSession, SessionStatus
-from psyche_client.server_link import ServerLink, ServerLinkError, ServerRejected
-from psyche_client.uplink import SwitchableUplink
+from psyche_client.session.reconnect import Backoff, ServerSession, SessionStatus
+from psyche_client.session.server_link import ServerLink, ServerLinkError, ServerRejected
+from psyche_client.session.uplink import SwitchableUplink
+from psyche_common.coordinator.committee import WitnessProof
+from psyche_common.coordinator.types import Witness
 from psyche_common.protocol import (
     Identity,
     accept_handshake,
@@ -19,7 +21,11 @@ from psyche_common.protocol import (
     read_frame,
     write_frame,
 )
-from psyche_common.protocol.messages import already_connected_reason, parse_client_message
+from psyche_common.protocol.messages import (
+    WitnessMetadata,
+    already_connected_reason,
+    parse_client_message,
+)
 
 FAST = Backoff(initial=0.05, factor=2.0, cap=0.2, jitter=0.2)
 
@@ -213,7 +219,7 @@ async def test_already_connected_is_retried() -> None:
 async def test_the_uplink_drops_messages_without_a_connection(caplog) -> None:
     caplog.set_level(logging.INFO)
     uplink = SwitchableUplink()
-    await uplink.send_witness({"w": 1}, {"step": 3})
+    await uplink.send_witness(Witness(WitnessProof(0, 0, True)), WitnessMetadata(step=3))
     await uplink.send_health_check([], 3, b"\x00" * 32)
     assert uplink.dropped == 2
     assert any("Witness not sent: no server connection" in r.getMessage() for r in caplog.records)

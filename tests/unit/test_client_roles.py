@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from psyche_client.round.roles import client_index, derive_round_roles
+from psyche_client.round.roles import derive_round_roles
 from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Client, Coordinator, Round, RunState
 from psyche_common.coordinator.assignment import assign_data_for_round
@@ -59,7 +59,7 @@ def test_proofs_match_the_committee_selection() -> None:
     selection = CommitteeSelection.new(0, 1, 0, 4, round_.random_seed)
     for index, client in enumerate(clients):
         roles = derive_round_roles(coordinator, client.id, have_training=True)
-        assert roles.my_index == index == client_index(coordinator, client.id)
+        assert roles.my_index == index == coordinator.client_index(client.id)
         assert roles.committee_proof == selection.get_committee(index)
         assert roles.committee_proof.committee == Committee.Trainer
         assert roles.witness_proof == selection.get_witness(index)

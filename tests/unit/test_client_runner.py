@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from psyche_client.p2p.announcements import make_result_announcement
+from psyche_client.p2p.inbox import verify
 from psyche_client.round.consensus import Candidate
 from psyche_client.round.roles import RoundRoles
 from psyche_client.round.runner import RoundRunner
@@ -168,9 +169,9 @@ async def test_announcements_for_a_future_round_are_kept_for_later() -> None:
         blob_hash=b"c" * 32,
         size=64,
     )
-    runner.on_announcement(early)
-    runner.on_announcement(stale)
-    assert runner.exchange.early == [early]
+    runner.on_announcement(verify(early))
+    runner.on_announcement(verify(stale))
+    assert runner.exchange.early == [verify(early)]
     assert current.downloads == {}
 
 

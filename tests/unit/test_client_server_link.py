@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from psyche_client.server_link import ServerLink, ServerLinkError, parse_server_addr
+from psyche_client.session.server_link import ServerLink, ServerLinkError, parse_server_addr
+from psyche_common.config import HubCheckpoint
 from psyche_common.protocol import (
     Identity,
     accept_handshake,
@@ -52,7 +53,7 @@ async def test_join_dedup_and_messages() -> None:
                 updates.append(update)
                 if len(updates) == 2:
                     await link.send_health_check([], 3, b"\x01" * 32)
-                    await link.send_checkpoint({"Hub": {"repo_id": "a/b", "revision": None}})
+                    await link.send_checkpoint(HubCheckpoint(repo_id="a/b", revision="r"))
         await link.close()
     assert [u.coordinator["n"] for u in updates] == [1, 2]  # the repeated state is dropped
     assert updates[0].peers == {b"k" * 32: "1.2.3.4:5"}
@@ -61,6 +62,7 @@ async def test_join_dedup_and_messages() -> None:
     assert join.run_id == "run-x" and join.p2p_address == "127.0.0.1:999"
     assert received[2].type == "HealthCheck" and received[2].step == 3
     assert received[3].type == "Checkpoint"
+    assert received[3].checkpoint == {"Hub": {"repo_id": "a/b", "revision": "r"}}
 
 
 async def test_rejection_is_reported_with_its_reason() -> None:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from psyche_client.model.loading import weights_hash
 from psyche_client.training.distro_backend import DistroBackend
+from psyche_client.training.model.loading import weights_hash
 from psyche_common.batch_id import BatchId
 
 from tests.unit.test_client_distro_backend import make_coordinator
 
 
 def fresh(backend: DistroBackend) -> bytes:
-    return bytes.fromhex(weights_hash(backend.trainer.model))
+    return weights_hash(backend.trainer.model)
 
 
 def test_cached_hash_follows_train_apply_and_load() -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from psyche_client.app import ClientApp, ClientOptions
+from psyche_client.app import ClientApp, ClientOptions, ServerOptions
 from psyche_client.round.context import RoundContext
+from psyche_client.weights.backends import BackendOptions
 from psyche_common.protocol import Identity
 from psyche_common.protocol.messages import WeightsMismatch
 
@@ -14,7 +15,9 @@ def make_app() -> tuple[ClientApp, RoundContext]:
     identity = Identity.generate()
     app = ClientApp(
         ClientOptions(
-            server_addr="127.0.0.1:1", run_id="run", identity=identity, dummy_training_delay_secs=0
+            ServerOptions("127.0.0.1:1", "run"),
+            identity,
+            backend=BackendOptions(dummy_delay_secs=0),
         )
     )
     app.runner = lone_runner(identity, stats=app.stats)

@@ -56,4 +56,7 @@ def test_the_flags_reach_the_client_options(monkeypatch: pytest.MonkeyPatch) -> 
     runner = CliRunner()
     assert runner.invoke(main, [*base, *flags, "--dummy-model-size", "5000"]).exit_code == 0
     assert runner.invoke(main, base).exit_code == 0
-    assert [(o.dummy_result_size, o.dummy_model_size) for o in seen] == [(1000, 5000), (64, 0)]
+    assert [(o.backend.dummy_result_size, o.backend.dummy_model_size) for o in seen] == [
+        (1000, 5000),
+        (64, 0),
+    ]

@@ -4,12 +4,12 @@ table's composition."""
 from __future__ import annotations
 
 import pytest
-from psyche_client.model.estimate import (
+from psyche_client.tools.estimate import (
     chunk_size,
     distro_tensor_size,
     estimate_run,
 )
-from psyche_client.model.loading import builtin_config
+from psyche_client.training.model.loading import builtin_config
 from psyche_client.training.parallel.collectives import BUCKET_ELEMENTS
 from psyche_client.training.parallel.plan import ParallelSpec
 from psyche_common.config import AdamWOptimizer, DistroOptimizer, SparseLocoOptimizer

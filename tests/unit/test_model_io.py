@@ -10,8 +10,9 @@ import huggingface_hub
 import pytest
 import torch
 from huggingface_hub import CommitInfo
-from psyche_client.model import loading as model_io
-from psyche_client.model.loading import (
+from psyche_client.training.model import loading as model_io
+from psyche_client.training.model.device import DeviceError, resolve_device
+from psyche_client.training.model.loading import (
     ModelLoadError,
     build_model_from_config,
     builtin_config,
@@ -24,7 +25,6 @@ from psyche_client.model.loading import (
     upload_to_hub,
     weights_hash,
 )
-from psyche_client.training.device import DeviceError, resolve_device
 from transformers import AutoModelForCausalLM
 
 torch.set_num_threads(1)

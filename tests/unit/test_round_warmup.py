@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from psyche_client.round.context import RoundContext
+from psyche_client.round.stats import ClientStats
 from psyche_client.round.warmup import Warmup, warmup_tag
-from psyche_client.stats import ClientStats
 from psyche_client.training.backend import DummyBackend
 from psyche_common.coordinator import Coordinator, RunState
 from psyche_common.protocol import Identity

@@ -12,7 +12,7 @@ import torch
 import transformers
 from psyche_client.distro import DistroResult, DistroSettings, ResultDecodeError, ValueKind
 from psyche_client.distro.sparseloco import SparseLocoSettings
-from psyche_client.model import loading as model_io
+from psyche_client.training.model import loading as model_io
 from psyche_client.training.trainer import (
     AdamWSettings,
     Trainer,

@@ -16,8 +16,8 @@ from psyche_client.round.checks import VerifierChecks, agreement_milli
 from psyche_client.round.context import RoundContext
 from psyche_client.round.roles import RoundRoles
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
+from psyche_client.round.stats import ClientStats
 from psyche_client.round.verifier import RoundVerifier
-from psyche_client.stats import ClientStats
 from psyche_client.training.backend import DummyBackend
 from psyche_client.training.trainer import Trainer
 from psyche_client.verify.agreement import (

@@ -1,11 +1,14 @@
 """Accepting announcements pushed by peers: decode, verify, membership, de-duplication.
 
 `AnnouncementInbox.receive` runs the checks in order — strict decoding, both signatures
-(`announcements.verify_announcement`), signer is a member, not seen before — and only then
-hands the announcement to the app's callback. The de-duplication memory is bounded (oldest
-ids are forgotten first). The node also `remember`s its own announcements so echoes of them
-are ignored. It also remembers which step each announced blob belongs to, so a fetched blob
-is tagged with its step (and pruned with it) even when the caller does not say.
+(`announcements.verify_announcement`), signer is a member, a result's size within
+`max_result_size` and no second commitment for the same batch, not seen before — and only
+then hands the announcement to the app's callback, as a `VerifiedAnnouncement`: the one place
+an announcement's signatures are checked (the round pipeline accepts nothing else and does not
+check again). The de-duplication memory is bounded (oldest ids are forgotten first). The node
+also `remember`s its own announcements so echoes of them are ignored. It also remembers which
+step each announced blob belongs to, so a fetched blob is tagged with its step (and pruned
+with it) even when the caller does not say.
 """
 
 from __future__ import annotations
@@ -30,7 +33,42 @@ from .announcements import (
 
 log = logging.getLogger(__name__)
 
-AnnouncementCallback = Callable[[Announcement, bytes], Awaitable[None] | None]
+
+@dataclass(frozen=True)
+class VerifiedAnnouncement:
+    """An announcement whose signatures were checked: `sender` signed every field of it.
+
+    Made only by `verify` (a peer's announcement) and `own` (one this client signed itself).
+    What an announcement proves about itself is checked there, once; what depends on the round
+    it names (is the sender a member of the epoch, the trainer of the batch, is the result the
+    size the loaded model's layout implies) is the round pipeline's to check
+    (`round.exchange`).
+    """
+
+    announcement: Announcement
+
+    @classmethod
+    def own(cls, announcement: Announcement) -> VerifiedAnnouncement:
+        """An announcement this client made and signed (`make_*_announcement`)."""
+        return cls(announcement)
+
+    @property
+    def sender(self) -> bytes:
+        return self.announcement.sender_id
+
+    @property
+    def step(self) -> int:
+        return self.announcement.step
+
+
+def verify(announcement: Announcement) -> VerifiedAnnouncement:
+    """Check both of the announcement's signatures; raises `AnnouncementError`."""
+    verify_announcement(announcement)
+    return VerifiedAnnouncement(announcement)
+
+
+AnnouncementCallback = Callable[[VerifiedAnnouncement, bytes], Awaitable[None] | None]
+"""Gets each new announcement a peer pushed, once verified, and the peer that pushed it."""
 
 
 @dataclass(frozen=True)
@@ -112,12 +150,12 @@ class AnnouncementInbox:
     async def receive(self, from_peer: bytes, wire: Any) -> Receipt:
         """What became of one pushed announcement (accepted ones carry it, for forwarding)."""
         try:
-            announcement = from_wire(wire)
-            verify_announcement(announcement)
+            verified = verify(from_wire(wire))
         except AnnouncementError as exc:
             log.warning("rejected announcement via %s: %s", short_id(from_peer), exc)
             return Receipt("rejected", str(exc))
-        if not self._is_member(announcement.sender_id):
+        announcement = verified.announcement
+        if not self._is_member(verified.sender):
             reason = f"signer {short_id(announcement.sender_id)} is not a member"
             log.warning("rejected announcement via %s: %s", short_id(from_peer), reason)
             return Receipt("rejected", reason)
@@ -129,7 +167,7 @@ class AnnouncementInbox:
             return Receipt("duplicate")
         if self.callback is not None:
             try:
-                outcome = self.callback(announcement, from_peer)
+                outcome = self.callback(verified, from_peer)
                 if inspect.isawaitable(outcome):
                     await outcome
             except Exception:

@@ -5,7 +5,7 @@ SHA-256 of its serialized bytes, plus the step and epoch the weights correspond 
 optionally, the model config and tokenizer as JSON text (reference `ModelConfig`). Its
 canonical msgpack encoding makes two manifests comparable by `digest()`: a joiner trusts the
 manifest most of its responding peers agree on (see `model_share`). torch-free on purpose:
-`psyche_client.model.loading` builds the values from a model.
+`psyche_client.training.model.loading` builds the values from a model.
 """
 
 from __future__ import annotations

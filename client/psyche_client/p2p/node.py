@@ -5,8 +5,9 @@ decides, refreshed by the app from each coordinator state) four requests on an a
 stream (see `connection` for the handshake, `transfer` for chunked answers):
 
 * `Announce{announcement}` → `Ack{status, reason}`: a signed announcement, verified, checked
-  that its signer is a member, de-duplicated, then handed to `on_announcement` (before the
-  Ack is sent, so the callback should be quick: record it and schedule work elsewhere);
+  that its signer is a member, de-duplicated, then handed to `on_announcement` as a
+  `VerifiedAnnouncement` (before the Ack is sent, so the callback should be quick: record it
+  and schedule work elsewhere);
 * `GetBlob{hash}` → `BlobHeader` + `Chunk`s | `NotFound`: any blob of the local store;
 * `GetManifest{}` → the encoded `ModelManifest` (chunked) | `NotFound`;
 * `GetParameter{name}` → one parameter's bytes (chunked) | `NotFound`.

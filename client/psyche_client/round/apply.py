@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from psyche_common.batch_id import BatchId
 from psyche_common.client_id import short_id
 from psyche_common.coordinator import Coordinator, Witness, witness_quorum
+from psyche_common.coordinator.health import health_score
 
 from psyche_client.round.consensus import (
     SkipReason,
@@ -26,7 +27,6 @@ from psyche_client.round.consensus import (
     split_convicted,
 )
 from psyche_client.round.context import RoundContext
-from psyche_client.round.health import health_score
 from psyche_client.round.link_speed import link_verdict, mbit
 from psyche_client.round.ports import Uplink
 from psyche_client.round.state import RoundState

@@ -18,8 +18,8 @@ from psyche_common.protocol import Identity
 
 from psyche_client.round.phase import Phase
 from psyche_client.round.state import RoundState
+from psyche_client.round.stats import ClientStats
 from psyche_client.round.tasks import TaskSet
-from psyche_client.stats import ClientStats
 from psyche_client.training.backend import TrainingBackend
 
 log = logging.getLogger("psyche.client")
@@ -52,11 +52,6 @@ class RoundContext:
             raise RuntimeError("the round pipeline ran before the model was loaded")
         return self.backend
 
-    def require_coordinator(self) -> Coordinator:
-        if self.coordinator is None:
-            raise RuntimeError("the round pipeline ran before the first coordinator state")
-        return self.coordinator
-
     def members(self) -> list[bytes]:
         """The epoch's client ids, in committee order (empty before the first state)."""
         if self.coordinator is None:
@@ -75,7 +70,7 @@ class RoundContext:
         self.stats.sync_status = f"out of sync: {cause}"
         for round_ in (self.current, self.previous):
             if round_ is not None:
-                round_.cancelled = True
+                round_.cancel()
 
     def round_for_step(self, step: int) -> RoundState | None:
         for round_ in (self.current, self.previous):

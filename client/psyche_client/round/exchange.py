@@ -1,12 +1,14 @@
 """Result exchange: publishing our results and taking in our peers' (reference §2.5.5, §2.6).
 
 Publishing: the payload becomes a blob, a signed announcement goes to every peer. Taking in:
-an announcement is checked (sender is a member, a trainer of the round and the assignee of
-the batch; a new commitment; the exact size the run's result layout implies, before any byte
-is fetched), then its result is downloaded from its trainer or any peer that
-holds it, verified against the signed commitment, decoded, and recorded in the round's
-blooms; each result has one `ResultDownload`. Announcements for a round we have not started
-yet are kept and replayed (`replay_early`); our own are re-sent every 10 s.
+only a `VerifiedAnnouncement` (the P2P inbox checked its signatures, its size bound and that
+no second commitment for the batch came first). What depends on the round it names is
+checked here: the sender is a member of the epoch, a trainer of the round and the assignee of
+the batch; the commitment is new; the size is exactly what the loaded model's result layout
+implies (before any byte is fetched). Then its result is downloaded from its trainer or any
+peer that holds it, verified against the signed commitment, decoded, and recorded in the
+round's blooms; each result has one `ResultDownload`. Announcements for a round we have not
+started yet are kept and replayed (`replay_early`); our own are re-sent every 10 s.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from psyche_client.p2p.announcements import (
     ResultAnnouncement,
     make_result_announcement,
 )
+from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.consensus import Candidate
 from psyche_client.round.context import RoundContext
 from psyche_client.round.ports import PeerNetwork, RunnerOptions
-from psyche_client.round.state import Announcement, DownloadStatus, ResultDownload, RoundState
+from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
 from psyche_client.training.backend import TrainedResult
 
 DOWNLOAD_RETRIES = 3
@@ -51,7 +54,7 @@ class ResultExchange:
         self.network = network
         self.options = options
         self.on_change = on_change
-        self.early: list[Announcement] = []
+        self.early: list[VerifiedAnnouncement] = []
         self._last_rebroadcast = 0.0
 
     @property
@@ -78,16 +81,18 @@ class ResultExchange:
         self.accept_result(round_, announcement, own_payload=output.payload)
         await self.network.announce(announcement)
 
-    def route(self, announcement: Announcement) -> None:
-        """A verified announcement from a member: file it under its round (or keep it)."""
-        if announcement.sender_id not in self.ctx.members():
+    def route(self, verified: VerifiedAnnouncement) -> None:
+        """File an announcement under its round (or keep it for a round not started yet).
+        Its sender must be a member of the epoch as the latest coordinator state has it."""
+        if verified.sender not in self.ctx.members():
             return
+        announcement = verified.announcement
         round_ = self.ctx.round_for_step(announcement.step)
         if round_ is None or not round_.confirmed:
             current = self.ctx.current
             current_step = current.step if current is not None and current.confirmed else 0
             if announcement.step > current_step and len(self.early) < MAX_EARLY_ANNOUNCEMENTS:
-                self.early.append(announcement)
+                self.early.append(verified)
             return
         if isinstance(announcement, ResultAnnouncement):
             if announcement.sender_id != self.ctx.me:
@@ -100,11 +105,8 @@ class ResultExchange:
     def replay_early(self) -> None:
         """Route the announcements kept for rounds we had not started."""
         early, self.early = self.early, []
-        for announcement in early:
-            self.route(announcement)
-
-    def forget_early(self) -> None:
-        self.early = []
+        for verified in early:
+            self.route(verified)
 
     def accept_result(
         self, round_: RoundState, announcement: ResultAnnouncement, own_payload: bytes | None = None

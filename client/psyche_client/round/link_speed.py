@@ -15,14 +15,13 @@ reached this client: its own downlink, or the uplinks of the peers it fetched fr
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from psyche_common.pacing import MEGABIT
 
-if TYPE_CHECKING:
-    from psyche_client.round.state import RoundState
+from psyche_client.p2p.announcements import ResultAnnouncement
 
 
 @dataclass
@@ -113,7 +112,28 @@ def mbit(bytes_per_second: float) -> float:
     return bytes_per_second / MEGABIT
 
 
-def link_verdict(round_: RoundState, me: bytes, round_time: float) -> LinkVerdict | None:
+class AnnouncedDownload(Protocol):
+    """One announced result of a round (`state.ResultDownload`)."""
+
+    @property
+    def announcement(self) -> ResultAnnouncement: ...
+
+
+class MeasuredRound(Protocol):
+    """What the verdict reads of a round (`state.RoundState`, which holds a `BusyMeter`:
+    this module does not import it back)."""
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def fetches(self) -> BusyMeter: ...
+
+    @property
+    def downloads(self) -> Mapping[bytes, AnnouncedDownload]: ...
+
+
+def link_verdict(round_: MeasuredRound, me: bytes, round_time: float) -> LinkVerdict | None:
     """The round's verdict; None when this client fetched nothing in it (nothing measured)."""
     meter = round_.fetches
     busy = meter.busy()

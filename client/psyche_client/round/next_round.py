@@ -20,6 +20,7 @@ from typing import Any
 
 from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Coordinator, RunState, Witness
+from psyche_common.coordinator.committee import CommitteeProof, WitnessProof
 
 from psyche_client.round.roles import RoundRoles
 
@@ -59,8 +60,8 @@ class RoundKey:
     have_training: bool
     my_batches: tuple[BatchId, ...]
     assignments: tuple[tuple[BatchId, bytes], ...]
-    committee: Any
-    witness: Any
+    committee: CommitteeProof | None
+    witness: WitnessProof | None
 
     @classmethod
     def of(cls, roles: RoundRoles, have_training: bool) -> RoundKey:
@@ -70,6 +71,6 @@ class RoundKey:
             have_training=have_training,
             my_batches=roles.my_batches,
             assignments=tuple(sorted(roles.assignments.items(), key=lambda item: item[0].start)),
-            committee=None if roles.committee_proof is None else roles.committee_proof.to_wire(),
-            witness=None if roles.witness_proof is None else roles.witness_proof.to_wire(),
+            committee=roles.committee_proof,
+            witness=roles.witness_proof,
         )

@@ -2,7 +2,7 @@
 
 `PeerNetwork` (the P2P node), `Uplink` (the server connection), `DataFetcher` (samples of a
 batch), `BackendLoader` and `CooldownHook` are the only ways the pipeline reaches out; tests
-pass in-memory fakes. Also here: `RunnerOptions` and the wire form of a witness.
+pass in-memory fakes. Also here: `RunnerOptions` and the warmup witness.
 """
 
 from __future__ import annotations
@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
+from psyche_common.config import HubCheckpoint
 from psyche_common.coordinator import Coordinator
-from psyche_common.coordinator.committee import WitnessProof
+from psyche_common.coordinator.committee import CommitteeProof, WitnessProof
+from psyche_common.coordinator.types import Witness
+from psyche_common.protocol.messages import WitnessMetadata
 
 from psyche_client.p2p.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_client.round.witness_builder import EMPTY_MERKLE_ROOT
@@ -41,17 +44,22 @@ class PeerNetwork(Protocol):
 
 
 class Uplink(Protocol):
-    """The server connection as the pipeline uses it."""
+    """The server connection as the pipeline uses it: domain values, put in wire form only
+    by the server link."""
 
-    async def send_witness(self, witness: dict[str, Any], metadata: dict[str, Any]) -> None: ...
+    async def send_witness(self, witness: Witness, metadata: WitnessMetadata) -> None: ...
 
-    async def send_warmup_witness(self, witness: dict[str, Any]) -> None: ...
+    async def send_warmup_witness(self, witness: Witness) -> None: ...
 
     async def send_health_check(
-        self, checks: list[tuple[bytes, dict[str, Any]]], step: int, weights_hash: bytes
-    ) -> None: ...
+        self, checks: Sequence[tuple[bytes, CommitteeProof]], step: int, weights_hash: bytes
+    ) -> None:
+        """Accusations (client id, its committee proof; may be empty) and our weights hash."""
+        ...
 
-    async def send_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+    async def send_checkpoint(self, checkpoint: HubCheckpoint) -> None:
+        """The Hub checkpoint this client uploaded at a Cooldown."""
+        ...
 
     async def send_join(self) -> None: ...
 
@@ -85,17 +93,6 @@ class RunnerOptions:
     """As a verifier, report results whose agreement is below this (docs/verification.md)."""
 
 
-def empty_witness_wire(proof: WitnessProof) -> dict[str, Any]:
+def empty_witness(proof: WitnessProof) -> Witness:
     """A witness that attests nothing (empty blooms, empty Merkle root): the warmup witness."""
-    return witness_wire(proof, Bloom(), Bloom(), EMPTY_MERKLE_ROOT)
-
-
-def witness_wire(
-    proof: WitnessProof, participant: Bloom, broadcast: Bloom, merkle: bytes
-) -> dict[str, Any]:
-    return {
-        "proof": proof.to_wire(),
-        "participant_bloom": participant.to_wire(),
-        "broadcast_bloom": broadcast.to_wire(),
-        "broadcast_merkle": merkle,
-    }
+    return Witness(proof, Bloom(), Bloom(), EMPTY_MERKLE_ROOT)

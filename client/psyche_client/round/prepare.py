@@ -4,14 +4,17 @@ When the coordinator is in RoundWitness with every witness in (`predict_next_rou
 next round's apply (this round's witnesses decide it) and its batches (its seed is already
 published) are known. The preparer then applies early — after taking a snapshot of the
 weights — and trains the predicted batches, holding their results unpublished. At the real
-RoundTrain the runner asks `outcome` how the prediction fared:
+RoundTrain the runner takes the prediction over with `hand_off`, which says how it fared as a
+`RoundStart`:
 
-- `ADOPT`: same witnesses, same round: the prepared round becomes the current one and its
-  held results are published;
-- `KEEP_APPLY`: same witnesses, different work (a member left, the epoch timed out): the
-  early apply stands, the prepared training is discarded;
-- `REVERT`: the apply's input changed, or there is no next round (Cooldown, epoch end): the
-  prepared training is discarded and the weights are restored from the snapshot.
+- `Adopted`: same witnesses, same round: the prepared round, already confirmed, becomes the
+  current one and its held results are published;
+- `Kept`: same witnesses, different work (a member left, the epoch timed out): the early apply
+  stands, the prepared training is discarded (`settle`);
+- `Reverted`: the apply's input changed: the prepared training is discarded and the weights
+  are restored from the snapshot (`settle`); with no next round at all (Cooldown, epoch end)
+  `abandon` does the same;
+- `NotPrepared`: nothing was prepared.
 
 Every honest client makes the same decisions from the same coordinator states, so all of them
 apply the same results in the same order whether or not they prepared early.
@@ -23,8 +26,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any
+from typing import Any, ClassVar
 
 from psyche_common.coordinator import Coordinator, Witness
 
@@ -40,27 +42,57 @@ from psyche_client.training.backend import WeightsSnapshot
 log = logging.getLogger("psyche.client")
 
 
-class Outcome(Enum):
-    ADOPT = "adopt"
-    KEEP_APPLY = "keep apply"
-    REVERT = "revert"
-
-
 @dataclass
 class PreparedRound:
     key: RoundKey
     witnesses: list[dict[str, Any]]
     round_: RoundState
+    """PREDICTED until the hand-off."""
     apply_task: asyncio.Task[bytes | None] | None = None
     train_task: asyncio.Task[None] | None = None
     snapshot: WeightsSnapshot | None = field(default=None, repr=False)
 
-    def outcome(self, roles: RoundRoles, have_training: bool, witnesses: list[Witness]) -> Outcome:
-        if self.key.step != roles.step or self.witnesses != witnesses_key(witnesses):
-            return Outcome.REVERT
-        if self.key != RoundKey.of(roles, have_training):
-            return Outcome.KEEP_APPLY
-        return Outcome.ADOPT
+
+@dataclass(frozen=True)
+class Adopted:
+    """The prediction held: `round_` is this round. Made only by `hand_off`, which confirms the
+    round first, so the announcements kept for its step are filed in it when replayed."""
+
+    round_: RoundState
+    apply_task: asyncio.Task[bytes | None] | None
+    """The early apply (None when there was nothing to apply): what this round waits for."""
+    label: ClassVar[str] = "adopt"
+
+    def __post_init__(self) -> None:
+        if not self.round_.confirmed:
+            raise ValueError(f"step {self.round_.step}: an adopted round must be confirmed")
+
+
+@dataclass(frozen=True)
+class Kept:
+    """Same witnesses, different work: the early apply stands, the prepared training goes."""
+
+    prepared: PreparedRound
+    label: ClassVar[str] = "keep apply"
+
+
+@dataclass(frozen=True)
+class Reverted:
+    """The prediction failed: the prepared training and the early apply are undone."""
+
+    prepared: PreparedRound
+    label: ClassVar[str] = "revert"
+
+
+@dataclass(frozen=True)
+class NotPrepared:
+    """Nothing was prepared for this round."""
+
+    label: ClassVar[str] = "no"
+
+
+RoundStart = Adopted | Kept | Reverted | NotPrepared
+"""What becomes of the prepared round when the real round starts (`hand_off`)."""
 
 
 class NextRoundPreparer:
@@ -94,7 +126,7 @@ class NextRoundPreparer:
             len(predicted.epoch_state.clients),
             have_training,
             time.monotonic(),
-            confirmed=False,
+            predicted=True,
         )
         witnesses = list(coordinator.current_round().witnesses)
         prepared = PreparedRound(
@@ -131,23 +163,42 @@ class NextRoundPreparer:
             prepared.snapshot = await asyncio.to_thread(backend.snapshot)
         return await self.apply.apply(source, witnesses, coordinator, prepared.key.step)
 
+    def hand_off(
+        self, roles: RoundRoles, have_training: bool, witnesses: list[Witness]
+    ) -> RoundStart:
+        """The real round starts (its roles, its apply's witnesses): take the prepared round
+        over, judge the prediction (counted in the stats) and confirm the round if adopted."""
+        prepared = self.take()
+        if prepared is None:
+            return NotPrepared()
+        start: Adopted | Kept | Reverted
+        if prepared.key.step != roles.step or prepared.witnesses != witnesses_key(witnesses):
+            start = Reverted(prepared)
+        elif prepared.key != RoundKey.of(roles, have_training):
+            start = Kept(prepared)
+        else:
+            prepared.round_.confirm()
+            start = Adopted(prepared.round_, prepared.apply_task)
+        self.ctx.stats.prepared_rounds[start.label] += 1
+        return start
+
     async def settle(
         self,
-        prepared: PreparedRound | None,
-        outcome: Outcome | None,
+        start: Kept | Reverted | NotPrepared,
         source: RoundState | None,
         witnesses: list[Witness],
         coordinator: Coordinator,
         step: int,
     ) -> bytes | None:
-        """What must happen before this round trains: settle the prepared round (keep its
-        apply, or undo it), then apply round h−2 unless the prepared apply stands. Returns the
-        weights hash after an apply (None when nothing was applied)."""
-        if prepared is not None and outcome == Outcome.KEEP_APPLY:
-            await self.discard_training(prepared)
-            return None if prepared.apply_task is None else await prepared.apply_task
-        if prepared is not None:
-            await self.revert(prepared, "the next round is not the predicted one")
+        """What must happen before a round that was not adopted trains: keep the prepared
+        apply, or undo it and apply round h−2 (`source`) now. Returns the weights hash after
+        an apply (None when nothing was applied)."""
+        if isinstance(start, Kept):
+            await self.discard_training(start.prepared)
+            apply_task = start.prepared.apply_task
+            return None if apply_task is None else await apply_task
+        if isinstance(start, Reverted):
+            await self.revert(start.prepared, "the next round is not the predicted one")
         if source is not None:
             return await self.apply.apply(source, witnesses, coordinator, step)
         return None
@@ -158,7 +209,7 @@ class NextRoundPreparer:
 
     async def discard_training(self, prepared: PreparedRound) -> None:
         """Stop the prepared training and forget its results (the apply stays)."""
-        prepared.round_.cancelled = True
+        prepared.round_.cancel()
         if prepared.train_task is not None:
             await asyncio.gather(prepared.train_task, return_exceptions=True)
         await self.training.discard(prepared.round_)
@@ -184,5 +235,5 @@ class NextRoundPreparer:
         prepared = self.take()
         if prepared is None:
             return None
-        self.ctx.stats.prepared_rounds["revert"] += 1
+        self.ctx.stats.prepared_rounds[Reverted.label] += 1
         return self.ctx.tasks.spawn(self.revert(prepared, reason), round_scoped=False)

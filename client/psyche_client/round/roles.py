@@ -8,9 +8,9 @@ batches and every batch id of the round (what witnesses wait for).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from psyche_common.batch_id import BatchId
+from psyche_common.coordinator import Coordinator, Round
 from psyche_common.coordinator.assignment import assign_data_for_round
 from psyche_common.coordinator.committee import (
     Committee,
@@ -53,15 +53,9 @@ class RoundRoles:
         )
 
 
-def client_index(coordinator: Any, client_id: bytes) -> int | None:
-    """Position of ``client_id`` in ``epoch_state.clients`` (its committee index), or None."""
-    for index, client in enumerate(coordinator.epoch_state.clients):
-        if client.id == client_id:
-            return index
-    return None
-
-
-def selection_for_round(coordinator: Any, round_: Any) -> CommitteeSelection | None:
+def selection_for_round(
+    coordinator: Coordinator, round_: Round | None
+) -> CommitteeSelection | None:
     """The committee selection of a stored round, None when it has no clients."""
     if round_ is None or round_.clients_len == 0:
         return None
@@ -74,12 +68,14 @@ def selection_for_round(coordinator: Any, round_: Any) -> CommitteeSelection | N
     )
 
 
-def derive_round_roles(coordinator: Any, client_id: bytes, have_training: bool) -> RoundRoles:
+def derive_round_roles(
+    coordinator: Coordinator, client_id: bytes, have_training: bool
+) -> RoundRoles:
     """Roles, proofs and batches of ``client_id`` in the coordinator's current round."""
     round_ = coordinator.current_round()
     clients = list(coordinator.epoch_state.clients)
     selection = selection_for_round(coordinator, round_)
-    index = client_index(coordinator, client_id)
+    index = coordinator.client_index(client_id)
     committee_proof = witness_proof = None
     if selection is not None and index is not None and index < selection.total_nodes:
         committee_proof = selection.get_committee(index)
@@ -103,16 +99,3 @@ def derive_round_roles(coordinator: Any, client_id: bytes, have_training: bool) 
         my_batches=mine,
         random_seed=round_.random_seed,
     )
-
-
-def witness_quorum(witness_nodes: int, num_witnesses: int) -> int:
-    """Quorum table 1→1, 2→2, 3→2, n→max(1, ⌊2n/3⌋); uses ``witness_nodes`` unless it is 0.
-
-    The reference panics for 0 witnesses; here 0 gives quorum 1, which nothing reaches.
-    """
-    w = witness_nodes if witness_nodes != 0 else num_witnesses
-    if w <= 1:
-        return 1
-    if w in (2, 3):
-        return 2
-    return max(1, int(w * (2.0 / 3.0)))

@@ -22,12 +22,8 @@ import time
 from psyche_common.coordinator import Coordinator
 from psyche_common.protocol import Identity
 
-from psyche_client.p2p.announcements import (
-    AnnouncementError,
-    FinishedAnnouncement,
-    ResultAnnouncement,
-    verify_announcement,
-)
+from psyche_client.p2p.announcements import FinishedAnnouncement
+from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.apply import ApplyStep
 from psyche_client.round.context import RoundContext
 from psyche_client.round.cooldown import CooldownStep
@@ -42,15 +38,15 @@ from psyche_client.round.ports import (
     Uplink,
     WeightsCheck,
 )
-from psyche_client.round.prepare import NextRoundPreparer, Outcome
+from psyche_client.round.prepare import Adopted, NextRoundPreparer
 from psyche_client.round.rejoin import Rejoin
 from psyche_client.round.roles import derive_round_roles
 from psyche_client.round.state import RoundState
+from psyche_client.round.stats import ClientStats
 from psyche_client.round.training import RoundTraining
 from psyche_client.round.verifier import RoundVerifier
 from psyche_client.round.warmup import Warmup
 from psyche_client.round.witness import Witnessing
-from psyche_client.stats import ClientStats
 from psyche_client.training.backend import TrainingBackend
 
 log = logging.getLogger("psyche.client")
@@ -136,19 +132,21 @@ class RoundRunner:
         is_member = ctx.me in ctx.members()
         await self._do(action_for(ctx.phase, coordinator.run_state, is_member), coordinator)
 
-    def on_announcement(self, announcement: ResultAnnouncement | FinishedAnnouncement) -> None:
-        """An announcement arrived from a peer (or was re-broadcast): verify, then route."""
-        try:
-            verify_announcement(announcement)
-        except AnnouncementError as exc:
-            log.warning("dropped announcement: %s", exc, extra=self.ctx.fields())
-            return
+    def lose_sync(self, cause: str) -> None:
+        """Our weights are known to differ from the majority's (the server said so): stop
+        training and witnessing until the next Warmup resyncs them."""
+        self.ctx.lose_sync(cause)
+
+    def on_announcement(self, verified: VerifiedAnnouncement) -> None:
+        """An announcement arrived from a peer (or was re-broadcast), its signatures checked
+        by the P2P inbox: route it (warmup readiness, or the round it names)."""
+        announcement = verified.announcement
         if isinstance(announcement, FinishedAnnouncement) and announcement.warmup:
             self.warmup.on_announcement(announcement)
             return
         if self.ctx.backend is None or self.ctx.coordinator is None:
             return
-        self.exchange.route(announcement)
+        self.exchange.route(verified)
 
     async def tick(self) -> None:
         """The 500 ms timer: warmup readiness, Finished + witness, re-announcements."""
@@ -242,26 +240,23 @@ class RoundRunner:
         # of sync applies nothing until it has resynced
         full = prior is not None and prior.height > 0 and ctx.out_of_sync is None
         source = ctx.previous if full else None
-        prepared = self.preparer.take()
-        outcome = None if prepared is None else prepared.outcome(roles, have_training, witnesses)
-        adopted = prepared.round_ if prepared is not None and outcome == Outcome.ADOPT else None
-        if outcome is not None:
-            ctx.stats.prepared_rounds[outcome.value] += 1
+        # the prepared round is handed over: adopted (and confirmed), or settled by `prelude`
+        start = self.preparer.hand_off(roles, have_training, witnesses)
         prelude: asyncio.Task[bytes | None] | None
-        if prepared is not None and adopted is not None:
-            prelude = prepared.apply_task
+        if isinstance(start, Adopted):
+            round_, prelude = start.round_, start.apply_task
         else:
+            round_ = RoundState.start(
+                roles, len(coordinator.epoch_state.clients), have_training, time.monotonic()
+            )
             prelude = ctx.tasks.spawn(
-                self.preparer.settle(prepared, outcome, source, witnesses, coordinator, step)
+                self.preparer.settle(start, source, witnesses, coordinator, step)
             )
         if prelude is not None:
             ctx.tasks.spawn(self._report_after(prelude, step))
         if full and prior is not None and prior.roles.is_witness:
             ctx.tasks.spawn(self.witnessing.send_health_checks(coordinator, after=prelude))
         backend.begin_round(coordinator)
-        round_ = adopted or RoundState.start(
-            roles, len(coordinator.epoch_state.clients), have_training, time.monotonic()
-        )
         ctx.previous, ctx.current = prior, round_
         ctx.phase = Phase.TRAINING
         self.warmup.reset()
@@ -272,18 +267,16 @@ class RoundRunner:
                 height=height,
                 batches=[str(b) for b in roles.my_batches],
                 witness=roles.is_witness,
-                prepared=outcome.value if outcome is not None else "no",
+                prepared=start.label,
             ),
         )
-        if adopted is not None:
-            # confirmed before the early announcements are replayed just below: they belong to
-            # this round now (replayed into an unconfirmed round they were put back until the
-            # next round start, so a witness missed results it had long received)
-            adopted.confirmed = True
+        if isinstance(start, Adopted):
             # publishing what was held waits for every peer's ack: not on this path
-            ctx.tasks.spawn(self.training.confirm(adopted))
+            ctx.tasks.spawn(self.training.publish_held(round_))
         else:
             ctx.tasks.spawn(self.training.train(round_, prelude))
+        # what was kept for this round's step is filed in it now: the round is confirmed
+        # (a new one is from the start, an adopted one by the hand-off)
         self.exchange.replay_early()
         self._poke()
 
@@ -302,8 +295,8 @@ class RoundRunner:
 
     def _reset_to_warmup(self) -> None:
         ctx = self.ctx
-        if ctx.current is not None and not ctx.current.training_done:
-            ctx.current.cancelled = True
+        if ctx.current is not None:
+            ctx.current.stop()
         self.preparer.abandon("the epoch ended")
         ctx.tasks.cancel_round_tasks()
         ctx.current = ctx.previous = None

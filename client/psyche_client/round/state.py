@@ -4,7 +4,8 @@ A `RoundState` is created when a round's roles are known (at its RoundTrain, or 
 the previous round's witnesses report). During the round, and the next one as "previous
 round", it collects the announced results per batch in arrival order, one `ResultDownload`
 per announced result (its task, its outcome and the decoded result), the Finished messages,
-the witness blooms, and this client's own announcements and training progress.
+the witness blooms, and this client's own announcements and training progress. Where the
+round is in its life is one `RoundStage`, moved only forward by the round's methods.
 """
 
 from __future__ import annotations
@@ -22,13 +23,35 @@ from psyche_client.round.checks import VerifierChecks
 from psyche_client.round.consensus import Candidate
 from psyche_client.round.link_speed import BusyMeter
 from psyche_client.round.roles import RoundRoles
-from psyche_client.round.witness_builder import MutableBloom, RoundWitnessState
+from psyche_client.round.witness_builder import RoundWitnessState
 from psyche_client.training.backend import DecodedResult, TrainedResult
 
 
 def new_bloom(_num_items: int) -> Bloom:
     """A witness bloom with fresh random keys (the reference ignores the sizing hint)."""
     return Bloom.random()
+
+
+class RoundStage(Enum):
+    """Where a round is in its life (this client's side of it).
+
+    PREDICTED → TRAINING → TRAINED → FINISHED, or → CANCELLED from any of them. A prepared
+    round starts PREDICTED and is confirmed (`confirm`) when it is adopted; every other round
+    starts TRAINING.
+    """
+
+    PREDICTED = "predicted"
+    """Known early, while the previous round's witnesses report: its results are held, and
+    announcements for its step are kept aside until it is confirmed."""
+    TRAINING = "training"
+    """Confirmed: its results are published as they are trained."""
+    TRAINED = "trained"
+    """This client's training of the round is over: its Finished may go out."""
+    FINISHED = "finished"
+    """Its Finished was announced."""
+    CANCELLED = "cancelled"
+    """Stopped before its training was over (its training time ended, or the prediction was
+    discarded), or the client lost sync: it trains, publishes and verifies nothing more."""
 
 
 class DownloadStatus(Enum):
@@ -66,18 +89,17 @@ class RoundState:
     finished_from: set[bytes] = field(default_factory=set)
     own_announcements: list[Announcement] = field(default_factory=list)
     held_results: list[tuple[BatchId, TrainedResult]] = field(default_factory=list)
-    """Results trained before the round was confirmed (see `confirmed`), published on it."""
-    confirmed: bool = True
-    """False while the round is only predicted: its results are held, not published."""
+    """Results trained while the round was PREDICTED, published when it is confirmed."""
+    stage: RoundStage = RoundStage.TRAINING
     losses: list[float] = field(default_factory=list)
     tokens_trained: int = 0
     batches_done: int = 0
-    training_done: bool = False
-    cancelled: bool = False
-    sent_finished: bool = False
     sent_witness: bool = False
+    """A witness of the round sends its witness once. Not a stage: the witness reports what
+    this client saw of the previous round, however far its own training got."""
     started_at: float = 0.0
     training_finished_at: float | None = None
+    """When this client's training of the round ended (stopped or not); None while it runs."""
     checks: VerifierChecks | None = None
     """Set when this client verifies the round: its recomputed references (`verifier`)."""
     fetches: BusyMeter = field(default_factory=BusyMeter)
@@ -90,8 +112,8 @@ class RoundState:
         num_clients: int,
         have_training: bool,
         now: float,
-        bloom_factory: Callable[[int], MutableBloom] = new_bloom,
-        confirmed: bool = True,
+        bloom_factory: Callable[[int], Bloom] = new_bloom,
+        predicted: bool = False,
     ) -> RoundState:
         witness = RoundWitnessState.new(roles.batch_ids, num_clients, bloom_factory)
         return cls(
@@ -99,7 +121,7 @@ class RoundState:
             witness=witness,
             have_training=have_training,
             started_at=now,
-            confirmed=confirmed,
+            stage=RoundStage.PREDICTED if predicted else RoundStage.TRAINING,
         )
 
     @property
@@ -109,6 +131,48 @@ class RoundState:
     @property
     def height(self) -> int:
         return self.roles.height
+
+    @property
+    def confirmed(self) -> bool:
+        """Not (or no longer) only predicted: announcements for its step are filed in it."""
+        return self.stage is not RoundStage.PREDICTED
+
+    @property
+    def cancelled(self) -> bool:
+        return self.stage is RoundStage.CANCELLED
+
+    @property
+    def training_done(self) -> bool:
+        """This client's training of the round has ended (stopped or not)."""
+        return self.training_finished_at is not None
+
+    def confirm(self) -> None:
+        """The predicted round really started: its results are published from now on (the
+        held ones by the caller)."""
+        if self.stage is not RoundStage.PREDICTED:
+            raise RuntimeError(f"step {self.step}: only a predicted round is confirmed")
+        self.stage = RoundStage.TRAINED if self.training_done else RoundStage.TRAINING
+
+    def end_training(self, now: float) -> None:
+        """This client's training of the round ended (all batches, or stopped)."""
+        self.training_finished_at = now
+        if self.stage is RoundStage.TRAINING:
+            self.stage = RoundStage.TRAINED
+
+    def mark_finished(self) -> None:
+        """Finished is being announced for this round."""
+        if self.stage is not RoundStage.TRAINED:
+            raise RuntimeError(f"step {self.step}: Finished before training ended")
+        self.stage = RoundStage.FINISHED
+
+    def stop(self) -> None:
+        """The round's training time is over: cancel it unless its training has ended."""
+        if not self.training_done:
+            self.stage = RoundStage.CANCELLED
+
+    def cancel(self) -> None:
+        """Nothing more is done for this round: no training, publishing or verifying."""
+        self.stage = RoundStage.CANCELLED
 
     @property
     def batches_left(self) -> int:

@@ -1,6 +1,6 @@
 """Training a round's batches (reference §2.5): fetch each batch's samples, train it in a
 worker thread under the model lock, and publish the result — or hold it while the round is
-only predicted (`RoundState.confirmed` is False) and publish it when the round is confirmed.
+only predicted (`RoundStage.PREDICTED`) and publish it once the round is confirmed.
 A round's verifier (no batches) recomputes its sample here instead (`RoundVerifier`).
 """
 
@@ -79,8 +79,7 @@ class RoundTraining:
                     await self.exchange.publish(round_, batch, output)
                 else:
                     round_.held_results.append((batch, output))
-        round_.training_done = True
-        round_.training_finished_at = time.monotonic()
+        round_.end_training(time.monotonic())
         self.on_change()
         log.info(
             "trained step" if round_.losses else "round without training",
@@ -97,21 +96,21 @@ class RoundTraining:
         round_ = self.ctx.current
         if self.ctx.phase != Phase.TRAINING or round_ is None:
             return
-        if not round_.training_done:
-            round_.cancelled = True
+        round_.stop()
         self.ctx.stats.round_finished(round_)
 
-    async def confirm(self, round_: RoundState) -> None:
-        """The predicted round really started: publish what was held, publish from now on
-        (the runner marks it confirmed as it adopts it; this also does, for direct callers)."""
-        round_.confirmed = True
+    async def publish_held(self, round_: RoundState) -> None:
+        """The predicted round was confirmed (`RoundState.confirm`): publish what it held
+        (what it trains from now on is published as it is trained)."""
+        if not round_.confirmed:
+            raise RuntimeError(f"step {round_.step}: held results of an unconfirmed round")
         held, round_.held_results = round_.held_results, []
         for batch, output in held:
             await self.exchange.publish(round_, batch, output)
 
     async def discard(self, round_: RoundState) -> None:
         """The predicted round did not start as predicted: stop and forget its results."""
-        round_.cancelled = True
+        round_.cancel()
         if round_.held_results:
             round_.held_results = []
             async with self.ctx.model_lock:

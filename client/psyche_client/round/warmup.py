@@ -20,7 +20,7 @@ from psyche_common.coordinator.committee import WitnessProof
 
 from psyche_client.p2p.announcements import FinishedAnnouncement, make_finished_announcement
 from psyche_client.round.context import RoundContext
-from psyche_client.round.ports import PeerNetwork, Uplink, WeightsCheck, empty_witness_wire
+from psyche_client.round.ports import PeerNetwork, Uplink, WeightsCheck, empty_witness
 
 WARMUP_TAG_DOMAIN = b"psyche-py/warmup/v1\x00"
 KEPT_WARMUP_TAGS = 4
@@ -179,5 +179,5 @@ class Warmup:
         if not progress.sent_witness and set(members) <= self.readiness.senders(tag):
             progress.sent_witness = True
             proof = WitnessProof(position=index, index=index, witness=False)
-            await self.uplink.send_warmup_witness(empty_witness_wire(proof))
+            await self.uplink.send_warmup_witness(empty_witness(proof))
             log.info("sent warmup witness", extra=self.ctx.fields())

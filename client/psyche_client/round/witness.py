@@ -17,16 +17,19 @@ from psyche_common.bloom import Bloom
 from psyche_common.client_id import short_id
 from psyche_common.coordinator import Coordinator, witness_quorum
 from psyche_common.coordinator.committee import Committee
+from psyche_common.coordinator.types import Witness
 from psyche_common.coordinator.witnesses import attested_trainers
+from psyche_common.protocol.messages import WitnessMetadata
 
 from psyche_client.p2p.announcements import make_finished_announcement
+from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.context import RoundContext
 from psyche_client.round.exchange import ResultExchange
 from psyche_client.round.health import clients_to_accuse
 from psyche_client.round.phase import Phase
-from psyche_client.round.ports import PeerNetwork, Uplink, witness_wire
+from psyche_client.round.ports import PeerNetwork, Uplink
 from psyche_client.round.roles import selection_for_round
-from psyche_client.round.state import RoundState
+from psyche_client.round.state import RoundStage, RoundState
 from psyche_client.round.witness_builder import EMPTY_MERKLE_ROOT
 
 log = logging.getLogger("psyche.client")
@@ -44,7 +47,9 @@ class Witnessing:
     async def progress(self) -> None:
         """Send Finished and the opportunistic witness once their conditions hold."""
         round_ = self.ctx.current
-        if round_ is None or self.ctx.phase != Phase.TRAINING or not round_.training_done:
+        if round_ is None or self.ctx.phase != Phase.TRAINING:
+            return
+        if round_.stage not in (RoundStage.TRAINED, RoundStage.FINISHED):
             return
         if self.ctx.out_of_sync is not None:
             return
@@ -53,14 +58,14 @@ class Witnessing:
             previous.witness.all_batches_seen and previous.downloads_settled()
         ):
             return
-        if not round_.sent_finished:
-            round_.sent_finished = True
+        if round_.stage is RoundStage.TRAINED:
+            round_.mark_finished()
             merkle = previous.witness.merkle() if previous is not None else EMPTY_MERKLE_ROOT
             announcement = make_finished_announcement(
                 self.ctx.identity, step=round_.step, warmup=False, broadcast_merkle=merkle
             )
             round_.own_announcements.append(announcement)
-            self.exchange.route(announcement)
+            self.exchange.route(VerifiedAnnouncement.own(announcement))
             await self.network.announce(announcement)
         if set(self.ctx.members()) <= round_.finished_from and round_.roles.is_witness:
             await self.send_witness(round_, fallback=False)
@@ -83,7 +88,7 @@ class Witnessing:
         weights = self.ctx.require_backend().weights_hash()
         metadata = self.ctx.stats.witness_metadata(round_.step, weights)
         await self.uplink.send_witness(
-            witness_wire(proof, participant, broadcast, merkle), metadata
+            Witness(proof, participant, broadcast, merkle), WitnessMetadata(**metadata)
         )
         if fallback:  # the round ran to its end: say what the witness was still waiting for
             waiting_for = sorted(
@@ -147,7 +152,7 @@ class Witnessing:
             is_trainer=judged,
             participant_blooms=[w.participant_bloom for w in witnesses],
             quorum=quorum,
-            proof_for=lambda i: selection.get_committee(i).to_wire(),
+            proof_for=selection.get_committee,
         )
         if accused:
             log.warning(

@@ -11,7 +11,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+
+from psyche_common.batch_id import BatchId
+from psyche_common.bloom import Bloom
+from psyche_common.coordinator.health import participant_key
 
 EMPTY_MERKLE_ROOT = bytes(32)
 
@@ -32,32 +35,21 @@ def merkle_root(items: Iterable[bytes]) -> bytes:
     return level[0]
 
 
-class MutableBloom(Protocol):
-    def add(self, item: bytes) -> None: ...
-
-    def contains(self, item: bytes) -> bool: ...
-
-
-def participant_key(signer: bytes) -> bytes:
-    """What the participant bloom stores for an uploader: ``SHA-256(signer public key)``."""
-    return hashlib.sha256(signer).digest()
-
-
 @dataclass
 class RoundWitnessState:
     """Blooms, remaining batches and announced commitments of one round."""
 
-    participant_bloom: Any
-    broadcast_bloom: Any
-    remaining_batches: set[Any] | None
+    participant_bloom: Bloom
+    broadcast_bloom: Bloom
+    remaining_batches: set[BatchId] | None
     broadcasts: list[bytes] = field(default_factory=list)
 
     @classmethod
     def new(
         cls,
-        batch_ids: Iterable[Any],
+        batch_ids: Iterable[BatchId],
         num_clients: int,
-        bloom_factory: Callable[[int], MutableBloom],
+        bloom_factory: Callable[[int], Bloom],
     ) -> RoundWitnessState:
         batches = set(batch_ids)
         return cls(
@@ -70,7 +62,7 @@ class RoundWitnessState:
         """A signed broadcast (result or Finished) was accepted: it goes into the Merkle list."""
         self.broadcasts.append(data_hash)
 
-    def record_verified(self, signer: bytes, batch: Any, data_hash: bytes) -> bool:
+    def record_verified(self, signer: bytes, batch: BatchId, data_hash: bytes) -> bool:
         """A downloaded payload matched its commitment. Returns True when it was the first
         verified payload of its batch (its hash went into the broadcast bloom)."""
         if self.remaining_batches is None:

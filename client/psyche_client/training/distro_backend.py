@@ -1,6 +1,6 @@
 """The real training backend: a Hugging Face causal LM trained with `psyche_client.training.trainer`.
 
-Loads the model the coordinator's checkpoint names (`model_io.load_model`: local directory,
+Loads the model the coordinator's checkpoint names (`model.loading.load_model`: local directory,
 `builtin:NAME` preset or Hub repo), builds the `Trainer` with the run's optimizer config, and
 computes learning rates from the run's schedule (cold-start factor included). Results travel
 as `DistroResult.encode()` bytes; `decode` checks them strictly against this model's layout,
@@ -26,7 +26,9 @@ from psyche_common.lr_schedule import effective_lr
 from psyche_client.distro.optimizer import DistroOptimizer
 from psyche_client.distro.result import DistroResult, ResultDecodeError, ResultLayout
 from psyche_client.distro.size import encoded_result_size
-from psyche_client.model.loading import (
+from psyche_client.training.backend import DecodedResult, TrainedResult, WeightsSnapshot
+from psyche_client.training.model.device import resolve_device
+from psyche_client.training.model.loading import (
     ModelInfo,
     build_model_from_config,
     load_model,
@@ -35,8 +37,6 @@ from psyche_client.model.loading import (
     raw_parameters,
     save_checkpoint,
 )
-from psyche_client.training.backend import DecodedResult, TrainedResult, WeightsSnapshot
-from psyche_client.training.device import resolve_device
 from psyche_client.training.trainer import Trainer, TrainingCancelled
 from psyche_client.verify.agreement import gradient_coefficients, sign_agreement
 from psyche_client.verify.recompute import recompute_gradient

@@ -9,7 +9,7 @@ worker thread (the methods are not re-entrant):
     out = trainer.train(batch_id, tokens, step=S, lr=lr(S), prev_lr=lr(S-1))
     out.result.encode()  /  out.result.data_hash()     # publish; keep nothing else
     trainer.drop_pending_result()                      # only if the result was NOT published
-    trainer.weights_hash()                             # == model_io.weights_hash(model)
+    trainer.weights_hash()                             # == model.loading.weights_hash(model)
 
 `train` runs the lookahead (theta - prev_lr*sign(delta)), forward/backward over micro-batches
 of `micro_batch_size` samples (each micro-batch's mean loss weighted by its share of the
@@ -34,8 +34,8 @@ API: `AdamWSettings`, `optimizer_settings(config)` (from `optimizer_settings`), 
 `GradientSync`, `Trainer(model, optimizer, *, device, micro_batch_size, dtype=None)` with
 `.train(...)`,
 `.apply(results, step, lr) -> int`, `.evaluate(tokens) -> float`, `.decode_result(data)`,
-`.drop_pending_result()`, `.weights_hash() -> str` (hex), `.weights_digest() -> bytes`,
-`.layout`, and `weights_digest(model) -> bytes` (same value as `model_io.weights_hash`).
+`.drop_pending_result()`, `.weights_hash() -> bytes` (= `.weights_digest()`), `.layout`, and
+`weights_digest(model) -> bytes` (same value as `model.loading.weights_hash`).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from psyche_client.distro import (
     ResultLayout,
 )
 from psyche_client.distro.sparseloco import SparseLocoOptimizer, SparseLocoSettings
-from psyche_client.model.loading import weights_hash
+from psyche_client.training.model.loading import weights_hash
 from psyche_client.training.optimizer_settings import AdamWSettings, Settings, optimizer_settings
 
 __all__ = [
@@ -125,9 +125,9 @@ class TrainOutput:
 
 
 def weights_digest(model: torch.nn.Module) -> bytes:
-    """The 32-byte weights hash: `model_io.weights_hash` (sorted names; name, dtype, shape
+    """The 32-byte weights hash: `model.loading.weights_hash` (sorted names; name, dtype, shape
     and raw bytes of every parameter), so every part of the client reports the same value."""
-    return bytes.fromhex(weights_hash(model))
+    return weights_hash(model)
 
 
 class Trainer:
@@ -394,8 +394,8 @@ class Trainer:
     def weights_digest(self) -> bytes:
         return weights_digest(self.model)
 
-    def weights_hash(self) -> str:
-        return self.weights_digest().hex()
+    def weights_hash(self) -> bytes:
+        return self.weights_digest()
 
     # ---- helpers -------------------------------------------------------------------------
     def _require_distro(self) -> DistroOptimizer | SparseLocoOptimizer:

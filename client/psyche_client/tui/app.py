@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from psyche_common.logs import ConsoleFormatter
 from textual.app import App, ComposeResult
@@ -26,7 +26,9 @@ from psyche_client.tui.view import (
 )
 
 if TYPE_CHECKING:
-    from psyche_client.app import ClientOptions
+    from psyche_client.app.options import ClientOptions
+    from psyche_client.app.parts import Parts
+    from psyche_client.app.snapshot import ClientSnapshot
 
 REFRESH_SECONDS = 0.15
 
@@ -103,6 +105,14 @@ def network_tab_text(view: ClientView) -> str:
     return "\n".join(lines)
 
 
+class ShownClient(Protocol):
+    """What the dashboard needs of the client: run it, and snapshot it (`ClientApp`)."""
+
+    async def run(self) -> int: ...
+
+    def snapshot(self) -> ClientSnapshot: ...
+
+
 class ClientDashboard(App[int]):
     TITLE = "psyche-client"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -113,7 +123,9 @@ class ClientDashboard(App[int]):
         Binding("q", "quit", "Quit"),
     ]
 
-    def __init__(self, client: Any | None = None, log_lines: LogLines | None = None) -> None:
+    def __init__(
+        self, client: ShownClient | None = None, log_lines: LogLines | None = None
+    ) -> None:
         super().__init__()
         self.client = client
         self.log_lines = log_lines
@@ -152,7 +164,7 @@ class ClientDashboard(App[int]):
 
     def refresh_view(self) -> None:
         if self.client is not None:
-            view = build_view(self.client, self.bandwidth)
+            view = build_view(self.client.snapshot(), self.bandwidth)
             if view != self.view:  # redrawing the plots costs event-loop time the client shares
                 self.view = view
                 self.render_view(view)
@@ -188,14 +200,14 @@ class ClientDashboard(App[int]):
         bw_plot.refresh()
 
 
-def run_dashboard(options: ClientOptions) -> int:
+def run_dashboard(options: ClientOptions, parts: Parts | None = None) -> int:
     """Run the client under the dashboard; its logs go to the Logs tab."""
-    from psyche_client.app import ClientApp
+    from psyche_client.app.app import ClientApp
 
     root = logging.getLogger()
     root.setLevel(logging.INFO)
     lines = LogLines()
     root.addHandler(lines)
-    dashboard = ClientDashboard(ClientApp(options), lines)
+    dashboard = ClientDashboard(ClientApp(options, parts), lines)
     result = dashboard.run()
     return int(result if result is not None else dashboard.exit_code)

@@ -1,8 +1,7 @@
-"""Pure snapshot of a running client for the dashboard (no Textual imports here).
+"""What the dashboard shows, as plain values (no Textual imports here).
 
-`build_view(app, bandwidth)` reads the client app, its runner, stats, P2P node and the last
-coordinator state and returns plain values; the dashboard only renders them. Tests build a
-`ClientView` directly.
+`build_view(snapshot, bandwidth)` turns the app's `ClientSnapshot` into the strings and rows
+the dashboard renders. Tests build a `ClientView` directly.
 """
 
 from __future__ import annotations
@@ -10,10 +9,12 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
+from psyche_common.coordinator import Coordinator
 from psyche_common.protocol import short_id
+from psyche_common.protocol.messages import Reachability
 
+from psyche_client.app.snapshot import ClientSnapshot, RoundSnapshot
 from psyche_client.units import format_bytes as format_bytes  # re-exported for the dashboard
 
 
@@ -100,18 +101,16 @@ def format_count(value: float, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
-def _role(runner: Any) -> str:
-    round_ = getattr(runner, "current", None)
+def _role(round_: RoundSnapshot | None) -> str:
     if round_ is None:
         return "-"
-    roles = round_.roles
-    parts = ["Trainer" if roles.is_trainer else "Idle"]
-    if roles.is_witness:
+    parts = ["Trainer" if round_.is_trainer else "Idle"]
+    if round_.is_witness:
         parts.append("Witness")
     return " + ".join(parts)
 
 
-def run_state_text(coordinator: Any, now: int) -> str:
+def run_state_text(coordinator: Coordinator, now: int) -> str:
     """The reference's "Run state" box: `Waiting for N members`, `Warmup (Xs remaining)`,
     `Training`, `Witnessing`, `Cooldown (Xs remaining)`, `Finished`, `Paused`."""
     name = str(coordinator.run_state)
@@ -127,49 +126,30 @@ def run_state_text(coordinator: Any, now: int) -> str:
     return {"RoundTrain": "Training", "RoundWitness": "Witnessing"}.get(name, name)
 
 
-def build_view(app: Any, bandwidth: BandwidthMeter) -> ClientView:
-    """Snapshot a `ClientApp` (duck-typed so tests can pass stand-ins)."""
-    coordinator = app.coordinator
-    runner = app.runner
-    stats = app.stats
-    node = app.node
-    bandwidth.sample(node.stats.total_received)
-    traffic = node.stats.current()
-    round_ = getattr(runner, "current", None)
+def build_view(snapshot: ClientSnapshot, bandwidth: BandwidthMeter) -> ClientView:
+    """The dashboard's values for one snapshot of the client."""
+    coordinator = snapshot.coordinator
+    round_ = snapshot.round
+    bandwidth.sample(snapshot.total_received)
     state = str(coordinator.run_state) if coordinator is not None else "Connecting"
     status = state
     if coordinator is not None and state == "RoundTrain" and round_ is not None:
         status = f"Training ({round_.batches_left} batches left)"
-    session = getattr(app, "server", None)  # a reconnect.ServerSession
-    if session is not None and not session.status.connected and session.status.lost_at is not None:
-        status = "Server " + session.status.describe(time.monotonic())
-    peers = []
-    for peer_id in node.known_peers():
-        peer_stats = node.stats.peers.get(peer_id)
-        peers.append(
-            PeerRow(
-                short_id(peer_id),
-                app.peer_addresses.get(peer_id, "?"),
-                node.health.latency.get(peer_id),
-                peer_stats.bytes_received if peer_stats else 0,
-                peer_stats.bytes_sent if peer_stats else 0,
-                node.is_reachable(peer_id),
-                node.link_state(peer_id),
-            )
+    if snapshot.server_away is not None:
+        status = "Server " + snapshot.server_away
+    peers = tuple(
+        PeerRow(
+            short_id(peer.id),
+            peer.address,
+            peer.latency,
+            peer.bytes_received,
+            peer.bytes_sent,
+            peer.reachable,
+            peer.link,
         )
-    downloads = []
-    for candidate_round in (runner.previous, round_) if runner is not None else ():
-        if candidate_round is None:
-            continue
-        for data_hash, download in candidate_round.downloads.items():
-            if not download.settled:
-                size = download.announcement.size
-                downloads.append(DownloadRow(f"result {data_hash.hex()[:12]}", 0, size))
-    if app.model_download_progress is not None:
-        done, total = app.model_download_progress
-        if done < total:
-            downloads.append(DownloadRow("model parameters", done, total))
-    weights = stats.weights_hashes[max(stats.weights_hashes)] if stats.weights_hashes else b""
+        for peer in snapshot.peers
+    )
+    downloads = tuple(DownloadRow(t.label, t.done, t.total) for t in snapshot.transfers)
     clients: tuple[str, ...] = ()
     data_source = checkpoint = ""
     height = 0
@@ -180,40 +160,40 @@ def build_view(app: Any, bandwidth: BandwidthMeter) -> ClientView:
         checkpoint = str(coordinator.model.checkpoint)
         height = coordinator.current_round().height
     return ClientView(
-        client_id=short_id(app.identity.public_key),
+        client_id=short_id(snapshot.client_id),
         run_state=state,
         status=status,
-        epoch=stats.epoch,
-        step=stats.step,
+        epoch=snapshot.epoch,
+        step=snapshot.step,
         height=height,
-        losses=tuple(stats.losses[-200:]),
-        last_loss=stats.last_loss,
-        tokens_per_sec=stats.tokens_per_sec,
-        efficiency=stats.efficiency,
-        global_batch_tokens=stats.global_batch_tokens,
-        total_tokens=stats.total_tokens,
-        my_batches=tuple(str(b) for b in round_.roles.my_batches) if round_ else (),
+        losses=snapshot.losses,
+        last_loss=snapshot.last_loss,
+        tokens_per_sec=snapshot.tokens_per_sec,
+        efficiency=snapshot.efficiency,
+        global_batch_tokens=snapshot.global_batch_tokens,
+        total_tokens=snapshot.total_tokens,
+        my_batches=round_.my_batches if round_ else (),
         batches_left=round_.batches_left if round_ else 0,
-        role=_role(runner),
-        weights_hash=weights.hex()[:16],
-        sync_status=stats.sync_status,
-        bytes_up_step=traffic.bytes_sent,
-        bytes_down_step=traffic.bytes_received,
+        role=_role(round_),
+        weights_hash=snapshot.weights_hash.hex()[:16],
+        sync_status=snapshot.sync_status,
+        bytes_up_step=snapshot.bytes_up_step,
+        bytes_down_step=snapshot.bytes_down_step,
         clients=clients,
         data_source=data_source,
         checkpoint=checkpoint,
-        peers=tuple(peers),
-        reachability=_reachability(getattr(app, "reachability", None)),
-        downloads=tuple(downloads),
+        peers=peers,
+        reachability=_reachability(snapshot.reachability),
+        downloads=downloads,
         bandwidth=tuple(bandwidth.samples),
-        corrupt_blobs=node.stats.downloads.corrupt,
-        last_checkpoint=stats.last_checkpoint,
-        checkpoint_error=stats.checkpoint_error or "",
-        link_status=stats.link_status,
+        corrupt_blobs=snapshot.corrupt_blobs,
+        last_checkpoint=snapshot.last_checkpoint,
+        checkpoint_error=snapshot.checkpoint_error or "",
+        link_status=snapshot.link_status,
     )
 
 
-def _reachability(notice: Any) -> str:
+def _reachability(notice: Reachability | None) -> str:
     """The server's verdict on our P2P address (a `Reachability` message, or None)."""
     if notice is None:
         return "not checked yet"

@@ -31,10 +31,10 @@ from psyche_common.lr_schedule import effective_lr
 from psyche_client.distro import DistroSettings
 from psyche_client.distro.result import DistroResult
 from psyche_client.distro.size import encoded_result_size
-from psyche_client.model.checkpoint import save_state_checkpoint
-from psyche_client.model.loading import ModelInfo, config_from_dict
 from psyche_client.training.backend import DecodedResult, TrainedResult, WeightsSnapshot
 from psyche_client.training.distro_backend import checkpoint_source, decode_checked
+from psyche_client.training.model.checkpoint import save_state_checkpoint
+from psyche_client.training.model.loading import ModelInfo, config_from_dict
 from psyche_client.training.parallel.commands import (
     Apply,
     Cancel,

@@ -16,7 +16,7 @@ from typing import Protocol
 import torch
 
 from psyche_client.distro import DistroResult, ResultLayout
-from psyche_client.model.loading import ModelInfo
+from psyche_client.training.model.loading import ModelInfo
 from psyche_client.training.parallel.commands import (
     Apply,
     Cancel,

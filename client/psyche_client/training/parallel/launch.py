@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from psyche_client.training.device import DeviceError, resolve_device
+from psyche_client.training.model.device import DeviceError, resolve_device
 from psyche_client.training.parallel.plan import LaunchEnv, ParallelLaunchError
 
 ENV_DEVICE = "PSYCHE_PARALLEL_DEVICE"

@@ -21,12 +21,12 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 
 from psyche_client.distro import DistroResult, ResultLayout
-from psyche_client.model.loading import (
+from psyche_client.training.distro_backend import RNG_SEED, load_run_model
+from psyche_client.training.model.loading import (
     ModelInfo,
     load_parameter_bytes,
     raw_parameters,
 )
-from psyche_client.training.distro_backend import RNG_SEED, load_run_model
 from psyche_client.training.parallel.collectives import (
     DataParallelSync,
     agree,

@@ -43,7 +43,7 @@ from psyche_client.distro import (
     ResultLayout,
     TensorPayload,
 )
-from psyche_client.model.params import hash_parameters, raw_entry
+from psyche_client.training.model.params import hash_parameters, raw_entry
 from psyche_client.training.parallel.collectives import (
     any_rank,
     gather_object,
@@ -286,4 +286,4 @@ class ShardedEngine:
     def _refresh(self, what: str) -> None:
         self.model.verify(what)
         digest = hash_parameters(self.model.stream_to_rank0())
-        self.digest = bytes.fromhex(digest) if self.groups.is_rank0 else b""
+        self.digest = digest if self.groups.is_rank0 else b""

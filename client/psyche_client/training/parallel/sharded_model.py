@@ -31,9 +31,9 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
-from psyche_client.model.loading import ModelInfo
-from psyche_client.model.params import raw_bytes
 from psyche_client.training.distro_backend import RNG_SEED, load_run_model
+from psyche_client.training.model.loading import ModelInfo
+from psyche_client.training.model.params import raw_bytes
 from psyche_client.training.parallel.collectives import (
     RankMismatch,
     all_gather,

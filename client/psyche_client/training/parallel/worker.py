@@ -15,7 +15,7 @@ import os
 import sys
 from typing import NoReturn
 
-from psyche_client.training.device import DeviceError
+from psyche_client.training.model.device import DeviceError
 from psyche_client.training.parallel.commands import CommandChannel, Shutdown
 from psyche_client.training.parallel.engines import Engine, execute
 from psyche_client.training.parallel.launch import (

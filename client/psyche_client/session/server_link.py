@@ -18,11 +18,14 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from psyche_common.batch_id import BatchId
+from psyche_common.config import AnyCheckpoint, HubCheckpoint
+from psyche_common.config import Checkpoint as CheckpointField
+from psyche_common.coordinator.committee import CommitteeProof
+from psyche_common.coordinator.types import Witness as WitnessReport
 from psyche_common.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
     Identity,
@@ -35,6 +38,7 @@ from psyche_common.protocol import (
 )
 from psyche_common.protocol.messages import (
     Accusation,
+    AnyClientMessage,
     Checkpoint,
     CoordinatorState,
     HealthCheck,
@@ -51,8 +55,11 @@ from psyche_common.protocol.messages import (
     parse_server_message,
     to_wire,
 )
+from pydantic import TypeAdapter
 
 log = logging.getLogger("psyche.client.server")
+
+_CHECKPOINT_WIRE: TypeAdapter[AnyCheckpoint] = TypeAdapter(CheckpointField)
 
 CLIENT_VERSION = "psyche-py-client/0.1"
 CONNECT_TIMEOUT = 15.0
@@ -85,7 +92,7 @@ class ServerRejected(ServerLinkError):
 class ServerUpdate:
     """One (new) coordinator state: the coordinator wire dict and member P2P addresses."""
 
-    coordinator: dict[str, Any]
+    coordinator: dict[str, object]
     peers: dict[bytes, str]
     unreachable: frozenset[bytes] = frozenset()
     """Members that accept no P2P connections (the server's probe failed)."""
@@ -196,7 +203,7 @@ class ServerLink:
                 dict(message.coordinator), dict(message.peers), frozenset(message.unreachable)
             )
 
-    async def _send(self, message: Any) -> None:
+    async def _send(self, message: AnyClientMessage) -> None:
         async with self._write_lock:
             try:
                 async with asyncio.timeout(WRITE_TIMEOUT):
@@ -212,20 +219,21 @@ class ServerLink:
         assert self._join is not None, "send_join before connect"
         await self._send(self._join)
 
-    async def send_witness(self, witness: dict[str, Any], metadata: dict[str, Any]) -> None:
-        await self._send(Witness(witness=witness, metadata=WitnessMetadata(**metadata)))
+    async def send_witness(self, witness: WitnessReport, metadata: WitnessMetadata) -> None:
+        await self._send(Witness(witness=witness.to_wire(), metadata=metadata))
 
-    async def send_warmup_witness(self, witness: dict[str, Any]) -> None:
-        await self._send(WarmupWitness(witness=witness))
+    async def send_warmup_witness(self, witness: WitnessReport) -> None:
+        await self._send(WarmupWitness(witness=witness.to_wire()))
 
     async def send_health_check(
-        self, checks: list[tuple[bytes, dict[str, Any]]], step: int, weights_hash: bytes
+        self, checks: Sequence[tuple[bytes, CommitteeProof]], step: int, weights_hash: bytes
     ) -> None:
-        entries = [HealthCheckEntry(id=client_id, proof=proof) for client_id, proof in checks]
+        entries = [HealthCheckEntry(id=cid, proof=proof.to_wire()) for cid, proof in checks]
         await self._send(HealthCheck(checks=entries, step=step, weights_hash=weights_hash))
 
-    async def send_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        await self._send(Checkpoint(checkpoint=checkpoint))
+    async def send_checkpoint(self, checkpoint: HubCheckpoint) -> None:
+        """In the state-file form the server parses: `{"Hub": {"repo_id", "revision"}}`."""
+        await self._send(Checkpoint(checkpoint=_CHECKPOINT_WIRE.dump_python(checkpoint)))
 
     async def send_accusation(
         self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int

@@ -1,8 +1,8 @@
 """Loading the client's model: sources, preset configs and seeded initialisation.
 
 A checkpoint `repo_id` (the `source` of `load_model`) is classified from its text alone
-(`psyche_client.model.source`):
-  1. `builtin:NAME`: a packaged preset config (`psyche_client/model/presets/NAME.json`), seeded;
+(`psyche_client.training.model.source`):
+  1. `builtin:NAME`: a packaged preset config (`psyche_client/training/model/presets/NAME.json`), seeded;
   2. a Hub repo id (`NAME` or `OWNER/NAME`): fetched with `huggingface_hub.snapshot_download`,
      even when a local directory of that name exists;
   3. anything else is a local path (`/abs`, `./rel`, `../rel`, `~/m`, `a/b/c`) that must be an
@@ -15,9 +15,9 @@ the CPU from its own `torch.Generator`, seeded from (seed, parameter name), so e
 builds bit-identical weights; `weights_hash` proves it. Parameters are always visited in
 ascending name order (the order DisTrO and the hash use).
 
-Hashing and raw parameter bytes live in `psyche_client.model.params`, checkpoint saving and
-the Hub upload in `psyche_client.model.checkpoint`; both are re-exported here so
-`psyche_client.model.loading` stays the one import for model I/O.
+Hashing and raw parameter bytes live in `psyche_client.training.model.params`, checkpoint saving and
+the Hub upload in `psyche_client.training.model.checkpoint`; both are re-exported here so
+`psyche_client.training.model.loading` stays the one import for model I/O.
 """
 
 from __future__ import annotations
@@ -34,13 +34,14 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
-from psyche_client.model.checkpoint import (
+from psyche_client.training.model.checkpoint import (
     TOKENIZER_FILE_PATTERNS,
     CheckpointUploadError,
     save_checkpoint,
     upload_to_hub,
 )
-from psyche_client.model.params import (
+from psyche_client.training.model.device import resolve_device
+from psyche_client.training.model.params import (
     ParameterEntry,
     count_parameters,
     load_parameter_bytes,
@@ -50,8 +51,7 @@ from psyche_client.model.params import (
     raw_parameters,
     weights_hash,
 )
-from psyche_client.model.source import BUILTIN_PREFIX, SourceKind, classify_source
-from psyche_client.training.device import resolve_device
+from psyche_client.training.model.source import BUILTIN_PREFIX, SourceKind, classify_source
 
 __all__ = [
     "BUILTIN_PREFIX",
@@ -120,13 +120,13 @@ class ModelInfo:
 
 def list_builtin_presets() -> list[str]:
     """Names usable as `builtin:NAME`."""
-    root = resources.files("psyche_client.model.presets")
+    root = resources.files("psyche_client.training.model.presets")
     return sorted(p.name.removesuffix(".json") for p in root.iterdir() if p.name.endswith(".json"))
 
 
 def builtin_config(name: str) -> dict[str, Any]:
     """The config dict of a built-in preset."""
-    resource = resources.files("psyche_client.model.presets").joinpath(f"{name}.json")
+    resource = resources.files("psyche_client.training.model.presets").joinpath(f"{name}.json")
     if not resource.is_file():
         known = ", ".join(list_builtin_presets())
         raise ModelLoadError(f"unknown built-in model {BUILTIN_PREFIX}{name} (known: {known})")
@@ -323,7 +323,7 @@ def load_model(
     seed: int = DEFAULT_SEED,
 ) -> tuple[PreTrainedModel, ModelInfo]:
     """Load a causal LM from a local directory, a `builtin:NAME` preset or a Hub repo id
-    (which one is decided from the text of `source`, see `psyche_client.model.source`).
+    (which one is decided from the text of `source`, see `psyche_client.training.model.source`).
 
     Seeded models (presets, config-only directories) are built with `seed`. The model is
     returned in train mode on `device` with parameters of `dtype`.

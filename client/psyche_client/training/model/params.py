@@ -41,13 +41,13 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def weights_hash(model: torch.nn.Module) -> str:
-    """SHA-256 (hex) over every parameter in ascending name order: for each one the name, the
+def weights_hash(model: torch.nn.Module) -> bytes:
+    """SHA-256 (32 bytes) over every parameter in ascending name order: for each one the name, the
     dtype, the shape and the raw little-endian bytes, each length-prefixed."""
     return hash_parameters(_sorted_parameters(model))
 
 
-def hash_parameters(named: Iterable[tuple[str, torch.Tensor]]) -> str:
+def hash_parameters(named: Iterable[tuple[str, torch.Tensor]]) -> bytes:
     """`weights_hash` over `(name, tensor)` pairs given in ascending name order, consumed one
     at a time (a sharded model streams its parameters through it)."""
     digest = hashlib.sha256()
@@ -61,7 +61,7 @@ def hash_parameters(named: Iterable[tuple[str, torch.Tensor]]) -> str:
         raw = _raw_view(param)
         digest.update(len(raw).to_bytes(8, "little"))
         digest.update(raw)
-    return digest.hexdigest()
+    return digest.digest()
 
 
 def model_parameters_manifest(model: torch.nn.Module) -> list[ParameterEntry]:

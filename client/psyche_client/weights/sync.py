@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from psyche_common.client_id import short_id
 from psyche_common.coordinator import Coordinator
 
-from psyche_client.model.sharing import SharedModel
 from psyche_client.p2p.fetch import TRANSIENT_ERRORS
 from psyche_client.p2p.manifest import ManifestError, ModelManifest
 from psyche_client.p2p.model_share import ManifestVote, download_model, request_manifest
 from psyche_client.p2p.node import P2PNode
 from psyche_client.p2p.transfer import NotHeld
 from psyche_client.training.backend import TrainingBackend
+from psyche_client.weights.sharing import SharedModel
 
 log = logging.getLogger("psyche.client")
 

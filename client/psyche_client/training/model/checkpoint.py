@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
-from psyche_client.model.checkpoint_dir import CheckpointError
+from psyche_client.training.model.checkpoint_dir import CheckpointError
 
 # Tokenizer files copied from a tokenizer directory into a checkpoint.
 TOKENIZER_FILE_PATTERNS = ("tokenizer*.json", "tokenizer.model", "special_tokens_map.json")

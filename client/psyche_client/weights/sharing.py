@@ -1,7 +1,7 @@
 """What the client does with its model at a Cooldown (reference §2.12): share it with late
 joiners, save it as a checkpoint (keeping the newest few), and upload it to the Hub.
 
-Checkpoints are written atomically (`psyche_client.model.checkpoint_dir`). A failed save or
+Checkpoints are written atomically (`psyche_client.training.model.checkpoint_dir`). A failed save or
 upload is a `CheckpointError`; `checkpoint_model` logs it and reports it in its outcome instead
 of raising, so a full disk or a Hub outage never ends a training client.
 
@@ -16,14 +16,14 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from psyche_client.model.checkpoint_dir import (
+from psyche_client.p2p.manifest import ModelManifest, parameter_info
+from psyche_client.training.backend import TrainingBackend
+from psyche_client.training.model.checkpoint_dir import (
     CheckpointError,
     checkpoint_name,
     prune_checkpoints,
     write_checkpoint_dir,
 )
-from psyche_client.p2p.manifest import ModelManifest, parameter_info
-from psyche_client.training.backend import TrainingBackend
 
 log = logging.getLogger("psyche.client")
 
@@ -99,10 +99,10 @@ async def upload_checkpoint(target: Path, hub_repo: str, token: str | None, step
     Raises `CheckpointError` naming the directory and the repo when the upload fails."""
     try:
         # looked up at call time: tests replace upload_to_hub (and it imports torch)
-        from psyche_client.model import loading as model_io
+        from psyche_client.training.model import loading
 
         revision = await asyncio.to_thread(
-            model_io.upload_to_hub, target, hub_repo, token, f"step {step}"
+            loading.upload_to_hub, target, hub_repo, token, f"step {step}"
         )
     except CheckpointError:  # upload_to_hub's own error already names both
         raise

@@ -29,9 +29,9 @@ from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from psyche_client.distro.result import ResultLayout
 from psyche_client.distro.values import ValueKind
-from psyche_client.model.estimate_parallel import per_device_memory
-from psyche_client.model.loading import config_from_dict
-from psyche_client.training.device import resolve_device
+from psyche_client.tools.estimate_parallel import per_device_memory
+from psyche_client.training.model.device import resolve_device
+from psyche_client.training.model.loading import config_from_dict
 from psyche_client.training.parallel.plan import ParallelSpec
 from psyche_client.units import format_bytes
 

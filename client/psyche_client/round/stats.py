@@ -1,8 +1,9 @@
 """Client statistics (reference §3.3): losses, step durations, tokens/s, efficiency, traffic,
 and the last checkpoint (or why it failed).
 
-Fed by the round runner; read by the dashboard, the JSON logs and the witness metadata.
-Durations are kept in bounded windows of 16, like the reference.
+Fed by the round pipeline (it lives with it, so the pipeline imports nothing from the app
+around it); read by the dashboard, the JSON logs and the witness metadata. Durations are kept
+in bounded windows of 16, like the reference.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from psyche_common.coordinator import Coordinator
 from psyche_common.coordinator.assignment import round_batch_size
+
+from psyche_client.round.state import RoundState
 
 WINDOW = 16
 
@@ -50,7 +54,7 @@ class ClientStats:
     (`round.link_speed`; "" before any was measured)."""
     _last_round_end: float | None = None
 
-    def observe_state(self, coordinator: Any) -> None:
+    def observe_state(self, coordinator: Coordinator) -> None:
         self.step = coordinator.progress.step
         self.epoch = coordinator.progress.epoch
         self.run_state = str(coordinator.run_state)
@@ -60,7 +64,7 @@ class ClientStats:
             self.total_tokens = round_.data_index * seq_len
         self.global_batch_tokens = round_batch_size(coordinator, round_) * seq_len
 
-    def round_finished(self, round_: Any) -> None:
+    def round_finished(self, round_: RoundState) -> None:
         now = time.monotonic()
         loss = round_.mean_loss()
         if loss is not None:

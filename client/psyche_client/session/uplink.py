@@ -11,12 +11,15 @@ A failed send also closes that link, so the reader notices the loss and reconnec
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
 
 from psyche_common.batch_id import BatchId
+from psyche_common.config import HubCheckpoint
+from psyche_common.coordinator.committee import CommitteeProof
+from psyche_common.coordinator.types import Witness
+from psyche_common.protocol.messages import WitnessMetadata
 
-from psyche_client.server_link import ServerLink, ServerLinkError
+from psyche_client.session.server_link import ServerLink, ServerLinkError
 
 log = logging.getLogger("psyche.client.server")
 
@@ -49,20 +52,20 @@ class SwitchableUplink:
             log.warning("%s not sent: %s", what, exc)
             await link.close()  # the reader then fails too, and the session reconnects
 
-    async def send_witness(self, witness: dict[str, Any], metadata: dict[str, Any]) -> None:
+    async def send_witness(self, witness: Witness, metadata: WitnessMetadata) -> None:
         await self._forward("Witness", lambda link: link.send_witness(witness, metadata))
 
-    async def send_warmup_witness(self, witness: dict[str, Any]) -> None:
+    async def send_warmup_witness(self, witness: Witness) -> None:
         await self._forward("WarmupWitness", lambda link: link.send_warmup_witness(witness))
 
     async def send_health_check(
-        self, checks: list[tuple[bytes, dict[str, Any]]], step: int, weights_hash: bytes
+        self, checks: Sequence[tuple[bytes, CommitteeProof]], step: int, weights_hash: bytes
     ) -> None:
         await self._forward(
             "HealthCheck", lambda link: link.send_health_check(checks, step, weights_hash)
         )
 
-    async def send_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+    async def send_checkpoint(self, checkpoint: HubCheckpoint) -> None:
         await self._forward("Checkpoint", lambda link: link.send_checkpoint(checkpoint))
 
     async def send_join(self) -> None:

@@ -20,14 +20,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from psyche_client.server_link import (
+from psyche_client.session.server_link import (
     CONNECT_TIMEOUT,
     ServerLink,
     ServerLinkError,
     ServerRejected,
     ServerUpdate,
 )
-from psyche_client.uplink import SwitchableUplink
+from psyche_client.session.uplink import SwitchableUplink
 
 log = logging.getLogger("psyche.client.server")
 
@@ -93,13 +93,14 @@ class ServerSession:
         *,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
+        uplink: SwitchableUplink | None = None,
     ) -> None:
         self._connect = connect
         self.give_up_after = give_up_after
         self.backoff = backoff or Backoff()
         self._rng = rng or random.Random()
         self._clock = clock
-        self.uplink = SwitchableUplink()
+        self.uplink = uplink if uplink is not None else SwitchableUplink()
         self.status = SessionStatus()
         self.reconnects = 0
 

@@ -1,0 +1,221 @@
+"""The client application: wires the server session, the P2P node, the model's lifecycle and
+the round runner, each built through `Parts`.
+
+`ClientApp.run()` starts the P2P node, connects to the server, follows the coordinator until
+the run is Finished and returns the exit code. The model is loaded, checked at each Warmup and
+shared/saved at each Cooldown by `weights.lifecycle.ModelLifecycle`. When the server
+connection is lost the model, the P2P node and the round runner stay up while
+`session.reconnect.ServerSession` connects again (for up to `server.reconnect_timeout`
+seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import replace
+
+from psyche_common.coordinator import Coordinator, RunState
+from psyche_common.data.fetcher import DataSource, SampleFetcher
+from psyche_common.protocol.messages import WeightsMismatch
+
+from psyche_client.app.options import ClientOptions
+from psyche_client.app.parts import Parts
+from psyche_client.app.snapshot import ClientSnapshot, take_snapshot
+from psyche_client.p2p.inbox import VerifiedAnnouncement
+from psyche_client.round.phase import Phase
+from psyche_client.round.runner import RoundRunner
+from psyche_client.round.stats import ClientStats
+from psyche_client.session.reachability import PeerReachability
+from psyche_client.session.reconnect import ServerSession
+from psyche_client.session.server_link import ServerLink, ServerLinkError
+from psyche_client.weights.lifecycle import ModelLifecycle
+
+log = logging.getLogger("psyche.client")
+
+TICK_INTERVAL = 0.5
+
+
+class ClientApp:
+    """One client: owns its P2P node, server session, model lifecycle, round runner and
+    statistics; `run()` returns the process exit code."""
+
+    def __init__(self, options: ClientOptions, parts: Parts | None = None) -> None:
+        parts = parts or Parts()
+        self.options = options
+        self.identity = options.identity
+        self.stats = ClientStats()
+        self.members: set[bytes] = set()
+        self.peer_addresses: dict[bytes, str] = {}
+        self.coordinator: Coordinator | None = None
+        self.node = parts.node(
+            self.identity,
+            is_member=lambda peer: peer in self.members,
+            config=options.p2p,
+            on_announcement=self._on_announcement,
+            get_manifest=lambda: self.lifecycle.shared.manifest,
+            get_parameter_bytes=lambda name: self.lifecycle.shared.parameters.get(name),
+        )
+        self.network = parts.network(self.node)
+        self.reach = PeerReachability(
+            self.node, self.identity, options.server.addr, options.server.run_id
+        )
+        self.runner: RoundRunner | None = None
+        self.server = ServerSession(
+            self._connect, options.server.reconnect_timeout, uplink=parts.uplink()
+        )
+        self.lifecycle = ModelLifecycle(
+            self.node,
+            self.identity,
+            options.server.run_id,
+            lambda: self.members,
+            options.backend,
+            options.checkpointing,
+            self.stats,
+            self.server.uplink,
+            parts.backends,
+        )
+        self.fetcher: SampleFetcher | None = None
+        if options.backend.kind != "dummy":  # the dummy backend trains without data
+            self.fetcher = parts.fetcher(self._data_source, self.identity, options.data)
+
+    async def _connect(self, timeout: float) -> ServerLink:
+        """A new connection to the server, with our identity and P2P address (sends Join)."""
+        link = await ServerLink.connect(
+            self.options.server.addr,
+            self.identity,
+            self.options.server.run_id,
+            self.node.address,
+            timeout=timeout,
+        )
+        link.on_weights_mismatch = self._on_weights_mismatch
+        link.on_reachability = self.reach.on_notice
+        return link
+
+    def _on_weights_mismatch(self, notice: WeightsMismatch) -> None:
+        """The server saw our weights at a step differ from the majority's: resync."""
+        mine = self.stats.weights_hashes.get(notice.step)
+        if self.runner is None or mine == notice.majority_hash:
+            return
+        self.runner.lose_sync(
+            f"the server reports that our weights at step {notice.step} differ from the "
+            f"majority's ({notice.majority_hash.hex()[:16]})"
+        )
+
+    def _on_announcement(self, announcement: VerifiedAnnouncement, _from_peer: bytes) -> None:
+        if self.runner is not None:
+            self.runner.on_announcement(announcement)
+
+    def snapshot(self) -> ClientSnapshot:
+        """The client as the dashboard shows it, now."""
+        return take_snapshot(
+            self.identity.public_key,
+            self.coordinator,
+            self.runner,
+            self.stats,
+            self.node,
+            self.peer_addresses,
+            self.server.status,
+            self.reach.notice,
+            self.lifecycle.download_progress,
+        )
+
+    # ------------------------------------------------------------------ main loop
+
+    async def run(self) -> int:
+        await self.node.start()
+        try:
+            try:
+                await self.server.open()
+            except (ServerLinkError, ValueError) as exc:
+                log.error("%s", exc)
+                return 1
+            self.runner = RoundRunner(
+                self.identity,
+                self.network,
+                self.server.uplink,
+                self.lifecycle.load_backend,
+                self.fetcher,
+                replace(self.options.round, needs_data=self.options.backend.kind != "dummy"),
+                on_cooldown=self.lifecycle.cooldown,
+                stats=self.stats,
+                check_weights=self.lifecycle.check_weights,
+            )
+            tasks = [
+                asyncio.create_task(self._follow_server(self.runner), name="server"),
+                asyncio.create_task(self.runner.wait_fatal(), name="fatal"),
+                asyncio.create_task(self._tick_forever(self.runner), name="ticker"),
+            ]
+            try:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            return _exit_code(next(iter(done)))
+        finally:
+            if self.runner is not None:
+                await self.runner.aclose()
+            await self.server.aclose()
+            if self.fetcher is not None:
+                await self.fetcher.aclose()
+            with contextlib.suppress(Exception):
+                await self.node.close()
+            await self.reach.aclose()
+
+    async def _follow_server(self, runner: RoundRunner) -> None:
+        """Feed every new coordinator state to the runner, across reconnections; return when
+        the run is Finished (with `exit_when_finished`). While the server is away the runner
+        simply receives nothing; its next state (typically WaitingForMembers) ends the epoch
+        it was in."""
+        async for update in self.server.updates():
+            coordinator = Coordinator.from_wire(update.coordinator)
+            self.coordinator = coordinator
+            self.members = {c.id for c in coordinator.epoch_state.clients}
+            self.node.set_peers(update.peers, update.unreachable)
+            self.peer_addresses = update.peers
+            if coordinator.run_state == RunState.RoundTrain and runner.phase != Phase.TRAINING:
+                self.lifecycle.shared.clear()
+            await runner.on_state(coordinator)
+            if (
+                coordinator.run_state == RunState.Finished
+                and self.options.server.exit_when_finished
+            ):
+                return
+
+    async def _tick_forever(self, runner: RoundRunner) -> None:
+        while True:
+            await asyncio.sleep(TICK_INTERVAL)
+            await runner.tick()
+
+    def _data_source(self) -> DataSource:
+        """The run's data location and sample length, from the latest coordinator state, and
+        its id (the data server's handshake names it)."""
+        if self.coordinator is None:
+            raise RuntimeError("no coordinator state yet: the run's data_location is unknown")
+        model = self.coordinator.model
+        return DataSource(model.data_location, int(model.max_seq_len), self.options.server.run_id)
+
+
+def _exit_code(first: asyncio.Task[object]) -> int:
+    """The exit code for the task that ended the client first (logging why): 0 the run
+    finished, 1 the server link failed, 2 the client failed."""
+    if first.cancelled():
+        return 1
+    error = first.exception()
+    if first.get_name() == "fatal":
+        fatal = first.result()
+        error = fatal if isinstance(fatal, BaseException) else error
+    if error is None:
+        log.info("run finished; exiting")
+        return 0
+    if isinstance(error, ServerLinkError):
+        log.error("%s", error)
+        return 1
+    log.error("client failed: %s", error, exc_info=error)
+    return 2
+
+
+async def run_client(options: ClientOptions, parts: Parts | None = None) -> int:
+    return await ClientApp(options, parts).run()

@@ -1,0 +1,329 @@
+"""Every option of `psyche-client train`, written once: its flag, environment variable, click
+type, default and help, and the field of `ClientOptions` it sets (`target`, a dotted path such
+as "p2p.gossip_fanout"; None for the few the CLI handles itself: logging, the identity file,
+the advertised address).
+
+`cli.py` builds its click options from `FLAGS`, and `ClientOptions.from_flags` fills the
+options from the parsed values, so a flag and the field it sets cannot drift apart
+(tests/unit/test_client_options.py checks every target names a field with the flag's default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import click
+from psyche_common.logs import LOG_LEVELS
+from psyche_common.pacing import MEGABIT
+
+F = TypeVar("F", bound=Callable[..., object])
+
+IDENTITY_ENV = "RAW_IDENTITY_SECRET_KEY"
+
+
+def mbps_to_bytes(value: object) -> object:
+    """Mbit/s (the flag) to bytes/s (`P2PConfig.max_upload_rate`)."""
+    return None if value is None else float(str(value)) * MEGABIT
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One `train` option (see the module docstring)."""
+
+    name: str
+    help: str
+    target: str | None = None
+    default: object = None
+    type: click.ParamType | None = None
+    required: bool = False
+    is_flag: bool = False
+    show_default: bool = False
+    short: str | None = None
+    convert: Callable[[object], object] | None = None
+    """From the flag's value to the field's (None: the same)."""
+
+    @property
+    def param(self) -> str:
+        """The Python name click gives the value (`--gossip-fanout` → `gossip_fanout`)."""
+        return self.name.removeprefix("--").replace("-", "_")
+
+    @property
+    def envvar(self) -> str:
+        return self.param.upper()
+
+    def option(self) -> Callable[[F], F]:
+        decls = [self.short, self.name] if self.short else [self.name]
+        extra: dict[str, object] = {"show_default": True} if self.show_default else {}
+        if self.is_flag:
+            extra["is_flag"] = True
+        if self.type is not None:
+            extra["type"] = self.type
+        return click.option(
+            *decls,
+            default=self.default,
+            required=self.required,
+            envvar=self.envvar,
+            help=self.help,
+            **extra,  # type: ignore[arg-type]
+        )
+
+
+def _int(low: int | None = None, high: int | None = None) -> click.IntRange:
+    return click.IntRange(low, high)
+
+
+IDENTITY_FLAG = Flag(
+    "--identity-secret-key-path",
+    "File with the 32 raw bytes of this client's ed25519 secret key. Without it the key "
+    f"comes from ${IDENTITY_ENV} (64 hex chars), or a random one is made for this run.",
+    short="-i",
+    type=click.Path(dir_okay=False, path_type=Path),
+)
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("--server-addr", "Coordinator server address, HOST:PORT.", "server.addr", required=True),
+    Flag(
+        "--run-id",
+        "Run to join (must equal the server's run_id); surrounding quotes are trimmed.",
+        "server.run_id",
+        required=True,
+    ),
+    IDENTITY_FLAG,
+    Flag(
+        "--bind-p2p-port",
+        "TCP port of the peer-to-peer listener (0: any free port).",
+        "p2p.port",
+        0,
+        _int(0, 65535),
+        show_default=True,
+    ),
+    Flag(
+        "--bind-p2p-interface",
+        "Bind the P2P listener to this IPv4 address or network interface (a trailing "
+        "'*' matches interface names by prefix). Default: all interfaces.",
+        "p2p.bind_host",
+    ),
+    Flag(
+        "--advertise-addr",
+        "HOST:PORT peers should dial to reach this client's P2P listener, when it differs "
+        "from the listener's own address (a port forward, a VPN). The server checks it at "
+        "join.",
+    ),
+    Flag(
+        "--device",
+        "Training device: auto, cpu, cuda or cuda:N.",
+        "backend.device",
+        "auto",
+        show_default=True,
+    ),
+    Flag(
+        "--micro-batch-size",
+        "Samples per forward/backward pass; a batch is split into ceil(B/mbs) chunks "
+        "whose gradients are accumulated.",
+        "backend.micro_batch_size",
+        1,
+        _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--checkpoint-dir",
+        "Save the model (safetensors) to DIR/{run_id}-step{N} at the end of every epoch.",
+        "checkpointing.dir",
+        type=click.Path(file_okay=False, path_type=Path),
+    ),
+    Flag(
+        "--hub-repo",
+        "Also upload each epoch's checkpoint to this Hugging Face repo (needs HF_TOKEN "
+        "and --checkpoint-dir) and report it to the coordinator.",
+        "checkpointing.hub_repo",
+    ),
+    Flag(
+        "--logs",
+        "tui: interactive dashboard; console: readable log lines; json: one JSON "
+        "object per line (fields client_id, epoch, step, state, loss, weights_hash).",
+        default="tui",
+        type=click.Choice(["tui", "console", "json"]),
+        show_default=True,
+    ),
+    Flag(
+        "--log-level",
+        "lowest level logged (debug adds every P2P push and fetch failure)",
+        default="info",
+        type=click.Choice(LOG_LEVELS, case_sensitive=False),
+        show_default=True,
+    ),
+    Flag(
+        "--write-log",
+        "Also append the logs (JSON lines) to this file.",
+        type=click.Path(dir_okay=False, path_type=Path),
+    ),
+    Flag(
+        "--write-gradients-dir",
+        "Write every result this client transmits to this directory "
+        "(result-{id}-step{S}-batch{start}-{end}.bin).",
+        "round.write_gradients_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+    ),
+    Flag(
+        "--max-concurrent-parameter-requests",
+        "Parameters downloaded at once when fetching the model from peers.",
+        "p2p.max_concurrent_parameter_requests",
+        8,
+        _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--max-concurrent-downloads",
+        "Peers' training results downloaded at once.",
+        "p2p.max_concurrent_downloads",
+        4,
+        _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--gossip-fanout",
+        "Peers each new result or Finished announcement is forwarded to, so that one pushed "
+        "to a single member still reaches all (0: never forward).",
+        "p2p.gossip_fanout",
+        8,
+        _int(0),
+        show_default=True,
+    ),
+    Flag(
+        "--p2p-max-inbound-connections",
+        "Incoming P2P connections open at once; more are closed before their handshake.",
+        "p2p.max_inbound_connections",
+        256,
+        _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--p2p-max-inbound-per-ip",
+        "Incoming P2P connections open at once from one IP address (peers behind one NAT "
+        "share it); more are closed before their handshake.",
+        "p2p.max_inbound_per_ip",
+        16,
+        _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--p2p-max-concurrent-serving",
+        "Blob, manifest and parameter requests of peers served at once (others wait).",
+        "p2p.max_concurrent_serving",
+        32,
+        _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--p2p-max-result-size",
+        "Bytes beyond which a peer's result announcement is refused before any download.",
+        "p2p.max_result_size",
+        256 * 1024 * 1024,
+        _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--max-upload-mbps",
+        "Cap, in Mbit/s, on the rate at which this client uploads the model to late "
+        "joiners (manifest and parameter answers, all peers together), so that sharing the "
+        "model cannot fill a slow uplink. The round's results are never capped, and always go "
+        "before model shares. At least 1 (slower, a joiner's parameter requests time out). "
+        "Default: no cap.",
+        "p2p.max_upload_rate",
+        type=click.FloatRange(min=1.0),
+        convert=mbps_to_bytes,
+    ),
+    Flag(
+        "--data-fetch-attempts",
+        "Tries to fetch a batch's training data before giving that batch up. Only "
+        "transient failures are retried (network errors, timeouts, a data server that does "
+        "not list this client yet); a missing sample or an unusable data location fails at "
+        "once.",
+        "data.attempts",
+        7,
+        _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--data-fetch-retry-delay",
+        "Backoff step in seconds between data-fetch attempts: attempt k waits (k-1) times "
+        "this (0, 2, 4, ... 12 s with the defaults).",
+        "data.delay_step",
+        2.0,
+        click.FloatRange(min=0),
+        show_default=True,
+    ),
+    Flag(
+        "--server-reconnect-timeout",
+        "Seconds to keep reconnecting after the server connection is lost (a crashed or "
+        "restarted server, a network cut), with the same identity; meanwhile the client keeps "
+        "its model and keeps serving its peers. Attempts wait 0.5 s, doubling up to 10 s, each "
+        "+-20% at random. 0: exit at once (exit code 1). The first connection is not retried.",
+        "server.reconnect_timeout",
+        600.0,
+        click.FloatRange(min=0),
+        show_default=True,
+    ),
+    Flag(
+        "--data-parallelism",
+        "Local ranks (devices) this client trains on; each trains a share of every batch. "
+        "The client starts the other ranks itself; under torchrun the default is WORLD_SIZE. "
+        "With CUDA, rank r uses GPU r.  [default: 1]",
+        "backend.parallel.data_parallelism",
+        type=_int(1),
+    ),
+    Flag(
+        "--fsdp",
+        "Shard the model over the --data-parallelism ranks (FSDP2 fully_shard) instead of "
+        "holding a full copy on each: trains a model that does not fit one device.",
+        "backend.parallel.fsdp",
+        False,
+        is_flag=True,
+    ),
+    Flag(
+        "--parallel-timeout",
+        "Seconds a rank may keep the others waiting (a collective, or no sign of life) "
+        "before the client gives up on it and exits.",
+        "backend.parallel_timeout",
+        300.0,
+        click.FloatRange(min=1),
+        show_default=True,
+    ),
+    Flag(
+        "--dummy-training-delay-secs",
+        "Testing: no model and no torch; every batch sleeps this long and produces a "
+        "tiny fake result, so protocol-level runs are fast.",
+        "backend.dummy_delay_secs",
+        type=click.FloatRange(min=0),
+    ),
+    Flag(
+        "--dummy-result-size",
+        "Testing, with --dummy-training-delay-secs: bytes of every fake result (e.g. the "
+        "size a real model's DisTrO results have, to test a run over slow links). Every "
+        "client of a run must use the same size.",
+        "backend.dummy_result_size",
+        64,
+        _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--dummy-model-size",
+        "Testing, with --dummy-training-delay-secs: bytes of extra fake parameters in the "
+        "model shared with late joiners, so a model share moves as much as a real model's "
+        "would.",
+        "backend.dummy_model_size",
+        0,
+        _int(0),
+        show_default=True,
+    ),
+)
+
+
+def train_options(command: F) -> F:
+    """Decorate `command` with every flag of `FLAGS`, in order."""
+    for flag in reversed(FLAGS):
+        command = flag.option()(command)
+    return command

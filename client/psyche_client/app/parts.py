@@ -1,0 +1,63 @@
+"""The parts a client is composed of, as factories with defaults: `Parts`.
+
+`ClientApp` builds its P2P node, the round pipeline's view of it (the network), the uplink,
+the training backend (a registry entry) and the data fetcher only through a `Parts`. This is
+the one place a test or an attack client (tests/e2e/*_client.py) swaps a part:
+`ClientApp(options, parts=Parts(network=MyNetwork))`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from psyche_common.data.fetcher import DataSource, SampleFetcher
+from psyche_common.data.retry import RetryPolicy
+from psyche_common.protocol import Identity
+
+from psyche_client.p2p.announcements import FinishedAnnouncement, ResultAnnouncement
+from psyche_client.p2p.node import P2PNode
+from psyche_client.round.ports import PeerNetwork
+from psyche_client.session.uplink import SwitchableUplink
+from psyche_client.weights.backends import BACKENDS, BackendEntry, BackendKind
+
+
+class NodeNetwork:
+    """Adapts `P2PNode` to the round pipeline's `PeerNetwork` protocol."""
+
+    def __init__(self, node: P2PNode) -> None:
+        self.node = node
+
+    async def announce(self, announcement: ResultAnnouncement | FinishedAnnouncement) -> None:
+        await self.node.announce(announcement)
+
+    def publish_blob(self, data: bytes, step: int) -> bytes:
+        return self.node.publish_blob(data, step=step)
+
+    async def fetch_blob(self, blob_hash: bytes, size: int, providers: Sequence[bytes]) -> bytes:
+        return await self.node.fetch_blob(blob_hash, providers, expected_size=size)
+
+    def begin_step(self, step: int) -> None:
+        self.node.set_step(step)
+        self.node.forget_before(step - 2)
+
+
+def make_fetcher(
+    source: Callable[[], DataSource], identity: Identity, policy: RetryPolicy
+) -> SampleFetcher:
+    """Samples of a batch from the run's data_location; its provider is built at the first
+    fetch."""
+    return SampleFetcher(source, identity, policy)
+
+
+@dataclass(frozen=True)
+class Parts:
+    """Factories of a client's parts (see the module docstring)."""
+
+    node: type[P2PNode] = P2PNode
+    network: Callable[[P2PNode], PeerNetwork] = NodeNetwork
+    uplink: Callable[[], SwitchableUplink] = SwitchableUplink
+    backends: Mapping[BackendKind, BackendEntry] = field(default_factory=lambda: BACKENDS)
+    fetcher: Callable[[Callable[[], DataSource], Identity, RetryPolicy], SampleFetcher] = (
+        make_fetcher
+    )

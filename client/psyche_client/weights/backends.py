@@ -1,0 +1,113 @@
+"""Which training backend a client builds, from a small registry: `dummy` (no model, no
+torch), `distro` (one device) and `parallel` (several local ranks).
+
+`BackendOptions.kind` names the entry the options select; `BACKENDS` maps each name to a
+loader. A loader runs in a worker thread (importing torch and transformers takes seconds, tens
+on a loaded machine, and the event loop must keep reading the server's states) and is given
+the coordinator state, the options, and the model config a majority of peers shares (None
+when the model comes from its checkpoint's repository).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from psyche_common.coordinator import Coordinator
+
+from psyche_client.training.backend import DummyBackend, TrainingBackend
+from psyche_client.training.parallel.plan import ParallelSpec
+
+BackendKind = Literal["dummy", "distro", "parallel"]
+PeerConfig = dict[str, object]
+"""A model config (the `config.json` of a Hugging Face model) shared by peers."""
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """How this client trains: device, micro-batch size, local ranks, or the dummy backend."""
+
+    device: str = "auto"
+    micro_batch_size: int = 1
+    parallel: ParallelSpec = field(default_factory=ParallelSpec)
+    parallel_timeout: float = 300.0
+    """Seconds a rank may keep the others waiting before the client gives up on it."""
+    dummy_delay_secs: float | None = None
+    """Not None: the dummy backend (no model), every batch sleeping this long."""
+    dummy_result_size: int = DummyBackend.PAYLOAD_SIZE
+    dummy_model_size: int = 0
+
+    @property
+    def kind(self) -> BackendKind:
+        if self.dummy_delay_secs is not None:
+            return "dummy"
+        if self.parallel.data_parallelism > 1:
+            return "parallel"
+        return "distro"
+
+
+BackendLoader = Callable[[Coordinator, BackendOptions, PeerConfig | None, bool], TrainingBackend]
+"""(coordinator, options, peer config, from peers) → a loaded backend (blocking)."""
+
+
+def load_dummy(
+    _coordinator: Coordinator, options: BackendOptions, _peer: PeerConfig | None, _: bool
+) -> TrainingBackend:
+    assert options.dummy_delay_secs is not None
+    return DummyBackend(
+        options.dummy_delay_secs,
+        result_size=options.dummy_result_size,
+        model_size=options.dummy_model_size,
+    )
+
+
+def load_distro(
+    coordinator: Coordinator,
+    options: BackendOptions,
+    peer_config: PeerConfig | None,
+    from_peers: bool,
+) -> TrainingBackend:
+    from psyche_client.training.distro_backend import DistroBackend
+
+    return DistroBackend.load(
+        coordinator,
+        device=options.device,
+        micro_batch_size=options.micro_batch_size,
+        from_peers=from_peers,
+        peer_config=peer_config,
+    )
+
+
+def load_parallel(
+    coordinator: Coordinator,
+    options: BackendOptions,
+    peer_config: PeerConfig | None,
+    from_peers: bool,
+) -> TrainingBackend:
+    """Like `load_distro`, over several local ranks (torch imported here too)."""
+    from psyche_client.training.parallel.backend import ParallelBackend
+
+    return ParallelBackend.load(
+        coordinator,
+        spec=options.parallel,
+        device=options.device,
+        micro_batch_size=options.micro_batch_size,
+        timeout=options.parallel_timeout,
+        from_peers=from_peers,
+        peer_config=peer_config,
+    )
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    load: BackendLoader
+    builds_model: bool = True
+    """False: no model to build (no peer config to ask for, nothing to load in a thread)."""
+
+
+BACKENDS: dict[BackendKind, BackendEntry] = {
+    "dummy": BackendEntry(load_dummy, builds_model=False),
+    "distro": BackendEntry(load_distro),
+    "parallel": BackendEntry(load_parallel),
+}

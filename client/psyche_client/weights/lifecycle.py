@@ -1,0 +1,183 @@
+"""`ModelLifecycle`: the client's model from its first Warmup to every Cooldown.
+
+It implements three of the round pipeline's ports (`round.ports`): the backend loader (build
+the backend the options select from `weights.backends`, with the weights from the checkpoint's
+repository, or from peers once the run's checkpoint is peer-to-peer), the Warmup weights check
+(`weights.sync`) and the Cooldown hook (share the weights with late joiners, save and upload
+the checkpoint: `weights.sharing`). It also holds what the P2P node serves to joiners
+(`shared`) and the progress of a model download, for the dashboard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping, Set
+from dataclasses import dataclass
+from pathlib import Path
+
+from psyche_common.client_id import short_id
+from psyche_common.config import HubCheckpoint
+from psyche_common.coordinator import Coordinator
+from psyche_common.protocol import Identity
+
+from psyche_client.p2p.model_share import JOINER_NOT_SHARED_WAIT, download_model, poll_manifests
+from psyche_client.p2p.node import P2PNode
+from psyche_client.round.ports import Uplink
+from psyche_client.round.stats import ClientStats
+from psyche_client.training.backend import TrainingBackend
+from psyche_client.weights.backends import (
+    BACKENDS,
+    BackendEntry,
+    BackendKind,
+    BackendOptions,
+    PeerConfig,
+)
+from psyche_client.weights.sharing import SharedModel, checkpoint_model
+from psyche_client.weights.sync import WeightsSync
+
+log = logging.getLogger("psyche.client")
+
+
+@dataclass(frozen=True)
+class CheckpointOptions:
+    """Where each Cooldown's checkpoint goes: `dir/{run_id}-step{N}` (None: not saved), the
+    newest `keep` of them kept, each also uploaded to the Hub repo `hub_repo` if given."""
+
+    dir: Path | None = None
+    hub_repo: str | None = None
+    keep: int = 3
+
+
+class ModelLifecycle:
+    """Loads, checks, shares and saves this client's model (see the module docstring)."""
+
+    def __init__(
+        self,
+        node: P2PNode,
+        identity: Identity,
+        run_id: str,
+        members: Callable[[], Set[bytes]],
+        backend: BackendOptions,
+        checkpointing: CheckpointOptions,
+        stats: ClientStats,
+        uplink: Uplink,
+        backends: Mapping[BackendKind, BackendEntry] = BACKENDS,
+    ) -> None:
+        self.node = node
+        self.identity = identity
+        self.run_id = run_id
+        self.members = members
+        """The current epoch's members (from the latest coordinator state)."""
+        self.backend_options = backend
+        self.checkpointing = checkpointing
+        self.stats = stats
+        self.uplink = uplink
+        self.backends = backends
+        self.shared = SharedModel()
+        """What the P2P node serves to late joiners."""
+        self.download_progress: tuple[int, int] | None = None
+        """(parameters fetched, total) of the model download from peers, once one started."""
+
+    # ------------------------------------------------------------------ loader port
+
+    async def load_backend(self, coordinator: Coordinator) -> TrainingBackend:
+        me = self.identity.public_key
+        peers = [peer for peer in self.members() if peer != me]
+        from_peers = coordinator.model.checkpoint.is_p2p and bool(peers)
+        entry = self.backends[self.backend_options.kind]
+        if entry.builds_model:
+            peer_config = await self._peer_config(peers) if from_peers else None
+            backend = await asyncio.to_thread(
+                entry.load, coordinator, self.backend_options, peer_config, from_peers
+            )
+        else:
+            backend = entry.load(coordinator, self.backend_options, None, from_peers)
+        if from_peers:
+            await self._download_from_peers(backend, peers)
+        return backend
+
+    async def _peer_config(self, peers: list[bytes]) -> PeerConfig | None:
+        """The model config a majority of peers shares (None when they share none). Peers
+        that share no model yet are given time: after a server restart mid-epoch the members
+        share theirs only once their Warmup weights check has run."""
+        vote = await poll_manifests(self.node, peers, not_shared_wait=JOINER_NOT_SHARED_WAIT)
+        if not vote.manifest.config_json:
+            return None
+        config: PeerConfig = json.loads(vote.manifest.config_json)
+        return config
+
+    async def _download_from_peers(self, backend: TrainingBackend, peers: list[bytes]) -> None:
+        log.info("fetching the model from %d peer(s)", len(peers))
+
+        def progress(done: int, total: int) -> None:
+            self.download_progress = (done, total)
+
+        download = await download_model(
+            self.node, peers, on_progress=progress, not_shared_wait=JOINER_NOT_SHARED_WAIT
+        )
+        await asyncio.to_thread(backend.load_parameters, download.parameters)
+        log.info(
+            "model fetched peer-to-peer",
+            extra={
+                "client_id": self.identity.short_id,
+                "parameters": len(download.parameters),
+                "bytes": sum(len(v) for v in download.parameters.values()),
+                "weights_hash": backend.weights_hash().hex(),
+                "corrupt_peers": [short_id(p) for p in download.corrupt_peers],
+            },
+        )
+
+    # ------------------------------------------------------------------ weights-check port
+
+    async def check_weights(self, coordinator: Coordinator, backend: TrainingBackend) -> str:
+        """At a Warmup: our weights against the members' majority (see `weights.sync`)."""
+        members = [client.id for client in coordinator.epoch_state.clients]
+        outcome = await WeightsSync(self.node, self.shared).check(backend, coordinator, members)
+        log.info(
+            "weights check: %s",
+            outcome.status,
+            extra={
+                "client_id": self.identity.short_id,
+                "step": coordinator.progress.step,
+                "agreeing": outcome.agreeing,
+                "members": outcome.members,
+                "weights_hash": backend.weights_hash().hex(),
+            },
+        )
+        return outcome.status
+
+    # ------------------------------------------------------------------ Cooldown port
+
+    async def cooldown(self, coordinator: Coordinator, backend: TrainingBackend) -> None:
+        step = coordinator.progress.step
+        await self.shared.share(backend, step, coordinator.progress.epoch)
+        log.info(
+            "model shared for late joiners",
+            extra={
+                "client_id": self.identity.short_id,
+                "step": step,
+                "weights_hash": backend.weights_hash().hex(),
+            },
+        )
+        options = self.checkpointing
+        if options.dir is None:
+            return
+        # never raises for a failed save or upload (logged; the next Cooldown tries again)
+        outcome = await checkpoint_model(
+            backend,
+            options.dir,
+            self.run_id,
+            step - 1,
+            options.keep,
+            options.hub_repo,
+            os.environ.get("HF_TOKEN"),
+        )
+        path = None if outcome.path is None else str(outcome.path)
+        self.stats.checkpointed(path, outcome.revision, outcome.error)
+        if options.hub_repo and outcome.revision is not None:
+            await self.uplink.send_checkpoint(
+                HubCheckpoint(repo_id=options.hub_repo, revision=outcome.revision)
+            )
