@@ -7,9 +7,9 @@
   (`shard_rows`), the full copies and DisTrO momentum of the parameters it owns (the largest
   rank's share from `assign_owners`), and while training the unsharded parameters and
   gradients of the root module's own parameters (the final norm) and of two sharding units
-  (`fsdp_units`: a decoder layer, an embedding or tied embeddings together; the one running and the one prefetched,
-  counted at the largest unit's size), plus one full parameter and one full fp32 gradient for
-  the lookahead and `generate`.
+  (`fsdp_units`: a decoder layer, an embedding, or tied embeddings together; the one running
+  and the one prefetched, counted at the largest unit's size), plus one full parameter and one
+  full fp32 gradient for the lookahead and `generate`.
 
 Activations (one micro-batch) are the caller's, as on a single device.
 """
