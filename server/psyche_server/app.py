@@ -138,6 +138,8 @@ class ServerApp:
         if self.data_server is not None:
             await self.data_server.start()
             self.data_server.update_state(self.coordinator)
+        if self.relay is not None and self._relay_shares_port:
+            self.connections.share_port(self.relay.domain, self.relay.serve_authenticated)
         self.port = await self.connections.start(self.options.host, self.options.port)
         log.info(
             "coordinator listening on %s (run %r)",
@@ -146,19 +148,32 @@ class ServerApp:
             extra={"port": self.port, "run_id": self.run_id},
         )
         if self.relay is not None:
-            relay_port = self.options.relay_port
-            if relay_port is None:
-                relay_port = self.port + 1 if self.options.port else 0
-            try:
-                await self.relay.start(self.options.host, relay_port)
-            except OSError as exc:
-                raise OSError(
-                    exc.errno,
-                    f"cannot bind the relay port {relay_port} ({exc.strerror}); choose another "
-                    "with --relay-port, or --no-relay",
-                ) from exc
+            await self._start_relay(self.relay, self.port)
         self.save_progress()  # the latest file describes this process from its start on
         return self.port
+
+    @property
+    def _relay_shares_port(self) -> bool:
+        """No `--relay-port`, or the coordinator's own port."""
+        relay_port = self.options.relay_port
+        return relay_port is None or (relay_port == self.options.port and relay_port != 0)
+
+    async def _start_relay(self, relay: RelayServer, coordinator_port: int) -> None:
+        """The relay on the coordinator port (told apart by the handshake's domain), or on
+        `--relay-port` when one is given."""
+        if self._relay_shares_port:
+            relay.serve_on_shared_port(coordinator_port)
+            return
+        relay_port = self.options.relay_port
+        assert relay_port is not None
+        try:
+            await relay.start(self.options.host, relay_port)
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"cannot bind the relay port {relay_port} ({exc.strerror}); choose another "
+                "with --relay-port, leave it out to share the coordinator port, or --no-relay",
+            ) from exc
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Tick every `tick_interval` seconds (missed ticks are skipped) until `stop` is set.
