@@ -4,7 +4,8 @@
 seeds, the pending set and client messages; broadcasts the full state after every change and on
 every tick; withdraws clients that disconnect; kicks the unhealthy; keeps the saved state
 current (`persistence.StateSaver`: before every broadcast, at each epoch end, and on the way
-out); and runs the optional TCP data server. `serve(stop)` runs until `stop`.
+out); and runs the optional TCP data server, ending the run before a round would read past
+its data (`data_end`). `serve(stop)` runs until `stop`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .bridge import unhealthy_exited_ids
 from .client_messages import apply_client_message, reported_weights
 from .connections import CloseConnection, Connection, ConnectionManager
 from .consistency import WeightsHashMonitor
+from .data_end import DataEnd
 from .data_server import DataServer
 from .options import ServerOptions, ServerStats
 from .persistence import StateSaver
@@ -79,6 +81,8 @@ class ServerApp:
         self.options = options or ServerOptions()
         self.clock = clock
         self.data_server = data_server
+        self.data_end = None if data_server is None else DataEnd(data_server.provider.num_sequences)
+        """Ends the run before a round would read past the served data (`data_end`)."""
         self.roster = ClientRoster()
         self.reachability = ReachabilityChecker(self._on_reachability)
         self.weights = WeightsHashMonitor(on_divergence=self._tell_divergent)
@@ -138,6 +142,7 @@ class ServerApp:
         if self.data_server is not None:
             await self.data_server.start()
             self.data_server.update_state(self.coordinator)
+            self._check_data_end()
         if self.relay is not None and self._relay_shares_port:
             self.connections.share_port(self.relay.domain, self.relay.serve_authenticated)
         self.port = await self.connections.start(self.options.host, self.options.port)
@@ -281,6 +286,7 @@ class ServerApp:
                 log.warning("coordinator tick error: %s", exc)
             result = None
         self.stats.ticks += 1
+        self._check_data_end()
         self.kick_unhealthy_clients()  # records this tick moved to exited, before the broadcast
         after = (self.run_state, self.coordinator.progress.epoch)
         if after != before:
@@ -301,6 +307,11 @@ class ServerApp:
             self._on_epoch_end(result.success)
         self._note_state_change(key)
         self.post_state_change(broadcast)
+
+    def _check_data_end(self) -> None:
+        """Lower `total_steps` before a round would read past the served data."""
+        if self.data_end is not None:
+            self.data_end.check(self.coordinator, self.now())
 
     def _on_epoch_end(self, success: bool) -> None:
         if not success:
