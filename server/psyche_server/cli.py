@@ -17,7 +17,7 @@ from psyche_common.config import (
     summary_lines,
     validate_state,
 )
-from psyche_common.data.supply import supply_warning
+from psyche_common.data.supply import data_files_problem, supply_warning
 
 _existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
 
@@ -58,9 +58,12 @@ def validate_config(state_path: Path, data_config_path: Path | None, run_id: str
         raise SystemExit(1) from None
 
     report = validate_state(state, data_config)
-    supply = supply_warning(state, data_config)
-    if supply is not None:
-        report.warnings.append(supply)
+    for warning in (
+        None if data_config is None else data_files_problem(data_config),
+        supply_warning(state, data_config),
+    ):
+        if warning is not None:
+            report.warnings.append(warning)
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
     if not report.ok:

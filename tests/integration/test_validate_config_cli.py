@@ -176,3 +176,17 @@ def test_what_the_client_cannot_run_is_named(repo_root: Path, tmp_path: Path) ->
     assert code == 1 and out == ""
     assert 'warning: model.LLM.architecture "Torchtitan" is not used' in err
     assert "model.LLM.checkpoint.Hub.repo_id 'builtin:llama-9m' is not a model preset" in err
+
+
+def test_the_shipped_dolma_layout_warns_that_run_finds_no_token_file(
+    shared_fixtures: Path,
+) -> None:
+    """Its data.toml's dir holds the token file one folder down, which the data server (as
+    the reference's) does not read: validate-config says so before `run` fails."""
+    config = shared_fixtures / "configs" / "llama2-20m-dolma-noverify-no-checkpointer"
+    code, out, err = run(
+        "--state", str(config / "state.toml"), "--data-config", str(config / "data.toml")
+    )
+    assert code == 0 and out.startswith("Configs are OK!")
+    assert "warning: No training data files in directory" in err
+    assert "only the top-level files of data.toml's dir are read" in err

@@ -10,7 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 from psyche_common.config import DataServerConfig, StateFile, parse_state
-from psyche_common.data.supply import samples_held, samples_needed, supply_warning
+from psyche_common.data.supply import (
+    data_files_problem,
+    samples_held,
+    samples_needed,
+    supply_warning,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SEQ_LEN = 256  # the example's max_seq_len
@@ -83,3 +88,15 @@ def test_the_warning_names_both_numbers_and_only_when_short(tmp_path: Path) -> N
     assert "needs 1,592 samples" in short.message and "holds 24" in short.message
     enough = state_with({"total_steps": 4}, data_location={"Local": str(directory)})
     assert supply_warning(enough, None) is None  # 3 steps x 8 = 24
+
+
+def test_a_data_dir_with_token_files_only_in_subfolders_warns(tmp_path: Path) -> None:
+    nested = token_dir(tmp_path, 4)
+    outer = tmp_path
+    config = DataServerConfig(
+        dir=outer, token_size="TwoBytes", seq_len=SEQ_LEN, shuffle_seed=tuple(range(32))
+    )
+    problem = data_files_problem(config)
+    assert problem is not None and problem.field == "data.dir"
+    assert "No training data files" in problem.message and "folders tokens" in problem.message
+    assert data_files_problem(config.model_copy(update={"dir": nested})) is None

@@ -8,7 +8,8 @@ from here: the data server's data.toml (`Server` locations) and `Local` director
 data.toml files (None for anything else: HTTP, builtin corpora, dummy data, or a path that
 does not exist on this machine). `supply_warning` turns both into a `validate-config`
 warning naming the two numbers (a warning: the reference's example configs ship with sample
-data far smaller than their runs).
+data far smaller than their runs). `data_files_problem` warns when the data server's folder
+exists but holds no token file at its top level (only those are read), which `run` refuses.
 """
 
 from __future__ import annotations
@@ -70,6 +71,25 @@ def samples_held(state: StateFile, data_config: DataServerConfig | None) -> tupl
                 )
     except (ConfigError, DataError, OSError, ValueError):
         return None  # unreadable data is reported elsewhere (data_dir_problem, the server)
+    return None
+
+
+def data_files_problem(data_config: DataServerConfig) -> ConfigProblem | None:
+    """A warning when data.toml's existing `dir` has no token file at its top level."""
+    directory = data_config.dir
+    if not directory.is_dir():
+        return None  # validation's data_dir_problem says so
+    try:
+        list_token_files(directory)
+    except DataError as exc:
+        subdirectories = sorted(p.name for p in directory.iterdir() if p.is_dir())
+        found = f" (it holds the folders {', '.join(subdirectories)})" if subdirectories else ""
+        return ConfigProblem(
+            "data.dir",
+            f"{exc}{found}: only the top-level files of data.toml's dir are read, and "
+            "`psyche-server run` cannot start the data server without one",
+            "DataDir",
+        )
     return None
 
 
