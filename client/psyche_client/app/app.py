@@ -44,6 +44,7 @@ class ClientApp:
 
     def __init__(self, options: ClientOptions, parts: Parts | None = None) -> None:
         parts = parts or Parts()
+        self.parts = parts
         self.options = options
         self.identity = options.identity
         self.stats = ClientStats()
@@ -122,6 +123,22 @@ class ClientApp:
             self.lifecycle.download_progress,
         )
 
+    def make_runner(self) -> RoundRunner:
+        """The round pipeline over this client's parts (with the policies of its `Parts`)."""
+        return RoundRunner(
+            self.identity,
+            self.network,
+            self.server.uplink,
+            self.lifecycle.load_backend,
+            self.fetcher,
+            replace(self.options.round, needs_data=self.options.backend.kind != "dummy"),
+            on_cooldown=self.lifecycle.cooldown,
+            stats=self.stats,
+            check_weights=self.lifecycle.check_weights,
+            accuse=self.parts.accusation,
+            before_publish=self.parts.before_publish,
+        )
+
     # ------------------------------------------------------------------ main loop
 
     async def run(self) -> int:
@@ -132,17 +149,7 @@ class ClientApp:
             except (ServerLinkError, ValueError) as exc:
                 log.error("%s", exc)
                 return 1
-            self.runner = RoundRunner(
-                self.identity,
-                self.network,
-                self.server.uplink,
-                self.lifecycle.load_backend,
-                self.fetcher,
-                replace(self.options.round, needs_data=self.options.backend.kind != "dummy"),
-                on_cooldown=self.lifecycle.cooldown,
-                stats=self.stats,
-                check_weights=self.lifecycle.check_weights,
-            )
+            self.runner = self.make_runner()
             tasks = [
                 asyncio.create_task(self._follow_server(self.runner), name="server"),
                 asyncio.create_task(self.runner.wait_fatal(), name="fatal"),
