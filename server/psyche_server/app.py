@@ -19,7 +19,7 @@ from typing import Any
 
 from psyche_common.coordinator import Coordinator
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
-from psyche_common.coordinator.types import ACTIVE_STATES, RunState, TickResult
+from psyche_common.coordinator.types import ACTIVE_STATES, ClientState, RunState, TickResult
 from psyche_common.protocol import coordinator_domain, encode_frame, short_id
 from psyche_common.protocol.messages import (
     AnyClientMessage,
@@ -315,7 +315,15 @@ class ServerApp:
         if self.saver is not None:
             self.saver.save_now(self.coordinator)
 
+    def follow_members(self) -> None:
+        """The weights-hash check counts the epoch's healthy members at its current step."""
+        self.weights.advance(self.coordinator.progress.step)
+        self.weights.set_members(
+            c.id for c in self.coordinator.epoch_state.clients if c.state == ClientState.Healthy
+        )
+
     def post_state_change(self, broadcast: bool = True) -> None:
+        self.follow_members()
         if self.run_state in ACTIVE_STATES:
             self.coordinator.config.warmup_time = self.original_warmup_time
         self.save_progress()
@@ -412,6 +420,7 @@ class ServerApp:
     def _on_disconnect(self, conn: Connection) -> None:
         client_id = conn.peer_id
         self.roster.leave(client_id)
+        self.weights.forget(client_id)
         self.reachability.forget(client_id)
         if self.relay is not None:
             self.relay.forget(client_id)
@@ -452,6 +461,8 @@ class ServerApp:
         else:
             report = reported_weights(message)
             if report is not None:
+                # counted only from a member of this epoch (followed at every tick)
+                self.weights.advance(self.coordinator.progress.step)
                 self.weights.record(report[0], client_id, report[1])
             try:
                 apply_client_message(
