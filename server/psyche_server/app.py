@@ -32,7 +32,7 @@ from psyche_common.protocol.messages import (
 )
 
 from .bridge import unhealthy_exited_ids
-from .client_messages import apply_client_message, reported_weights
+from .client_messages import ConvictionLog, apply_client_message, reported_weights
 from .connections import CloseConnection, Connection, ConnectionManager
 from .consistency import WeightsHashMonitor
 from .data_server import DataServer
@@ -91,6 +91,7 @@ class ServerApp:
         self._last_message_tick = -math.inf
         self._message_tick_key: tuple[RunState, int] | None = None
         coordinator.reset_ephemeral()
+        self.convictions = ConvictionLog(coordinator.verification)
         self.original_warmup_time = coordinator.config.warmup_time
         save_dir = self.options.save_state_dir
         self.saver = None if save_dir is None else StateSaver(save_dir, self.original_warmup_time)
@@ -323,6 +324,7 @@ class ServerApp:
         )
 
     def post_state_change(self, broadcast: bool = True) -> None:
+        self.convictions.log_new(self.coordinator.verification)
         self.follow_members()
         if self.run_state in ACTIVE_STATES:
             self.coordinator.config.warmup_time = self.original_warmup_time
