@@ -9,7 +9,9 @@ Per setting `members/percent liars+cheats`: `runs` seeds of `--steps` steps each
 (honest verifiers removed as false accusers: 0), `liar_removals` (how often the liar was
 removed as a refuted accuser) with `first_removal_steps` (the step of the first, per run),
 `cheat_convictions` and `first_cheat_conviction_steps`, `liar_checks` (batches the liar
-accused). Usage: .venv/bin/python bench/convictions.py [--seeds 10] [--steps 200].
+accused). Baseline, in the same runs: `old_rule_false_convictions`, the (step, honest trainer)
+pairs the previous rule (a strict majority of a trainer's checkers in one round) would have
+convicted on the liar's word alone. Usage: .venv/bin/python bench/convictions.py [--seeds 10] [--steps 200].
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def row(members: int, percent: int, liars: int, cheats: int, seeds: int, steps: 
         "false_convictions": sum(r.false_convictions for r in runs),
         "honest_accusers_removed": sum(r.honest_accusers_removed for r in runs),
         "liar_checks": sum(r.liar_checks for r in runs),
+        "old_rule_false_convictions": sum(r.old_rule_false_convictions for r in runs),
         "liar_removals": sum(len(r.liar_removals) for r in runs),
         "first_removal_steps": [r.liar_removals[0] if r.liar_removals else None for r in runs],
         "cheat_convictions": sum(len(r.cheat_convictions) for r in runs),

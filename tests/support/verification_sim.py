@@ -25,7 +25,11 @@ from psyche_common.coordinator import (
     ErrorKind,
     RunState,
 )
-from psyche_common.coordinator.verification import round_verifiers, verifier_sample
+from psyche_common.coordinator.verification import (
+    checkers_of,
+    round_verifiers,
+    verifier_sample,
+)
 from psyche_common.coordinator.witnesses import attested_trainers
 
 from tests.support.coordinator_sim import RoundRecord, SimulatedRun, client_id
@@ -45,6 +49,9 @@ class VerificationStats:
     cheat_convictions: list[int] = field(default_factory=list)
     liar_checks: int = 0
     """Batches a liar checked (and accused)."""
+    old_rule_false_convictions: int = 0
+    """The baseline: honest trainers the previous rule (a strict majority of the trainer's
+    checkers in a round, so a lone checker's accusation) would have convicted."""
 
 
 class VerifyingRun(SimulatedRun):
@@ -77,6 +84,11 @@ class VerifyingRun(SimulatedRun):
             round_.tie_breaker_tasks,
         )
         step = view.progress.step
+        for trainer in set(record.assignment.values()) - self.cheats:
+            checkers = checkers_of(trainer, record.assignment, verifiers, round_.random_seed)
+            lying = [v for v in checkers if v in self.liars and self.clients[v].acting]
+            if checkers and 2 * len(lying) > len(checkers):
+                self.stats.old_rule_false_convictions += 1
         for verifier in verifiers:
             if not self.clients[verifier].acting:
                 continue
