@@ -11,7 +11,12 @@ removed as a refuted accuser) with `first_removal_steps` (the step of the first,
 `cheat_convictions` and `first_cheat_conviction_steps`, `liar_checks` (batches the liar
 accused). Baseline, in the same runs: `old_rule_false_convictions`, the (step, honest trainer)
 pairs the previous rule (a strict majority of a trainer's checkers in one round) would have
-convicted on the liar's word alone. Usage: .venv/bin/python bench/convictions.py [--seeds 10] [--steps 200].
+convicted on the liar's word alone.
+
+`--quick` (what `make test` runs): one seed of 40 steps per setting: the same code path in
+seconds.
+
+Usage: .venv/bin/python bench/convictions.py [--seeds 10] [--steps 200] [--quick]
 """
 
 from __future__ import annotations
@@ -60,15 +65,27 @@ def row(members: int, percent: int, liars: int, cheats: int, seeds: int, steps: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per setting (10)")
+    parser.add_argument("--steps", type=int, default=None, help="steps per run (200)")
+    parser.add_argument("--quick", action="store_true", help="1 seed of 40 steps (seconds)")
     args = parser.parse_args()
+    seeds = args.seeds or (1 if args.quick else 10)
+    steps = args.steps or (40 if args.quick else 200)
     table = {}
     for members, percent, liars, cheats in SETTINGS:
         key = f"{members}/{percent}% {liars} liar(s) + {cheats} cheat(s)"
-        table[key] = row(members, percent, liars, cheats, args.seeds, args.steps)
+        table[key] = row(members, percent, liars, cheats, seeds, steps)
         print(key, table[key], file=sys.stderr)
-    print(json.dumps(table, indent=1))
+    report = {
+        "benchmark": "convictions",
+        "quick": args.quick,
+        "seeds": seeds,
+        "steps": steps,
+        "settings": table,
+        "false_convictions": sum(r["false_convictions"] for r in table.values()),
+        "old_rule_false_convictions": sum(r["old_rule_false_convictions"] for r in table.values()),
+    }
+    print(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":
