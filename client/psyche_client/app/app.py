@@ -27,6 +27,7 @@ from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.phase import Phase
 from psyche_client.round.runner import RoundRunner
 from psyche_client.round.stats import ClientStats
+from psyche_client.round.tasks import EndOfRun
 from psyche_client.session.reachability import PeerReachability
 from psyche_client.session.reconnect import ServerSession
 from psyche_client.session.server_link import ServerLink, ServerLinkError
@@ -200,7 +201,7 @@ class ClientApp:
 
 def _exit_code(first: asyncio.Task[object]) -> int:
     """The exit code for the task that ended the client first (logging why): 0 the run
-    finished, 1 the server link failed, 2 the client failed."""
+    finished (or its data ran out: `EndOfRun`), 1 the server link failed, 2 the client failed."""
     if first.cancelled():
         return 1
     error = first.exception()
@@ -209,6 +210,9 @@ def _exit_code(first: asyncio.Task[object]) -> int:
         error = fatal if isinstance(fatal, BaseException) else error
     if error is None:
         log.info("run finished; exiting")
+        return 0
+    if isinstance(error, EndOfRun):
+        log.info("exiting: %s", error)
         return 0
     if isinstance(error, ServerLinkError):
         log.error("%s", error)
