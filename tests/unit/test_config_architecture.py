@@ -67,10 +67,11 @@ def test_a_model_of_another_family_is_refused_naming_the_field(
     assert "config.json model_type" in messages[0] and str(model) in messages[0]
 
 
-def test_torchtitan_is_refused_whatever_the_model() -> None:
-    fields, messages, _ = problems("Torchtitan", "builtin:llama-tiny")
-    assert fields == [FIELD]
-    assert "no TorchTitan models" in messages[0]
+def test_torchtitan_takes_any_family_as_hfauto_with_a_warning(short_tmp: Path) -> None:
+    model = write_family(short_tmp / "m", "gemma2")
+    fields, _, warnings = problems("Torchtitan", str(model))
+    assert fields == []
+    assert [w for w in warnings if '"Torchtitan" is not used' in w]
 
 
 def test_a_local_model_this_machine_lacks_is_a_warning(short_tmp: Path) -> None:
@@ -120,4 +121,5 @@ def test_model_config_problem_accepts_what_each_architecture_names() -> None:
     for model_type in ("deepseek_v3", "deepseek_v2"):
         config = {"model_type": model_type}
         assert model_config_problem(Architecture.HF_DEEPSEEK, config, "m") is None
-    assert model_config_problem(Architecture.HF_AUTO, {"model_type": "anything"}, "m") is None
+    for free in (Architecture.HF_AUTO, Architecture.TORCHTITAN):
+        assert model_config_problem(free, {"model_type": "anything"}, "m") is None

@@ -11,13 +11,14 @@ of implementation:
 * `HfAuto`: any causal LM that transformers builds from its config without remote code
   (Qwen2, Gemma2, Mistral, Phi-3, GPT-NeoX, ...); the client refuses, when it loads the
   model, a `model_type` that transformers does not know as a causal LM;
-* `Torchtitan`: refused, this client has no TorchTitan models.
+* `Torchtitan`: taken as `HfAuto` (this client has no TorchTitan models; `support_rules`
+  warns that the model must be in Hugging Face format).
 
 Tied input and output embeddings are supported under every architecture.
 
-`architecture_problems` runs in `validate-config` (and so when the server starts): the
-architecture alone, and the `config.json` of a checkpoint that names a local directory when
-that directory exists on this machine (a Hub repo or a `builtin:` preset is checked by the
+`architecture_problems` runs in `validate-config` (and so when the server starts) on the
+`config.json` of a checkpoint that names a local directory, when that directory exists on
+this machine (a Hub repo or a `builtin:` preset is checked by the
 client, which runs `model_config_problem` on every model config before it builds the model).
 """
 
@@ -35,23 +36,12 @@ from psyche_common.model_source import SourceKind, classify_source
 _FIELD = "model.LLM.architecture"
 _RULE = "Architecture"
 
-# The `model_type`s an architecture that names one family accepts (HfAuto accepts any).
+# The `model_type`s an architecture that names one family accepts (HfAuto and Torchtitan
+# accept any).
 MODEL_TYPES: dict[Architecture, tuple[str, ...]] = {
     Architecture.HF_LLAMA: ("llama",),
     Architecture.HF_DEEPSEEK: ("deepseek_v3", "deepseek_v2"),
 }
-
-
-def architecture_problem(architecture: Architecture) -> ConfigProblem | None:
-    """The error of an architecture this client cannot train whatever the model."""
-    if architecture != Architecture.TORCHTITAN:
-        return None
-    return ConfigProblem(
-        _FIELD,
-        f'{_FIELD} "Torchtitan" is not supported: this client has no TorchTitan models '
-        '(use "HfAuto" for a model in Hugging Face format)',
-        _RULE,
-    )
 
 
 def model_config_problem(
@@ -59,9 +49,6 @@ def model_config_problem(
 ) -> ConfigProblem | None:
     """The error of a model (its config.json dict, from `source`) that `architecture` does
     not train; None when it does (as far as the config alone tells)."""
-    found = architecture_problem(architecture)
-    if found is not None:
-        return found
     model_type = model_config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         return ConfigProblem(
@@ -107,9 +94,6 @@ def _is_dir(path: Path) -> bool:
 def architecture_problems(state: StateFile) -> tuple[list[ConfigProblem], list[ConfigProblem]]:
     """(errors, warnings) of `model.LLM.architecture` against the run's model, as far as this
     machine can see it (see the module docstring)."""
-    found = architecture_problem(state.model.architecture)
-    if found is not None:
-        return [found], []
     local = _local_directory(state)
     if local is None:
         return [], []
