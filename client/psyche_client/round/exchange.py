@@ -9,13 +9,16 @@ implies (before any byte is fetched). Then its result is downloaded from its tra
 peer that holds it, verified against the signed commitment, decoded, and recorded in the
 round's blooms; each result has one `ResultDownload`. Announcements for a round we have not
 started yet are kept and replayed (`replay_early`); our own are re-sent every 10 s.
+
+The exchange may receive a `PublishHook` that replaces our own result before it is published
+(the honest client has none; the free-rider test client copies a peer's result with one).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from psyche_common.batch_id import BatchId
@@ -41,6 +44,9 @@ MAX_EARLY_ANNOUNCEMENTS = 4096
 
 log = logging.getLogger("psyche.client")
 
+PublishHook = Callable[[RoundContext, RoundState, BatchId, TrainedResult], Awaitable[TrainedResult]]
+"""(context, round, batch, our trained result) -> the result to publish for that batch."""
+
 
 class ResultExchange:
     def __init__(
@@ -49,11 +55,13 @@ class ResultExchange:
         network: PeerNetwork,
         options: RunnerOptions,
         on_change: Callable[[], None],
+        before_publish: PublishHook | None = None,
     ) -> None:
         self.ctx = ctx
         self.network = network
         self.options = options
         self.on_change = on_change
+        self.before_publish = before_publish
         self.early: list[VerifiedAnnouncement] = []
         self._last_rebroadcast = 0.0
 
@@ -62,6 +70,8 @@ class ResultExchange:
         return self.ctx.identity
 
     async def publish(self, round_: RoundState, batch: BatchId, output: TrainedResult) -> None:
+        if self.before_publish is not None:
+            output = await self.before_publish(self.ctx, round_, batch, output)
         blob_hash = self.network.publish_blob(output.payload, round_.step)
         announcement = make_result_announcement(
             self.identity,

@@ -39,6 +39,7 @@ from psyche_common.protocol import (
 from psyche_common.protocol.messages import (
     Accusation,
     AnyClientMessage,
+    Attestation,
     Checkpoint,
     CoordinatorState,
     HealthCheck,
@@ -236,7 +237,12 @@ class ServerLink:
         await self._send(Checkpoint(checkpoint=_CHECKPOINT_WIRE.dump_python(checkpoint)))
 
     async def send_accusation(
-        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int
+        self,
+        step: int,
+        trainer: bytes,
+        batch: BatchId,
+        agreement_milli: int,
+        commitment: bytes | None = None,
     ) -> None:
         await self._send(
             Accusation(
@@ -244,5 +250,19 @@ class ServerLink:
                 trainer=trainer,
                 batch=batch.to_wire(),
                 agreement_milli=agreement_milli,
+                commitment=commitment,
+            )
+        )
+
+    async def send_attestation(
+        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int, commitment: bytes
+    ) -> None:
+        await self._send(
+            Attestation(
+                step=step,
+                trainer=trainer,
+                batch=batch.to_wire(),
+                agreement_milli=agreement_milli,
+                commitment=commitment,
             )
         )

@@ -14,6 +14,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from psyche_common.batch_id import BatchId
 from psyche_common.config import AnyCheckpoint, CoordinatorConfig, LLMConfig, StateFile
 from psyche_common.coordinator import accusations, checkpoints, transitions, wire, witnesses
 from psyche_common.coordinator.assignment import get_batch_size
@@ -34,7 +35,12 @@ from psyche_common.coordinator.types import (
     TickResult,
     Witness,
 )
-from psyche_common.coordinator.verdicts import Accusation, Conviction, VerificationRecord
+from psyche_common.coordinator.verdicts import (
+    Accusation,
+    Attestation,
+    Conviction,
+    VerificationRecord,
+)
 
 
 class CoordinatorInvariantError(RuntimeError):
@@ -110,8 +116,16 @@ class Coordinator:
     def health_check(self, from_id: bytes, checks: Sequence[tuple[bytes, CommitteeProof]]) -> int:
         return witnesses.health_check(self, from_id, checks)
 
-    def accuse(self, from_id: bytes, accusation: Accusation) -> Conviction | None:
-        return accusations.accuse(self, from_id, accusation)
+    def accuse(self, from_id: bytes, accusation: Accusation) -> None:
+        accusations.accuse(self, from_id, accusation)
+
+    def attest(self, from_id: bytes, attestation: Attestation) -> None:
+        accusations.attest(self, from_id, attestation)
+
+    def convict_proven(
+        self, trainer: bytes, step: int, batch: BatchId, reporter: bytes
+    ) -> Conviction:
+        return accusations.convict_proven(self, trainer, step, batch, reporter)
 
     def checkpoint(
         self,
