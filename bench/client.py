@@ -24,8 +24,9 @@
    one's: apply of round h-2, data fetch, forward/backward, DisTrO generate (clip +
    momentum + DCT + top-k), encode + commitment, decode of results, weights hashing, the
    training itself and the idle time after it, and the RoundWitness phase.
-   `--model M` measures another model on both sides (a local directory too); `--build-134m DIR`
-   writes the ~134M-parameter Llama of docs/benchmarks.md there first (`bench/models.py`).
+   `--model M` measures another model on both sides (a local directory too); `--build-134m
+   DIR` writes the ~134M-parameter Llama of docs/benchmarks.md there first
+   (`tests/support/bench_models.py`).
    For it, `--batch 32 --short-batch 4 --micro-batch 4` gives the 8,192- and 1,024-token steps.
 2. Late-joiner model fetch: seconds to fetch a ~20M-parameter model's bytes peer-to-peer
    (`psyche_client.p2p.benchmark`, 3 serving peers, hash-checked parameters) vs a raw
@@ -59,7 +60,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.models import write_llama_134m  # noqa: E402 - needs ROOT on sys.path
+from tests.support.bench_models import write_llama_134m  # noqa: E402 - needs ROOT on sys.path
 
 MODEL = "builtin:llama-2m"
 QUICK_MODEL = "builtin:llama-tiny"

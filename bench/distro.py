@@ -20,8 +20,8 @@ It runs for hours on a 2-core CPU; `--cache FILE` keeps finished runs (JSON line
 interrupted or extended study does not redo them.
 
 `--build-134m DIR` writes the ~134M-parameter Llama of docs/benchmarks.md (hidden 768, 12
-layers, vocabulary 32,000, untied; `bench/models.py`) into DIR as a config-only Hugging Face
-directory and measures that model (as `--model DIR`).
+layers, vocabulary 32,000, untied; `tests/support/bench_models.py`) into DIR as a config-only
+Hugging Face directory and measures that model (as `--model DIR`).
 
 `--quick` (what `make test` runs): the default run at its smallest, in seconds: the tiny preset
 (`builtin:llama-tiny`), one timed round of 2 × 64-token sequences per peer, and a 3-step
@@ -56,7 +56,7 @@ from psyche_common.batch_id import BatchId
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.models import write_llama_134m  # noqa: E402 - needs ROOT on sys.path
+from tests.support.bench_models import write_llama_134m  # noqa: E402 - needs ROOT on sys.path
 from tests.support.distro_study import VARIANTS, run_study  # noqa: E402
 from tests.support.simulation import (  # noqa: E402
     load_stdlib_corpus,

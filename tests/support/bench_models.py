@@ -1,4 +1,4 @@
-"""Model directories the benches build for themselves.
+"""Model directories the benches build for themselves (bench/distro.py, bench/client.py).
 
 `write_llama_134m(directory)` writes the ~134M-parameter Llama of issue 20 (hidden 768, 12
 layers, 12 heads, intermediate 2048, vocabulary 32,000, untied embeddings) as a Hugging Face
