@@ -87,31 +87,3 @@ def test_colliding_values_of_wide_range_give_the_same_sum_in_every_order() -> No
         for order in ([0, 1, 2], [0, 2, 1], [1, 0, 2])
     }
     assert len(sums) == 1
-
-
-def test_dense_counting_gives_what_the_sorted_scatter_gives(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Many results (coefficients filling the positions) are counted densely on the CPU; the
-    positions and means are bit-identical to the sort-and-scatter path's."""
-    from psyche_client.distro import aggregate as aggregate_module
-    from psyche_client.distro.aggregate import aggregate_sparse
-
-    gen = torch.Generator().manual_seed(4)
-    payloads = []
-    for _ in range(6):
-        idx = torch.stack([torch.randperm(16, generator=gen)[:5] for _ in range(3)])
-        val = torch.randn(3, 5, generator=gen) * 2.0 ** torch.randint(-20, 20, (3, 5)).float()
-        payloads.append(_payload(idx.tolist(), val.tolist(), 16))
-    cpu = torch.device("cpu")
-    for over_all in (False, True):
-        monkeypatch.setattr(aggregate_module, "_DENSE_RATIO", 0)
-        sorted_pos, sorted_means = aggregate_sparse(
-            payloads, ValueKind.BF16, 16, mean_over_all=over_all, device=cpu
-        )
-        monkeypatch.setattr(aggregate_module, "_DENSE_RATIO", 10**9)
-        dense_pos, dense_means = aggregate_sparse(
-            payloads, ValueKind.BF16, 16, mean_over_all=over_all, device=cpu
-        )
-        assert torch.equal(sorted_pos, dense_pos)
-        assert torch.equal(sorted_means, dense_means)

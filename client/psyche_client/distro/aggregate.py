@@ -31,8 +31,6 @@ import torch
 from psyche_client.distro.result import TensorPayload
 from psyche_client.distro.values import ValueKind
 
-_DENSE_RATIO = 8  # on the CPU, count densely once the coefficients fill 1/8 of the positions
-
 
 def exact_grid(values: torch.Tensor, terms: int) -> torch.Tensor:
     """`values` (float64) rounded so that any sum of `terms` of them is exact in float64."""
@@ -79,17 +77,7 @@ def aggregate_sparse(
             axis=1,
         )
     offsets = (np.arange(idx.shape[0], dtype=np.int64) * totalk)[:, None]
-    flat_np = (idx + offsets).reshape(-1)
-    dense_size = idx.shape[0] * totalk
-    if device.type == "cpu" and flat_np.size * _DENSE_RATIO >= dense_size:
-        # many coefficients: two counting passes over the dense positions beat a sort
-        grid = exact_grid(torch.from_numpy(val.reshape(-1)), len(payloads)).numpy()
-        counts_np = np.bincount(flat_np, minlength=dense_size)
-        sums_np = np.bincount(flat_np, weights=grid, minlength=dense_size)
-        chosen = np.flatnonzero(counts_np)
-        divisor = len(payloads) if mean_over_all else counts_np[chosen]
-        return torch.from_numpy(chosen), torch.from_numpy(sums_np[chosen] / divisor)
-    flat = torch.from_numpy(flat_np).to(device)
+    flat = torch.from_numpy((idx + offsets).reshape(-1)).to(device)
     values = exact_grid(torch.from_numpy(val.reshape(-1)).to(device), len(payloads))
     positions, inverse = torch.unique(flat, sorted=True, return_inverse=True)
     sums = torch.zeros(positions.shape[0], dtype=torch.float64, device=device)
