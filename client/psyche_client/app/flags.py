@@ -19,6 +19,8 @@ import click
 from psyche_common.logs import LOG_LEVELS
 from psyche_common.pacing import MEGABIT
 
+from psyche_client.training.model.precision import ATTN_IMPLEMENTATIONS, DTYPE_NAMES
+
 F = TypeVar("F", bound=Callable[..., object])
 
 IDENTITY_ENV = "RAW_IDENTITY_SECRET_KEY"
@@ -126,6 +128,41 @@ FLAGS: tuple[Flag, ...] = (
         "backend.micro_batch_size",
         1,
         _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--dtype",
+        "Parameter and gradient dtype. auto: bf16 on CUDA, fp32 elsewhere. DisTrO's momentum "
+        "and the aggregate of applied results stay fp32 either way; every client of a run "
+        "must train in the same dtype (the weights hash covers the stored bytes).",
+        "backend.dtype",
+        "auto",
+        click.Choice(DTYPE_NAMES),
+        show_default=True,
+    ),
+    Flag(
+        "--grad-accum-in-fp32",
+        "Sum the micro-batches' gradients in fp32 and round once to the parameter dtype "
+        "(bf16 runs with several micro-batches per batch; costs 4 bytes per parameter).",
+        "backend.grad_accum_in_fp32",
+        False,
+        is_flag=True,
+    ),
+    Flag(
+        "--activation-checkpointing",
+        "Recompute each decoder layer's activations in the backward pass instead of keeping "
+        "them: less memory for longer sequences or larger micro-batches, ~30% more compute.",
+        "backend.activation_checkpointing",
+        False,
+        is_flag=True,
+    ),
+    Flag(
+        "--attn-implementation",
+        "Attention kernel: eager, sdpa (torch's scaled_dot_product_attention) or "
+        "flash_attention_2 (CUDA and the flash-attn package).",
+        "backend.attn_implementation",
+        "sdpa",
+        click.Choice(ATTN_IMPLEMENTATIONS),
         show_default=True,
     ),
     Flag(

@@ -37,6 +37,8 @@ from psyche_client.training.model.loading import (
     raw_parameters,
     save_checkpoint,
 )
+from psyche_client.training.model.numerics import configure_model, model_dtype
+from psyche_client.training.model.precision import Precision
 from psyche_client.training.trainer import Trainer, TrainingCancelled
 from psyche_client.verify.agreement import gradient_coefficients, sign_agreement
 from psyche_client.verify.recompute import recompute_gradient
@@ -58,11 +60,26 @@ def load_run_model(
     revision: str | None,
     peer_config: dict[str, Any] | None,
     device: torch.device,
+    precision: Precision | None = None,
 ) -> tuple[torch.nn.Module, ModelInfo]:
-    """The run's model in fp32 on `device`: built from a peer-shared `peer_config` (weights
+    """The run's model on `device` in the dtype, attention kernel and checkpointing of
+    `precision` (default: `Precision()`): built from a peer-shared `peer_config` (weights
     come later from peers), else loaded from `source` (local directory, `builtin:` or Hub)."""
+    precision = precision or Precision()
+    dtype = model_dtype(precision, device)
+    model, info = _load(source, revision, peer_config, device, dtype)
+    return configure_model(model, precision, device), info
+
+
+def _load(
+    source: str | None,
+    revision: str | None,
+    peer_config: dict[str, Any] | None,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> tuple[torch.nn.Module, ModelInfo]:
     if peer_config is not None:
-        model = build_model_from_config(peer_config, device=device)
+        model = build_model_from_config(peer_config, device=device, dtype=dtype)
         info = ModelInfo(
             source="p2p",
             kind="p2p",
@@ -75,7 +92,7 @@ def load_run_model(
         return model, info
     if not source:
         raise ValueError("the run's checkpoint names no model repository")
-    return load_model(source, revision, device=device, dtype=torch.float32)
+    return load_model(source, revision, device=device, dtype=dtype)
 
 
 def decode_checked(
@@ -119,6 +136,7 @@ class DistroBackend:
         micro_batch_size: int,
         from_peers: bool = False,
         peer_config: dict[str, Any] | None = None,
+        precision: Precision | None = None,
     ) -> DistroBackend:
         """Build the model for the coordinator's run. With ``peer_config`` (the config a peer
         majority shared) the model is built from it and its weights come later from
@@ -136,9 +154,14 @@ class DistroBackend:
             source.revision if source else None,
             peer_config,
             torch_device,
+            precision,
         )
         trainer = Trainer(
-            model, llm.optimizer, device=torch_device, micro_batch_size=micro_batch_size
+            model,
+            llm.optimizer,
+            device=torch_device,
+            micro_batch_size=micro_batch_size,
+            grad_accum_in_fp32=(precision or Precision()).grad_accum_in_fp32,
         )
         bounds = coordinator.get_cold_start_warmup_bounds()
         return cls(trainer, info, llm.lr_schedule, bounds)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ import torch.distributed as dist
 from psyche_common.batch_id import BatchId
 
 from psyche_client.distro import DistroSettings
+from psyche_client.training.model.precision import Precision
 from psyche_client.training.parallel.launch import RankGroups
 
 
@@ -37,6 +38,7 @@ class LoadModel:
     optimizer: DistroSettings
     micro_batch_size: int
     fsdp: bool
+    precision: Precision = field(default_factory=Precision)
 
 
 @dataclass(frozen=True)

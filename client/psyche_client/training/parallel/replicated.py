@@ -54,13 +54,14 @@ class ReplicatedEngine:
     def load(cls, groups: RankGroups, command: LoadModel) -> ReplicatedEngine:
         torch.manual_seed(RNG_SEED)
         model, info = load_run_model(
-            command.source, command.revision, command.peer_config, groups.device
+            command.source, command.revision, command.peer_config, groups.device, command.precision
         )
         trainer = Trainer(
             model,
             command.optimizer,
             device=groups.device,
             micro_batch_size=command.micro_batch_size,
+            grad_accum_in_fp32=command.precision.grad_accum_in_fp32,
         )
         engine = cls(groups, trainer, info)
         engine._check("weights hash after loading the model")
