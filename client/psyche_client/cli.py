@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Any, cast
 import click
 from psyche_common.protocol import Identity
 
-from psyche_client.app.flags import IDENTITY_ENV, IDENTITY_FLAG, train_options
+from psyche_client.app.flags import (
+    IDENTITY_ENV,
+    IDENTITY_FLAG,
+    precision_options,
+    train_options,
+)
 
 if TYPE_CHECKING:
     from psyche_common.logs import LogFormat
@@ -240,8 +245,17 @@ def _add_file_log(path: Path) -> None:
     help="Local ranks (devices) the client will train on.",
 )
 @click.option("--fsdp", is_flag=True, default=False, help="The model will be sharded (--fsdp).")
+@precision_options
 def check(
-    state_path: Path, micro_batch_size: int, device: str, data_parallelism: int, fsdp: bool
+    state_path: Path,
+    micro_batch_size: int,
+    device: str,
+    data_parallelism: int,
+    fsdp: bool,
+    dtype: str,
+    grad_accum_in_fp32: bool,
+    activation_checkpointing: bool,
+    attn_implementation: str,
 ) -> None:
     """Estimate memory per device and DisTrO traffic of a run for this machine (no download
     of weights when the model is a builtin preset or a local directory)."""
@@ -249,6 +263,7 @@ def check(
 
     from psyche_client.tools.estimate import estimate_run
     from psyche_client.training.model.loading import ModelLoadError, load_model_config
+    from psyche_client.training.model.precision import Precision
     from psyche_client.training.parallel.plan import ParallelSpec
 
     state = load_state(state_path)
@@ -267,7 +282,15 @@ def check(
         spec = ParallelSpec(data_parallelism, fsdp)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    estimate = estimate_run(state.model, model_config, micro_batch_size, device, parallel=spec)
+    precision = Precision(
+        dtype,  # type: ignore[arg-type]  # click.Choice of DTYPE_NAMES
+        grad_accum_in_fp32,
+        activation_checkpointing,
+        attn_implementation,  # type: ignore[arg-type]
+    )
+    estimate = estimate_run(
+        state.model, model_config, micro_batch_size, device, precision=precision, parallel=spec
+    )
     click.echo(estimate.render())
     if estimate.fits is False:
         sys.exit(1)

@@ -359,6 +359,23 @@ FLAGS: tuple[Flag, ...] = (
 )
 
 
+PRECISION_FLAGS = (
+    "--dtype",
+    "--grad-accum-in-fp32",
+    "--activation-checkpointing",
+    "--attn-implementation",
+)
+"""The `train` flags `check` takes too, to estimate the same setup."""
+
+
+def precision_options(command: F) -> F:
+    """Decorate `command` (`check`) with `train`'s precision flags."""
+    for flag in reversed(FLAGS):
+        if flag.name in PRECISION_FLAGS:
+            command = flag.option()(command)
+    return command
+
+
 def train_options(command: F) -> F:
     """Decorate `command` with every flag of `FLAGS`, in order."""
     for flag in reversed(FLAGS):
