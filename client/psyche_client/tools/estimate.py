@@ -18,9 +18,11 @@ and memory"):
   * the results held: the own result encoded and every client's results of two rounds;
   * DisTrO's working memory, one parameter at a time, so the largest one's: `generate`'s DCT
     of the fp32 momentum (its tiles and their magnitudes: 2 fp32 copies) and `apply`'s
-    float64 aggregate and inverse DCT (3 float64 copies and 2 in the dtype). They come after
-    the backward pass, yet add to its peak: the allocator keeps the memory training freed
-    (bench/memory.py measured it);
+    float64 aggregate and inverse DCT (3 float64 copies and 2 in the dtype, counted at half).
+    They come after the backward pass, yet add to its peak: the allocator keeps much of the
+    memory training freed, and reuses only part of it for them. The half is calibrated, not
+    derived: bench/memory.py measured `builtin:llama-20m` and a 134M Llama on the CPU
+    (docs/benchmarks.md), where the full count overshot the larger model by 22 %;
   * the DisTrO result size with the reference's wire format (client spec section 1.10: DCT tiles
     chosen per dimension, top-k indices u8/u16/u32, bf16 or 1-bit values, postcard overhead);
     for SparseLoCo (not in the reference) the payload of psyche-py's own format instead.
@@ -192,6 +194,8 @@ CUDA_CONTEXT_BYTES = 512 * 1024**2
 FALLBACK_BASELINE_BYTES = 400 * 1024**2
 """Python, torch and transformers resident on the CPU when this process's cannot be read."""
 FP32 = 4
+APPLY_RETAINED_SHARE = 2
+"""The apply's working memory adds this fraction (1/2) to the peak (see the module doc)."""
 
 
 def process_baseline_bytes(device: torch.device) -> int:
@@ -405,9 +409,8 @@ def estimate_run(
     if result_bytes is not None:
         largest = max((math.prod(shape) for _, shape in shapes), default=0)
         memory.append(("DisTrO generate working memory (largest parameter)", largest * 2 * FP32))
-        memory.append(
-            ("DisTrO apply working memory (largest parameter)", largest * (24 + 2 * elem))
-        )
+        apply_working = largest * (24 + 2 * elem) // APPLY_RETAINED_SHARE
+        memory.append(("DisTrO apply working memory (largest parameter)", apply_working))
     memory.append(
         (
             "activations (one micro-batch)",
