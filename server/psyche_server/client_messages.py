@@ -16,11 +16,13 @@ from collections.abc import Collection
 from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Accusation as CoordinatorAccusation
 from psyche_common.coordinator import Coordinator
+from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.protocol import short_id
 from psyche_common.protocol.messages import (
     Accusation,
     AnyClientMessage,
     Checkpoint,
+    Equivocation,
     HealthCheck,
     InvalidMessage,
     WarmupWitness,
@@ -71,6 +73,8 @@ def apply_client_message(
             )
     elif isinstance(message, Accusation):
         apply_accusation(coordinator, client_id, message)
+    elif isinstance(message, Equivocation):
+        apply_equivocation(coordinator, client_id, message)
     else:
         raise TypeError(f"not a coordinator message: {type(message).__name__}")
 
@@ -99,6 +103,29 @@ def apply_accusation(coordinator: Coordinator, client_id: bytes, message: Accusa
             "conviction: %s; removed from the epoch, its results are not applied",
             conviction,
             extra={"client": short_id(conviction.trainer), "convicted_step": conviction.step},
+        )
+
+
+def apply_equivocation(coordinator: Coordinator, client_id: bytes, message: Equivocation) -> None:
+    """Check an equivocation proof (both signatures) and remove its trainer; only members of
+    the epoch may report one (they are the ones the trainer sends its announcements to)."""
+    if coordinator.client_index(client_id) is None:
+        log.warning(
+            "equivocation proof from %s, which is not a client of this epoch: ignored",
+            short_id(client_id),
+        )
+        return
+    try:
+        proof = EquivocationProof.from_wire({"first": message.first, "second": message.second})
+    except ValueError as exc:
+        raise InvalidMessage(f"Equivocation: {exc}") from exc
+    recorded = coordinator.equivocation(proof)
+    if recorded is not None:
+        log.warning(
+            "equivocation: %s; removed from the epoch (reported by %s)",
+            recorded,
+            short_id(client_id),
+            extra={"client": short_id(recorded.trainer), "reporter": short_id(client_id)},
         )
 
 

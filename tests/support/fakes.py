@@ -27,6 +27,7 @@ from psyche_common.batch_id import BatchId
 from psyche_common.config import HubCheckpoint
 from psyche_common.coordinator import Witness
 from psyche_common.coordinator.committee import CommitteeProof
+from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.protocol.messages import WitnessMetadata
 
 Announcement = ResultAnnouncement | FinishedAnnouncement
@@ -138,6 +139,8 @@ class ServerSink(Protocol):
         self, sender: bytes, step: int, trainer: bytes, batch: BatchId, agreement_milli: int
     ) -> None: ...
 
+    def on_equivocation(self, sender: bytes, proof: EquivocationProof) -> None: ...
+
     def on_join(self, sender: bytes) -> None: ...
 
 
@@ -155,6 +158,7 @@ class RecordingUplink:
     )
     checkpoints: list[HubCheckpoint] = field(default_factory=list)
     accusations: list[tuple[int, bytes, BatchId, int]] = field(default_factory=list)
+    equivocations: list[EquivocationProof] = field(default_factory=list)
     joins: int = 0
 
     async def send_witness(self, witness: Witness, metadata: WitnessMetadata) -> None:
@@ -188,6 +192,11 @@ class RecordingUplink:
         self.accusations.append((step, trainer, batch, agreement_milli))
         if self.server is not None:
             self.server.on_accusation(self.me, step, trainer, batch, agreement_milli)
+
+    async def send_equivocation(self, proof: EquivocationProof) -> None:
+        self.equivocations.append(proof)
+        if self.server is not None:
+            self.server.on_equivocation(self.me, proof)
 
 
 def unsigned_result(

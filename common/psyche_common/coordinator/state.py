@@ -15,9 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from psyche_common.config import AnyCheckpoint, CoordinatorConfig, LLMConfig, StateFile
-from psyche_common.coordinator import accusations, checkpoints, transitions, wire, witnesses
+from psyche_common.coordinator import (
+    accusations,
+    checkpoints,
+    equivocation,
+    transitions,
+    wire,
+    witnesses,
+)
 from psyche_common.coordinator.assignment import get_batch_size
 from psyche_common.coordinator.committee import CommitteeProof
+from psyche_common.coordinator.equivocation import Equivocation, EquivocationProof
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.health import health_score
 from psyche_common.coordinator.types import (
@@ -112,6 +120,11 @@ class Coordinator:
 
     def accuse(self, from_id: bytes, accusation: Accusation) -> Conviction | None:
         return accusations.accuse(self, from_id, accusation)
+
+    def equivocation(self, proof: EquivocationProof) -> Equivocation | None:
+        """A self-proving report that a trainer signed two commitments for one batch: drop
+        it and skip its results not yet final (`equivocation.record_equivocation`)."""
+        return equivocation.record_equivocation(self, proof)
 
     def checkpoint(
         self,

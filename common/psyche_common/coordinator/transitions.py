@@ -63,11 +63,13 @@ def tick_waiting_for_members(
 ) -> TickResult:
     if pending is None:
         return TickResult.ticked()
-    # a key convicted by the verifiers (kept record) is not admitted again
+    # a key convicted by the verifiers or proven to equivocate (kept record) is not admitted
+    # again
+    record = coord.verification
     unique = [
         client_id
         for client_id in _unique_pending(pending)
-        if not coord.verification.ever_convicted(client_id)
+        if not record.ever_convicted(client_id) and not record.ever_equivocated(client_id)
     ]
     config = coord.config
     if len(unique) < config.init_min_clients or not coord.check_timeout(

@@ -14,6 +14,7 @@ from typing import Any
 
 from psyche_common.batch_id import BatchId
 from psyche_common.client_id import short_id
+from psyche_common.coordinator.equivocation import MAX_EQUIVOCATIONS, Equivocation
 from psyche_common.coordinator.types import check_client_id
 from psyche_common.wire_checks import wire_list, wire_map, wire_uint
 
@@ -111,12 +112,25 @@ class Conviction:
 class VerificationRecord:
     accusations: list[Accusation] = field(default_factory=list)
     convictions: list[Conviction] = field(default_factory=list)
+    equivocations: list[Equivocation] = field(default_factory=list)
+    """Proven equivocations (`coordinator.equivocation`)."""
 
     def excluded(self, trainer: bytes, epoch: int, step: int) -> bool:
         """Whether results of `trainer` trained at `step` of `epoch` must not be applied."""
         return any(
             c.trainer == trainer and c.epoch == epoch and c.step <= step for c in self.convictions
         )
+
+    def equivocated(self, trainer: bytes, epoch: int, step: int) -> bool:
+        """Whether `trainer` was proven to equivocate in `epoch` with its results of `step`
+        not yet final then: they must not be applied."""
+        return any(
+            e.trainer == trainer and e.epoch == epoch and e.step <= step for e in self.equivocations
+        )
+
+    def ever_equivocated(self, client_id: bytes) -> bool:
+        """Whether `client_id` was ever proven to equivocate (it is not admitted again)."""
+        return any(e.trainer == client_id for e in self.equivocations)
 
     def ever_convicted(self, client_id: bytes) -> bool:
         """Whether `client_id` has a conviction in the record (it is not admitted again)."""
@@ -132,6 +146,7 @@ class VerificationRecord:
         return {
             "accusations": [a.to_wire() for a in self.accusations],
             "convictions": [c.to_wire() for c in self.convictions],
+            "equivocations": [e.to_wire() for e in self.equivocations],
         }
 
     @classmethod
@@ -141,11 +156,20 @@ class VerificationRecord:
         data = wire_map(data, "verification")
         accusations = wire_list(data, "accusations", "verification")
         convictions = wire_list(data, "convictions", "verification")
-        if len(accusations) > MAX_ACCUSATIONS or len(convictions) > MAX_CONVICTIONS:
+        # optional: coordinators from before equivocation proofs existed have none
+        equivocations = (
+            wire_list(data, "equivocations", "verification") if ("equivocations" in data) else []
+        )
+        if (
+            len(accusations) > MAX_ACCUSATIONS
+            or len(convictions) > MAX_CONVICTIONS
+            or len(equivocations) > MAX_EQUIVOCATIONS
+        ):
             raise ValueError("verification holds too many accusations or convictions")
         return cls(
             [Accusation.from_wire(a) for a in accusations],
             [Conviction.from_wire(c) for c in convictions],
+            [Equivocation.from_wire(e) for e in equivocations],
         )
 
     def to_toml(self) -> dict[str, Any]:
@@ -157,7 +181,12 @@ class VerificationRecord:
             entry["trainer"] = conviction.trainer.hex()
             entry["verifiers"] = [v.hex() for v in conviction.verifiers]
             convictions.append(entry)
-        return {"convictions": convictions}
+        equivocations = []
+        for equivocation in self.equivocations:
+            proven = equivocation.to_wire()
+            proven["trainer"] = equivocation.trainer.hex()
+            equivocations.append(proven)
+        return {"convictions": convictions, "equivocations": equivocations}
 
     @classmethod
     def from_toml(cls, table: Any) -> VerificationRecord:
@@ -171,6 +200,13 @@ class VerificationRecord:
                 entry["trainer"] = bytes.fromhex(str(entry.get("trainer", "")))
                 entry["verifiers"] = [bytes.fromhex(str(v)) for v in entry.get("verifiers", [])]
                 convictions.append(entry)
-            return cls.from_wire({"accusations": [], "convictions": convictions})
+            equivocations = []
+            for entry in table.get("equivocations", []):
+                entry = {**wire_map(entry, "equivocation")}
+                entry["trainer"] = bytes.fromhex(str(entry.get("trainer", "")))
+                equivocations.append(entry)
+            return cls.from_wire(
+                {"accusations": [], "convictions": convictions, "equivocations": equivocations}
+            )
         except (ValueError, TypeError) as exc:
             raise ValueError(f"state file verification is not valid: {exc}") from exc

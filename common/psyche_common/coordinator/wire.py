@@ -155,7 +155,9 @@ def to_state_file(coord: Coordinator) -> StateFile:
         epoch_state=epoch_state_to_toml(coord.epoch_state),
         run_state_start_unix_timestamp=coord.run_state_start_unix_timestamp,
         pending_pause=coord.pending_pause,
-        verification=coord.verification.to_toml() if coord.verification.convictions else None,
+        verification=coord.verification.to_toml()
+        if coord.verification.convictions or coord.verification.equivocations
+        else None,
     )
 
 

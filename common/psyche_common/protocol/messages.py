@@ -113,7 +113,19 @@ class Accusation(_Message):
     agreement_milli: Annotated[int, Field(strict=True, ge=0, le=1000)]
 
 
-AnyClientMessage = Join | Witness | WarmupWitness | HealthCheck | Checkpoint | Accusation
+class Equivocation(_Message):
+    """Proof that a trainer signed two different commitments for one batch of one step
+    (`coordinator.equivocation`): `first` and `second` are `ResultCommitment` wire dicts
+    (`protocol.result_commitment`), checked by the coordinator with both signatures."""
+
+    type: Literal["Equivocation"] = "Equivocation"
+    first: WireDict
+    second: WireDict
+
+
+AnyClientMessage = (
+    Join | Witness | WarmupWitness | HealthCheck | Checkpoint | Accusation | Equivocation
+)
 """Plain union of the client → server messages, for type hints."""
 
 ClientMessage = Annotated[AnyClientMessage, Field(discriminator="type")]
@@ -182,7 +194,15 @@ AnyServerMessage = CoordinatorState | Rejected | WeightsMismatch | Reachability
 ServerMessage = Annotated[AnyServerMessage, Field(discriminator="type")]
 
 CLIENT_MESSAGE_TYPES = frozenset(
-    {"Join", "Witness", "WarmupWitness", "HealthCheck", "Checkpoint", "Accusation"}
+    {
+        "Join",
+        "Witness",
+        "WarmupWitness",
+        "HealthCheck",
+        "Checkpoint",
+        "Accusation",
+        "Equivocation",
+    }
 )
 SERVER_MESSAGE_TYPES = frozenset(
     {"CoordinatorState", "Rejected", "WeightsMismatch", "Reachability"}
