@@ -40,9 +40,7 @@ def test_result_commitment_signature_binds_the_data_hash_the_blob_and_the_size()
     assert a.sender_id == TRAINER.public_key and a.batch_range == (8, 11)
     # version 2: not over the raw data hash (the reference's), over the whole statement
     assert not verify_signature(TRAINER.public_key, a.data_hash, a.commitment_signature)
-    statement = commitment_statement(
-        TRAINER.public_key, 5, 8, 11, a.data_hash, a.blob_hash, a.size
-    )
+    statement = commitment_statement(TRAINER.public_key, 5, 8, 11, a.data_hash, a.blob_hash, a.size)
     assert verify_signature(TRAINER.public_key, statement, a.commitment_signature)
     assert a.commitment == hashlib.sha256(statement).digest()
     verify_announcement(a)
