@@ -171,7 +171,7 @@ async def test_announcements_for_a_future_round_are_kept_for_later() -> None:
     )
     runner.on_announcement(verify(early))
     runner.on_announcement(verify(stale))
-    assert runner.exchange.early == [verify(early)]
+    assert runner.exchange.early.kept == [verify(early)]
     assert current.downloads == {}
 
 

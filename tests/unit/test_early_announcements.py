@@ -13,12 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from psyche_client.p2p.announcements import (
+    Announcement,
     FinishedAnnouncement,
     make_finished_announcement,
     to_wire,
 )
 from psyche_client.p2p.inbox import AnnouncementInbox
-from psyche_client.round.exchange import EARLY_PER_SENDER, EARLY_STEPS
+from psyche_client.round.early import EARLY_PER_SENDER, EARLY_STEPS
 from psyche_client.round.runner import RoundRunner
 from psyche_common.coordinator import RunState
 from psyche_common.protocol import Identity
@@ -47,8 +48,8 @@ class Client:
         receipt = await self.inbox.receive(announcement.sender_id, to_wire(announcement))
         return receipt.status
 
-    def kept(self) -> list[FinishedAnnouncement]:
-        return [v.announcement for v in self.runner.exchange.early]  # type: ignore[misc]
+    def kept(self) -> list[Announcement]:
+        return [v.announcement for v in self.runner.exchange.early.kept]
 
     def at(self, step: int, epoch: int = 0) -> None:
         """The latest coordinator state is RoundTrain of `step`; this client is in it."""
@@ -73,7 +74,7 @@ async def test_far_future_announcements_do_not_crowd_out_the_next_steps() -> Non
     flood = [finished(ATTACKER, 1000 + i) for i in range(4096)]
     statuses = {await c.push(announcement) for announcement in flood}
     assert statuses == {"deferred"}
-    assert c.runner.exchange.early_by_sender()[ATTACKER.public_key] == 0
+    assert c.runner.exchange.early.by_sender()[ATTACKER.public_key] == 0
     legit = finished(HONEST, STEP + 1)
     assert await c.push(legit) == "accepted"
     assert legit in c.kept()

@@ -12,18 +12,16 @@ names the exact blob) has one `ResultDownload`. A second commitment of the batch
 kept like the first (every client must know both to decide alike) and the two go to the
 coordinator as proof of equivocation (`Uplink.send_equivocation`), which removes the trainer.
 
-Announcements for a round we have not started yet are kept and replayed (`replay_early`):
-only for the next `EARLY_STEPS` steps after the latest coordinator state's, at most
-`EARLY_PER_SENDER` per sender, and forgotten when the epoch changes. Whatever is not kept is
-answered "not now" (`route` returns False): the P2P inbox then forgets it, so a later copy is
-taken. Our own announcements are re-sent every 10 s.
+Announcements for a round we have not started yet are kept and replayed (`replay_early`),
+within the bounds of `round.early`; whatever is not kept is answered "not now" (`route`
+returns False): the P2P inbox then forgets it, so a later copy is taken. Our own
+announcements are re-sent every 10 s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,17 +39,13 @@ from psyche_client.p2p.announcements import (
 from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.consensus import Candidate
 from psyche_client.round.context import RoundContext
+from psyche_client.round.early import EarlyAnnouncements
 from psyche_client.round.ports import PeerNetwork, RunnerOptions, Uplink
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
 from psyche_client.training.backend import TrainedResult
 
 DOWNLOAD_RETRIES = 3
 REBROADCAST_INTERVAL = 10.0
-EARLY_STEPS = 2
-"""Announcements are kept early for at most this many steps after the coordinator's step."""
-EARLY_PER_SENDER = 8
-"""Early announcements kept per sender (an honest one sends a result and a Finished per
-step)."""
 
 log = logging.getLogger("psyche.client")
 
@@ -70,8 +64,7 @@ class ResultExchange:
         self.options = options
         self.on_change = on_change
         self.uplink = uplink
-        self.early: list[VerifiedAnnouncement] = []
-        self._early_epoch: int | None = None
+        self.early = EarlyAnnouncements()
         self._reported: set[tuple[int, bytes]] = set()
         """(epoch, trainer) whose equivocation this client reported."""
         self._last_rebroadcast = 0.0
@@ -124,35 +117,12 @@ class ResultExchange:
         return True
 
     def _keep_early(self, verified: VerifiedAnnouncement) -> bool:
-        """Keep an announcement for a round not started yet, if it is for one of the next
-        `EARLY_STEPS` steps and its sender is within its quota."""
         coordinator = self.ctx.coordinator
-        if coordinator is None:
-            return False
-        self._clear_early_on_new_epoch()
-        if verified.step > coordinator.progress.step + EARLY_STEPS:
-            return False
-        if sum(1 for kept in self.early if kept.sender == verified.sender) >= EARLY_PER_SENDER:
-            return False
-        self.early.append(verified)
-        return True
-
-    def _clear_early_on_new_epoch(self) -> None:
-        coordinator = self.ctx.coordinator
-        epoch = coordinator.progress.epoch if coordinator is not None else None
-        if epoch != self._early_epoch:
-            self.early.clear()
-            self._early_epoch = epoch
-
-    def early_by_sender(self) -> Counter[bytes]:
-        """How many early announcements each sender has kept (for the dashboard and tests)."""
-        return Counter(kept.sender for kept in self.early)
+        return coordinator is not None and self.early.keep(verified, coordinator)
 
     def replay_early(self) -> None:
         """Route the announcements kept for rounds we had not started."""
-        self._clear_early_on_new_epoch()
-        early, self.early = self.early, []
-        for verified in early:
+        for verified in self.early.take(self.ctx.coordinator):
             self.route(verified)
 
     def accept_result(
