@@ -37,7 +37,7 @@ from psyche_client.training.model.loading import (
     raw_parameters,
     save_checkpoint,
 )
-from psyche_client.training.trainer import Trainer, TrainingCancelled
+from psyche_client.training.trainer import GenerateHook, Trainer, TrainingCancelled
 from psyche_client.verify.agreement import gradient_coefficients, sign_agreement
 from psyche_client.verify.recompute import recompute_gradient
 
@@ -119,11 +119,13 @@ class DistroBackend:
         micro_batch_size: int,
         from_peers: bool = False,
         peer_config: dict[str, Any] | None = None,
+        wrap_generate: GenerateHook | None = None,
     ) -> DistroBackend:
         """Build the model for the coordinator's run. With ``peer_config`` (the config a peer
         majority shared) the model is built from it and its weights come later from
         `load_parameters`; otherwise it is loaded from the checkpoint's repository (and, when
-        ``from_peers``, its weights are replaced by the peers' afterwards)."""
+        ``from_peers``, its weights are replaced by the peers' afterwards). ``wrap_generate``
+        is the trainer's (test and attack clients only)."""
         torch.manual_seed(RNG_SEED)
         llm = coordinator.model
         checkpoint = llm.checkpoint
@@ -138,7 +140,11 @@ class DistroBackend:
             torch_device,
         )
         trainer = Trainer(
-            model, llm.optimizer, device=torch_device, micro_batch_size=micro_batch_size
+            model,
+            llm.optimizer,
+            device=torch_device,
+            micro_batch_size=micro_batch_size,
+            wrap_generate=wrap_generate,
         )
         bounds = coordinator.get_cold_start_warmup_bounds()
         return cls(trainer, info, llm.lr_schedule, bounds)

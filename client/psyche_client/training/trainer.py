@@ -30,8 +30,9 @@ the gradients and loss sums over the ranks (before clipping and `generate`) or, 
 stopped, tells every rank to raise `TrainingCancelled`.
 
 API: `AdamWSettings`, `optimizer_settings(config)` (from `optimizer_settings`), `TrainOutput`,
-`TrainingCancelled`,
-`GradientSync`, `Trainer(model, optimizer, *, device, micro_batch_size, dtype=None)` with
+`TrainingCancelled`, `GradientSync`, `GenerateHook` (wraps DisTrO's generate step: test and
+attack clients only),
+`Trainer(model, optimizer, *, device, micro_batch_size, dtype=None, wrap_generate=None)` with
 `.train(...)`,
 `.apply(results, step, lr) -> int`, `.evaluate(tokens) -> float`, `.decode_result(data)`,
 `.drop_pending_result()`, `.weights_hash() -> bytes` (= `.weights_digest()`), `.layout`, and
@@ -45,6 +46,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -55,6 +57,7 @@ from psyche_client.distro import (
     DistroOptimizer,
     DistroResult,
     DistroSettings,
+    Generated,
     OwnResult,
     ResultLayout,
 )
@@ -113,6 +116,14 @@ class GradientSync(Protocol):
         ...
 
 
+NamedParameters = Sequence[tuple[str, torch.nn.Parameter]]
+GenerateHook = Callable[[Callable[[], Generated], NamedParameters], Generated]
+"""Wraps DisTrO's generate step in `Trainer.train`: called with that step (gradients are in
+each parameter's `.grad`, not yet folded into the momentum) and the parameters sorted by name;
+returns what is published (`transmit`) and remembered for error feedback (`own`). Only test
+and attack clients set one (tests/e2e/signflip_client.py, huge_client.py)."""
+
+
 @dataclass(frozen=True)
 class TrainOutput:
     loss: float
@@ -139,6 +150,7 @@ class Trainer:
         device: torch.device | str,
         micro_batch_size: int,
         dtype: torch.dtype | str | None = None,
+        wrap_generate: GenerateHook | None = None,
     ) -> None:
         if micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
@@ -148,6 +160,7 @@ class Trainer:
         self.micro_batch_size = micro_batch_size
         self.settings = optimizer_settings(optimizer)
         self.trainer_nonce = 0
+        self.wrap_generate = wrap_generate
         self._params = sorted(self.model.named_parameters(), key=lambda item: item[0])
         self._pending_own: list[OwnResult] = []
         self._pending_step = 0  # the step `_pending_own` was trained for
@@ -228,7 +241,13 @@ class Trainer:
         grad_norm = self._clip()
         result = None
         if isinstance(self._distro, DistroOptimizer):
-            generated = self._distro.generate(lr, step, batch_id, nonce, self._pending_own)
+            if self.wrap_generate is None:
+                generated = self._distro.generate(lr, step, batch_id, nonce, self._pending_own)
+            else:
+                generate = partial(
+                    self._distro.generate, lr, step, batch_id, nonce, self._pending_own
+                )
+                generated = self.wrap_generate(generate, self._params)
             self._pending_own = [generated.own]
             result = generated.transmit
         else:

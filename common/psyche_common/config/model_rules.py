@@ -77,7 +77,7 @@ def _checkpoint_problems(model: LLMConfig) -> list[ConfigProblem]:
             ConfigProblem(
                 base,
                 f'{base} "Ephemeral" cannot start a run: clients would have no weights to load '
-                "(use Hub, Gcs or Dummy)",
+                "(use Hub or Dummy)",
                 "ModelCheck",
             )
         ]
