@@ -20,7 +20,7 @@ from typing import Any
 
 from psyche_common.coordinator import Coordinator
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
-from psyche_common.coordinator.types import ACTIVE_STATES, RunState, TickResult
+from psyche_common.coordinator.types import ACTIVE_STATES, ClientState, RunState, TickResult
 from psyche_common.protocol import coordinator_domain, encode_frame, short_id
 from psyche_common.protocol.messages import (
     AnyClientMessage,
@@ -33,7 +33,7 @@ from psyche_common.protocol.messages import (
 )
 
 from .bridge import unhealthy_exited_ids
-from .client_messages import apply_client_message, reported_weights
+from .client_messages import ConvictionLog, apply_client_message, reported_weights
 from .connections import CloseConnection, Connection, ConnectionManager
 from .consistency import WeightsHashMonitor
 from .data_end import DataEnd
@@ -95,6 +95,7 @@ class ServerApp:
         self._last_message_tick = -math.inf
         self._message_tick_key: tuple[RunState, int] | None = None
         coordinator.reset_ephemeral()
+        self.convictions = ConvictionLog(coordinator.verification)
         self.original_warmup_time = coordinator.config.warmup_time
         save_dir = self.options.save_state_dir
         self.saver = None if save_dir is None else StateSaver(save_dir, self.original_warmup_time)
@@ -341,7 +342,16 @@ class ServerApp:
         if self.saver is not None:
             self.saver.save_now(self.coordinator)
 
+    def follow_members(self) -> None:
+        """The weights-hash check counts the epoch's healthy members at its current step."""
+        self.weights.advance(self.coordinator.progress.step)
+        self.weights.set_members(
+            c.id for c in self.coordinator.epoch_state.clients if c.state == ClientState.Healthy
+        )
+
     def post_state_change(self, broadcast: bool = True) -> None:
+        self.convictions.log_new(self.coordinator.verification)
+        self.follow_members()
         if self.run_state in ACTIVE_STATES:
             self.coordinator.config.warmup_time = self.original_warmup_time
         self.save_progress()
@@ -438,6 +448,7 @@ class ServerApp:
     def _on_disconnect(self, conn: Connection) -> None:
         client_id = conn.peer_id
         self.roster.leave(client_id)
+        self.weights.forget(client_id)
         self.reachability.forget(client_id)
         if self.relay is not None:
             self.relay.forget(client_id)
@@ -478,6 +489,8 @@ class ServerApp:
         else:
             report = reported_weights(message)
             if report is not None:
+                # counted only from a member of this epoch (followed at every tick)
+                self.weights.advance(self.coordinator.progress.step)
                 self.weights.record(report[0], client_id, report[1])
             try:
                 apply_client_message(

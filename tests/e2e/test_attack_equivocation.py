@@ -42,12 +42,13 @@ def test_an_equivocator_is_removed_and_splits_nobody(tmp_path: Path) -> None:
         assert attacker.events("equivocator: announced two commitments"), c.diagnostics()
         bad = client_id(attacker)
         assert c.server is not None
-        removed = [
+        convictions = [
             line
             for line in c.server.lines()
-            if str(line.get("msg", "")).startswith("equivocation:") and line.get("client") == bad
+            if str(line.get("msg", "")).startswith("conviction:") and line.get("client") == bad
         ]
-        assert removed, f"the equivocator {bad} was not removed\n{c.diagnostics()}"
+        assert convictions, f"the equivocator {bad} was not removed\n{c.diagnostics()}"
+        assert convictions[0]["conviction_kind"] == "proven", convictions
         applied = [e for p in honest for e in p.events("applied step") if bad in e["senders"]]
         assert applied == [], f"results of the equivocator were applied: {applied}"
     finally:

@@ -170,11 +170,13 @@ async def test_an_equivocation_proof_drops_the_trainer_and_every_client_skips_it
         (proof,) = s1.uplink.equivocations
         coordinator = s1.runner.ctx.coordinator
         assert coordinator is not None
-        recorded = coordinator.equivocation(EquivocationProof.from_wire(proof.to_wire()))
+        reporter = s1.me
+        recorded = coordinator.equivocation(reporter, EquivocationProof.from_wire(proof.to_wire()))
         assert recorded is not None and recorded.trainer == TRAINER.public_key
+        assert recorded.proven and recorded.verifiers == (reporter,)
         # proven during RoundTrain of STEP: STEP - 1's results are not final yet either
         assert recorded.step == STEP - 1
-        assert coordinator.equivocation(proof) is None  # once per epoch
+        assert coordinator.equivocation(reporter, proof) is None  # once per epoch
         trainer = next(c for c in coordinator.epoch_state.clients if c.id == TRAINER.public_key)
         assert trainer.state == ClientState.Dropped
         record, epoch = coordinator.verification, coordinator.progress.epoch
@@ -183,15 +185,15 @@ async def test_an_equivocation_proof_drops_the_trainer_and_every_client_skips_it
             plan = split_convicted(
                 plan_of(node, blooms),
                 {BATCH: TRAINER.public_key},
-                lambda t: record.equivocated(t, epoch, STEP),
+                lambda t: record.excluded(t, epoch, STEP),
                 SkipReason.EQUIVOCATED,
             )
             assert plan.apply == [] and plan.skipped == [(BATCH, SkipReason.EQUIVOCATED)]
         # the record travels with the coordinator, and the key is not admitted again
-        assert Coordinator.from_wire(coordinator.to_wire()).verification.equivocated(
+        assert Coordinator.from_wire(coordinator.to_wire()).verification.excluded(
             TRAINER.public_key, epoch, STEP
         )
-        assert record.ever_equivocated(TRAINER.public_key)
+        assert record.banned(TRAINER.public_key, epoch + 5)
     finally:
         s1.close()
         s2.close()
@@ -268,8 +270,8 @@ def test_a_proof_that_proves_nothing_is_refused() -> None:
         (forged, "second.signature does not verify"),
     ):
         with pytest.raises(CoordinatorError, match=why):
-            coordinator.equivocation(proof)
-    assert coordinator.verification.equivocations == []
+            coordinator.equivocation(bytes(32), proof)
+    assert coordinator.verification.convictions == []
 
 
 def witnesses_seeing(owner: bytes, *commitments: bytes) -> list[Witness]:

@@ -94,14 +94,18 @@ class ApplyStep:
             [witness.broadcast_bloom for witness in witnesses],
             threshold,
         )
-        # equivocations and convictions for this step are final once the next round's
-        # witnesses are in (later ones name later steps): every client skips the same results
+        # convictions (on proof of equivocation, or by verifiers) for this step are final once
+        # the next round's witnesses are in (later ones name later steps): every client skips
+        # the same results
         epoch = coordinator.progress.epoch
         record = coordinator.verification
         plan = split_convicted(
             plan,
             source.roles.assignments,
-            lambda trainer: record.equivocated(trainer, epoch, source.step),
+            lambda trainer: any(
+                c.proven and c.trainer == trainer and c.epoch == epoch and c.step <= source.step
+                for c in record.convictions
+            ),
             SkipReason.EQUIVOCATED,
         )
         plan = split_convicted(

@@ -65,9 +65,20 @@ class Uplink(Protocol):
     async def send_join(self) -> None: ...
 
     async def send_accusation(
-        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int
+        self,
+        step: int,
+        trainer: bytes,
+        batch: BatchId,
+        agreement_milli: int,
+        commitment: bytes | None = None,
     ) -> None:
-        """A verifier's report: `trainer`'s result for `batch` failed the check."""
+        """A verifier's report: `trainer`'s result `commitment` for `batch` failed the check."""
+        ...
+
+    async def send_attestation(
+        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int, commitment: bytes
+    ) -> None:
+        """A verifier's report: `trainer`'s result `commitment` for `batch` passed the check."""
         ...
 
     async def send_equivocation(self, proof: EquivocationProof) -> None:

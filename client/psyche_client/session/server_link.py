@@ -40,6 +40,7 @@ from psyche_common.protocol import (
 from psyche_common.protocol.messages import (
     Accusation,
     AnyClientMessage,
+    Attestation,
     Checkpoint,
     CoordinatorState,
     Equivocation,
@@ -242,7 +243,12 @@ class ServerLink:
         await self._send(Equivocation(first=wire["first"], second=wire["second"]))
 
     async def send_accusation(
-        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int
+        self,
+        step: int,
+        trainer: bytes,
+        batch: BatchId,
+        agreement_milli: int,
+        commitment: bytes | None = None,
     ) -> None:
         await self._send(
             Accusation(
@@ -250,5 +256,19 @@ class ServerLink:
                 trainer=trainer,
                 batch=batch.to_wire(),
                 agreement_milli=agreement_milli,
+                commitment=commitment,
+            )
+        )
+
+    async def send_attestation(
+        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int, commitment: bytes
+    ) -> None:
+        await self._send(
+            Attestation(
+                step=step,
+                trainer=trainer,
+                batch=batch.to_wire(),
+                agreement_milli=agreement_milli,
+                commitment=commitment,
             )
         )

@@ -73,11 +73,24 @@ class SwitchableUplink:
         await self._forward("Join", lambda link: link.send_join())
 
     async def send_accusation(
-        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int
+        self,
+        step: int,
+        trainer: bytes,
+        batch: BatchId,
+        agreement_milli: int,
+        commitment: bytes | None = None,
     ) -> None:
         await self._forward(
             "Accusation",
-            lambda link: link.send_accusation(step, trainer, batch, agreement_milli),
+            lambda link: link.send_accusation(step, trainer, batch, agreement_milli, commitment),
+        )
+
+    async def send_attestation(
+        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int, commitment: bytes
+    ) -> None:
+        await self._forward(
+            "Attestation",
+            lambda link: link.send_attestation(step, trainer, batch, agreement_milli, commitment),
         )
 
     async def send_equivocation(self, proof: EquivocationProof) -> None:

@@ -31,7 +31,13 @@ from psyche_common.coordinator.types import (
     TickResult,
     Witness,
 )
-from psyche_common.coordinator.verdicts import Accusation, Conviction, VerificationRecord
+from psyche_common.coordinator.verdicts import (
+    Accusation,
+    Attestation,
+    Conviction,
+    ConvictionKind,
+    VerificationRecord,
+)
 
 __all__ = [
     "ACTIVE_STATES",
@@ -40,9 +46,11 @@ __all__ = [
     "MAX_WITNESSES",
     "NUM_STORED_ROUNDS",
     "Accusation",
+    "Attestation",
     "Client",
     "ClientState",
     "Conviction",
+    "ConvictionKind",
     "Coordinator",
     "CoordinatorError",
     "CoordinatorInvariantError",

@@ -5,12 +5,13 @@ trainer for the same (step, batch) with different statements, both signatures va
 client that receives both sends them to the server; the proof needs no witness and no
 quorum: an honest trainer signs one result per batch, so the proof is its own evidence.
 
-`record_equivocation` (the coordinator's `equivocation(proof)`) checks the proof, drops the
-trainer (it leaves the epoch at the next round start, like a conviction), and keeps an
-`Equivocation` record: every client skips the trainer's results from the first step whose
-results are not yet final (`first_open_step`) on, in that epoch, and no later epoch admits
-the key. A step's results are final once the next round's witnesses are in (RoundWitness):
-from then on clients may apply them, so a proof cannot change what they apply.
+`record_equivocation` (the coordinator's `equivocation(reporter, proof)`) checks the proof and
+convicts the trainer on it (`accusations.convict_proven`): it is dropped (it leaves the epoch
+at the next round start), every client skips its results from the first step whose results
+are not yet final (`first_open_step`) on, in that epoch (`VerificationRecord.excluded`), and
+no later epoch admits the key (`VerificationRecord.banned`). A step's results are final once
+the next round's witnesses are in (RoundWitness): from then on clients may apply them, so a
+proof cannot change what they apply.
 """
 
 from __future__ import annotations
@@ -19,16 +20,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from psyche_common.client_id import short_id
+from psyche_common.coordinator import accusations
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
-from psyche_common.coordinator.types import ClientState, RunState, check_client_id
+from psyche_common.coordinator.types import RunState
+from psyche_common.coordinator.verdicts import Conviction
 from psyche_common.protocol.result_commitment import ResultCommitment
-from psyche_common.wire_checks import wire_map, wire_uint
+from psyche_common.wire_checks import wire_map
 
 if TYPE_CHECKING:
     from psyche_common.coordinator.state import Coordinator
-
-MAX_EQUIVOCATIONS = 256
-"""Equivocation records kept (the oldest are forgotten first)."""
 
 
 @dataclass(frozen=True)
@@ -72,42 +72,6 @@ class EquivocationProof:
         )
 
 
-@dataclass(frozen=True)
-class Equivocation:
-    """A proven equivocation: `trainer`'s results of `epoch` from `step` on are skipped."""
-
-    epoch: int
-    step: int
-    trainer: bytes
-    proven_step: int
-    """The step the two commitments name."""
-
-    def __str__(self) -> str:
-        return (
-            f"{short_id(self.trainer)} signed two commitments for one batch of step "
-            f"{self.proven_step}; its results of epoch {self.epoch} from step {self.step} on "
-            "are skipped"
-        )
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "epoch": self.epoch,
-            "step": self.step,
-            "trainer": self.trainer,
-            "proven_step": self.proven_step,
-        }
-
-    @classmethod
-    def from_wire(cls, data: Any) -> Equivocation:
-        data = wire_map(data, "equivocation")
-        return cls(
-            epoch=wire_uint(data, "epoch", "equivocation"),
-            step=wire_uint(data, "step", "equivocation"),
-            trainer=check_client_id(data.get("trainer"), "equivocation.trainer"),
-            proven_step=wire_uint(data, "proven_step", "equivocation"),
-        )
-
-
 def first_open_step(coord: Coordinator) -> int:
     """The first step whose results no client may have applied yet: in RoundTrain of step C,
     C − 1 (its witnesses are still reporting); otherwise C."""
@@ -117,26 +81,22 @@ def first_open_step(coord: Coordinator) -> int:
     return step
 
 
-def record_equivocation(coord: Coordinator, proof: EquivocationProof) -> Equivocation | None:
-    """Check `proof`, drop its trainer and record it; None when it is already recorded for
-    this epoch. Raises `CoordinatorError(InvalidEquivocation)` when the proof is not one."""
+def record_equivocation(
+    coord: Coordinator, reporter: bytes, proof: EquivocationProof
+) -> Conviction | None:
+    """Check `proof` (sent by `reporter`) and convict its trainer on it; None when it is
+    already convicted on proof in this epoch. Raises `CoordinatorError(InvalidEquivocation)`
+    when the proof is not one."""
     try:
         proof.check()
     except ValueError as exc:
         raise CoordinatorError(ErrorKind.InvalidEquivocation, str(exc)) from exc
-    record = coord.verification
     epoch = coord.progress.epoch
-    if any(e.trainer == proof.trainer and e.epoch == epoch for e in record.equivocations):
+    if any(
+        c.trainer == proof.trainer and c.epoch == epoch and c.proven
+        for c in coord.verification.convictions
+    ):
         return None
-    equivocation = Equivocation(
-        epoch=epoch,
-        step=first_open_step(coord),
-        trainer=proof.trainer,
-        proven_step=proof.first.step,
+    return accusations.convict_proven(
+        coord, proof.trainer, first_open_step(coord), proof.first.batch, reporter
     )
-    record.equivocations.append(equivocation)
-    del record.equivocations[:-MAX_EQUIVOCATIONS]
-    for client in coord.epoch_state.clients:
-        if client.id == proof.trainer and client.state == ClientState.Healthy:
-            client.state = ClientState.Dropped
-    return equivocation

@@ -114,7 +114,7 @@ def reset_ephemeral(coord: Coordinator) -> None:
     es = coord.epoch_state
     es.clients = [client for client in es.clients if client.state == ClientState.Healthy]
     es.exited_clients = []
-    coord.verification.accusations = []
+    coord.verification.new_epoch()
 
 
 # ----- state.toml -----
@@ -155,9 +155,7 @@ def to_state_file(coord: Coordinator) -> StateFile:
         epoch_state=epoch_state_to_toml(coord.epoch_state),
         run_state_start_unix_timestamp=coord.run_state_start_unix_timestamp,
         pending_pause=coord.pending_pause,
-        verification=coord.verification.to_toml()
-        if coord.verification.convictions or coord.verification.equivocations
-        else None,
+        verification=coord.verification.to_toml() if coord.verification.convictions else None,
     )
 
 

@@ -104,13 +104,28 @@ class Checkpoint(_Message):
 class Accusation(_Message):
     """A verifier's report (`coordinator.accuse`): the result of `trainer` for `batch` at
     `step` disagrees with the verifier's recomputed gradient (`agreement_milli`: the measured
-    sign agreement in thousandths)."""
+    sign agreement in thousandths); `commitment`: the data hash of the result it scored
+    (optional for older clients; without it no attestation can refute the accusation)."""
 
     type: Literal["Accusation"] = "Accusation"
     step: NonNegInt
     trainer: Bytes32
     batch: Annotated[list[NonNegInt], Field(min_length=2, max_length=2)]
     agreement_milli: Annotated[int, Field(strict=True, ge=0, le=1000)]
+    commitment: Bytes32 | None = None
+
+
+class Attestation(_Message):
+    """A verifier's report (`coordinator.attest`) that the result `commitment` of `trainer`
+    for `batch` at `step` agrees with its recomputed gradient: it refutes accusations of that
+    very result."""
+
+    type: Literal["Attestation"] = "Attestation"
+    step: NonNegInt
+    trainer: Bytes32
+    batch: Annotated[list[NonNegInt], Field(min_length=2, max_length=2)]
+    agreement_milli: Annotated[int, Field(strict=True, ge=0, le=1000)]
+    commitment: Bytes32
 
 
 class Equivocation(_Message):
@@ -124,7 +139,14 @@ class Equivocation(_Message):
 
 
 AnyClientMessage = (
-    Join | Witness | WarmupWitness | HealthCheck | Checkpoint | Accusation | Equivocation
+    Join
+    | Witness
+    | WarmupWitness
+    | HealthCheck
+    | Checkpoint
+    | Accusation
+    | Attestation
+    | Equivocation
 )
 """Plain union of the client → server messages, for type hints."""
 
@@ -202,6 +224,7 @@ CLIENT_MESSAGE_TYPES = frozenset(
         "Checkpoint",
         "Accusation",
         "Equivocation",
+        "Attestation",
     }
 )
 SERVER_MESSAGE_TYPES = frozenset(

@@ -51,14 +51,15 @@ def test_a_members_proof_drops_the_trainer_and_the_ban_survives_a_restart(
     apply_client_message(coord, REPORTER.public_key, proof, 1000.0)
     index = coord.client_index(TRAINER.public_key)
     assert index is not None and coord.epoch_state.clients[index].state == ClientState.Dropped
-    (recorded,) = coord.verification.equivocations
-    assert (recorded.trainer, recorded.step, recorded.proven_step) == (
+    (recorded,) = coord.verification.convictions
+    assert recorded.proven and recorded.verifiers == (REPORTER.public_key,)
+    assert (recorded.trainer, recorded.step, recorded.batch) == (
         TRAINER.public_key,
         STEP - 1,  # RoundTrain of STEP: the results of STEP - 1 are not final yet
-        STEP,
+        BATCH,
     )
     loaded = Coordinator.from_state_file(load_state(save_state(coord, tmp_path)))
-    assert loaded.verification.equivocations == [recorded]
+    assert loaded.verification.convictions == [recorded]
     # the next epoch does not admit the key
     waiting = coordinator_in(
         RunState.WaitingForMembers, [REPORTER.public_key, bytes(32)], step=STEP
@@ -84,4 +85,4 @@ def test_what_proves_nothing_is_refused() -> None:
     # only members report (a stranger's key costs the server no signature checks)
     stranger = Identity.generate().public_key
     apply_client_message(coord, stranger, message(a, b), 1000.0)
-    assert coord.verification.equivocations == []
+    assert coord.verification.convictions == []
