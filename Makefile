@@ -32,10 +32,10 @@ netlab-tools:
 	  echo "could not install iproute2/iptables: the network-lab tests will skip" >&2; }
 
 test: $(STAMP) tmux netlab-tools
-	$(PY) -m pytest -m "not slow" -q
+	$(PY) -m pytest -m "not slow" -q --durations=30
 
 test-all: $(STAMP) tmux netlab-tools
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

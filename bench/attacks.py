@@ -28,8 +28,13 @@ The runs are sequential; each is seconds of real training and the protocol's tim
 the whole table takes a long time (several minutes per row on a loaded 2-core machine). The
 machine's core count and load averages before and after are reported: every process is
 single-threaded, and a loaded machine slows rounds (not the comparison, which is per run).
+`--quick`: one attack (`signflip`) at size 1/3, 4 steps (one of them applied): one
+clean run and one attacked run, the whole path from the processes to the table. Still minutes
+on a loaded 2-core machine (every run is a server and 3 client processes), so its test is
+`slow` (`make test-all`).
+
 Usage: .venv/bin/python bench/attacks.py [--steps 8] [--only signflip,huge] [--sizes 1/4]
-[--keep DIR]; progress goes to stderr.
+[--keep DIR] [--quick]; progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -87,25 +92,29 @@ def summary(run: RunOutcome) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=8, help="training steps per run")
+    parser.add_argument("--steps", type=int, default=None, help="training steps per run (8)")
     parser.add_argument(
         "--only",
-        default=",".join(ATTACKS),
+        default=None,
         help=f"comma-separated attacks (default all: {','.join(ATTACKS)})",
     )
     parser.add_argument(
         "--sizes",
         type=parse_sizes,
-        default="1/4,2/8",
-        help="comma-separated M/N: M of N clients malicious",
+        default=None,
+        help="comma-separated M/N: M of N clients malicious (default 1/4,2/8)",
     )
     parser.add_argument("--keep", type=Path, help="keep every run's logs under this directory")
+    parser.add_argument("--quick", action="store_true", help="signflip at 1/3, 4 steps")
     args = parser.parse_args()
-    names = [name for name in args.only.split(",") if name]
+    quick = args.quick
+    only = args.only or ("signflip" if quick else ",".join(ATTACKS))
+    args.steps = args.steps or (4 if quick else 8)
+    names = [name for name in only.split(",") if name]
     unknown = [name for name in names if name not in ATTACKS]
     if unknown:
         parser.error(f"unknown attacks {unknown}; known: {', '.join(ATTACKS)}")
-    sizes: list[tuple[int, int]] = args.sizes
+    sizes: list[tuple[int, int]] = args.sizes or parse_sizes("1/3" if quick else "1/4,2/8")
     attacks: list[Attack] = [ATTACKS[name] for name in names]
     work = args.keep or Path(tempfile.mkdtemp(prefix="psyche-attacks-"))
     load_before = os.getloadavg()
@@ -152,8 +161,10 @@ def main() -> None:
                     else round(run.eval_loss / reference.eval_loss, 4)
                 )
                 gain = (
-                    None
-                    if run.eval_loss is None or reference.eval_loss is None
+                    None  # also when the clean run did not move the loss (too few steps)
+                    if run.eval_loss is None
+                    or reference.eval_loss is None
+                    or reference.eval_loss == untrained
                     else round((untrained - run.eval_loss) / (untrained - reference.eval_loss), 4)
                 )
                 table[name] = {
@@ -167,6 +178,8 @@ def main() -> None:
                 }
                 progress(f"{name}: {table[name]}")
         report = {
+            "benchmark": "attacks",
+            "quick": quick,
             "attacks": table,
             "clean": clean_table,
             "model": "builtin:llama-tiny",

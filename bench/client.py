@@ -27,6 +27,11 @@
 2. Late-joiner model fetch: seconds to fetch a ~20M-parameter model's bytes peer-to-peer
    (`psyche_client.p2p.benchmark`, 3 serving peers, hash-checked parameters) vs a raw
    loopback socket copy of the same bytes.
+
+`--quick` (what `make test` runs): both parts at their smallest, in seconds: the tiny preset
+(`builtin:llama-tiny`), one client run of 6 steps of 4 × 32 tokens next to the bare loop (the
+long step only), and the fetch of the tiny preset's bytes. Its ratios mean nothing: the
+rounds are all protocol.
 """
 
 from __future__ import annotations
@@ -52,12 +57,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 MODEL = "builtin:llama-2m"
+QUICK_MODEL = "builtin:llama-tiny"
+FETCH_PRESET = "llama-20m"
+QUICK_FETCH_PRESET = "llama-tiny"
 DATA = "python-stdlib"
 ROUND_WITNESS_TIME = 1
 
 
 @dataclass(frozen=True)
 class Shape:
+    """What one training step is: the model and its batch."""
+
+    model: str
     batch: int
     seq_len: int
     micro_batch: int
@@ -78,7 +89,7 @@ def bare_worker(shape: Shape, out: Path) -> None:
     from psyche_common.batch_id import BatchId
     from psyche_common.data.builtin import BuiltinDataProvider
 
-    model, _ = load_model(MODEL, device="cpu", dtype=torch.float32)
+    model, _ = load_model(shape.model, device="cpu", dtype=torch.float32)
     provider = BuiltinDataProvider(DATA, shape.seq_len, None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95))
     with out.open("a") as log:
@@ -103,8 +114,23 @@ def start_bare_worker(shape: Shape, threads: int, out: Path) -> subprocess.Popen
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     command = [sys.executable, __file__, "--bare-worker", str(out), "--threads", str(threads)]
     command += ["--batch", str(shape.batch), "--seq-len", str(shape.seq_len)]
-    command += ["--micro-batch", str(shape.micro_batch)]
+    command += ["--micro-batch", str(shape.micro_batch), "--model", shape.model]
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+
+
+def wait_for_first_bare_step(
+    worker: subprocess.Popen[bytes], out: Path, timeout: float = 300
+) -> None:
+    """Until the baseline has stepped once: on a loaded machine its start (torch, the model)
+    can take longer than a short client run's first rounds, and only its steps inside the
+    client's window count."""
+    deadline = time.monotonic() + timeout
+    while not (out.exists() and out.read_text().strip()):
+        if worker.poll() is not None:
+            raise RuntimeError(f"the bare loop exited with {worker.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the bare loop did not step within {timeout:g}s")
+        time.sleep(0.1)
 
 
 def bare_in_window(out: Path, shape: Shape, start: float, end: float) -> dict[str, float]:
@@ -281,7 +307,7 @@ def client_run(tmp: Path, shape: Shape, steps: int) -> dict[str, Any]:
         warmup_time=60,
     )
     text = state.read_text().replace("\nmin_clients = 2", "\nmin_clients = 1")
-    text = text.replace('repo_id = "builtin:llama-tiny"', f'repo_id = "{MODEL}"')
+    text = text.replace('repo_id = "builtin:llama-tiny"', f'repo_id = "{shape.model}"')
     state.write_text(text)
     probe = Probe()
     restore = install_probe(probe)
@@ -320,12 +346,12 @@ def client_run(tmp: Path, shape: Shape, steps: int) -> dict[str, Any]:
     }
 
 
-def joiner_fetch() -> dict[str, float]:
+def joiner_fetch(preset: str) -> dict[str, float]:
     from psyche_client.p2p.benchmark import measure_parameter_fetch
     from psyche_client.training.model.loading import builtin_config, config_from_dict
     from transformers import AutoModelForCausalLM
 
-    config = config_from_dict(builtin_config("llama-20m"))
+    config = config_from_dict(builtin_config(preset))
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     params = list(model.parameters())
@@ -333,6 +359,7 @@ def joiner_fetch() -> dict[str, float]:
     total_mb = count * 4 / (1024 * 1024)  # fp32 bytes
     result = asyncio.run(measure_parameter_fetch(total_mb, peers=3, parameter_count=len(params)))
     result["model_parameters"] = count
+    result["model"] = f"builtin:{preset}"
     return result
 
 
@@ -349,6 +376,7 @@ def measure_case(shape: Shape, steps: int, repeats_count: int, threads: int) -> 
             out = Path(tmp) / "bare.log"
             worker = start_bare_worker(shape, threads, out)
             try:
+                wait_for_first_bare_step(worker, out)
                 client = client_run(Path(tmp), shape, steps)
             finally:
                 worker.terminate()
@@ -393,32 +421,47 @@ def measure_case(shape: Shape, steps: int, repeats_count: int, threads: int) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=64, help="global batch of the long step")
+    parser.add_argument("--batch", type=int, default=None, help="global batch of the long step")
     parser.add_argument(
         "--short-batch", type=int, default=14, help="global batch of the short (~1 s) step"
     )
-    parser.add_argument("--seq-len", type=int, default=256)
-    parser.add_argument("--micro-batch", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=7, help="trained steps per client run")
-    parser.add_argument("--repeats", type=int, default=3, help="client runs (median ratio)")
+    parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (256)")
+    parser.add_argument("--micro-batch", type=int, default=None, help="micro-batch size (8)")
+    parser.add_argument("--steps", type=int, default=None, help="trained steps per run (7)")
+    parser.add_argument("--repeats", type=int, default=None, help="client runs (3; median)")
+    parser.add_argument("--model", default=None, help=f"model of the step ({MODEL})")
+    parser.add_argument("--quick", action="store_true", help="everything at its smallest")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each side")
     parser.add_argument("--skip-fetch", action="store_true", help="skip the joiner fetch")
     parser.add_argument("--skip-short", action="store_true", help="skip the short-step case")
     parser.add_argument("--bare-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    shape = Shape(args.batch, args.seq_len, args.micro_batch)
+    quick = args.quick
+    model = args.model or (QUICK_MODEL if quick else MODEL)
+    shape = Shape(
+        model,
+        args.batch or (4 if quick else 64),
+        args.seq_len or (32 if quick else 256),
+        args.micro_batch or (2 if quick else 8),
+    )
+    steps = args.steps or (6 if quick else 7)
+    repeats = args.repeats or (1 if quick else 3)
     torch.set_num_threads(args.threads)
     if args.bare_worker is not None:
         bare_worker(shape, args.bare_worker)
         return
     logging.disable(logging.WARNING)
     load_before = os.getloadavg()
-    cases = {"long_step": measure_case(shape, args.steps, args.repeats, args.threads)}
-    if not args.skip_short:
-        short = Shape(args.short_batch, args.seq_len, min(args.micro_batch, args.short_batch))
-        cases["short_step"] = measure_case(short, args.steps * 2, args.repeats, args.threads)
+    cases = {"long_step": measure_case(shape, steps, repeats, args.threads)}
+    if not (args.skip_short or quick):
+        short = Shape(
+            model, args.short_batch, shape.seq_len, min(shape.micro_batch, args.short_batch)
+        )
+        cases["short_step"] = measure_case(short, steps * 2, repeats, args.threads)
     result: dict[str, Any] = {
-        "model": MODEL,
+        "benchmark": "client",
+        "quick": quick,
+        "model": model,
         "data": DATA,
         "torch_threads": args.threads,
         "round_witness_time": ROUND_WITNESS_TIME,
@@ -439,7 +482,7 @@ def main() -> None:
     }
     if not args.skip_fetch:
         progress("late-joiner fetch")
-        fetch = joiner_fetch()
+        fetch = joiner_fetch(QUICK_FETCH_PRESET if quick else FETCH_PRESET)
         result["joiner_fetch"] = fetch
         result["joiner_fetch_ratio_p2p_over_raw"] = fetch["ratio_p2p_over_raw"]
     print(json.dumps(result))

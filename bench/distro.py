@@ -18,7 +18,12 @@ validation loss over AdamW's and bytes per token; prints `{"study": [...], "best
 It runs for hours on a 2-core CPU; `--cache FILE` keeps finished runs (JSON lines) so that an
 interrupted or extended study does not redo them.
 
-Usage: .venv/bin/python bench/distro.py [--steps N] [--timing-iters N]
+`--quick` (what `make test` runs): the default run at its smallest, in seconds: the tiny preset
+(`builtin:llama-tiny`), one timed round of 2 × 64-token sequences per peer, and a 3-step
+convergence run of 4 × 64-token batches judged on 8 held-out windows. Its figures say nothing
+about the 20M model or about convergence.
+
+Usage: .venv/bin/python bench/distro.py [--steps N] [--timing-iters N] [--quick]
        .venv/bin/python bench/distro.py --study [--steps 300] [--seeds 0,1] [--cache FILE]
 """
 
@@ -60,6 +65,7 @@ PEERS = 4
 RESULT_COUNTS = (4, 16, 64)
 CONVERGENCE_BATCH = 8  # sequences per step, split over the peers
 CONVERGENCE_SEQ_LEN = 256
+CONVERGENCE_VALID_WINDOWS = 128  # held-out windows of CONVERGENCE_SEQ_LEN tokens
 
 
 def _train_steps(trainer: Trainer, iters: int, batch: int, seq_len: int) -> dict[str, object]:
@@ -138,16 +144,21 @@ def measure_model(name: str, iters: int, batch: int, seq_len: int) -> dict[str, 
     }
 
 
-def measure_convergence(steps: int) -> dict[str, float]:
+def measure_convergence(
+    steps: int,
+    batch: int = CONVERGENCE_BATCH,
+    seq_len: int = CONVERGENCE_SEQ_LEN,
+    valid_windows: int = CONVERGENCE_VALID_WINDOWS,
+) -> dict[str, float]:
     corpus = load_stdlib_corpus()
-    shape = {"batch": CONVERGENCE_BATCH, "seq_len": CONVERGENCE_SEQ_LEN}
+    shape = {"batch": batch, "seq_len": seq_len, "valid_windows": valid_windows}
     adamw = run_adamw(corpus, steps, lr=1e-3, **shape)
     distro = run_distro(corpus, steps, lr=3e-3, peers=PEERS, **shape)
     if not distro.replicas_identical:
         raise SystemExit("DisTrO replicas diverged during the convergence run")
     return {
         "steps": steps,
-        "tokens": steps * CONVERGENCE_BATCH * CONVERGENCE_SEQ_LEN,
+        "tokens": steps * batch * seq_len,
         "initial_val_loss": adamw.initial_val,
         "adamw_val_loss": adamw.final_val,
         "distro_val_loss": distro.final_val,
@@ -158,15 +169,21 @@ def measure_convergence(steps: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=None, help="convergence run length")
-    parser.add_argument("--timing-iters", type=int, default=2, help="timed rounds (x4 peers)")
-    parser.add_argument("--batch", type=int, default=4, help="sequences per client step")
-    parser.add_argument("--seq-len", type=int, default=256, help="tokens per sequence")
-    parser.add_argument("--model", default="builtin:llama-20m", help="model for sizes and times")
+    parser.add_argument("--timing-iters", type=int, default=None, help="timed rounds (x4 peers)")
+    parser.add_argument("--batch", type=int, default=None, help="sequences per client step")
+    parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence")
+    parser.add_argument("--model", default=None, help="model for sizes and times")
+    parser.add_argument("--quick", action="store_true", help="the smallest default run (seconds)")
     parser.add_argument("--study", action="store_true", help="run the variant study instead")
     parser.add_argument("--seeds", default="0,1", help="study seeds, comma-separated")
     parser.add_argument("--only", default=None, help="study variants to run, comma-separated")
     parser.add_argument("--cache", type=Path, default=None, help="study run cache (JSON lines)")
     args = parser.parse_args()
+    quick = args.quick and not args.study
+    model = args.model or ("builtin:llama-tiny" if quick else "builtin:llama-20m")
+    timing_iters = args.timing_iters or (1 if quick else 2)
+    batch = args.batch or (2 if quick else 4)
+    seq_len = args.seq_len or (64 if quick else 256)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     load_before = os.getloadavg()
@@ -183,13 +200,18 @@ def main() -> None:
         report["load_average"] = {"before": load_before, "after": os.getloadavg()}
         print(json.dumps(report))
         return
-    print(f"measuring {args.model}...", file=sys.stderr)
-    sizes = measure_model(args.model, args.timing_iters, args.batch, args.seq_len)
-    steps = args.steps or 80
+    print(f"measuring {model}...", file=sys.stderr)
+    sizes = measure_model(model, timing_iters, batch, seq_len)
+    steps = args.steps or (3 if quick else 80)
     print(f"convergence run, {steps} steps...", file=sys.stderr)
-    convergence = measure_convergence(steps)
+    convergence = (
+        measure_convergence(steps, batch=PEERS, seq_len=64, valid_windows=8)
+        if quick
+        else measure_convergence(steps)
+    )
     report = {
         "benchmark": "distro",
+        "quick": quick,
         "config": {
             "chunk": SETTINGS.compression_chunk,
             "topk": SETTINGS.compression_topk,

@@ -11,7 +11,11 @@ and, from the server's log at shutdown, the bytes the relay forwarded per applie
 Prints one JSON object: per setup the steps/min of every repeat and their median,
 `natted_over_public` (ratio of the medians), relayed bytes per step, and the load average
 before and after (the machine is shared: compare the ratio, not absolute figures).
+`--quick` (what `make test` runs where a lab can be built): both setups with 2 clients, 5 steps
+of 0.05 s dummy batches: the smallest lab run that still applies steps through the relay.
+
 Usage (as root): .venv/bin/python bench/netlab.py [--clients 4] [--steps 24] [--repeats 1]
+[--quick]
 """
 
 from __future__ import annotations
@@ -107,13 +111,19 @@ def relay_forwarded(server: Proc) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=4, help="clients per run")
-    parser.add_argument("--steps", type=int, default=24, help="training steps per run")
-    parser.add_argument("--step-delay", type=float, default=0.3, help="dummy training s/batch")
+    parser.add_argument("--clients", type=int, default=None, help="clients per run (4)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps per run (24)")
+    parser.add_argument("--step-delay", type=float, default=None, help="dummy s/batch (0.3)")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each setup")
-    parser.add_argument("--timeout", type=float, default=400, help="seconds per run")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per run (400)")
     parser.add_argument("--keep", type=Path, default=None, help="keep each run's logs here")
+    parser.add_argument("--quick", action="store_true", help="2 clients, 5 short steps")
     args = parser.parse_args()
+    quick = args.quick
+    args.clients = args.clients or (2 if quick else 4)
+    args.steps = args.steps or (5 if quick else 24)
+    args.step_delay = args.step_delay if args.step_delay is not None else (0.05 if quick else 0.3)
+    args.timeout = args.timeout or (120 if quick else 400)
     if os.geteuid() != 0:
         raise SystemExit("bench/netlab.py builds network namespaces: run it as root")
     load_before = os.getloadavg()[0]
@@ -138,6 +148,8 @@ def main() -> None:
     print(
         json.dumps(
             {
+                "benchmark": "netlab",
+                "quick": quick,
                 "clients": args.clients,
                 "steps": args.steps,
                 "dummy_step_delay_s": args.step_delay,

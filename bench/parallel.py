@@ -12,6 +12,9 @@ a process holds one torch.distributed world at a time, so the phases run one aft
 
 The ratio can reach 2 only when two cores are free for the two ranks: the JSON carries the
 machine's core count and load averages (`os.getloadavg()`) before and after.
+
+`--quick` (what `make test` runs): the tiny preset (`builtin:llama-tiny`), one block of one
+step of 4 × 32 tokens per client: both backends and their worker rank, in seconds.
 """
 
 from __future__ import annotations
@@ -37,19 +40,20 @@ if TYPE_CHECKING:
     from psyche_common.coordinator import Coordinator
 
 MODEL = "builtin:llama-2m"
+QUICK_MODEL = "builtin:llama-tiny"
 
 
 def progress(message: str) -> None:
     print(f"[bench/parallel] {message}", file=sys.stderr, flush=True)
 
 
-def coordinator(seq_len: int) -> Coordinator:
-    """The Warmup (where backends load) of a DisTrO run of `MODEL`."""
+def coordinator(model: str, seq_len: int) -> Coordinator:
+    """The Warmup (where backends load) of a DisTrO run of `model`."""
     from psyche_common.coordinator import RunState
 
     from tests.support.coordinators import coordinator_in, distro_model, ids
 
-    llm = distro_model(MODEL, chunk=64, topk=8, max_seq_len=seq_len)
+    llm = distro_model(model, chunk=64, topk=8, max_seq_len=seq_len)
     return coordinator_in(RunState.Warmup, ids(2), model=llm)
 
 
@@ -105,13 +109,21 @@ def measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=32, help="samples per batch")
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--micro-batch", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=3, help="steps per measurement block")
-    parser.add_argument("--blocks", type=int, default=3, help="alternating blocks per client")
+    parser.add_argument("--batch", type=int, default=None, help="samples per batch (32)")
+    parser.add_argument("--seq-len", type=int, default=None, help="tokens per sample (128)")
+    parser.add_argument("--micro-batch", type=int, default=None, help="micro-batch size (8)")
+    parser.add_argument("--steps", type=int, default=None, help="steps per measurement block (3)")
+    parser.add_argument("--blocks", type=int, default=None, help="alternating blocks (3)")
     parser.add_argument("--fsdp", action="store_true", help="also time the sharded mode")
+    parser.add_argument("--quick", action="store_true", help="tiny model, one short block")
     args = parser.parse_args()
+    quick = args.quick
+    model = QUICK_MODEL if quick else MODEL
+    args.batch = args.batch or (4 if quick else 32)
+    args.seq_len = args.seq_len or (32 if quick else 128)
+    args.micro_batch = args.micro_batch or (2 if quick else 8)
+    args.steps = args.steps or (1 if quick else 3)
+    args.blocks = args.blocks or (1 if quick else 3)
     torch.set_num_threads(1)
 
     from psyche_client.training.distro_backend import DistroBackend
@@ -119,7 +131,7 @@ def main() -> None:
     from psyche_client.training.parallel.plan import ParallelSpec
 
     load_before = os.getloadavg()
-    setup = coordinator(args.seq_len)
+    setup = coordinator(model, args.seq_len)
     data = batches(args)
     single = Client(DistroBackend.load(setup, device="cpu", micro_batch_size=args.micro_batch))
     rates: dict[str, float] = {}
@@ -138,7 +150,8 @@ def main() -> None:
         ratios[name] = phase[name] / phase["1_rank"]
     result: dict[str, Any] = {
         "benchmark": "parallel",
-        "model": MODEL,
+        "model": model,
+        "quick": quick,
         "batch": args.batch,
         "seq_len": args.seq_len,
         "micro_batch": args.micro_batch,

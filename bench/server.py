@@ -1,9 +1,14 @@
 """Coordinator server benchmark; prints exactly one JSON object on stdout.
 
 A real `psyche-server run` subprocess on loopback (uvloop, 500 ms ticks) with N connected
-protocol clients in this process: `min(N, 256)` of them join (the run enters a long Warmup with
-them as members, so the state carries 256 clients and peers), the rest only connect and listen.
-Measured per N:
+protocol clients in this process. The server sends states only to connections that joined
+(and closes the others after `--pre-join-timeout`), so every client joins, right after its
+handshake; the run enters a long Warmup with the first `min(N, 256)` of them as members (an
+epoch holds at most 256), and the others stay pending: they get every state and are listed
+in its peers. Every client advertises the P2P address of one stub listener in this process
+that answers the server's reachability probe as a P2P listener would, so the states carry no
+unreachable list. Measured per N, once every client holds a state that lists all N peers as
+probed and all members in Warmup:
 - `bytes_per_broadcast`: size of one state frame as received;
 - `broadcast_latency_ms`: a member sends a warmup witness (which changes the state, so the
   server ticks and broadcasts at once); latency = time from that send until each client holds
@@ -13,9 +18,12 @@ Measured per N:
 Baseline: the same measurements with 16 clients in the same run; `ratios_vs_baseline` divides.
 The latency includes this process reading every socket in turn (one Python event loop for all
 clients), so it is an upper bound on what the server alone adds. CPU comes from the kernel's
-per-thread `schedstat` (nanoseconds) over ~10 server ticks.
+per-thread `schedstat` (nanoseconds) over ~10 server ticks (4 in `--quick`).
 
-Usage: .venv/bin/python bench/server.py [--sizes 256,1000] [--probes 5]
+`--quick` (what `make test` runs): 32 clients against the baseline, 2 probes, a 2 s idle
+window: the same code path in seconds.
+
+Usage: .venv/bin/python bench/server.py [--sizes 256,1000] [--probes 5] [--quick]
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
+from psyche_common.coordinator import RunState
 from psyche_common.coordinator.committee import WitnessProof
 from psyche_common.coordinator.types import Witness
 from psyche_common.protocol import (
@@ -43,10 +52,11 @@ from psyche_common.protocol import (
     read_frame_bytes,
     write_frame,
 )
+from psyche_common.protocol.handshake import challenge_message, new_challenge
 from psyche_common.protocol.messages import Join, WarmupWitness, to_wire
 
 BASELINE_CLIENTS = 16
-MAX_MEMBERS = 256
+MAX_MEMBERS = 256  # the coordinator's cap on an epoch's clients
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -100,21 +110,62 @@ def process_cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+async def start_p2p_stub() -> tuple[asyncio.Server, str]:
+    """A listener that answers every connection as a P2P listener's first frame does (a
+    `Challenge`), which is all the server's reachability probe waits for."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await write_frame(writer, challenge_message(new_challenge()))
+            await reader.read()  # until the probe closes
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"127.0.0.1:{port}"
+
+
 class BenchClient:
-    def __init__(self, port: int) -> None:
+    """One protocol client: joins right after its handshake and records the states it gets.
+
+    Until `settled` it decodes every frame to see whether the run has settled (`Warmup` with
+    `members` clients, all `n_clients` peers probed and reachable); after that it only
+    timestamps frames (decoding them would delay reading the other sockets)."""
+
+    def __init__(self, port: int, p2p_address: str, n_clients: int, members: int) -> None:
         self.port = port
+        self.p2p_address = p2p_address
+        self.n_clients = n_clients
+        self.members = members
         self.identity = Identity.generate()
         self.frames = 0
         self.last: bytes = b""
         self.changed_at: list[float] = []  # receipt times of frames that differ from the last
         self.bytes_last = 0
+        self.settled = False
 
-    async def connect(self) -> None:
+    async def connect_and_join(self) -> None:
         self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
         await connect_handshake(
             self.reader, self.writer, self.identity, domain=coordinator_domain("bench"), timeout=30
         )
         self.task = asyncio.create_task(self.read_loop())
+        await self.send(Join(run_id="bench", p2p_address=self.p2p_address))
+
+    def is_settled_state(self, frame: bytes) -> bool:
+        message = decode_payload(frame)
+        if not isinstance(message, dict) or message.get("type") != "CoordinatorState":
+            return False  # e.g. the `Reachability` notice after this client's probe
+        coordinator = message["coordinator"]
+        return (
+            coordinator["run_state"] == RunState.Warmup
+            and len(coordinator["epoch_state"]["clients"]) == self.members
+            and len(message["peers"]) == self.n_clients
+            and not message["unreachable"]
+        )
 
     async def read_loop(self) -> None:
         try:
@@ -122,6 +173,10 @@ class BenchClient:
                 frame = await read_frame_bytes(self.reader, 1 << 26)
                 now = time.perf_counter()
                 self.frames += 1
+                if not self.settled:
+                    if not self.is_settled_state(frame):
+                        continue
+                    self.settled = True
                 self.bytes_last = len(frame) + 4
                 if frame != self.last:
                     self.last = frame
@@ -152,6 +207,8 @@ async def start_server(state_path: Path) -> tuple[asyncio.subprocess.Process, in
         "127.0.0.1",
         "--max-connections-per-ip",  # every bench client connects from loopback
         "100000",
+        "--max-connections",
+        "100000",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
     )
@@ -176,31 +233,30 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def measure(n_clients: int, probes: int, workdir: Path) -> dict[str, Any]:
+async def measure(n_clients: int, probes: int, idle_window: float, workdir: Path) -> dict[str, Any]:
     members = min(n_clients, MAX_MEMBERS)
     state_path = workdir / f"state-{n_clients}.toml"
     state_path.write_text(tomli_w.dumps(state_document(members)))
     process, port = await start_server(state_path)
+    stub, p2p_address = await start_p2p_stub()
     clients: list[BenchClient] = []
     try:
         for start in range(0, n_clients, 100):
-            batch = [BenchClient(port) for _ in range(start, min(n_clients, start + 100))]
-            await asyncio.gather(*(c.connect() for c in batch))
+            batch = [
+                BenchClient(port, p2p_address, n_clients, members)
+                for _ in range(start, min(n_clients, start + 100))
+            ]
+            await asyncio.gather(*(c.connect_and_join() for c in batch))
             clients.extend(batch)
-        for index, client in enumerate(clients[:members]):
-            await client.send(Join(run_id="bench", p2p_address=f"127.0.0.1:{20000 + index}"))
-        # all members in Warmup, and every client has the state with all of them
-        await wait_until(
-            lambda: all(len(c.changed_at) >= 1 and c.bytes_last > 0 for c in clients), 60
-        )
-        await asyncio.sleep(1.5)
+        # all members in Warmup, and every client holds a state listing every peer as probed
+        await wait_until(lambda: all(c.settled for c in clients), 60 + n_clients / 10)
+        await asyncio.sleep(1.0)
         first = clients[0]
-        await wait_until(lambda: first.frames > 0, 10)
 
         # idle ticks: CPU per tick
         frames_before = first.frames
         cpu_before = process_cpu_seconds(process.pid)
-        await asyncio.sleep(5.0)
+        await asyncio.sleep(idle_window)
         cpu_after = process_cpu_seconds(process.pid)
         ticks = max(1, first.frames - frames_before)
         cpu_ms_per_tick = 1000 * (cpu_after - cpu_before) / ticks
@@ -250,15 +306,18 @@ async def measure(n_clients: int, probes: int, workdir: Path) -> dict[str, Any]:
     finally:
         for client in clients:
             client.close()
+        stub.close()
         process.terminate()
         await asyncio.wait_for(process.wait(), 30)
 
 
-async def main_async(sizes: list[int], probes: int) -> dict[str, Any]:
+async def main_async(
+    sizes: list[int], probes: int, idle_window: float, quick: bool
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        baseline = await measure(BASELINE_CLIENTS, probes, workdir)
-        results = {str(n): await measure(n, probes, workdir) for n in sizes}
+        baseline = await measure(BASELINE_CLIENTS, probes, idle_window, workdir)
+        results = {str(n): await measure(n, probes, idle_window, workdir) for n in sizes}
 
     def ratio(value: float, base: float) -> float | None:
         return round(value / base, 2) if base > 0 else None
@@ -278,7 +337,9 @@ async def main_async(sizes: list[int], probes: int) -> dict[str, Any]:
     }
     return {
         "benchmark": "server",
+        "quick": quick,
         "tick_interval_s": 0.5,
+        "idle_window_s": idle_window,
         "baseline": baseline,
         "results": results,
         "ratios_vs_baseline": ratios,
@@ -287,10 +348,16 @@ async def main_async(sizes: list[int], probes: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="256,1000")
-    parser.add_argument("--probes", type=int, default=5)
+    parser.add_argument("--sizes", default=None, help="client counts (default 256,1000)")
+    parser.add_argument("--probes", type=int, default=None, help="latency probes (default 5)")
+    parser.add_argument(
+        "--quick", action="store_true", help="32 clients, 2 probes, 2 s idle (seconds)"
+    )
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",") if s]
+    sizes_text = args.sizes or ("32" if args.quick else "256,1000")
+    sizes = [int(s) for s in sizes_text.split(",") if s]
+    probes = args.probes or (2 if args.quick else 5)
+    idle_window = 2.0 if args.quick else 5.0
     try:
         import uvloop
 
@@ -298,7 +365,7 @@ def main() -> None:
     except ImportError:
         runner = asyncio.Runner()
     with runner:
-        report = runner.run(main_async(sizes, args.probes))
+        report = runner.run(main_async(sizes, probes, idle_window, args.quick))
     print(json.dumps(report))
 
 

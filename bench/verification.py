@@ -14,7 +14,12 @@ peer's result is compared with it (`psyche_client.verify.agreement`) as:
 Prints one JSON object: per case the unweighted (`fraction`) and |coefficient|-weighted
 (`weighted`) agreements, each as min / mean / max over all (step, peer) pairs, every sample,
 and the median seconds of a verifier's recompute (forward/backward + DCT) and score, and of a
-trainer's `train` (forward/backward + DisTrO encode) for one peer's share. Usage: .venv/bin/python bench/verification.py [--steps 150] [--at 5,25,50,100,150]
+trainer's `train` (forward/backward + DisTrO encode) for one peer's share.
+
+`--quick` (what `make test` runs): 3 steps measured at steps 1 and 3 (the first after an
+apply), one 64-token sequence per peer: the same code path in seconds.
+
+Usage: .venv/bin/python bench/verification.py [--steps 150] [--at 5,25,50,100,150] [--quick]
 """
 
 from __future__ import annotations
@@ -79,14 +84,20 @@ def summary(values: list[float]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--at", default="5,25,50,100,150")
+    parser.add_argument("--steps", type=int, default=None, help="steps (150)")
+    parser.add_argument("--at", default=None, help="measured steps (5,25,50,100,150)")
     parser.add_argument("--peers", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq-len", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=None, help="sequences per step (8)")
+    parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (256)")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="3 short steps (seconds)")
     args = parser.parse_args()
+    quick = args.quick
+    args.steps = args.steps or (3 if quick else 150)
+    args.at = args.at or ("1,3" if quick else "5,25,50,100,150")
+    args.batch = args.batch or (args.peers if quick else 8)
+    args.seq_len = args.seq_len or (64 if quick else 256)
     torch.set_num_threads(1)
     measure_at = {int(s) for s in args.at.split(",") if s}
     settings = DistroSettings(
@@ -166,6 +177,8 @@ def main() -> None:
                     }
                 )
     report = {
+        "benchmark": "verification",
+        "quick": quick,
         "settings": {
             "steps": args.steps,
             "peers": args.peers,

@@ -50,7 +50,7 @@ def main() -> None:
     default=20000,
     show_default=True,
     help="TCP port the coordinator server listens on; the clients connect to 127.0.0.1:PORT. "
-    "The server's relay listens on PORT + 1; both must be free.",
+    "It must be free (the server's relay shares it).",
 )
 @click.option(
     "--tui/--no-tui",

@@ -340,13 +340,12 @@ class Testnet:
     def _start(self, commands: TestnetCommands) -> None:
         assert self.tmux is not None
         port = self.options.server_port
-        for taken, what in ((port, "the server port"), (port + 1, "the server's relay port")):
-            if port_in_use(taken):
-                self.stop_reason = f"{what} is taken"
-                raise TestnetError(
-                    f"port {taken} ({what}) is already in use (another testnet or server?); "
-                    "pick another with --server-port (the relay listens on it + 1)"
-                )
+        if port_in_use(port):  # the relay shares it: one port to check
+            self.stop_reason = "the server port is taken"
+            raise TestnetError(
+                f"port {port} (the server port) is already in use (another testnet or "
+                "server?); pick another with --server-port"
+            )
         server = commands.server()
         self.echo(f"starting server: {' '.join(server.argv)}")
         self.server_pane = self.tmux.start(server.shell_command(), "server")

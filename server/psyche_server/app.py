@@ -4,7 +4,8 @@
 seeds, the pending set and client messages; broadcasts the full state after every change and on
 every tick; withdraws clients that disconnect; kicks the unhealthy; keeps the saved state
 current (`persistence.StateSaver`: before every broadcast, at each epoch end, and on the way
-out); and runs the optional TCP data server. `serve(stop)` runs until `stop`.
+out); and runs the optional TCP data server, ending the run before a round would read past
+its data (`data_end`). `serve(stop)` runs until `stop`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from psyche_common.coordinator import Coordinator
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
-from psyche_common.coordinator.types import ACTIVE_STATES, RunState, TickResult
+from psyche_common.coordinator.types import ACTIVE_STATES, ClientState, RunState, TickResult
 from psyche_common.protocol import coordinator_domain, encode_frame, short_id
 from psyche_common.protocol.messages import (
     AnyClientMessage,
@@ -32,9 +33,10 @@ from psyche_common.protocol.messages import (
 )
 
 from .bridge import unhealthy_exited_ids
-from .client_messages import apply_client_message, reported_weights
+from .client_messages import ConvictionLog, apply_client_message, reported_weights
 from .connections import CloseConnection, Connection, ConnectionManager
 from .consistency import WeightsHashMonitor
+from .data_end import DataEnd
 from .data_server import DataServer
 from .options import ServerOptions, ServerStats
 from .persistence import StateSaver
@@ -79,6 +81,8 @@ class ServerApp:
         self.options = options or ServerOptions()
         self.clock = clock
         self.data_server = data_server
+        self.data_end = None if data_server is None else DataEnd(data_server.provider.num_sequences)
+        """Ends the run before a round would read past the served data (`data_end`)."""
         self.roster = ClientRoster()
         self.reachability = ReachabilityChecker(self._on_reachability)
         self.weights = WeightsHashMonitor(on_divergence=self._tell_divergent)
@@ -91,6 +95,7 @@ class ServerApp:
         self._last_message_tick = -math.inf
         self._message_tick_key: tuple[RunState, int] | None = None
         coordinator.reset_ephemeral()
+        self.convictions = ConvictionLog(coordinator.verification)
         self.original_warmup_time = coordinator.config.warmup_time
         save_dir = self.options.save_state_dir
         self.saver = None if save_dir is None else StateSaver(save_dir, self.original_warmup_time)
@@ -138,6 +143,9 @@ class ServerApp:
         if self.data_server is not None:
             await self.data_server.start()
             self.data_server.update_state(self.coordinator)
+            self._check_data_end()
+        if self.relay is not None and self._relay_shares_port:
+            self.connections.share_port(self.relay.domain, self.relay.serve_authenticated)
         self.port = await self.connections.start(self.options.host, self.options.port)
         log.info(
             "coordinator listening on %s (run %r)",
@@ -146,19 +154,32 @@ class ServerApp:
             extra={"port": self.port, "run_id": self.run_id},
         )
         if self.relay is not None:
-            relay_port = self.options.relay_port
-            if relay_port is None:
-                relay_port = self.port + 1 if self.options.port else 0
-            try:
-                await self.relay.start(self.options.host, relay_port)
-            except OSError as exc:
-                raise OSError(
-                    exc.errno,
-                    f"cannot bind the relay port {relay_port} ({exc.strerror}); choose another "
-                    "with --relay-port, or --no-relay",
-                ) from exc
+            await self._start_relay(self.relay, self.port)
         self.save_progress()  # the latest file describes this process from its start on
         return self.port
+
+    @property
+    def _relay_shares_port(self) -> bool:
+        """No `--relay-port`, or the coordinator's own port."""
+        relay_port = self.options.relay_port
+        return relay_port is None or (relay_port == self.options.port and relay_port != 0)
+
+    async def _start_relay(self, relay: RelayServer, coordinator_port: int) -> None:
+        """The relay on the coordinator port (told apart by the handshake's domain), or on
+        `--relay-port` when one is given."""
+        if self._relay_shares_port:
+            relay.serve_on_shared_port(coordinator_port)
+            return
+        relay_port = self.options.relay_port
+        assert relay_port is not None
+        try:
+            await relay.start(self.options.host, relay_port)
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"cannot bind the relay port {relay_port} ({exc.strerror}); choose another "
+                "with --relay-port, leave it out to share the coordinator port, or --no-relay",
+            ) from exc
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Tick every `tick_interval` seconds (missed ticks are skipped) until `stop` is set.
@@ -266,6 +287,7 @@ class ServerApp:
                 log.warning("coordinator tick error: %s", exc)
             result = None
         self.stats.ticks += 1
+        self._check_data_end()
         self.kick_unhealthy_clients()  # records this tick moved to exited, before the broadcast
         after = (self.run_state, self.coordinator.progress.epoch)
         if after != before:
@@ -286,6 +308,11 @@ class ServerApp:
             self._on_epoch_end(result.success)
         self._note_state_change(key)
         self.post_state_change(broadcast)
+
+    def _check_data_end(self) -> None:
+        """Lower `total_steps` before a round would read past the served data."""
+        if self.data_end is not None:
+            self.data_end.check(self.coordinator, self.now())
 
     def _on_epoch_end(self, success: bool) -> None:
         if not success:
@@ -315,7 +342,16 @@ class ServerApp:
         if self.saver is not None:
             self.saver.save_now(self.coordinator)
 
+    def follow_members(self) -> None:
+        """The weights-hash check counts the epoch's healthy members at its current step."""
+        self.weights.advance(self.coordinator.progress.step)
+        self.weights.set_members(
+            c.id for c in self.coordinator.epoch_state.clients if c.state == ClientState.Healthy
+        )
+
     def post_state_change(self, broadcast: bool = True) -> None:
+        self.convictions.log_new(self.coordinator.verification)
+        self.follow_members()
         if self.run_state in ACTIVE_STATES:
             self.coordinator.config.warmup_time = self.original_warmup_time
         self.save_progress()
@@ -412,6 +448,7 @@ class ServerApp:
     def _on_disconnect(self, conn: Connection) -> None:
         client_id = conn.peer_id
         self.roster.leave(client_id)
+        self.weights.forget(client_id)
         self.reachability.forget(client_id)
         if self.relay is not None:
             self.relay.forget(client_id)
@@ -452,6 +489,8 @@ class ServerApp:
         else:
             report = reported_weights(message)
             if report is not None:
+                # counted only from a member of this epoch (followed at every tick)
+                self.weights.advance(self.coordinator.progress.step)
                 self.weights.record(report[0], client_id, report[1])
             try:
                 apply_client_message(

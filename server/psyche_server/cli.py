@@ -17,6 +17,7 @@ from psyche_common.config import (
     summary_lines,
     validate_state,
 )
+from psyche_common.data.supply import data_files_problem, supply_warning
 
 _existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
 
@@ -44,6 +45,8 @@ def validate_config(state_path: Path, data_config_path: Path | None, run_id: str
     """Check a state.toml (and data.toml) without starting anything.
 
     Exits 0 and prints a summary when the configuration can run, 1 with every error on stderr.
+    Warnings (on stderr) include a run that needs more samples than its data holds, when the
+    data can be sized here (the data server's data.toml, a Local directory).
     """
     try:
         state = load_state(state_path, run_id=run_id)
@@ -55,6 +58,12 @@ def validate_config(state_path: Path, data_config_path: Path | None, run_id: str
         raise SystemExit(1) from None
 
     report = validate_state(state, data_config)
+    for warning in (
+        None if data_config is None else data_files_problem(data_config),
+        supply_warning(state, data_config),
+    ):
+        if warning is not None:
+            report.warnings.append(warning)
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
     if not report.ok:

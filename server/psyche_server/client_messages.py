@@ -15,12 +15,16 @@ from collections.abc import Collection
 
 from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Accusation as CoordinatorAccusation
-from psyche_common.coordinator import Coordinator
+from psyche_common.coordinator import Attestation as CoordinatorAttestation
+from psyche_common.coordinator import Coordinator, VerificationRecord
+from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.protocol import short_id
 from psyche_common.protocol.messages import (
     Accusation,
     AnyClientMessage,
+    Attestation,
     Checkpoint,
+    Equivocation,
     HealthCheck,
     InvalidMessage,
     WarmupWitness,
@@ -71,34 +75,99 @@ def apply_client_message(
             )
     elif isinstance(message, Accusation):
         apply_accusation(coordinator, client_id, message)
+    elif isinstance(message, Equivocation):
+        apply_equivocation(coordinator, client_id, message)
+    elif isinstance(message, Attestation):
+        apply_attestation(coordinator, client_id, message)
     else:
         raise TypeError(f"not a coordinator message: {type(message).__name__}")
 
 
-def apply_accusation(coordinator: Coordinator, client_id: bytes, message: Accusation) -> None:
-    """Record a verifier's accusation; log the conviction it completes (a warning)."""
+def _batch(message: Accusation | Attestation) -> BatchId:
     try:
-        batch = BatchId.from_wire(message.batch)
+        return BatchId.from_wire(message.batch)
     except ValueError as exc:
-        raise InvalidMessage(f"Accusation.batch: {exc}") from exc
+        raise InvalidMessage(f"{message.type}.batch: {exc}") from exc
+
+
+def apply_accusation(coordinator: Coordinator, client_id: bytes, message: Accusation) -> None:
+    """Record a verifier's accusation (judged when its step closes: `log_new_convictions`)."""
     accusation = CoordinatorAccusation(
         step=message.step,
         verifier=client_id,
         trainer=message.trainer,
-        batch=batch,
+        batch=_batch(message),
         agreement_milli=message.agreement_milli,
+        commitment=message.commitment,
     )
-    conviction = coordinator.accuse(client_id, accusation)
+    coordinator.accuse(client_id, accusation)
     log.info(
         "accusation: %s",
         accusation,
         extra={"client": short_id(client_id), "accused": short_id(message.trainer)},
     )
-    if conviction is not None:
+
+
+def apply_attestation(coordinator: Coordinator, client_id: bytes, message: Attestation) -> None:
+    """Record that a verifier passed a result (it refutes accusations of that result)."""
+    attestation = CoordinatorAttestation(
+        step=message.step,
+        verifier=client_id,
+        trainer=message.trainer,
+        batch=_batch(message),
+        agreement_milli=message.agreement_milli,
+        commitment=message.commitment,
+    )
+    coordinator.attest(client_id, attestation)
+    log.debug("attestation: %s", attestation, extra={"client": short_id(client_id)})
+
+
+class ConvictionLog:
+    """Logs each conviction of the coordinator's record once (a warning), whichever tick or
+    message made it; remembers only the convictions the record still holds."""
+
+    def __init__(self, record: VerificationRecord) -> None:
+        self._seen = set(record.convictions)
+
+    def log_new(self, record: VerificationRecord) -> None:
+        current = set(record.convictions)
+        for conviction in record.convictions:
+            if conviction not in self._seen:
+                log.warning(
+                    "conviction: %s; removed from the epoch, its results are not applied",
+                    conviction,
+                    extra={
+                        "client": short_id(conviction.trainer),
+                        "convicted_step": conviction.step,
+                        "conviction_kind": conviction.kind.value,
+                    },
+                )
+        self._seen = current
+
+
+def apply_equivocation(coordinator: Coordinator, client_id: bytes, message: Equivocation) -> None:
+    """Check an equivocation proof (both signatures) and convict its trainer on it (the
+    conviction is logged by `ConvictionLog`); only members of the epoch may report one (they
+    are the ones the trainer sends its announcements to)."""
+    if coordinator.client_index(client_id) is None:
         log.warning(
-            "conviction: %s; removed from the epoch, its results are not applied",
-            conviction,
-            extra={"client": short_id(conviction.trainer), "convicted_step": conviction.step},
+            "equivocation proof from %s, which is not a client of this epoch: ignored",
+            short_id(client_id),
+        )
+        return
+    try:
+        proof = EquivocationProof.from_wire({"first": message.first, "second": message.second})
+    except ValueError as exc:
+        raise InvalidMessage(f"Equivocation: {exc}") from exc
+    recorded = coordinator.equivocation(client_id, proof)
+    if recorded is not None:
+        log.info(
+            "equivocation: %s signed two commitments for %s of step %d (reported by %s)",
+            short_id(recorded.trainer),
+            proof.first.batch,
+            proof.first.step,
+            short_id(client_id),
+            extra={"client": short_id(recorded.trainer), "reporter": short_id(client_id)},
         )
 
 

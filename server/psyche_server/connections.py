@@ -8,6 +8,12 @@ once per authenticated connection. Sends never block the caller: each connection
 buffer is bounded, and a peer that stops reading is disconnected when it fills up. Messages
 of a key over its rate are dropped and a key that stays over it is disconnected
 (`limits.FloodGuard`); with `idle_timeout`, a connection silent that long is closed.
+
+Other services may share the port (`share_port`): the handshake then verifies the peer's
+signature in this port's domain and in theirs, and a peer that signed in another service's
+domain is handed, authenticated, to that service (the coordinator port serves the relay this
+way). Such a socket leaves this port's connection and per-IP counts once handed over; the
+service bounds its own connections.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from psyche_common.protocol import (
     ConnectionClosed,
     HandshakeError,
     ProtocolError,
-    accept_handshake,
+    accept_handshake_in,
     encode_frame,
     read_frame,
     short_id,
@@ -142,6 +148,10 @@ MessageT = TypeVar("MessageT")
 
 ConnectHook = Callable[[Connection], None]
 
+SharedService = Callable[[bytes, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+"""A service sharing a port: `(peer key, reader, writer)` after the handshake in its domain;
+it owns the socket from then on."""
+
 
 class ConnectionManager(Generic[MessageT]):
     """Accepts and serves the connections of one listening port."""
@@ -175,9 +185,17 @@ class ConnectionManager(Generic[MessageT]):
         self._writers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._per_ip: dict[str, int] = {}
         self._server: asyncio.Server | None = None
+        self._shared: dict[bytes, SharedService] = {}
         self.rejected_connections = 0
         self.protocol_violations = 0
         self.dropped_messages = 0
+
+    def share_port(self, domain: bytes, service: SharedService) -> None:
+        """Serve `service` on this port too: peers that sign the handshake in `domain` go
+        to it (see the module docstring)."""
+        if domain == self.domain:
+            raise ValueError(f"{self.name}: a shared service needs its own handshake domain")
+        self._shared[domain] = service
 
     async def start(self, host: str, port: int) -> int:
         """Bind and start accepting; returns the bound port."""
@@ -234,15 +252,22 @@ class ConnectionManager(Generic[MessageT]):
             return
         self._writers[task] = writer
         self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+        handoff = None
         try:
-            await self._serve(reader, writer)
+            handoff = await self._serve(reader, writer)
         finally:
             del self._writers[task]
             self._per_ip[ip] -= 1
             if not self._per_ip[ip]:
                 del self._per_ip[ip]
+        if handoff is not None:
+            service, peer_id = handoff
+            await service(peer_id, reader, writer)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[SharedService, bytes] | None:
+        """Serve one socket; returns `(service, peer key)` when a sharing service takes it."""
         peer = writer.get_extra_info("peername")
         remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         limits = self.limits
@@ -251,10 +276,10 @@ class ConnectionManager(Generic[MessageT]):
             if sock is not None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, limits.socket_send_buffer)
         try:
-            peer_id = await accept_handshake(
+            peer_id, domain = await accept_handshake_in(
                 reader,
                 writer,
-                domain=self.domain,
+                domains=(self.domain, *self._shared),
                 timeout=limits.handshake_timeout,
                 max_frame_size=limits.max_frame_size,
             )
@@ -285,7 +310,9 @@ class ConnectionManager(Generic[MessageT]):
                 writer.close()
             else:
                 writer.transport.abort()
-            return
+            return None
+        if domain != self.domain:
+            return self._shared[domain], peer_id
         if peer_id in self.connections:
             reason = already_connected_reason(short_id(peer_id))
             self.rejected_connections += 1
@@ -299,7 +326,7 @@ class ConnectionManager(Generic[MessageT]):
             with contextlib.suppress(Exception):
                 writer.write(encode_frame(to_wire(Rejected(reason=reason))))
             writer.close()
-            return
+            return None
         conn = Connection(peer_id, remote, writer, limits.max_buffered_send_bytes)
         conn.max_skipped_states = limits.max_skipped_states
         self.connections[peer_id] = conn
@@ -332,6 +359,7 @@ class ConnectionManager(Generic[MessageT]):
                     self._on_disconnect(conn)
                 except Exception:
                     log.exception("%s: disconnect handler failed for %s", self.name, conn)
+        return None
 
     async def _read_loop(self, conn: Connection, reader: asyncio.StreamReader) -> None:
         limits = self.limits

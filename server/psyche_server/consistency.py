@@ -1,19 +1,36 @@
-"""Weights-hash consistency: every client reports a hash of its weights per step; the server
-flags any client whose hash differs from the majority at that step (pure bookkeeping)."""
+"""Weights-hash consistency: every member reports a hash of its weights per step; the server
+flags a member whose hash differs from the hash a majority of the members reported (pure
+bookkeeping, no I/O).
+
+Only the current epoch's members count (`set_members`; a report from any other key is
+ignored, so keys that never joined cannot outvote the members), only the steps of a bounded
+window behind the coordinator's step (`advance`), and only a strict majority of the *members*
+(not of whoever reported) names a hash: a tie, or too few reports, flags nobody. A member that
+leaves (`forget`, or a new member list) takes its reports with it. Memory is at most
+`window` × members reports; recording a report costs O(1) except when it creates or breaks a
+step's majority (then that one step is re-judged, O(members)).
+"""
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 log = logging.getLogger("psyche.server.consistency")
 
+DEFAULT_WINDOW = 16
+"""Steps judged: the coordinator's step and the ones just before it."""
+
+FUTURE_STEPS = 2
+"""Reports may name a step this far ahead of the coordinator's (clocks and broadcasts race)."""
+
 
 @dataclass(frozen=True)
 class StepVerdict:
-    """Hash agreement at one step. `majority` is None when no hash has a strict plurality."""
+    """Hash agreement at one step. `majority` is None unless more than half of the members
+    reported one hash."""
 
     step: int
     majority: bytes | None
@@ -22,48 +39,146 @@ class StepVerdict:
 
 
 @dataclass
+class _Step:
+    hashes: dict[bytes, bytes] = field(default_factory=dict)
+    counts: Counter[bytes] = field(default_factory=Counter)
+    majority: bytes | None = None
+    divergent: set[bytes] = field(default_factory=set)
+
+    def judge(self, members: int) -> list[bytes]:
+        """Recompute the majority and the divergent set; returns the members newly divergent."""
+        top = self.counts.most_common(1)
+        self.majority = top[0][0] if top and 2 * top[0][1] > members else None
+        before = self.divergent
+        if self.majority is None:
+            self.divergent = set()
+        else:
+            self.divergent = {c for c, h in self.hashes.items() if h != self.majority}
+        return sorted(self.divergent - before)
+
+    def remove(self, client_id: bytes) -> bool:
+        """Drop a client's report; True if it had one."""
+        old = self.hashes.pop(client_id, None)
+        if old is None:
+            return False
+        self.counts[old] -= 1
+        if not self.counts[old]:
+            del self.counts[old]
+        self.divergent.discard(client_id)
+        return True
+
+
+@dataclass
 class WeightsHashTracker:
-    """Keeps the reports of the last `max_steps` steps: `{step: {client id: weights hash}}`."""
+    """The reports of the members over the last `window` steps: `{step: {member: hash}}`."""
 
-    max_steps: int = 64
-    reports: dict[int, dict[bytes, bytes]] = field(default_factory=dict)
+    window: int = DEFAULT_WINDOW
+    members: frozenset[bytes] = frozenset()
+    head: int = 0
+    """The coordinator's step (`advance`); steps at or below `head - window` are forgotten."""
+    _steps: dict[int, _Step] = field(default_factory=dict)
 
-    def record(self, step: int, client_id: bytes, weights_hash: bytes) -> StepVerdict:
-        """Store a report (the latest one per client and step wins) and judge that step."""
-        self.reports.setdefault(step, {})[client_id] = weights_hash
-        while len(self.reports) > self.max_steps:
-            del self.reports[min(self.reports)]
-        return self.verdict(step)
+    @property
+    def reports(self) -> dict[int, dict[bytes, bytes]]:
+        """A copy of the kept reports, `{step: {member: hash}}` (for logs and tests)."""
+        return {step: dict(s.hashes) for step, s in sorted(self._steps.items())}
+
+    def set_members(self, members: Iterable[bytes]) -> list[tuple[int, bytes]]:
+        """The epoch's members changed: drop the reports of the keys no longer members and
+        re-judge (a smaller member list needs fewer votes). Returns the (step, member) pairs
+        that became divergent."""
+        new = frozenset(members)
+        if new == self.members:
+            return []
+        gone = self.members - new
+        self.members = new
+        for step in self._steps.values():
+            for client_id in gone:
+                step.remove(client_id)
+        return self._rejudge_all()
+
+    def forget(self, client_id: bytes) -> list[tuple[int, bytes]]:
+        """`client_id` left (disconnected): it is no member and its reports are dropped."""
+        if client_id not in self.members:
+            return []
+        return self.set_members(self.members - {client_id})
+
+    def advance(self, step: int) -> None:
+        """The coordinator is at `step`: forget the steps that fell out of the window."""
+        if step <= self.head:
+            return
+        self.head = step
+        oldest = step - self.window
+        for old in [s for s in self._steps if s <= oldest]:
+            del self._steps[old]
+
+    def accepts(self, step: int, client_id: bytes) -> bool:
+        """Whether a report of `client_id` at `step` counts: a member, a step in the window."""
+        return client_id in self.members and self.head - self.window < step <= (
+            self.head + FUTURE_STEPS
+        )
+
+    def record(self, step: int, client_id: bytes, weights_hash: bytes) -> list[bytes]:
+        """Store a member's report (its latest one per step wins); returns the members that
+        became divergent at `step` (ignored reports return [])."""
+        if not self.accepts(step, client_id):
+            return []
+        entry = self._steps.setdefault(step, _Step())
+        if entry.hashes.get(client_id) == weights_hash:
+            return []
+        entry.remove(client_id)
+        entry.hashes[client_id] = weights_hash
+        entry.counts[weights_hash] += 1
+        had_majority = entry.majority
+        if had_majority is not None and entry.counts[had_majority] * 2 > len(self.members):
+            if weights_hash != had_majority:  # the majority stands: judge this report only
+                entry.divergent.add(client_id)
+                return [client_id]
+            return []
+        if had_majority is None and entry.counts[weights_hash] * 2 <= len(self.members):
+            return []  # still no majority
+        return entry.judge(len(self.members))
+
+    def hash_of(self, step: int, client_id: bytes) -> bytes | None:
+        entry = self._steps.get(step)
+        return None if entry is None else entry.hashes.get(client_id)
+
+    def majority(self, step: int) -> bytes | None:
+        entry = self._steps.get(step)
+        return None if entry is None else entry.majority
 
     def verdict(self, step: int) -> StepVerdict:
-        by_client = self.reports.get(step, {})
-        counts = Counter(by_client.values()).most_common(2)
-        if not counts:
+        entry = self._steps.get(step)
+        if entry is None:
             return StepVerdict(step, None, 0, frozenset())
-        majority: bytes | None = counts[0][0]
-        if len(counts) == 2 and counts[1][1] == counts[0][1]:
-            majority = None  # a tie: nobody can be called the outlier
-        divergent = (
-            frozenset(cid for cid, h in by_client.items() if h != majority)
-            if majority is not None
-            else frozenset()
-        )
-        return StepVerdict(step, majority, len(by_client), divergent)
+        return StepVerdict(step, entry.majority, len(entry.hashes), frozenset(entry.divergent))
 
     def latest(self) -> StepVerdict | None:
         """The verdict of the newest step with at least one report."""
-        return self.verdict(max(self.reports)) if self.reports else None
+        steps = [s for s, entry in self._steps.items() if entry.hashes]
+        return self.verdict(max(steps)) if steps else None
 
     def divergent_clients(self) -> frozenset[bytes]:
-        """Clients that disagreed with the majority at any remembered step."""
+        """Members that disagree with the majority at any step of the window."""
         flagged: set[bytes] = set()
-        for step in self.reports:
-            flagged |= self.verdict(step).divergent
+        for entry in self._steps.values():
+            flagged |= entry.divergent
         return frozenset(flagged)
+
+    def size(self) -> int:
+        """Reports held (at most `window + FUTURE_STEPS` × members)."""
+        return sum(len(entry.hashes) for entry in self._steps.values())
+
+    def _rejudge_all(self) -> list[tuple[int, bytes]]:
+        flagged: list[tuple[int, bytes]] = []
+        for step, entry in sorted(self._steps.items()):
+            flagged.extend((step, c) for c in entry.judge(len(self.members)))
+        return flagged
 
 
 class WeightsHashMonitor:
-    """A tracker that logs each (step, client) found to disagree with the majority once."""
+    """A tracker that logs each (step, member) found to disagree with the majority once, and
+    calls `on_divergence(member, step, majority_hash)` for it."""
 
     def __init__(
         self,
@@ -72,31 +187,43 @@ class WeightsHashMonitor:
     ) -> None:
         self.tracker = tracker or WeightsHashTracker()
         self.on_divergence = on_divergence
-        """Called once per flagged (client, step) with the majority's hash."""
-        self._flagged: set[tuple[int, bytes]] = set()
 
-    def record(self, step: int, client_id: bytes, weights_hash: bytes) -> StepVerdict:
-        verdict = self.tracker.record(step, client_id, weights_hash)
-        oldest = min(self.tracker.reports)
-        self._flagged = {(s, c) for s, c in self._flagged if s >= oldest}
-        for outlier in sorted(verdict.divergent - {c for s, c in self._flagged if s == step}):
-            self._flagged.add((step, outlier))
+    def set_members(self, members: Iterable[bytes]) -> None:
+        self._report(self.tracker.set_members(members))
+
+    def forget(self, client_id: bytes) -> None:
+        self._report(self.tracker.forget(client_id))
+
+    def advance(self, step: int) -> None:
+        self.tracker.advance(step)
+
+    def record(self, step: int, client_id: bytes, weights_hash: bytes) -> StepVerdict | None:
+        """Record a report; returns the step's verdict, or None when the report does not count
+        (not a member, or a step outside the window)."""
+        if not self.tracker.accepts(step, client_id):
+            return None
+        self._report([(step, c) for c in self.tracker.record(step, client_id, weights_hash)])
+        return self.tracker.verdict(step)
+
+    def _report(self, flagged: list[tuple[int, bytes]]) -> None:
+        for step, outlier in flagged:
+            majority = self.tracker.majority(step)
+            reported = self.tracker.hash_of(step, outlier)
             log.warning(
-                "weights of %s at step %d differ from the majority (%d reports)",
+                "weights of %s at step %d differ from the majority of %d members",
                 outlier[:4].hex(),
                 step,
-                verdict.reports,
+                len(self.tracker.members),
                 extra={
                     "event": "weights_divergence",
                     "client": outlier[:4].hex(),
                     "step": step,
-                    "weights_hash": self.tracker.reports[step][outlier].hex(),
-                    "majority_hash": verdict.majority.hex() if verdict.majority else None,
+                    "weights_hash": reported.hex() if reported else None,
+                    "majority_hash": majority.hex() if majority else None,
                 },
             )
-            if self.on_divergence is not None and verdict.majority is not None:
-                self.on_divergence(outlier, step, verdict.majority)
-        return verdict
+            if self.on_divergence is not None and majority is not None:
+                self.on_divergence(outlier, step, majority)
 
     def latest(self) -> StepVerdict | None:
         return self.tracker.latest()

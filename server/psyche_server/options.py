@@ -26,7 +26,8 @@ class ServerOptions:
     relay: RelayLimits | None = field(default_factory=RelayLimits)
     """The relay's bounds (`--relay-max-mbps`); None: no relay (`--no-relay`)."""
     relay_port: int | None = None
-    """The relay's port; None: the coordinator port + 1 (a free port when that is 0)."""
+    """The relay's own port; None (or the coordinator port): the relay shares the coordinator
+    port, told apart by the handshake's domain."""
 
 
 @dataclass

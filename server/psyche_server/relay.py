@@ -1,7 +1,11 @@
 """`RelayServer`: pipes between clients that cannot connect to each other (both behind NAT).
 
-A separate port (`psyche-server run --relay-port`) with the one-way handshake in
-`relay_domain(run_id)`; the frames are in `psyche_common.protocol.relay_messages`. Only joined
+By default the relay shares the coordinator port: a client that signs the port's one-way
+handshake in `relay_domain(run_id)` rather than the coordinator's domain is handed to the
+relay (`serve_authenticated`; `ConnectionManager.share_port`), so an operator opens one port
+and the relay never collides with another service's. `psyche-server run --relay-port PORT`
+gives it a port of its own instead (`start`), with the same handshake. The frames are in
+`psyche_common.protocol.relay_messages`. Only joined
 clients may use it (`is_member`, asked at every request). A client that may be dialed keeps a
 listen channel open; a client that wants a pipe sends `RelayDial{peer}`, the server pushes
 `RelayIncoming{peer, token}` on the peer's listen channel, the peer connects with
@@ -97,15 +101,29 @@ class RelayServer:
         self._pipes: set[Pipe] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         self._server: asyncio.Server | None = None
+        self._closed = False
         self.port: int | None = None
 
+    @property
+    def domain(self) -> bytes:
+        """The handshake domain clients sign to reach the relay."""
+        return self._domain
+
     async def start(self, host: str, port: int) -> int:
+        """Listen on a port of the relay's own (`--relay-port`); returns the bound port."""
         self._server = await asyncio.start_server(self._accept, host, port, backlog=1024)
         self.port = int(self._server.sockets[0].getsockname()[1])
         log.info("relay listening on %s:%d", host, self.port, extra={"relay_port": self.port})
         return self.port
 
+    def serve_on_shared_port(self, port: int) -> None:
+        """The relay is reached on `port`, which another listener shares with it (it hands
+        over the sockets whose handshake named the relay: `serve_authenticated`)."""
+        self.port = port
+        log.info("relay shares the coordinator port %d", port, extra={"relay_port": port})
+
     async def close(self) -> None:
+        self._closed = True
         if self._server is not None:
             self._server.close()
             log.info(
@@ -144,17 +162,42 @@ class RelayServer:
     # ---- connections ---------------------------------------------------------------------
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self._writers) >= self.limits.max_connections:
-            self.stats.refused += 1
-            writer.transport.abort()
+        """A socket on the relay's own port: the handshake, then `serve_authenticated`."""
+        if not self._admit(writer):
             return
-        self._writers.add(writer)
-        client = b""
         try:
             async with asyncio.timeout(self.limits.handshake_timeout):
                 client = await accept_handshake(
                     reader, writer, domain=self._domain, max_frame_size=CONTROL_FRAME_SIZE
                 )
+        except (ProtocolError, OSError, TimeoutError) as exc:
+            log.info("relay: handshake failed: %s: %s", type(exc).__name__, exc)
+            self._writers.discard(writer)
+            writer.close()
+            return
+        await self._serve(client, reader, writer)
+
+    async def serve_authenticated(
+        self, client: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """A socket whose handshake `client` signed in the relay's domain on a shared port."""
+        if self._admit(writer):
+            await self._serve(client, reader, writer)
+
+    def _admit(self, writer: asyncio.StreamWriter) -> bool:
+        if self._closed or len(self._writers) >= self.limits.max_connections:
+            self.stats.refused += 1
+            writer.transport.abort()
+            return False
+        self._writers.add(writer)
+        return True
+
+    async def _serve(
+        self, client: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """One authenticated relay connection: its request, then what the request asks."""
+        try:
+            async with asyncio.timeout(self.limits.handshake_timeout):
                 kind, argument = parse_request(await read_frame(reader, CONTROL_FRAME_SIZE))
             if not self._is_member(client):
                 raise _Refusal(f"{short_id(client)} is not a joined client of this run")
@@ -166,15 +209,12 @@ class RelayServer:
                 await self._accept_pipe(client, argument, reader, writer)
         except _Refusal as exc:
             self.stats.refused += 1
-            log.info("relay: refused %s: %s", short_id(client) if client else "?", exc)
+            log.info("relay: refused %s: %s", short_id(client), exc)
             with contextlib.suppress(Exception):
                 writer.write(encode_frame({"type": "Rejected", "reason": str(exc)}))
         except (ProtocolError, OSError, TimeoutError) as exc:
             log.info(
-                "relay: connection of %s ended: %s: %s",
-                short_id(client) if client else "?",
-                type(exc).__name__,
-                exc,
+                "relay: connection of %s ended: %s: %s", short_id(client), type(exc).__name__, exc
             )
         finally:
             self._writers.discard(writer)

@@ -183,8 +183,8 @@ def _parse_keys(
     "--relay-port",
     type=click.IntRange(0, 65535),
     default=None,
-    help="port of the relay (default: the coordinator port + 1, or a random free port when "
-    "the coordinator port is random; clients learn it from the server)",
+    help="a port of the relay's own (default: the relay shares the coordinator port, told "
+    "apart by the handshake; 0: a random free port; clients learn it from the server)",
 )
 @click.option(
     "--relay-max-mbps",

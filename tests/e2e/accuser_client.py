@@ -13,16 +13,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from psyche_client.round import witness as witness_module
+from psyche_client.app.parts import Parts
 
 from tests.e2e.lying_client import accuse_every_trainer
 
 
 def main() -> None:
-    witness_module.clients_to_accuse = accuse_every_trainer  # type: ignore[assignment]
     from psyche_client.cli import main as client_main
 
-    client_main()
+    client_main(obj=Parts(accusation=accuse_every_trainer))
 
 
 if __name__ == "__main__":

@@ -18,29 +18,29 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from psyche_client.app.parts import Parts
 from psyche_client.distro.result import DistroResult
-from psyche_client.round.exchange import ResultExchange
+from psyche_client.round.context import RoundContext
 from psyche_client.round.state import DownloadStatus, RoundState
 from psyche_client.training.backend import TrainedResult
+from psyche_client.training.distro_backend import DistroBackend
 from psyche_common.batch_id import BatchId
 from psyche_common.client_id import short_id
 
 COPY_WAIT = 10.0
-honest_publish = ResultExchange.publish
 
 log = logging.getLogger("psyche.client")
 
 
-def peer_result(exchange: ResultExchange, round_: RoundState) -> tuple[bytes, DistroResult] | None:
+def peer_result(ctx: RoundContext, round_: RoundState) -> tuple[bytes, DistroResult] | None:
     """A verified DisTrO result of another trainer of `round_`, if one has arrived."""
     for download in round_.downloads.values():
         sender = download.announcement.sender_id
         if (
-            sender != exchange.ctx.me
+            sender != ctx.me
             and download.status == DownloadStatus.VERIFIED
             and isinstance(download.result, DistroResult)
         ):
@@ -48,39 +48,41 @@ def peer_result(exchange: ResultExchange, round_: RoundState) -> tuple[bytes, Di
     return None
 
 
-async def publish_a_copy(
-    self: ResultExchange, round_: RoundState, batch: BatchId, output: TrainedResult
-) -> None:
+async def copy_a_peer_result(
+    ctx: RoundContext, round_: RoundState, batch: BatchId, output: TrainedResult
+) -> TrainedResult:
+    """A `PublishHook`: a peer's result relabelled as ours, or ours when none came in time."""
     deadline = time.monotonic() + COPY_WAIT
-    found = peer_result(self, round_)
+    found = peer_result(ctx, round_)
     while found is None and time.monotonic() < deadline and not round_.cancelled:
         await asyncio.sleep(0.05)
-        found = peer_result(self, round_)
-    if found is not None:
-        sender, copied = found
-        backend: Any = self.ctx.require_backend()  # a DistroBackend: it trains DisTrO
-        mine = DistroResult.decode(output.payload, backend.trainer.layout)
-        relabelled = DistroResult(
-            round_.step, batch, mine.trainer_nonce, copied.value_kind, copied.tensors
-        )
-        output = TrainedResult(
-            loss=output.loss,
-            payload=relabelled.encode(),
-            data_hash=relabelled.data_hash(),
-            tokens=output.tokens,
-        )
-        log.info(
-            "free rider: copied a result",
-            extra=self.ctx.fields(copied_from=short_id(sender), batch=str(batch)),
-        )
-    await honest_publish(self, round_, batch, output)
+        found = peer_result(ctx, round_)
+    if found is None:
+        return output
+    sender, copied = found
+    backend = ctx.require_backend()
+    if not isinstance(backend, DistroBackend):
+        raise SystemExit("freerider_client needs a DisTrO run on one device (the distro backend)")
+    mine = DistroResult.decode(output.payload, backend.trainer.layout)
+    relabelled = DistroResult(
+        round_.step, batch, mine.trainer_nonce, copied.value_kind, copied.tensors
+    )
+    log.info(
+        "free rider: copied a result",
+        extra=ctx.fields(copied_from=short_id(sender), batch=str(batch)),
+    )
+    return TrainedResult(
+        loss=output.loss,
+        payload=relabelled.encode(),
+        data_hash=relabelled.data_hash(),
+        tokens=output.tokens,
+    )
 
 
 def main() -> None:
-    ResultExchange.publish = publish_a_copy  # type: ignore[method-assign]
     from psyche_client.cli import main as client_main
 
-    client_main()
+    client_main(obj=Parts(before_publish=copy_a_peer_result))
 
 
 if __name__ == "__main__":

@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from psyche_client.app.parts import Parts
 from psyche_client.distro.compress import pack_bf16
-from psyche_client.distro.optimizer import DistroOptimizer, Generated
+from psyche_client.distro.optimizer import Generated
 from psyche_client.distro.result import DistroResult
 from psyche_client.distro.values import ValueKind
+from psyche_client.training.trainer import NamedParameters
+from psyche_client.weights.backends import with_generate_hook
 
 SCALE = 1e30
 BF16_MAX = 3.3e38  # just under bf16's largest finite value (3.39e38)
@@ -42,17 +45,16 @@ def enormous(result: DistroResult) -> DistroResult:
     )
 
 
+def enormous_values(generate: Callable[[], Generated], _parameters: NamedParameters) -> Generated:
+    """A `GenerateHook`: the honest result with enormous values (the momentum is honest)."""
+    generated = generate()
+    return Generated(enormous(generated.transmit), generated.own)
+
+
 def main() -> None:
-    honest_generate = DistroOptimizer.generate
-
-    def huge_generate(self: DistroOptimizer, *args: Any, **kwargs: Any) -> Generated:
-        generated = honest_generate(self, *args, **kwargs)
-        return Generated(enormous(generated.transmit), generated.own)
-
-    DistroOptimizer.generate = huge_generate  # type: ignore[method-assign]
     from psyche_client.cli import main as client_main
 
-    client_main()
+    client_main(obj=Parts(backends=with_generate_hook(enormous_values)))
 
 
 if __name__ == "__main__":

@@ -12,14 +12,14 @@ import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from psyche_client.app.parts import Parts
-from psyche_client.round import witness as witness_module
+from psyche_client.round.consensus import BloomLike
 from psyche_client.session.uplink import SwitchableUplink
 from psyche_common.bloom import Bloom
+from psyche_common.coordinator.committee import CommitteeProof
 from psyche_common.coordinator.types import Witness
 from psyche_common.protocol.messages import WitnessMetadata
 
@@ -42,18 +42,18 @@ class LyingUplink(SwitchableUplink):
 def accuse_every_trainer(
     client_ids: Sequence[bytes],
     is_trainer: Callable[[int], bool],
-    participant_blooms: Sequence[Any],
+    participant_blooms: Sequence[BloomLike],
     quorum: int,
-    proof_for: Callable[[int], Any],
-) -> list[tuple[bytes, Any]]:
+    proof_for: Callable[[int], CommitteeProof],
+) -> list[tuple[bytes, CommitteeProof]]:
+    """An `AccusationPolicy` that accuses every trainer, whatever the blooms say."""
     return [(client_ids[i], proof_for(i)) for i in range(len(client_ids)) if is_trainer(i)]
 
 
 def main() -> None:
-    witness_module.clients_to_accuse = accuse_every_trainer  # type: ignore[assignment]
     from psyche_client.cli import main as client_main
 
-    client_main(obj=Parts(uplink=LyingUplink))
+    client_main(obj=Parts(uplink=LyingUplink, accusation=accuse_every_trainer))
 
 
 if __name__ == "__main__":

@@ -11,27 +11,29 @@ honest. Run it with `psyche-client`'s arguments:
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from psyche_client.distro.optimizer import DistroOptimizer, Generated
+from psyche_client.app.parts import Parts
+from psyche_client.distro.optimizer import Generated
+from psyche_client.training.trainer import NamedParameters
+from psyche_client.weights.backends import with_generate_hook
+
+
+def negate_gradients(generate: Callable[[], Generated], parameters: NamedParameters) -> Generated:
+    """A `GenerateHook`: DisTrO's generate step on the negated gradients."""
+    for _, parameter in parameters:
+        if parameter.grad is not None:
+            parameter.grad.neg_()
+    return generate()
 
 
 def main() -> None:
-    honest_generate = DistroOptimizer.generate
-
-    def negated_generate(self: DistroOptimizer, *args: Any, **kwargs: Any) -> Generated:
-        for _, parameter in self._params:
-            if parameter.grad is not None:
-                parameter.grad.neg_()
-        return honest_generate(self, *args, **kwargs)
-
-    DistroOptimizer.generate = negated_generate  # type: ignore[method-assign]
     from psyche_client.cli import main as client_main
 
-    client_main()
+    client_main(obj=Parts(backends=with_generate_hook(negate_gradients)))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 Four clients train `builtin:llama-tiny` with `verification_percent = 25` (one verifier per
 round, three trainers); one of them is tests/e2e/signflip_client.py, which negates its
 gradients. A verifier that samples one of its batches finds its result's signs opposite to the
-recomputed gradient's and reports it; the coordinator convicts it (a one-verifier check is its
-own quorum) and drops it from the epoch. The honest clients' weights hashes stay identical at
+recomputed gradient's and reports it; once verifiers of two different rounds (each round has
+one) have, the coordinator convicts it and drops it from the epoch. The honest clients' weights hashes stay identical at
 every applied step, no honest client is convicted, and from the conviction's step on no honest
 client applies a result of the attacker.
 """

@@ -152,6 +152,6 @@ async def test_relay_port_in_use_names_the_flags_to_change(tmp_path: Path) -> No
     try:
         stderr = await failed_start_stderr("--state", str(state), "--relay-port", str(relay_port))
         assert f"cannot bind the relay port {relay_port}".encode() in stderr
-        assert b"--relay-port, or --no-relay" in stderr
+        assert b"leave it out to share the coordinator port, or --no-relay" in stderr
     finally:
         blocker.close()

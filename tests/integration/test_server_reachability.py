@@ -4,6 +4,7 @@ with the address the server sees it from, and its peers find it in `unreachable`
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from pathlib import Path
 
@@ -44,13 +45,21 @@ async def test_reachable_and_unreachable_clients(tmp_path: Path) -> None:
         await node.close()
 
 
-async def test_the_relay_port_follows_the_coordinator_port_or_is_off(tmp_path: Path) -> None:
+async def test_the_relay_shares_the_coordinator_port_or_is_off(tmp_path: Path) -> None:
+    """Without --relay-port the relay is on the coordinator port (the reference's data server
+    listens on the coordinator port + 1); with one it has its own."""
     state = write_state(tmp_path / "state.toml", init_min_clients=3)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    async with running_server(state, port=port) as app:
-        assert app.relay is not None and app.relay.port == port + 1
+    with socket.socket() as next_port:  # what the relay used to take: taken, it still starts
+        with contextlib.suppress(OSError):  # (held by someone else: just as good)
+            next_port.bind(("127.0.0.1", port + 1))
+            next_port.listen(1)
+        async with running_server(state, port=port) as app:
+            assert app.relay is not None and app.relay.port == port == app.port
+    async with running_server(state, relay_port=0) as app:
+        assert app.relay is not None and app.relay.port not in (None, app.port)
     async with running_server(state, relay=None) as app:
         assert app.relay is None
         client = ProtocolClient(app.port, app.run_id, p2p_address=dead_address(), auto=False)

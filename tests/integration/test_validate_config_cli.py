@@ -12,6 +12,8 @@ import tomli_w
 from click.testing import CliRunner
 from psyche_server.cli import main
 
+from tests.support.model_families import short_directory, write_family
+
 
 def run(*args: str) -> tuple[int, str, str]:
     result = CliRunner().invoke(main, ["validate-config", *args])
@@ -142,3 +144,73 @@ def test_installed_entry_point(repo_root: Path) -> None:
     )
     assert completed.returncode == 0, completed.stderr
     assert "Configs are OK!" in completed.stdout
+
+
+def test_a_model_the_architecture_does_not_train_is_refused(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    """A Qwen2 directory (tied embeddings, as Qwen2.5-0.5B ships) under HfLlama is refused with
+    the fix; under HfAuto it validates."""
+    with short_directory() as directory:
+        model = write_family(directory / "qwen2", "qwen2-tied")
+        document = tomllib.loads((repo_root / "state.toml.example").read_text())
+        document["model"]["LLM"]["checkpoint"] = {"Hub": {"repo_id": str(model)}}
+        path = tmp_path / "state.toml"
+        path.write_text(tomli_w.dumps(document))
+        code, _, err = run("--state", str(path))
+        assert code == 1
+        assert "model.LLM.architecture \"HfLlama\" trains model_type 'llama'" in err
+        assert 'set architecture = "HfAuto"' in err
+        document["model"]["LLM"]["architecture"] = "HfAuto"
+        path.write_text(tomli_w.dumps(document))
+        code, out, err = run("--state", str(path))
+        assert code == 0, err
+        assert out.startswith("Configs are OK!")
+
+
+def test_data_that_runs_out_is_a_warning_naming_both_numbers(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    """24 sequences for 199 steps x 8 samples: still OK (a warning), both numbers named."""
+    tokens = tmp_path / "data" / "tokens"
+    tokens.mkdir(parents=True)
+    (tokens / "part.bin").write_bytes(bytes(2 * 256 * 24))  # 24 sequences of 256 u16 tokens
+    document = tomllib.loads((repo_root / "state.toml.example").read_text())
+    document["model"]["LLM"]["data_location"] = {"Server": "127.0.0.1:20001"}
+    state = tmp_path / "state.toml"
+    state.write_text(tomli_w.dumps(document))
+    data = tmp_path / "data.toml"
+    data.write_text((repo_root / "data.toml.example").read_text())
+    code, out, err = run("--state", str(state), "--data-config", str(data))
+    assert code == 0 and out.startswith("Configs are OK!")
+    assert "warning: the run needs 1,592 samples" in err and "holds 24" in err, err
+    document["config"]["total_steps"] = 4  # 3 trained steps x 8 = 24: enough
+    state.write_text(tomli_w.dumps(document))
+    code, _, err = run("--state", str(state), "--data-config", str(data))
+    assert code == 0 and err == ""
+
+
+def test_what_the_client_cannot_run_is_named(repo_root: Path, tmp_path: Path) -> None:
+    document = tomllib.loads((repo_root / "state.toml.example").read_text())
+    document["model"]["LLM"]["architecture"] = "Torchtitan"
+    document["model"]["LLM"]["checkpoint"] = {"Hub": {"repo_id": "builtin:llama-9m"}}
+    state = tmp_path / "state.toml"
+    state.write_text(tomli_w.dumps(document))
+    code, out, err = run("--state", str(state))
+    assert code == 1 and out == ""
+    assert 'warning: model.LLM.architecture "Torchtitan" is not used' in err
+    assert "model.LLM.checkpoint.Hub.repo_id 'builtin:llama-9m' is not a model preset" in err
+
+
+def test_the_shipped_dolma_layout_warns_that_run_finds_no_token_file(
+    shared_fixtures: Path,
+) -> None:
+    """Its data.toml's dir holds the token file one folder down, which the data server (as
+    the reference's) does not read: validate-config says so before `run` fails."""
+    config = shared_fixtures / "configs" / "llama2-20m-dolma-noverify-no-checkpointer"
+    code, out, err = run(
+        "--state", str(config / "state.toml"), "--data-config", str(config / "data.toml")
+    )
+    assert code == 0 and out.startswith("Configs are OK!")
+    assert "warning: No training data files in directory" in err
+    assert "only the top-level files of data.toml's dir are read" in err

@@ -17,12 +17,14 @@ from psyche_common.batch_id import BatchId
 from psyche_common.config.loading import parse_state
 from psyche_common.coordinator import (
     Accusation,
+    Attestation,
     ClientState,
     Coordinator,
     CoordinatorError,
     Witness,
 )
 from psyche_common.coordinator.committee import CommitteeProof
+from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.protocol import Identity
 from psyche_common.protocol.messages import WitnessMetadata
 
@@ -144,10 +146,33 @@ class FakeServer:
             self.call(lambda c: c.health_check(sender, parsed))
 
     def on_accusation(
-        self, sender: bytes, step: int, trainer: bytes, batch: BatchId, agreement_milli: int
+        self,
+        sender: bytes,
+        step: int,
+        trainer: bytes,
+        batch: BatchId,
+        agreement_milli: int,
+        commitment: bytes | None,
     ) -> None:
-        accusation = Accusation(step, sender, trainer, batch, agreement_milli)
+        accusation = Accusation(step, sender, trainer, batch, agreement_milli, commitment)
         self.call(lambda c: c.accuse(sender, accusation))
+
+    def on_equivocation(self, sender: bytes, proof: EquivocationProof) -> None:
+        # through the wire form, as the server receives it
+        received = EquivocationProof.from_wire(proof.to_wire())
+        self.call(lambda c: c.equivocation(sender, received))
+
+    def on_attestation(
+        self,
+        sender: bytes,
+        step: int,
+        trainer: bytes,
+        batch: BatchId,
+        agreement_milli: int,
+        commitment: bytes,
+    ) -> None:
+        attestation = Attestation(step, sender, trainer, batch, agreement_milli, commitment)
+        self.call(lambda c: c.attest(sender, attestation))
 
     def on_join(self, sender: bytes) -> None:
         self.rejoins.append(sender)

@@ -8,11 +8,14 @@ import random
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
 from psyche_common.config import CoordinatorConfig, LLMConfig
 from psyche_common.config.loading import parse_state
 from psyche_common.coordinator import Client, Coordinator, EpochState, RunState, Witness
+from psyche_common.coordinator.assignment import assign_data_for_state
 from psyche_common.coordinator.committee import CommitteeSelection, WitnessProof
+from psyche_common.coordinator.verification import round_verifiers, verifier_sample
 from psyche_common.coordinator.wire import epoch_state_to_toml
 
 BASE_CONFIG: dict[str, Any] = {
@@ -261,3 +264,44 @@ def witness_round(coord: Coordinator, now: int, seen: Iterable[bytes] | None = N
     now += coord.config.round_witness_time
     coord.tick(everyone, now, now)
     return now
+
+
+def everyone(coord: Coordinator) -> list[bytes]:
+    return [c.id for c in coord.epoch_state.clients]
+
+
+def close_step(coord: Coordinator, now: int) -> int:
+    """Run rounds until the current step's reports are judged (the next round's witnesses)."""
+    now = witness_round(coord, now)
+    for witness_id in round_witnesses(coord):
+        coord.witness(witness_id, round_witness_for(coord, witness_id, everyone(coord)), now)
+    if coord.run_state == RunState.RoundTrain:
+        now += coord.config.max_round_train_time
+        coord.tick(everyone(coord), now, 0)
+    assert coord.run_state == RunState.RoundWitness
+    return now
+
+
+def shared_batch(coord: Coordinator, checkers: int) -> tuple[BatchId, list[bytes]]:
+    """A batch of this round that at least `checkers` verifiers must check, and who they are
+    (runs rounds until one exists)."""
+    now = 1000
+    for _ in range(60):
+        seed = coord.current_round().random_seed
+        assignments = assign_data_for_state(coord)
+        by_batch: dict[BatchId, list[bytes]] = {}
+        round_ = coord.current_round()
+        for verifier in round_verifiers(
+            coord.epoch_state.clients,
+            seed,
+            coord.config.witness_nodes,
+            coord.config.verification_percent,
+            round_.tie_breaker_tasks,
+        ):
+            for batch in verifier_sample(seed, verifier, list(assignments)):
+                by_batch.setdefault(batch, []).append(verifier)
+        for batch, who in sorted(by_batch.items()):
+            if len(who) >= checkers and assignments[batch] not in who:
+                return batch, who
+        now = witness_round(coord, now + 1)
+    raise AssertionError(f"no batch with {checkers} checkers in 60 rounds")

@@ -27,6 +27,7 @@ from psyche_common.batch_id import BatchId
 from psyche_common.config import HubCheckpoint
 from psyche_common.coordinator import Witness
 from psyche_common.coordinator.committee import CommitteeProof
+from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.protocol.messages import WitnessMetadata
 
 Announcement = ResultAnnouncement | FinishedAnnouncement
@@ -135,8 +136,26 @@ class ServerSink(Protocol):
     ) -> None: ...
 
     def on_accusation(
-        self, sender: bytes, step: int, trainer: bytes, batch: BatchId, agreement_milli: int
+        self,
+        sender: bytes,
+        step: int,
+        trainer: bytes,
+        batch: BatchId,
+        agreement_milli: int,
+        commitment: bytes | None,
     ) -> None: ...
+
+    def on_attestation(
+        self,
+        sender: bytes,
+        step: int,
+        trainer: bytes,
+        batch: BatchId,
+        agreement_milli: int,
+        commitment: bytes,
+    ) -> None: ...
+
+    def on_equivocation(self, sender: bytes, proof: EquivocationProof) -> None: ...
 
     def on_join(self, sender: bytes) -> None: ...
 
@@ -155,6 +174,8 @@ class RecordingUplink:
     )
     checkpoints: list[HubCheckpoint] = field(default_factory=list)
     accusations: list[tuple[int, bytes, BatchId, int]] = field(default_factory=list)
+    equivocations: list[EquivocationProof] = field(default_factory=list)
+    attestations: list[tuple[int, bytes, BatchId, int, bytes]] = field(default_factory=list)
     joins: int = 0
 
     async def send_witness(self, witness: Witness, metadata: WitnessMetadata) -> None:
@@ -183,11 +204,28 @@ class RecordingUplink:
             self.server.on_join(self.me)
 
     async def send_accusation(
-        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int
+        self,
+        step: int,
+        trainer: bytes,
+        batch: BatchId,
+        agreement_milli: int,
+        commitment: bytes | None = None,
     ) -> None:
         self.accusations.append((step, trainer, batch, agreement_milli))
         if self.server is not None:
-            self.server.on_accusation(self.me, step, trainer, batch, agreement_milli)
+            self.server.on_accusation(self.me, step, trainer, batch, agreement_milli, commitment)
+
+    async def send_attestation(
+        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int, commitment: bytes
+    ) -> None:
+        self.attestations.append((step, trainer, batch, agreement_milli, commitment))
+        if self.server is not None:
+            self.server.on_attestation(self.me, step, trainer, batch, agreement_milli, commitment)
+
+    async def send_equivocation(self, proof: EquivocationProof) -> None:
+        self.equivocations.append(proof)
+        if self.server is not None:
+            self.server.on_equivocation(self.me, proof)
 
 
 def unsigned_result(

@@ -271,3 +271,32 @@ def test_log_level_reaches_the_logging_setup(monkeypatch) -> None:
     assert levels == ["info", "debug", "warning"]
     refused = runner.invoke(main, [*base, "--log-level", "loud"])
     assert refused.exit_code == 2 and "--log-level" in refused.output
+
+
+def test_check_refuses_a_model_the_architecture_does_not_train(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "state.toml"
+    example = (repo_root / "state.toml.example").read_text()
+    state.write_text(example.replace('architecture = "HfLlama"', 'architecture = "HfDeepseek"'))
+    result = CliRunner().invoke(main, ["check", "--state", str(state), "--device", "cpu"])
+    assert result.exit_code != 0
+    assert 'model.LLM.architecture "HfDeepseek" trains' in result.output
+    assert 'set architecture = "HfLlama"' in result.output
+
+
+def test_tensor_parallelism_other_than_1_is_refused_pointing_to_fsdp(monkeypatch) -> None:
+    import psyche_client.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_run", lambda options, *_: seen.append(options) or 0)
+    base = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
+    runner = CliRunner()
+    assert runner.invoke(main, [*base, "--tensor-parallelism", "1"]).exit_code == 0
+    assert len(seen) == 1  # the reference's default: accepted, changes nothing
+    refused = runner.invoke(main, [*base, "--tensor-parallelism", "4"])
+    assert refused.exit_code == 2 and len(seen) == 1  # nothing started
+    assert "tensor parallelism is not supported" in refused.output
+    assert "--data-parallelism 4 --fsdp" in refused.output
+    from_env = runner.invoke(main, base, env={"TENSOR_PARALLELISM": "2"})
+    assert from_env.exit_code == 2 and "--data-parallelism 2 --fsdp" in from_env.output

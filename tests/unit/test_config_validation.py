@@ -48,7 +48,11 @@ def test_example_and_fixtures_are_valid(shared_fixtures: Path) -> None:
         report = validate_state(load_state(path), data)
         assert report.ok, (path, report.errors)
     for path in sorted((shared_fixtures / "configs" / "solana-test").glob("*.toml")):
-        assert validate_state(load_state(path, run_id="solana")).ok, path
+        report = validate_state(load_state(path, run_id="solana"))
+        if path.name == "light-config-gcs.toml":  # the client cannot load from GCS
+            assert [p.field for p in report.errors] == ["model.LLM.checkpoint.Gcs"], path
+        else:
+            assert report.ok, path
 
 
 def test_verification_percent_fixture_validates_without_a_warning(shared_fixtures: Path) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from psyche_client.training.model.source import SourceKind, classify_source
+from psyche_common.model_source import SourceKind, classify_source
 
 
 @pytest.mark.parametrize(
@@ -38,3 +38,11 @@ def test_paths_are_local(source: str) -> None:
 
 def test_builtin_presets() -> None:
     assert classify_source("builtin:llama-tiny") == SourceKind.BUILTIN
+
+
+def test_the_server_knows_every_builtin_preset_the_client_ships() -> None:
+    """`validate-config` (no torch) checks `builtin:NAME` against a list of its own."""
+    from psyche_client.training.model.loading import list_builtin_presets
+    from psyche_common.config.builtin_models import BUILTIN_MODELS
+
+    assert sorted(BUILTIN_MODELS) == list_builtin_presets()

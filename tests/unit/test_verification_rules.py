@@ -1,12 +1,18 @@
-"""Verification on the coordinator: who may accuse, the conviction quorum, the kept record."""
+"""Verification on the coordinator: who may report, when independent verifiers convict, how
+a refuted accuser loses standing, epoch-scoped and proven bans, the kept record."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from psyche_common.batch_id import BatchId
+from psyche_common.config import load_state
 from psyche_common.coordinator import (
     Accusation,
+    Attestation,
     ClientState,
+    ConvictionKind,
     Coordinator,
     CoordinatorError,
     ErrorKind,
@@ -16,17 +22,32 @@ from psyche_common.coordinator.assignment import assign_data_for_state
 from psyche_common.coordinator.committee import Committee, CommitteeSelection
 from psyche_common.coordinator.verdicts import VerificationRecord
 from psyche_common.coordinator.verification import (
-    checkers_of,
-    conviction_quorum,
+    MIN_ACCUSERS,
+    REFUTERS,
     round_verifiers,
     verifier_sample,
 )
 
-from tests.support.coordinators import ids, make_coordinator, to_round_train, witness_round
+from tests.support.coordinators import (
+    close_step,
+    everyone,
+    ids,
+    make_coordinator,
+    shared_batch,
+    to_round_train,
+    witness_round,
+)
+from tests.support.server_harness import write_state
 
 
 def coordinator_in_round(percent: int = 50, members: int = 8, **config: int) -> Coordinator:
-    settings = {"global_batch_size_start": 12, "global_batch_size_end": 12, **config}
+    settings = {
+        "global_batch_size_start": 12,
+        "global_batch_size_end": 12,
+        "epoch_time": 100_000,
+        "total_steps": 100_000,
+        **config,
+    }
     coord = make_coordinator(verification_percent=percent, **settings)
     to_round_train(coord, ids(members))
     return coord
@@ -60,45 +81,139 @@ def test_sample_is_deterministic_distinct_and_depends_on_the_verifier() -> None:
     assert verifier_sample(5, b"a" * 32, batches[:1]) == batches[:1]
 
 
-@pytest.mark.parametrize(("checkers", "quorum"), [(0, 1), (1, 1), (2, 2), (3, 2), (4, 3)])
-def test_conviction_quorum_is_a_strict_majority(checkers: int, quorum: int) -> None:
-    assert conviction_quorum(checkers) == quorum
+COMMITMENT = b"\xc0" * 32
 
 
-def test_a_verifier_quorum_convicts_and_drops_the_trainer() -> None:
-    coord = coordinator_in_round()
-    round_ = coord.current_round()
-    assignments = assign_data_for_state(coord)
-    accused = accusation(coord, verifiers(coord)[0]).trainer
-    checkers = checkers_of(accused, assignments, verifiers(coord), round_.random_seed)
-    quorum = conviction_quorum(len(checkers))
-    conviction = None
-    for count, checker in enumerate(checkers[:quorum], start=1):
-        mine = verifier_sample(round_.random_seed, checker, list(assignments))
-        batch = next(b for b in mine if assignments[b] == accused)
-        conviction = coord.accuse(
-            checker, Accusation(coord.progress.step, checker, accused, batch, 100 + count)
-        )
-        if count < quorum:
-            assert conviction is None
-            assert coord.epoch_state.clients[coord.client_index(accused) or 0].state == (
-                ClientState.Healthy
-            )
-    assert conviction is not None
-    assert conviction.trainer == accused and conviction.step == coord.progress.step
+def report(
+    coord: Coordinator, verifier: bytes, batch: BatchId, passed: bool, agreement: int = 100
+) -> None:
+    trainer = assign_data_for_state(coord)[batch]
+    step = coord.progress.step
+    if passed:
+        coord.attest(verifier, Attestation(step, verifier, trainer, batch, 900, COMMITMENT))
+    else:
+        coord.accuse(verifier, Accusation(step, verifier, trainer, batch, agreement, COMMITMENT))
+
+
+def state_of(coord: Coordinator, client_id: bytes) -> ClientState:
+    index = coord.client_index(client_id)
+    assert index is not None
+    return coord.epoch_state.clients[index].state
+
+
+def test_the_numbers_need_more_than_one_verifier() -> None:
+    assert MIN_ACCUSERS >= 2 and REFUTERS >= 2
+
+
+def test_two_independent_verifiers_convict_and_drop_the_trainer() -> None:
+    coord = coordinator_in_round(percent=50, members=8)
+    batch, (first, second, *_) = shared_batch(coord, 2)
+    trainer = assign_data_for_state(coord)[batch]
+    step = coord.progress.step
+    report(coord, first, batch, passed=False, agreement=101)
+    report(coord, second, batch, passed=False, agreement=102)
+    assert coord.verification.convictions == []  # judged when the step closes, not before
+    close_step(coord, 2000)
+    (conviction,) = coord.verification.convictions
+    assert conviction.kind == ConvictionKind.VERIFIERS and conviction.trainer == trainer
+    assert conviction.step == step and set(conviction.verifiers) == {first, second}
     assert conviction.agreement_milli == 101
-    assert coord.verification.convictions == [conviction]
-    index = coord.client_index(accused)
-    assert index is not None and coord.epoch_state.clients[index].state == ClientState.Dropped
-    assert coord.verification.excluded(accused, coord.progress.epoch, coord.progress.step)
-    assert not coord.verification.excluded(accused, coord.progress.epoch, coord.progress.step - 1)
-    assert not coord.verification.excluded(accused, coord.progress.epoch + 1, coord.progress.step)
+    assert state_of(coord, trainer) == ClientState.Dropped
+    assert coord.verification.excluded(trainer, coord.progress.epoch, step)
+    assert not coord.verification.excluded(trainer, coord.progress.epoch, step - 1)
+    assert not coord.verification.excluded(trainer, coord.progress.epoch + 1, step)
 
 
-def test_a_one_verifier_check_convicts_on_its_own() -> None:
+def test_a_single_accuser_never_convicts() -> None:
+    """Finding 5: one verifier's accusations convict nobody."""
     coord = coordinator_in_round(percent=25, members=4)
-    (verifier,) = verifiers(coord)
-    assert coord.accuse(verifier, accusation(coord, verifier)) is not None
+    (liar,) = verifiers(coord)
+    assignments = assign_data_for_state(coord)
+    batch = verifier_sample(coord.current_round().random_seed, liar, list(assignments))[0]
+    trainer = assignments[batch]
+    report(coord, liar, batch, passed=False)
+    close_step(coord, 2000)
+    assert coord.verification.convictions == []
+    assert coord.verification.strikes == {trainer: {liar}}  # it stood, alone
+    assert state_of(coord, trainer) == ClientState.Healthy
+
+
+def test_strikes_of_two_verifiers_in_different_rounds_convict() -> None:
+    coord = coordinator_in_round(percent=25, members=4)
+    now = 2000
+    accusers: list[bytes] = []
+    target = everyone(coord)[0]
+    for _ in range(200):
+        (verifier,) = verifiers(coord)
+        assignments = assign_data_for_state(coord)
+        sample = verifier_sample(coord.current_round().random_seed, verifier, list(assignments))
+        mine = [b for b in sample if assignments[b] == target]
+        if mine and verifier not in accusers:
+            report(coord, verifier, mine[0], passed=False)
+            accusers.append(verifier)
+            if len(accusers) == 2:
+                break
+        now = witness_round(coord, now + 1)
+    assert len(accusers) == 2
+    assert coord.verification.convictions == []  # the second accusation's step is still open
+    close_step(coord, now)
+    (conviction,) = coord.verification.convictions
+    assert conviction.trainer == target and set(conviction.verifiers) == set(accusers)
+
+
+def test_a_tie_between_an_accusation_and_a_pass_stands_for_nobody() -> None:
+    coord = coordinator_in_round(percent=50, members=8)
+    batch, (accuser, passer, *_) = shared_batch(coord, 2)
+    report(coord, accuser, batch, passed=False)
+    report(coord, passer, batch, passed=True)
+    close_step(coord, 2000)
+    assert coord.verification.strikes == {}
+    assert coord.verification.refuted_by == {accuser: {passer}}  # one refuter: no verdict
+    assert coord.verification.convictions == []
+    assert state_of(coord, accuser) == ClientState.Healthy
+
+
+def test_an_accuser_the_others_refute_loses_standing_and_is_removed() -> None:
+    coord = coordinator_in_round(percent=50, members=16)
+    batch, (liar, *others) = shared_batch(coord, REFUTERS + 1)
+    trainer = assign_data_for_state(coord)[batch]
+    report(coord, liar, batch, passed=False)
+    for other in others[:REFUTERS]:
+        report(coord, other, batch, passed=True)
+    close_step(coord, 2000)
+    (conviction,) = coord.verification.convictions
+    assert conviction.kind == ConvictionKind.FALSE_ACCUSER and conviction.trainer == liar
+    assert set(conviction.verifiers) == set(others[:REFUTERS])
+    assert state_of(coord, liar) == ClientState.Dropped
+    assert state_of(coord, trainer) == ClientState.Healthy
+    assert coord.verification.strikes == {}
+
+
+def test_a_refuted_accuser_loses_its_earlier_strikes_and_its_voice() -> None:
+    coord = coordinator_in_round(percent=50, members=16)
+    batch, (liar, *others) = shared_batch(coord, REFUTERS + 1)
+    coord.verification.strikes = {b"t" * 32: {liar}}  # an earlier accusation that stood
+    report(coord, liar, batch, passed=False)
+    for other in others[:REFUTERS]:
+        report(coord, other, batch, passed=True)
+    close_step(coord, 2000)
+    assert coord.verification.strikes == {b"t" * 32: set()}
+    with pytest.raises(CoordinatorError, match="no standing"):
+        coord.accuse(liar, Accusation(coord.progress.step, liar, b"t" * 32, batch, 0))
+
+
+def test_a_pass_of_another_commitment_refutes_nothing() -> None:
+    """An equivocating trainer shows verifiers different results: a pass of one result says
+    nothing about an accusation of the other."""
+    coord = coordinator_in_round(percent=50, members=16)
+    batch, (accuser, *others) = shared_batch(coord, REFUTERS + 1)
+    trainer = assign_data_for_state(coord)[batch]
+    step = coord.progress.step
+    report(coord, accuser, batch, passed=False)
+    for other in others[:REFUTERS]:
+        coord.attest(other, Attestation(step, other, trainer, batch, 900, b"\xd0" * 32))
+    close_step(coord, 2000)
+    assert coord.verification.refuted_by == {} and coord.verification.convictions == []
 
 
 def test_only_the_rounds_verifiers_may_accuse() -> None:
@@ -132,7 +247,7 @@ def test_an_accusation_is_counted_once() -> None:
     coord = coordinator_in_round(percent=50, members=8)
     verifier = verifiers(coord)[0]
     coord.accuse(verifier, accusation(coord, verifier))
-    with pytest.raises(CoordinatorError, match="already accused"):
+    with pytest.raises(CoordinatorError, match="already reported"):
         coord.accuse(verifier, accusation(coord, verifier))
 
 
@@ -142,7 +257,8 @@ def test_accusations_close_when_the_next_rounds_witnesses_are_in() -> None:
     late = accusation(coord, verifier)
     now = witness_round(coord, 2000)  # the next round starts: its RoundTrain still accepts
     assert coord.run_state == RunState.RoundTrain and coord.progress.step == late.step + 1
-    assert coord.accuse(verifier, late) is not None
+    coord.accuse(verifier, late)
+    assert coord.verification.accusations == [late]
     coord2 = coordinator_in_round(percent=25, members=4)
     (verifier2,) = verifiers(coord2)
     late2 = accusation(coord2, verifier2)
@@ -170,15 +286,20 @@ def test_old_accusations_are_pruned_at_round_starts() -> None:
 
 
 def test_the_record_survives_the_wire_and_the_state_file() -> None:
-    coord = coordinator_in_round(percent=25, members=4)
-    (verifier,) = verifiers(coord)
-    conviction = coord.accuse(verifier, accusation(coord, verifier))
-    assert conviction is not None
+    coord = coordinator_in_round(percent=50, members=8)
+    batch, (first, second, *_) = shared_batch(coord, 2)
+    report(coord, first, batch, passed=False)
+    report(coord, second, batch, passed=False)
+    close_step(coord, 2000)
+    (conviction,) = coord.verification.convictions
+    assert coord.verification.strikes
     back = Coordinator.from_wire(coord.to_wire())
     assert back.verification == coord.verification
     saved = Coordinator.from_state_file(coord.to_state_file())
     assert saved.verification.convictions == [conviction]
-    assert saved.verification.accusations == []  # pending accusations are not saved
+    # pending reports and the epoch's tallies are not saved
+    assert saved.verification.accusations == saved.verification.attestations == []
+    assert saved.verification.strikes == saved.verification.refuted_by == {}
 
 
 def test_states_saved_before_verification_still_load() -> None:
@@ -210,19 +331,45 @@ def test_a_malformed_record_names_the_field() -> None:
         )
 
 
-def test_a_convicted_key_is_not_admitted_to_a_later_epoch() -> None:
-    coord = coordinator_in_round(percent=25, members=4)
-    (verifier,) = verifiers(coord)
-    conviction = coord.accuse(verifier, accusation(coord, verifier))
-    assert conviction is not None
+def admitted_after(coord: Coordinator, members: list[bytes], epoch: int) -> list[bytes]:
+    """The members a WaitingForMembers of epoch number `epoch` admits."""
     coord.withdraw_all()
+    coord.progress.epoch = epoch
     coord.run_state = RunState.WaitingForMembers
     coord.run_state_start_unix_timestamp = 0
-    members = [c.id for c in coord.epoch_state.clients]
     coord.tick(members, 5000, 0)
     assert coord.run_state == RunState.Warmup
-    admitted = [c.id for c in coord.epoch_state.clients]
-    assert conviction.trainer not in admitted and len(admitted) == 3
+    return [c.id for c in coord.epoch_state.clients]
+
+
+def test_a_ban_by_verifiers_lasts_one_epoch() -> None:
+    coord = coordinator_in_round(percent=50, members=8)
+    members = everyone(coord)
+    batch, (first, second, *_) = shared_batch(coord, 2)
+    report(coord, first, batch, passed=False)
+    report(coord, second, batch, passed=False)
+    close_step(coord, 2000)
+    (conviction,) = coord.verification.convictions
+    epoch = coord.progress.epoch
+    # a restart in the middle of the epoch continues its number: still out
+    assert conviction.trainer not in admitted_after(coord.copy(), members, epoch)
+    # the next epoch admits it again, and starts with clean tallies
+    admitted = admitted_after(coord, members, epoch + 1)
+    assert conviction.trainer in admitted and len(admitted) == 8
+    assert coord.verification.strikes == {}
+
+
+def test_a_proven_conviction_bans_for_good_and_survives_a_restart() -> None:
+    coord = coordinator_in_round(percent=50, members=8)
+    members = everyone(coord)
+    cheat, reporter = members[3], members[5]
+    conviction = coord.convict_proven(cheat, coord.progress.step, BatchId(0, 1), reporter)
+    assert conviction.kind == ConvictionKind.PROVEN
+    assert coord.convict_proven(cheat, coord.progress.step, BatchId(0, 1), reporter) is conviction
+    assert state_of(coord, cheat) == ClientState.Dropped
+    restarted = Coordinator.from_state_file(coord.to_state_file())
+    assert restarted.verification.convictions == [conviction]
+    assert cheat not in admitted_after(restarted, members, coord.progress.epoch + 5)
 
 
 def committees(coord: Coordinator, offset: int) -> dict[bytes, Committee]:
@@ -283,3 +430,37 @@ def test_with_verifiers_no_health_check_across_a_membership_change() -> None:
     )
     with pytest.raises(CoordinatorError, match="accused healthy client"):
         coord.health_check(accuser, [(accused, selection.get_committee(index))])
+
+
+OLD_FORMAT_VERIFICATION = """
+[verification]
+[[verification.convictions]]
+epoch = 3
+step = 41
+trainer = "{trainer}"
+batch = [8, 11]
+verifiers = ["{verifier}"]
+agreement_milli = 12
+"""
+
+
+def test_a_state_file_saved_before_conviction_kinds_loads_with_an_epoch_scoped_ban(
+    tmp_path: Path,
+) -> None:
+    """Files written when one verifier convicted for ever: the conviction loads as a verifier
+    conviction of its epoch, so the key is out for that epoch only."""
+    convicted, verifier, other = ids(3, salt="old")
+    path = write_state(tmp_path / "old.toml", init_min_clients=2)
+    path.write_text(
+        path.read_text()
+        + OLD_FORMAT_VERIFICATION.format(trainer=convicted.hex(), verifier=verifier.hex())
+    )
+    coord = Coordinator.from_state_file(load_state(path))
+    (conviction,) = coord.verification.convictions
+    assert conviction.kind == ConvictionKind.VERIFIERS and conviction.trainer == convicted
+    assert (conviction.epoch, conviction.step, conviction.batch) == (3, 41, BatchId(8, 11))
+    assert coord.verification.banned(convicted, 3)
+    assert not coord.verification.banned(convicted, 4)
+    resaved = Coordinator.from_state_file(coord.to_state_file())
+    assert resaved.verification.convictions == [conviction]
+    assert admitted_after(coord, [convicted, other], 4) == [convicted, other]

@@ -69,15 +69,16 @@ def test_an_honest_result_agrees_and_a_negated_one_does_not() -> None:
         sign_agreement(out.result, reference[:-1])
 
 
-def test_checks_score_each_result_once_and_report_a_trainer_once() -> None:
+def test_checks_score_each_result_once_and_report_each_batch_once() -> None:
     checks = VerifierChecks(b"w" * 32, {BatchId(0, 1): object()})
     assert checks.wants(BatchId(0, 1), b"h" * 32)
     assert not checks.wants(BatchId(2, 3), b"h" * 32)
     checks.scored.add(b"h" * 32)
     assert not checks.wants(BatchId(0, 1), b"h" * 32)
-    assert not checks.verdict(b"t" * 32, 0.9, ACCUSE_BELOW)
-    assert checks.verdict(b"t" * 32, 0.1, ACCUSE_BELOW)
-    assert not checks.verdict(b"t" * 32, 0.05, ACCUSE_BELOW)  # already reported
+    assert checks.verdict(BatchId(0, 1), 0.9, ACCUSE_BELOW) is False  # a pass: attested
+    assert checks.verdict(BatchId(2, 3), 0.1, ACCUSE_BELOW) is True  # accused
+    assert checks.verdict(BatchId(2, 3), 0.05, ACCUSE_BELOW) is None  # already reported
+    assert checks.verdict(BatchId(4, 5), float("nan"), ACCUSE_BELOW) is True
     assert [agreement_milli(x) for x in (0.1234, -1.0, 2.0, float("nan"))] == [123, 0, 1000, 0]
 
 
@@ -177,6 +178,7 @@ async def test_the_verifier_recomputes_its_sample_and_reports_a_failing_result()
     await settle(round_.checks, 2)
     await ctx.tasks.aclose()
     assert uplink.accusations == [(7, OWNERS[bad], bad, 50)]
+    assert uplink.attestations == [(7, OWNERS[good], good, 950, b"a" * 32)]  # the pass, too
     assert round_.checks.agreements == {b"a" * 32: 0.95, b"b" * 32: 0.05}
 
 

@@ -27,6 +27,7 @@ from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.phase import Phase
 from psyche_client.round.runner import RoundRunner
 from psyche_client.round.stats import ClientStats
+from psyche_client.round.tasks import EndOfRun
 from psyche_client.session.reachability import PeerReachability
 from psyche_client.session.reconnect import ServerSession
 from psyche_client.session.server_link import ServerLink, ServerLinkError
@@ -43,6 +44,7 @@ class ClientApp:
 
     def __init__(self, options: ClientOptions, parts: Parts | None = None) -> None:
         parts = parts or Parts()
+        self.parts = parts
         self.options = options
         self.identity = options.identity
         self.stats = ClientStats()
@@ -103,9 +105,11 @@ class ClientApp:
             f"majority's ({notice.majority_hash.hex()[:16]})"
         )
 
-    def _on_announcement(self, announcement: VerifiedAnnouncement, _from_peer: bytes) -> None:
-        if self.runner is not None:
-            self.runner.on_announcement(announcement)
+    def _on_announcement(self, announcement: VerifiedAnnouncement, _from_peer: bytes) -> bool:
+        """Whether the pipeline took the announcement (False: the inbox forgets it)."""
+        if self.runner is None:
+            return False
+        return self.runner.on_announcement(announcement)
 
     def snapshot(self) -> ClientSnapshot:
         """The client as the dashboard shows it, now."""
@@ -121,6 +125,22 @@ class ClientApp:
             self.lifecycle.download_progress,
         )
 
+    def make_runner(self) -> RoundRunner:
+        """The round pipeline over this client's parts (with the policies of its `Parts`)."""
+        return RoundRunner(
+            self.identity,
+            self.network,
+            self.server.uplink,
+            self.lifecycle.load_backend,
+            self.fetcher,
+            replace(self.options.round, needs_data=self.options.backend.kind != "dummy"),
+            on_cooldown=self.lifecycle.cooldown,
+            stats=self.stats,
+            check_weights=self.lifecycle.check_weights,
+            accuse=self.parts.accusation,
+            before_publish=self.parts.before_publish,
+        )
+
     # ------------------------------------------------------------------ main loop
 
     async def run(self) -> int:
@@ -131,17 +151,7 @@ class ClientApp:
             except (ServerLinkError, ValueError) as exc:
                 log.error("%s", exc)
                 return 1
-            self.runner = RoundRunner(
-                self.identity,
-                self.network,
-                self.server.uplink,
-                self.lifecycle.load_backend,
-                self.fetcher,
-                replace(self.options.round, needs_data=self.options.backend.kind != "dummy"),
-                on_cooldown=self.lifecycle.cooldown,
-                stats=self.stats,
-                check_weights=self.lifecycle.check_weights,
-            )
+            self.runner = self.make_runner()
             tasks = [
                 asyncio.create_task(self._follow_server(self.runner), name="server"),
                 asyncio.create_task(self.runner.wait_fatal(), name="fatal"),
@@ -200,7 +210,7 @@ class ClientApp:
 
 def _exit_code(first: asyncio.Task[object]) -> int:
     """The exit code for the task that ended the client first (logging why): 0 the run
-    finished, 1 the server link failed, 2 the client failed."""
+    finished (or its data ran out: `EndOfRun`), 1 the server link failed, 2 the client failed."""
     if first.cancelled():
         return 1
     error = first.exception()
@@ -209,6 +219,9 @@ def _exit_code(first: asyncio.Task[object]) -> int:
         error = fatal if isinstance(fatal, BaseException) else error
     if error is None:
         log.info("run finished; exiting")
+        return 0
+    if isinstance(error, EndOfRun):
+        log.info("exiting: %s", error)
         return 0
     if isinstance(error, ServerLinkError):
         log.error("%s", error)

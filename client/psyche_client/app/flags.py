@@ -77,6 +77,31 @@ def _int(low: int | None = None, high: int | None = None) -> click.IntRange:
     return click.IntRange(low, high)
 
 
+class TensorParallelismType(click.ParamType):
+    """`--tensor-parallelism`: the reference's flag, where only 1 (no tensor parallelism) is
+    accepted; anything else is refused with what to use instead."""
+
+    name = "N"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        try:
+            number = int(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is not an integer", param, ctx)
+        if number != 1:
+            self.fail(
+                f"{number}: tensor parallelism is not supported by this client. To train a "
+                "model that does not fit one device, shard it over several with "
+                f"--data-parallelism {max(number, 2)} --fsdp (FSDP2; docs/client.md, "
+                '"Several devices")',
+                param,
+                ctx,
+            )
+        return number
+
+
 IDENTITY_FLAG = Flag(
     "--identity-secret-key-path",
     "File with the 32 raw bytes of this client's ed25519 secret key. Without it the key "
@@ -319,6 +344,15 @@ FLAGS: tuple[Flag, ...] = (
         "backend.parallel.fsdp",
         False,
         is_flag=True,
+    ),
+    Flag(
+        "--tensor-parallelism",
+        "The reference's tensor parallelism: only 1 (none) is accepted; use --fsdp to shard "
+        "a model over several devices.",
+        None,
+        1,
+        TensorParallelismType(),
+        show_default=True,
     ),
     Flag(
         "--parallel-timeout",

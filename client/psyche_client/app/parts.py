@@ -1,9 +1,14 @@
 """The parts a client is composed of, as factories with defaults: `Parts`.
 
 `ClientApp` builds its P2P node, the round pipeline's view of it (the network), the uplink,
-the training backend (a registry entry) and the data fetcher only through a `Parts`. This is
-the one place a test or an attack client (tests/e2e/*_client.py) swaps a part:
-`ClientApp(options, parts=Parts(network=MyNetwork))`.
+the training backend (a registry entry) and the data fetcher only through a `Parts`, and hands
+the round pipeline its policies from it: which trainers a witness accuses (`accusation`) and
+what replaces our own result before it is published (`before_publish`). This is the one place
+a test or an attack client (tests/e2e/*_client.py) swaps a part:
+`ClientApp(options, parts=Parts(network=MyNetwork))`, or
+`psyche_client.cli.main(obj=Parts(...))` for a whole `psyche-client` process. A result's
+values are changed before they are encoded through the backend registry
+(`Parts(backends=weights.backends.with_generate_hook(hook))`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from psyche_common.protocol import Identity
 
 from psyche_client.p2p.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_client.p2p.node import P2PNode
+from psyche_client.round.exchange import PublishHook
+from psyche_client.round.health import AccusationPolicy, clients_to_accuse
 from psyche_client.round.ports import PeerNetwork
 from psyche_client.session.uplink import SwitchableUplink
 from psyche_client.weights.backends import BACKENDS, BackendEntry, BackendKind
@@ -61,3 +68,5 @@ class Parts:
     fetcher: Callable[[Callable[[], DataSource], Identity, RetryPolicy], SampleFetcher] = (
         make_fetcher
     )
+    accusation: AccusationPolicy = clients_to_accuse
+    before_publish: PublishHook | None = None

@@ -2,8 +2,8 @@
 
 A verifier recomputes a reference for each batch of its sample (`verifier_sample`) on the
 weights the round's trainers start from (`expected_weights`), then scores every verified
-result announced for those batches against it, once each, and reports a trainer at most once
-per round when a score falls below the threshold.
+result announced for those batches against it, once each, and reports each batch once: an
+accusation when the score falls below the threshold, an attestation (a pass) otherwise.
 """
 
 from __future__ import annotations
@@ -19,22 +19,23 @@ class VerifierChecks:
     expected_weights: bytes
     references: dict[BatchId, object] = field(default_factory=dict)
     scored: set[bytes] = field(default_factory=set)
-    """Commitments (data hashes) already scored."""
-    accused: set[bytes] = field(default_factory=set)
-    """Trainers already reported this round (the coordinator counts one per trainer)."""
+    """Commitments (`ResultAnnouncement.commitment`) already scored."""
+    reported: set[BatchId] = field(default_factory=set)
+    """Batches already reported this round (the coordinator takes one report per batch)."""
     agreements: dict[bytes, float] = field(default_factory=dict)
-    """Data hash → measured agreement (for logs and tests)."""
+    """Commitment → measured agreement (for logs and tests)."""
 
-    def wants(self, batch: BatchId, data_hash: bytes) -> bool:
-        """Whether a verified result for `batch` with `data_hash` still needs its score."""
-        return batch in self.references and data_hash not in self.scored
+    def wants(self, batch: BatchId, commitment: bytes) -> bool:
+        """Whether a verified result for `batch` with `commitment` still needs its score."""
+        return batch in self.references and commitment not in self.scored
 
-    def verdict(self, trainer: bytes, agreement: float, threshold: float) -> bool:
-        """Record a score; True when `trainer` must now be reported."""
-        if agreement >= threshold or trainer in self.accused:
-            return False
-        self.accused.add(trainer)
-        return True
+    def verdict(self, batch: BatchId, agreement: float, threshold: float) -> bool | None:
+        """Record a score for `batch`: True to accuse, False to attest, None when the batch
+        was reported already (a second result for one batch)."""
+        if batch in self.reported:
+            return None
+        self.reported.add(batch)
+        return not agreement >= threshold  # NaN accuses
 
 
 def agreement_milli(agreement: float) -> int:

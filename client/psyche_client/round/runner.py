@@ -7,6 +7,9 @@ table names (`phase.ACTIONS`).
 It never blocks the event loop: training, decoding and applying run in worker threads under
 one model lock; downloads and fetches are tasks with timeouts. Transport is behind
 `PeerNetwork` and `Uplink`, the model behind `TrainingBackend`, so it runs in-process in tests.
+Two policies are passed in too, with the honest ones as defaults: which trainers a witness
+accuses (`accuse`) and what replaces our own result before it is published (`before_publish`);
+test and attack clients swap them through `app.parts.Parts`.
 
 Per round h: apply round h−2's consensus results (early, while round h−1's witnesses report,
 when they are all in), train round h's batches and publish them, download round h−1's
@@ -27,7 +30,8 @@ from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.apply import ApplyStep
 from psyche_client.round.context import RoundContext
 from psyche_client.round.cooldown import CooldownStep
-from psyche_client.round.exchange import ResultExchange
+from psyche_client.round.exchange import PublishHook, ResultExchange
+from psyche_client.round.health import AccusationPolicy, clients_to_accuse
 from psyche_client.round.phase import Action, Phase, action_for
 from psyche_client.round.ports import (
     BackendLoader,
@@ -66,18 +70,22 @@ class RoundRunner:
         on_cooldown: CooldownHook | None = None,
         stats: ClientStats | None = None,
         check_weights: WeightsCheck | None = None,
+        accuse: AccusationPolicy = clients_to_accuse,
+        before_publish: PublishHook | None = None,
     ) -> None:
         self.ctx = RoundContext(identity, stats or ClientStats())
         self.uplink = uplink
         self.network = network
         self.load_backend = load_backend
-        self.exchange = ResultExchange(self.ctx, network, options, self._poke)
+        self.exchange = ResultExchange(
+            self.ctx, network, options, self._poke, uplink, before_publish
+        )
         self.verifier = RoundVerifier(self.ctx, uplink, fetch_samples, options.verify_threshold)
         self.training = RoundTraining(
             self.ctx, self.exchange, fetch_samples, options, self._poke, self.verifier
         )
         self.applier = ApplyStep(self.ctx, uplink)
-        self.witnessing = Witnessing(self.ctx, network, uplink, self.exchange)
+        self.witnessing = Witnessing(self.ctx, network, uplink, self.exchange, accuse)
         self.warmup = Warmup(self.ctx, network, uplink, check_weights, self._reload_model)
         self.preparer = NextRoundPreparer(self.ctx, self.applier, self.training, options)
         self.cooldown = CooldownStep(self.ctx, on_cooldown)
@@ -137,16 +145,17 @@ class RoundRunner:
         training and witnessing until the next Warmup resyncs them."""
         self.ctx.lose_sync(cause)
 
-    def on_announcement(self, verified: VerifiedAnnouncement) -> None:
+    def on_announcement(self, verified: VerifiedAnnouncement) -> bool:
         """An announcement arrived from a peer (or was re-broadcast), its signatures checked
-        by the P2P inbox: route it (warmup readiness, or the round it names)."""
+        by the P2P inbox: route it (warmup readiness, or the round it names). False: not
+        taken now (no model yet, too far ahead, over its sender's quota; `exchange.route`)."""
         announcement = verified.announcement
         if isinstance(announcement, FinishedAnnouncement) and announcement.warmup:
             self.warmup.on_announcement(announcement)
-            return
+            return True
         if self.ctx.backend is None or self.ctx.coordinator is None:
-            return
-        self.exchange.route(verified)
+            return False
+        return self.exchange.route(verified)
 
     async def tick(self) -> None:
         """The 500 ms timer: warmup readiness, Finished + witness, re-announcements."""

@@ -2,7 +2,8 @@
 
 Round-scoped tasks (downloads, training, apply) are cancelled when the pipeline leaves an
 epoch; long-lived ones (model loading, Cooldown work) are cancelled only on close. The first
-task that fails with an exception records it and wakes `wait_fatal`, which ends the client.
+task that fails with an exception records it and wakes `wait_fatal`, which ends the client;
+an `EndOfRun` ends it too, on purpose (logged without a traceback; exit code 0).
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ from typing import Any, TypeVar
 log = logging.getLogger("psyche.client")
 
 T = TypeVar("T")
+
+
+class EndOfRun(Exception):
+    """The run is over for this client though the coordinator has not finished it (its
+    training data ran out): the message says why; the client exits with status 0."""
 
 
 class TaskSet:
@@ -38,7 +44,10 @@ class TaskSet:
             return
         exc = task.exception()
         if exc is not None and self.fatal is None:
-            log.error("client task failed: %s", exc, exc_info=exc, extra=self._log_fields())
+            if isinstance(exc, EndOfRun):
+                log.warning("%s", exc, extra=self._log_fields())
+            else:
+                log.error("client task failed: %s", exc, exc_info=exc, extra=self._log_fields())
             self.fatal = exc
             self._fatal_event.set()
 

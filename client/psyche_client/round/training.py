@@ -13,13 +13,14 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 from psyche_common.batch_id import BatchId
-from psyche_common.data import DataError
+from psyche_common.data import DataError, DataIndexError
 
 from psyche_client.round.context import RoundContext
 from psyche_client.round.exchange import ResultExchange
 from psyche_client.round.phase import Phase
 from psyche_client.round.ports import DataFetcher, RunnerOptions
 from psyche_client.round.state import RoundState
+from psyche_client.round.tasks import EndOfRun
 from psyche_client.round.verifier import RoundVerifier
 
 log = logging.getLogger("psyche.client")
@@ -117,9 +118,17 @@ class RoundTraining:
                 await asyncio.to_thread(self.ctx.require_backend().cancel_round)
 
     async def _fetch(self, batch: BatchId) -> np.ndarray | None:
+        """The batch's samples, or None (logged) when they could not be fetched; raises
+        `EndOfRun` when the batch lies past the end of the data: every later batch would too,
+        so the client leaves instead of idling through empty rounds."""
         assert self.fetch_samples is not None
         try:
             return await self.fetch_samples(batch)
+        except DataIndexError as exc:
+            raise EndOfRun(
+                f"the training data is exhausted: {batch} lies past its end ({exc}); leaving "
+                "the run (it needs more data, or a smaller config.total_steps)"
+            ) from exc
         except DataError as exc:  # the fetcher retried already; anything else is a bug
             log.error(
                 "giving up on %s: %s; it will not be trained", batch, exc, extra=self.ctx.fields()

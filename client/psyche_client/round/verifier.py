@@ -5,8 +5,10 @@ h is done (the weights every trainer of round h starts from), it fetches the sam
 batches (`verifier_sample`: chosen from the round's seed and its own id) and, under the model
 lock, recomputes each batch's reference (`VerifyingBackend.recompute`: the DCT of the plain
 gradient; weights unchanged). Every verified result announced for those batches is then scored
-(`VerifyingBackend.agreement`) as it arrives; a score below the threshold is reported to the
-coordinator (`Uplink.send_accusation`), which convicts on a quorum of the trainer's checkers.
+(`VerifyingBackend.agreement`) as it arrives and reported to the coordinator, once per batch:
+a score below the threshold as an accusation (`Uplink.send_accusation`), any other as an
+attestation (`Uplink.send_attestation`), both naming the commitment scored. The coordinator
+convicts when independent verifiers agree and removes accusers that others refute.
 
 Nothing here changes what the client applies: the coordinator's record of convictions does,
 the same way for every client (`ApplyStep`). If the weights moved before the recompute (the
@@ -130,7 +132,12 @@ class RoundVerifier:
                 agreement=round(agreement, 4),
             ),
         )
-        if checks.verdict(trainer, agreement, self.threshold):
+        verdict = checks.verdict(download.batch, agreement, self.threshold)
+        if verdict is False:
+            await self.uplink.send_attestation(
+                round_.step, trainer, download.batch, agreement_milli(agreement), data_hash
+            )
+        elif verdict:
             log.warning(
                 "verifier: the result of %s for %s at step %d agrees %.3f with the recomputed "
                 "gradient (threshold %.2f): reporting it",
@@ -142,5 +149,5 @@ class RoundVerifier:
                 extra=self.ctx.fields(),
             )
             await self.uplink.send_accusation(
-                round_.step, trainer, download.batch, agreement_milli(agreement)
+                round_.step, trainer, download.batch, agreement_milli(agreement), data_hash
             )

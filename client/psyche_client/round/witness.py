@@ -4,7 +4,8 @@ During a round, once our training is done and every result of the previous round
 we announce Finished (with the Merkle root of what we saw); a witness of the round then sends
 its witness (the previous round's blooms) as soon as every member has finished, or at the
 latest when the coordinator enters RoundWitness. At the start of a round, a witness of the
-previous round accuses the trainers that too few witnesses saw participating.
+previous round accuses the trainers that too few witnesses saw participating (which ones: its
+`AccusationPolicy`, by default `health.clients_to_accuse`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from psyche_client.p2p.announcements import make_finished_announcement
 from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.context import RoundContext
 from psyche_client.round.exchange import ResultExchange
-from psyche_client.round.health import clients_to_accuse
+from psyche_client.round.health import AccusationPolicy, clients_to_accuse
 from psyche_client.round.phase import Phase
 from psyche_client.round.ports import PeerNetwork, Uplink
 from psyche_client.round.roles import selection_for_round
@@ -37,12 +38,18 @@ log = logging.getLogger("psyche.client")
 
 class Witnessing:
     def __init__(
-        self, ctx: RoundContext, network: PeerNetwork, uplink: Uplink, exchange: ResultExchange
+        self,
+        ctx: RoundContext,
+        network: PeerNetwork,
+        uplink: Uplink,
+        exchange: ResultExchange,
+        accuse: AccusationPolicy = clients_to_accuse,
     ) -> None:
         self.ctx = ctx
         self.network = network
         self.uplink = uplink
         self.exchange = exchange
+        self.accuse = accuse
 
     async def progress(self) -> None:
         """Send Finished and the opportunistic witness once their conditions hold."""
@@ -147,7 +154,7 @@ class Witnessing:
             trainer = selection.get_committee(i).committee == Committee.Trainer
             return trainer and (attested is None or ids[i] in attested)
 
-        accused = clients_to_accuse(
+        accused = self.accuse(
             ids,
             is_trainer=judged,
             participant_blooms=[w.participant_bloom for w in witnesses],

@@ -25,6 +25,7 @@ from psyche_common.batch_id import BatchId
 from psyche_common.config import AnyCheckpoint, HubCheckpoint
 from psyche_common.config import Checkpoint as CheckpointField
 from psyche_common.coordinator.committee import CommitteeProof
+from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.coordinator.types import Witness as WitnessReport
 from psyche_common.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -39,8 +40,10 @@ from psyche_common.protocol import (
 from psyche_common.protocol.messages import (
     Accusation,
     AnyClientMessage,
+    Attestation,
     Checkpoint,
     CoordinatorState,
+    Equivocation,
     HealthCheck,
     HealthCheckEntry,
     InvalidMessage,
@@ -235,8 +238,17 @@ class ServerLink:
         """In the state-file form the server parses: `{"Hub": {"repo_id", "revision"}}`."""
         await self._send(Checkpoint(checkpoint=_CHECKPOINT_WIRE.dump_python(checkpoint)))
 
+    async def send_equivocation(self, proof: EquivocationProof) -> None:
+        wire = proof.to_wire()
+        await self._send(Equivocation(first=wire["first"], second=wire["second"]))
+
     async def send_accusation(
-        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int
+        self,
+        step: int,
+        trainer: bytes,
+        batch: BatchId,
+        agreement_milli: int,
+        commitment: bytes | None = None,
     ) -> None:
         await self._send(
             Accusation(
@@ -244,5 +256,19 @@ class ServerLink:
                 trainer=trainer,
                 batch=batch.to_wire(),
                 agreement_milli=agreement_milli,
+                commitment=commitment,
+            )
+        )
+
+    async def send_attestation(
+        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int, commitment: bytes
+    ) -> None:
+        await self._send(
+            Attestation(
+                step=step,
+                trainer=trainer,
+                batch=batch.to_wire(),
+                agreement_milli=agreement_milli,
+                commitment=commitment,
             )
         )

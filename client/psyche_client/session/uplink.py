@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from psyche_common.batch_id import BatchId
 from psyche_common.config import HubCheckpoint
 from psyche_common.coordinator.committee import CommitteeProof
+from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.coordinator.types import Witness
 from psyche_common.protocol.messages import WitnessMetadata
 
@@ -72,9 +73,25 @@ class SwitchableUplink:
         await self._forward("Join", lambda link: link.send_join())
 
     async def send_accusation(
-        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int
+        self,
+        step: int,
+        trainer: bytes,
+        batch: BatchId,
+        agreement_milli: int,
+        commitment: bytes | None = None,
     ) -> None:
         await self._forward(
             "Accusation",
-            lambda link: link.send_accusation(step, trainer, batch, agreement_milli),
+            lambda link: link.send_accusation(step, trainer, batch, agreement_milli, commitment),
         )
+
+    async def send_attestation(
+        self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int, commitment: bytes
+    ) -> None:
+        await self._forward(
+            "Attestation",
+            lambda link: link.send_attestation(step, trainer, batch, agreement_milli, commitment),
+        )
+
+    async def send_equivocation(self, proof: EquivocationProof) -> None:
+        await self._forward("Equivocation", lambda link: link.send_equivocation(proof))

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 from psyche_common.batch_id import BatchId
-from psyche_common.config import AnyCheckpoint, AnyLRSchedule, HubRepo
+from psyche_common.config import AnyCheckpoint, AnyLRSchedule, Architecture, HubRepo
+from psyche_common.config.architecture_rules import model_config_problem
 from psyche_common.coordinator import Coordinator
 from psyche_common.lr_schedule import effective_lr
 
@@ -30,8 +31,10 @@ from psyche_client.training.backend import DecodedResult, TrainedResult, Weights
 from psyche_client.training.model.device import resolve_device
 from psyche_client.training.model.loading import (
     ModelInfo,
+    ModelLoadError,
     build_model_from_config,
     load_model,
+    load_model_config,
     load_parameter_bytes,
     parameter_names,
     raw_parameters,
@@ -39,7 +42,7 @@ from psyche_client.training.model.loading import (
 )
 from psyche_client.training.model.numerics import configure_model, model_dtype
 from psyche_client.training.model.precision import Precision
-from psyche_client.training.trainer import Trainer, TrainingCancelled
+from psyche_client.training.trainer import GenerateHook, Trainer, TrainingCancelled
 from psyche_client.verify.agreement import gradient_coefficients, sign_agreement
 from psyche_client.verify.recompute import recompute_gradient
 
@@ -60,11 +63,17 @@ def load_run_model(
     revision: str | None,
     peer_config: dict[str, Any] | None,
     device: torch.device,
+    architecture: Architecture,
     precision: Precision | None = None,
 ) -> tuple[torch.nn.Module, ModelInfo]:
     """The run's model on `device` in the dtype, attention kernel and checkpointing of
     `precision` (default: `Precision()`): built from a peer-shared `peer_config` (weights
-    come later from peers), else loaded from `source` (local directory, `builtin:` or Hub)."""
+    come later from peers), else loaded from `source` (local directory, `builtin:` or Hub).
+    A model the run's `architecture` does not train is refused (`ModelLoadError`) before it
+    is built."""
+    if peer_config is None and not source:
+        raise ValueError("the run's checkpoint names no model repository")
+    check_architecture(architecture, peer_config, source, revision)
     precision = precision or Precision()
     dtype = model_dtype(precision, device)
     model, info = _load(source, revision, peer_config, device, dtype)
@@ -90,9 +99,26 @@ def _load(
             num_parameters=sum(p.numel() for p in model.parameters()),
         )
         return model, info
-    if not source:
-        raise ValueError("the run's checkpoint names no model repository")
+    assert source is not None
     return load_model(source, revision, device=device, dtype=dtype)
+
+
+def check_architecture(
+    architecture: Architecture,
+    peer_config: dict[str, Any] | None,
+    source: str | None,
+    revision: str | None,
+) -> None:
+    """Raise `ModelLoadError` when the run's `architecture` does not train the model (the
+    peer-shared config, else `source`'s config.json; `architecture_rules`)."""
+    if peer_config is not None:
+        config, where = peer_config, "shared by peers"
+    else:
+        assert source is not None
+        config, where = load_model_config(source, revision), source
+    problem = model_config_problem(architecture, config, where)
+    if problem is not None:
+        raise ModelLoadError(problem.message)
 
 
 def decode_checked(
@@ -137,11 +163,13 @@ class DistroBackend:
         from_peers: bool = False,
         peer_config: dict[str, Any] | None = None,
         precision: Precision | None = None,
+        wrap_generate: GenerateHook | None = None,
     ) -> DistroBackend:
         """Build the model for the coordinator's run. With ``peer_config`` (the config a peer
         majority shared) the model is built from it and its weights come later from
         `load_parameters`; otherwise it is loaded from the checkpoint's repository (and, when
-        ``from_peers``, its weights are replaced by the peers' afterwards)."""
+        ``from_peers``, its weights are replaced by the peers' afterwards). ``wrap_generate``
+        is the trainer's (test and attack clients only)."""
         torch.manual_seed(RNG_SEED)
         llm = coordinator.model
         checkpoint = llm.checkpoint
@@ -154,6 +182,7 @@ class DistroBackend:
             source.revision if source else None,
             peer_config,
             torch_device,
+            llm.architecture,
             precision,
         )
         trainer = Trainer(
@@ -162,6 +191,7 @@ class DistroBackend:
             device=torch_device,
             micro_batch_size=micro_batch_size,
             grad_accum_in_fp32=(precision or Precision()).grad_accum_in_fp32,
+            wrap_generate=wrap_generate,
         )
         bounds = coordinator.get_cold_start_warmup_bounds()
         return cls(trainer, info, llm.lr_schedule, bounds)

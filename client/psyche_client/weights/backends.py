@@ -6,19 +6,27 @@ loader. A loader runs in a worker thread (importing torch and transformers takes
 on a loaded machine, and the event loop must keep reading the server's states) and is given
 the coordinator state, the options, and the model config a majority of peers shares (None
 when the model comes from its checkpoint's repository).
+
+`with_generate_hook` gives a registry whose distro entry wraps the trainer's DisTrO generate
+step (`training.trainer.GenerateHook`), so a test or attack client can change the result
+before it is encoded (`Parts(backends=with_generate_hook(hook))`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from functools import partial
+from typing import TYPE_CHECKING, Literal
 
 from psyche_common.coordinator import Coordinator
 
 from psyche_client.training.backend import DummyBackend, TrainingBackend
 from psyche_client.training.model.precision import AttnImplementation, DtypeName, Precision
 from psyche_client.training.parallel.plan import ParallelSpec
+
+if TYPE_CHECKING:
+    from psyche_client.training.trainer import GenerateHook
 
 BackendKind = Literal["dummy", "distro", "parallel"]
 PeerConfig = dict[str, object]
@@ -84,6 +92,7 @@ def load_distro(
     options: BackendOptions,
     peer_config: PeerConfig | None,
     from_peers: bool,
+    wrap_generate: GenerateHook | None = None,
 ) -> TrainingBackend:
     from psyche_client.training.distro_backend import DistroBackend
 
@@ -94,6 +103,7 @@ def load_distro(
         from_peers=from_peers,
         peer_config=peer_config,
         precision=options.precision,
+        wrap_generate=wrap_generate,
     )
 
 
@@ -130,3 +140,10 @@ BACKENDS: dict[BackendKind, BackendEntry] = {
     "distro": BackendEntry(load_distro),
     "parallel": BackendEntry(load_parallel),
 }
+
+
+def with_generate_hook(
+    hook: GenerateHook, backends: Mapping[BackendKind, BackendEntry] = BACKENDS
+) -> dict[BackendKind, BackendEntry]:
+    """`backends` with the distro entry's trainer wrapping its generate step in `hook`."""
+    return {**backends, "distro": BackendEntry(partial(load_distro, wrap_generate=hook))}

@@ -1,7 +1,8 @@
 """Rules for `[model.LLM.optimizer]`: DisTrO's and SparseLoCo's fields beyond their types.
 
-Errors: a chunk or top-k of 0; both `quantize_1bit` and `quantize_2bit` set; for SparseLoCo,
-`inner_steps` of 0, `outer_lr` not above 0, a `compression_decay` outside [0, 1], betas
+Errors: a chunk or top-k of 0; a `compression_decay` outside [0, 1] (the error feedback would
+grow without bound or flip sign); both `quantize_1bit` and `quantize_2bit` set; for SparseLoCo,
+`inner_steps` of 0, `outer_lr` not above 0, betas
 outside [0, 1), `eps` not above 0, a negative `weight_decay` or `clip_grad_norm`. Warning: a
 SparseLoCo run whose starting global batch is smaller than `inner_steps` (each client splits
 its samples into `inner_steps` parts, so some parts would be empty).
@@ -27,6 +28,13 @@ def _compression_problems(
     for name in ("compression_chunk", "compression_topk"):
         if getattr(optimizer, name) == 0:
             problems.append(_problem(f"{base}.{name}", f"{base}.{name} must be at least 1"))
+    if not 0.0 <= optimizer.compression_decay <= 1.0:
+        problems.append(
+            _problem(
+                f"{base}.compression_decay",
+                f"{base}.compression_decay ({optimizer.compression_decay}) must be between 0 and 1",
+            )
+        )
     return problems
 
 
@@ -39,13 +47,6 @@ def _sparseloco_problems(base: str, optimizer: SparseLocoOptimizer) -> list[Conf
             _problem(
                 f"{base}.outer_lr",
                 f"{base}.outer_lr ({optimizer.outer_lr}) must be greater than 0",
-            )
-        )
-    if not 0.0 <= optimizer.compression_decay <= 1.0:
-        problems.append(
-            _problem(
-                f"{base}.compression_decay",
-                f"{base}.compression_decay ({optimizer.compression_decay}) must be between 0 and 1",
             )
         )
     if not all(0.0 <= beta < 1.0 for beta in optimizer.betas):

@@ -2,9 +2,10 @@
 
 `validate_state` runs `coordinator_config_problem` (the reference's `CoordinatorConfig::check_error`,
 its 11 rules in the reference's order, the first failure wins), the `[model.LLM]` rules of
-`model_rules` (which the reference only runs on Solana), the run id, `verification_percent` and
-progress checks, and data.toml's `seq_len` against `max_seq_len` and its directory; it returns
-errors and warnings. String limits are enforced at load time, not here.
+`model_rules` (which the reference only runs on Solana), our LR-schedule rules (`lr_rules`)
+and what the client cannot load or use (`support_rules`), the run id, `verification_percent`
+and progress checks, and data.toml's `seq_len` against `max_seq_len` and its directory; it
+returns errors and warnings. String limits are enforced at load time, not here.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from psyche_common.config.coordinator_rules import coordinator_config_problem
 from psyche_common.config.data_location import BUILTIN_DATASETS, ServerData
 from psyche_common.config.data_server import DataServerConfig
 from psyche_common.config.errors import ConfigError, ConfigProblem
+from psyche_common.config.lr_rules import lr_schedule_problems
 from psyche_common.config.model_rules import model_problems
 from psyche_common.config.state_file import StateFile
+from psyche_common.config.support_rules import support_problems
 
 __all__ = [
     "BUILTIN_DATASETS",
@@ -78,6 +81,10 @@ def validate_state(
             )
         )
     warnings.extend(model_warnings)
+    for rule in (lr_schedule_problems, support_problems):
+        rule_errors, rule_warnings = rule(state)
+        errors.extend(rule_errors)
+        warnings.extend(rule_warnings)
     _check_data_config(state, data_config, report)
     return report
 

@@ -6,7 +6,8 @@ Modules: `types` (value types), `errors`, `quorum`, `committee` (committee and w
 selection), `assignment` (batch sizes and a round's data assignment), `verification` (who
 verifies what), `state` (the dataclass and helpers), `transitions` (tick, pause, resume),
 `witnesses` (witnesses and health checks), `health` (a trainer's health score),
-`plausibility` (the most bits an honest witness bloom can have set), `checkpoints`, `wire`
+`plausibility` (the most bits an honest witness bloom can have set), `equivocation` (proofs
+that a trainer signed two results for one batch), `checkpoints`, `wire`
 (msgpack and state.toml forms), `resume` (what a restarted server resumes from).
 """
 
@@ -30,7 +31,13 @@ from psyche_common.coordinator.types import (
     TickResult,
     Witness,
 )
-from psyche_common.coordinator.verdicts import Accusation, Conviction, VerificationRecord
+from psyche_common.coordinator.verdicts import (
+    Accusation,
+    Attestation,
+    Conviction,
+    ConvictionKind,
+    VerificationRecord,
+)
 
 __all__ = [
     "ACTIVE_STATES",
@@ -39,9 +46,11 @@ __all__ = [
     "MAX_WITNESSES",
     "NUM_STORED_ROUNDS",
     "Accusation",
+    "Attestation",
     "Client",
     "ClientState",
     "Conviction",
+    "ConvictionKind",
     "Coordinator",
     "CoordinatorError",
     "CoordinatorInvariantError",

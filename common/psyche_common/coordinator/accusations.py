@@ -1,19 +1,26 @@
-"""Verification reports: accept an accusation from a round's verifier, convict on a quorum.
+"""Verification reports: accept verifiers' accusations and attestations, judge them once their
+step closes, convict on agreement of independent verifiers, remove refuted accusers.
 
 Rules (docs/verification.md):
 
-- an accusation names a step that is the current round's (RoundTrain or RoundWitness) or the
-  previous round's while the current one is still in RoundTrain: once a round's witnesses are
-  in (RoundWitness), the results of the round before it may already be applied, so the set of
-  convictions that can affect them is closed;
-- its sender is a `Verifier` of that round, the batch is in the sender's own sample
-  (`verifier_sample`) and was assigned to the accused trainer; one accusation per verifier,
-  trainer and step;
-- a trainer is convicted once `conviction_quorum(checkers)` of the verifiers that checked it
-  in that round accused it: it becomes Dropped (it leaves the epoch at the next round start,
-  like a health-check drop) and a `Conviction` is kept; every client skips its results of that
-  step and later ones in this epoch (`VerificationRecord.excluded`), and no later epoch admits
-  it (`transitions.tick_waiting_for_members`).
+- a report (`Accusation`: the result fails the check; `Attestation`: it passes) names a step
+  that is the current round's (RoundTrain or RoundWitness) or the previous round's while the
+  current one is still in RoundTrain; its sender is a `Verifier` of that round that has not
+  lost its standing, the batch is in the sender's own sample (`verifier_sample`) and was
+  assigned to the named trainer; one report per verifier, step and batch;
+- a step is judged when it closes to reports (`judge_closed_step`: the next round enters
+  RoundWitness, or the epoch's Cooldown begins), before any client may apply its results.
+  For each checked batch, the accusations *stand* when the accusers outnumber the verifiers
+  that passed it (a tie stands for nobody), and each verifier that passed the very result
+  (same commitment) an accuser accused counts against that accuser (`refuted_by`);
+- an accuser refuted by `REFUTERS` different verifiers in the epoch loses its standing: a
+  `FALSE_ACCUSER` conviction, it becomes Dropped and its accusations count no more;
+- a trainer whose standing accusations in the epoch come from `MIN_ACCUSERS` different
+  verifiers is convicted (`VERIFIERS`): Dropped, and every client skips its results from the
+  judged step on in this epoch (`VerificationRecord.excluded`). One verifier never convicts;
+- both kinds are scoped to the epoch: the next epoch admits the key again. Only self-proving
+  evidence (`convict_proven`, e.g. two signed conflicting commitments) bans it for good
+  (`VerificationRecord.banned`, `transitions.tick_waiting_for_members`).
 """
 
 from __future__ import annotations
@@ -28,18 +35,23 @@ from psyche_common.coordinator.types import ClientState, Round, RunState
 from psyche_common.coordinator.verdicts import (
     MAX_ACCUSATIONS,
     MAX_CONVICTIONS,
+    MAX_TALLIES,
     Accusation,
+    Attestation,
     Conviction,
+    ConvictionKind,
 )
 from psyche_common.coordinator.verification import (
-    checkers_of,
-    conviction_quorum,
+    MIN_ACCUSERS,
+    REFUTERS,
     round_verifiers,
     verifier_sample,
 )
 
 if TYPE_CHECKING:
     from psyche_common.coordinator.state import Coordinator
+
+Report = Accusation | Attestation
 
 
 def _refuse(detail: str) -> CoordinatorError:
@@ -60,12 +72,14 @@ def _round_of_step(coord: Coordinator, step: int) -> Round:
     raise _refuse(f"step {step} is closed to accusations (current step {current_step})")
 
 
-def accuse(coord: Coordinator, from_id: bytes, accusation: Accusation) -> Conviction | None:
-    """Record `accusation` (its `verifier` must be `from_id`); returns the conviction it
-    completes, if any. Raises `CoordinatorError(InvalidAccusation)` naming the rule broken."""
-    if accusation.verifier != from_id:
-        raise _refuse(f"{short_id(from_id)} sent an accusation signed as another verifier")
-    round_ = _round_of_step(coord, accusation.step)
+def _check_report(coord: Coordinator, from_id: bytes, report: Report) -> None:
+    """Raise `CoordinatorError(InvalidAccusation)` naming the rule `report` breaks."""
+    if report.verifier != from_id:
+        raise _refuse(f"{short_id(from_id)} sent a report signed as another verifier")
+    record = coord.verification
+    if record.convicted(from_id, coord.progress.epoch) is not None:
+        raise _refuse(f"{short_id(from_id)} was convicted this epoch and has no standing")
+    round_ = _round_of_step(coord, report.step)
     clients = coord.epoch_state.clients
     config = coord.config
     verifiers = round_verifiers(
@@ -76,52 +90,153 @@ def accuse(coord: Coordinator, from_id: bytes, accusation: Accusation) -> Convic
         round_.tie_breaker_tasks,
     )
     if from_id not in verifiers:
-        raise _refuse(f"{short_id(from_id)} is not a verifier of step {accusation.step}")
+        raise _refuse(f"{short_id(from_id)} is not a verifier of step {report.step}")
     assignments = assign_data_for_round(round_, clients, config, coord.model.max_seq_len)
     sample = verifier_sample(round_.random_seed, from_id, list(assignments))
-    if accusation.batch not in sample:
+    if report.batch not in sample:
         raise _refuse(
-            f"{short_id(from_id)} did not have to check {accusation.batch} at step "
-            f"{accusation.step}"
+            f"{short_id(from_id)} did not have to check {report.batch} at step {report.step}"
         )
-    if assignments.get(accusation.batch) != accusation.trainer:
+    if assignments.get(report.batch) != report.trainer:
         raise _refuse(
-            f"{accusation.batch} of step {accusation.step} was not assigned to "
-            f"{short_id(accusation.trainer)}"
+            f"{report.batch} of step {report.step} was not assigned to {short_id(report.trainer)}"
         )
-    record = coord.verification
     if any(
-        a.step == accusation.step and a.verifier == from_id and a.trainer == accusation.trainer
-        for a in record.accusations
+        r.step == report.step and r.verifier == from_id and r.batch == report.batch
+        for r in record.reports()
     ):
-        raise _refuse(f"{short_id(from_id)} already accused {short_id(accusation.trainer)}")
-    if len(record.accusations) >= MAX_ACCUSATIONS:
-        raise _refuse(f"{MAX_ACCUSATIONS} accusations pending")
-    record.accusations.append(accusation)
-    if record.convicted(accusation.trainer, coord.progress.epoch) is not None:
-        return None
-    accusers = [
-        a
-        for a in record.accusations
-        if a.step == accusation.step and a.trainer == accusation.trainer
+        raise _refuse(f"{short_id(from_id)} already reported on {report.batch}")
+    if len(record.accusations) + len(record.attestations) >= MAX_ACCUSATIONS:
+        raise _refuse(f"{MAX_ACCUSATIONS} reports pending")
+
+
+def accuse(coord: Coordinator, from_id: bytes, accusation: Accusation) -> None:
+    """Record `accusation` (its `verifier` must be `from_id`); it is judged when its step
+    closes (`judge_closed_step`). Raises `CoordinatorError(InvalidAccusation)`."""
+    _check_report(coord, from_id, accusation)
+    coord.verification.accusations.append(accusation)
+
+
+def attest(coord: Coordinator, from_id: bytes, attestation: Attestation) -> None:
+    """Record that `from_id` checked a result and it passed (same rules as `accuse`)."""
+    _check_report(coord, from_id, attestation)
+    coord.verification.attestations.append(attestation)
+
+
+def judge_closed_step(coord: Coordinator) -> list[Conviction]:
+    """Judge the reports of step `progress.step - 1`, which just closed to reports (the
+    current round entered RoundWitness, or the Cooldown began); returns the convictions made.
+    """
+    step = coord.progress.step - 1
+    record = coord.verification
+    epoch = coord.progress.epoch
+    reports = [r for r in record.reports() if r.step == step]
+    record.accusations = [a for a in record.accusations if a.step != step]
+    record.attestations = [a for a in record.attestations if a.step != step]
+    by_batch: dict[tuple[bytes, BatchId], list[Report]] = {}
+    for report in reports:
+        if record.convicted(report.verifier, epoch) is None:
+            by_batch.setdefault((report.trainer, report.batch), []).append(report)
+    standing: list[Accusation] = []
+    refuted: dict[bytes, Accusation] = {}
+    for batch_reports in by_batch.values():
+        accusers = [r for r in batch_reports if isinstance(r, Accusation)]
+        passes = [r for r in batch_reports if isinstance(r, Attestation)]
+        if len(accusers) > len(passes):
+            standing.extend(accusers)
+        for accusation in accusers:
+            refuters = {
+                p.verifier
+                for p in passes
+                if accusation.commitment is not None and p.commitment == accusation.commitment
+            }
+            if refuters and _add(record.refuted_by, accusation.verifier, refuters):
+                refuted[accusation.verifier] = accusation
+    convictions = [
+        _convict_false_accuser(coord, accusation, step)
+        for verifier, accusation in sorted(refuted.items())
+        if len(record.refuted_by[verifier]) >= REFUTERS
     ]
-    checkers = checkers_of(accusation.trainer, assignments, verifiers, round_.random_seed)
-    if len(accusers) < conviction_quorum(len(checkers)):
-        return None
+    for accusation in standing:
+        if record.convicted(accusation.verifier, epoch) is None:
+            _add(record.strikes, accusation.trainer, {accusation.verifier})
+    for trainer in sorted({a.trainer for a in standing}):
+        accusers_of = record.strikes.get(trainer, set())
+        if len(accusers_of) >= MIN_ACCUSERS and record.convicted(trainer, epoch) is None:
+            mine = [a for a in standing if a.trainer == trainer]
+            conviction = Conviction(
+                epoch=epoch,
+                step=step,
+                trainer=trainer,
+                batch=min((a.batch for a in mine), key=_batch_key),
+                verifiers=tuple(sorted(accusers_of)),
+                agreement_milli=min(a.agreement_milli for a in mine),
+            )
+            _record(coord, conviction)
+            convictions.append(conviction)
+    return convictions
+
+
+def convict_proven(
+    coord: Coordinator, trainer: bytes, step: int, batch: BatchId, reporter: bytes
+) -> Conviction:
+    """Convict `trainer` on self-proving evidence about its result for `batch` at `step` that
+    `reporter` sent and the caller has checked (e.g. two announcements it signed that name
+    different commitments for one batch: docs/verification.md). Such a conviction needs no
+    second verifier and bars the key from every later epoch too. Idempotent per epoch."""
+    epoch = coord.progress.epoch
+    for existing in coord.verification.convictions:
+        if existing.trainer == trainer and existing.epoch == epoch and existing.proven:
+            return existing
+    conviction = Conviction(
+        epoch=epoch,
+        step=step,
+        trainer=trainer,
+        batch=batch,
+        verifiers=(reporter,),
+        agreement_milli=0,
+        kind=ConvictionKind.PROVEN,
+    )
+    _record(coord, conviction)
+    return conviction
+
+
+def _convict_false_accuser(coord: Coordinator, accusation: Accusation, step: int) -> Conviction:
+    record = coord.verification
+    verifier = accusation.verifier
     conviction = Conviction(
         epoch=coord.progress.epoch,
-        step=accusation.step,
-        trainer=accusation.trainer,
-        batch=min((a.batch for a in accusers), key=_batch_key),
-        verifiers=tuple(a.verifier for a in accusers),
-        agreement_milli=min(a.agreement_milli for a in accusers),
+        step=step,
+        trainer=verifier,
+        batch=accusation.batch,
+        verifiers=tuple(sorted(record.refuted_by[verifier])),
+        agreement_milli=accusation.agreement_milli,
+        kind=ConvictionKind.FALSE_ACCUSER,
     )
+    _record(coord, conviction)
+    for accusers in record.strikes.values():  # its accusations count no more
+        accusers.discard(verifier)
+    return conviction
+
+
+def _record(coord: Coordinator, conviction: Conviction) -> None:
+    """Keep `conviction` and drop its key from the epoch (it leaves at the next round start)."""
+    record = coord.verification
     record.convictions.append(conviction)
     del record.convictions[:-MAX_CONVICTIONS]
-    for client in clients:
-        if client.id == accusation.trainer and client.state == ClientState.Healthy:
+    for client in coord.epoch_state.clients:
+        if client.id == conviction.trainer and client.state == ClientState.Healthy:
             client.state = ClientState.Dropped
-    return conviction
+
+
+def _add(tally: dict[bytes, set[bytes]], key: bytes, values: set[bytes]) -> bool:
+    """Add `values` to `tally[key]` within `MAX_TALLIES`; True if it grew."""
+    if key not in tally and len(tally) >= MAX_TALLIES:
+        return False
+    entry = tally.setdefault(key, set())
+    before = len(entry)
+    entry |= set(sorted(values - entry)[: MAX_TALLIES - before])
+    return len(entry) > before
 
 
 def _batch_key(batch: BatchId) -> tuple[int, int]:
@@ -129,6 +244,8 @@ def _batch_key(batch: BatchId) -> tuple[int, int]:
 
 
 def prune(coord: Coordinator) -> None:
-    """Forget accusations of steps that can no longer be judged (called at round starts)."""
+    """Forget reports of steps that can no longer be judged (called at round starts)."""
     oldest = coord.progress.step - 1
-    coord.verification.accusations = [a for a in coord.verification.accusations if a.step >= oldest]
+    record = coord.verification
+    record.accusations = [a for a in record.accusations if a.step >= oldest]
+    record.attestations = [a for a in record.attestations if a.step >= oldest]

@@ -14,10 +14,19 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from psyche_common.batch_id import BatchId
 from psyche_common.config import AnyCheckpoint, CoordinatorConfig, LLMConfig, StateFile
-from psyche_common.coordinator import accusations, checkpoints, transitions, wire, witnesses
+from psyche_common.coordinator import (
+    accusations,
+    checkpoints,
+    equivocation,
+    transitions,
+    wire,
+    witnesses,
+)
 from psyche_common.coordinator.assignment import get_batch_size
 from psyche_common.coordinator.committee import CommitteeProof
+from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.health import health_score
 from psyche_common.coordinator.types import (
@@ -34,7 +43,12 @@ from psyche_common.coordinator.types import (
     TickResult,
     Witness,
 )
-from psyche_common.coordinator.verdicts import Accusation, Conviction, VerificationRecord
+from psyche_common.coordinator.verdicts import (
+    Accusation,
+    Attestation,
+    Conviction,
+    VerificationRecord,
+)
 
 
 class CoordinatorInvariantError(RuntimeError):
@@ -110,8 +124,22 @@ class Coordinator:
     def health_check(self, from_id: bytes, checks: Sequence[tuple[bytes, CommitteeProof]]) -> int:
         return witnesses.health_check(self, from_id, checks)
 
-    def accuse(self, from_id: bytes, accusation: Accusation) -> Conviction | None:
-        return accusations.accuse(self, from_id, accusation)
+    def accuse(self, from_id: bytes, accusation: Accusation) -> None:
+        accusations.accuse(self, from_id, accusation)
+
+    def attest(self, from_id: bytes, attestation: Attestation) -> None:
+        accusations.attest(self, from_id, attestation)
+
+    def convict_proven(
+        self, trainer: bytes, step: int, batch: BatchId, reporter: bytes
+    ) -> Conviction:
+        return accusations.convict_proven(self, trainer, step, batch, reporter)
+
+    def equivocation(self, reporter: bytes, proof: EquivocationProof) -> Conviction | None:
+        """A self-proving report that a trainer signed two commitments for one batch: convict
+        it on proof, so it is dropped, its results not yet final are skipped, and it is never
+        admitted again (`equivocation.record_equivocation`)."""
+        return equivocation.record_equivocation(self, reporter, proof)
 
     def checkpoint(
         self,

@@ -63,11 +63,11 @@ def tick_waiting_for_members(
 ) -> TickResult:
     if pending is None:
         return TickResult.ticked()
-    # a key convicted by the verifiers (kept record) is not admitted again
+    # a key convicted this epoch (a restart mid-epoch keeps its number) or on proof, ever
     unique = [
         client_id
         for client_id in _unique_pending(pending)
-        if not coord.verification.ever_convicted(client_id)
+        if not coord.verification.banned(client_id, coord.progress.epoch)
     ]
     config = coord.config
     if len(unique) < config.init_min_clients or not coord.check_timeout(
@@ -89,6 +89,7 @@ def tick_waiting_for_members(
         cold_start_epoch=coord.epoch_state.cold_start_epoch,
     )
     coord.epoch_state = fresh
+    coord.verification.new_epoch()
     coord.change_state(now, RunState.Warmup)
     return TickResult.ticked()
 
@@ -132,8 +133,15 @@ def start_round_train(coord: Coordinator, now: float, seed: int, tie_breaker_tas
 
 def tick_round_train(coord: Coordinator, now: float) -> TickResult:
     if coord.check_timeout(now, coord.config.max_round_train_time):
-        coord.change_state(now, RunState.RoundWitness)
+        start_round_witness(coord, now)
     return TickResult.ticked()
+
+
+def start_round_witness(coord: Coordinator, now: float) -> None:
+    """The round's witnesses are in (or its time is up): the previous step closes to
+    verification reports and is judged before any client may apply its results."""
+    coord.change_state(now, RunState.RoundWitness)
+    accusations.judge_closed_step(coord)
 
 
 def tick_round_witness(coord: Coordinator, now: float, seed: int) -> TickResult:
@@ -172,6 +180,7 @@ def tick_round_witness(coord: Coordinator, now: float, seed: int) -> TickResult:
 def start_cooldown(coord: Coordinator, now: float) -> None:
     coord.current_round().witnesses = []
     coord.change_state(now, RunState.Cooldown)
+    accusations.judge_closed_step(coord)  # the last round's reports, before its apply
 
 
 def tick_cooldown(coord: Coordinator, now: float) -> TickResult:

@@ -1,14 +1,21 @@
-"""Value types of verification: pending accusations and the kept record of convictions.
+"""Value types of verification: pending reports, the epoch's tallies, the kept convictions.
 
-`Accusation`: a round's verifier says the result of `trainer` for `batch` at `step` does not
-match its recomputation (`agreement_milli`: the measured sign agreement in thousandths).
-`Conviction`: a trainer a verifier quorum accused; it was removed from the epoch, every
-client skips its results from `step` on in that epoch, and later epochs do not admit it. `VerificationRecord` holds both; the
-coordinator broadcasts it and the server saves it (`to_toml` / `from_toml`, where ids are hex).
+`Accusation`: a round's verifier says the result of `trainer` for `batch` at `step` (the
+commitment `commitment`, when the verifier names it) does not match its recomputation
+(`agreement_milli`: the measured sign agreement in thousandths). `Attestation`: the same
+report for a result that does match. `Conviction`: a client removed from an epoch, of one of
+three kinds (`ConvictionKind`): a trainer that verifiers of at least two different keys
+accused, an accuser whom other verifiers refuted, or a client convicted by self-proving
+evidence. Every client skips a convicted client's results from `step` on in that epoch; only a
+proven conviction also keeps the key out of later epochs (`banned`). `VerificationRecord`
+holds them all; the coordinator broadcasts it and the server saves its convictions
+(`to_toml` / `from_toml`, where ids are hex). docs/verification.md states the rules.
 """
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,13 +28,39 @@ MAX_CONVICTIONS = 256
 """Convictions kept in the record (the oldest are forgotten first)."""
 
 MAX_ACCUSATIONS = 1024
-"""Pending accusations held at once (two rounds' worth is far below this)."""
+"""Pending reports (accusations, and attestations) held at once (two rounds' worth is far
+below this)."""
+
+MAX_TALLIES = 1024
+"""Keys with an entry in an epoch's tallies (`strikes`, `refuted_by`); each entry names at
+most that many verifiers (members are far fewer)."""
+
+
+class ConvictionKind(enum.StrEnum):
+    VERIFIERS = "verifiers"
+    """Verifiers of at least two different keys accused the trainer, each time with the
+    other checkers of that batch not contradicting them (epoch-scoped)."""
+    FALSE_ACCUSER = "false_accuser"
+    """A verifier whose accusations verifiers of at least two other keys refuted by passing
+    the very result it accused (epoch-scoped)."""
+    PROVEN = "proven"
+    """Self-proving evidence, such as two signed, conflicting commitments (equivocation):
+    the key is not admitted again, in any later epoch."""
 
 
 def _agreement(data: dict[str, Any], what: str) -> int:
     value = wire_uint(data, "agreement_milli", what)
     if value > 1000:
         raise ValueError(f"{what}.agreement_milli must be at most 1000, got {value}")
+    return value
+
+
+def _commitment(data: dict[str, Any], what: str) -> bytes | None:
+    value = data.get("commitment")
+    if value is None:
+        return None
+    if not isinstance(value, bytes) or len(value) != 32:
+        raise ValueError(f"{what}.commitment must be 32 bytes")
     return value
 
 
@@ -38,6 +71,9 @@ class Accusation:
     trainer: bytes
     batch: BatchId
     agreement_milli: int
+    commitment: bytes | None = None
+    """The data hash of the result scored (None from clients that do not send it: such an
+    accusation can still stand, but no attestation can refute it)."""
 
     def __str__(self) -> str:
         return (
@@ -46,13 +82,16 @@ class Accusation:
         )
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire: dict[str, Any] = {
             "step": self.step,
             "verifier": self.verifier,
             "trainer": self.trainer,
             "batch": self.batch.to_wire(),
             "agreement_milli": self.agreement_milli,
         }
+        if self.commitment is not None:
+            wire["commitment"] = self.commitment
+        return wire
 
     @classmethod
     def from_wire(cls, data: Any) -> Accusation:
@@ -63,6 +102,51 @@ class Accusation:
             trainer=check_client_id(data.get("trainer"), "accusation.trainer"),
             batch=BatchId.from_wire(data.get("batch")),
             agreement_milli=_agreement(data, "accusation"),
+            commitment=_commitment(data, "accusation"),
+        )
+
+
+@dataclass(frozen=True)
+class Attestation:
+    """A verifier checked the result `commitment` of `trainer` for `batch` at `step` and found
+    it agrees with its recomputation (at or above the threshold)."""
+
+    step: int
+    verifier: bytes
+    trainer: bytes
+    batch: BatchId
+    agreement_milli: int
+    commitment: bytes
+
+    def __str__(self) -> str:
+        return (
+            f"{short_id(self.verifier)} passes {short_id(self.trainer)} for {self.batch} at step "
+            f"{self.step} (agreement {self.agreement_milli / 1000:.3f})"
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "verifier": self.verifier,
+            "trainer": self.trainer,
+            "batch": self.batch.to_wire(),
+            "agreement_milli": self.agreement_milli,
+            "commitment": self.commitment,
+        }
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Attestation:
+        data = wire_map(data, "attestation")
+        commitment = _commitment(data, "attestation")
+        if commitment is None:
+            raise ValueError("attestation.commitment is missing")
+        return cls(
+            step=wire_uint(data, "step", "attestation"),
+            verifier=check_client_id(data.get("verifier"), "attestation.verifier"),
+            trainer=check_client_id(data.get("trainer"), "attestation.trainer"),
+            batch=BatchId.from_wire(data.get("batch")),
+            agreement_milli=_agreement(data, "attestation"),
+            commitment=commitment,
         )
 
 
@@ -73,15 +157,29 @@ class Conviction:
     trainer: bytes
     batch: BatchId
     verifiers: tuple[bytes, ...]
+    """Its accusers (for a false accuser: the verifiers that refuted it; proven: who sent the
+    evidence)."""
     agreement_milli: int
-    """The lowest agreement its accusers measured."""
+    """The lowest agreement its accusers measured (a false accuser: what it claimed)."""
+    kind: ConvictionKind = ConvictionKind.VERIFIERS
+    """`trainer` is the convicted key whatever the kind (for a false accuser: the verifier)."""
 
     def __str__(self) -> str:
         accusers = ", ".join(short_id(v) for v in self.verifiers)
+        what = {
+            ConvictionKind.VERIFIERS: f"for {self.batch} by {accusers}",
+            ConvictionKind.FALSE_ACCUSER: f"as a false accuser of {self.batch}, refuted by "
+            f"{accusers}",
+            ConvictionKind.PROVEN: f"on proof about {self.batch} from {accusers}",
+        }[self.kind]
         return (
-            f"{short_id(self.trainer)} convicted at step {self.step} (epoch {self.epoch}) for "
-            f"{self.batch} by {accusers} (agreement {self.agreement_milli / 1000:.3f})"
+            f"{short_id(self.trainer)} convicted at step {self.step} (epoch {self.epoch}) "
+            f"{what} (agreement {self.agreement_milli / 1000:.3f})"
         )
+
+    @property
+    def proven(self) -> bool:
+        return self.kind == ConvictionKind.PROVEN
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -91,12 +189,18 @@ class Conviction:
             "batch": self.batch.to_wire(),
             "verifiers": list(self.verifiers),
             "agreement_milli": self.agreement_milli,
+            "kind": self.kind.value,
         }
 
     @classmethod
     def from_wire(cls, data: Any) -> Conviction:
         data = wire_map(data, "conviction")
         verifiers = wire_list(data, "verifiers", "conviction")
+        kind = data.get("kind", ConvictionKind.VERIFIERS.value)  # absent before kinds existed
+        try:
+            conviction_kind = ConvictionKind(kind)
+        except ValueError:
+            raise ValueError(f"conviction.kind {kind!r:.40} is not a conviction kind") from None
         return cls(
             epoch=wire_uint(data, "epoch", "conviction"),
             step=wire_uint(data, "step", "conviction"),
@@ -104,13 +208,51 @@ class Conviction:
             batch=BatchId.from_wire(data.get("batch")),
             verifiers=tuple(check_client_id(v, "conviction.verifiers[]") for v in verifiers),
             agreement_milli=_agreement(data, "conviction"),
+            kind=conviction_kind,
         )
+
+
+def _tally_to_wire(tally: dict[bytes, set[bytes]]) -> dict[bytes, list[bytes]]:
+    return {key: sorted(values) for key, values in sorted(tally.items())}
+
+
+def _tally_from_wire(data: Any, what: str) -> dict[bytes, set[bytes]]:
+    if data is None:  # coordinators from before the tallies existed
+        return {}
+    table = wire_map(data, what)
+    if len(table) > MAX_TALLIES:
+        raise ValueError(f"{what} holds more than {MAX_TALLIES} entries")
+    tally: dict[bytes, set[bytes]] = {}
+    for key, values in table.items():
+        if not isinstance(values, list) or len(values) > MAX_TALLIES:
+            raise ValueError(f"{what}[] must be a list of at most {MAX_TALLIES} ids")
+        tally[check_client_id(key, f"{what} key")] = {
+            check_client_id(v, f"{what}[]") for v in values
+        }
+    return tally
 
 
 @dataclass
 class VerificationRecord:
     accusations: list[Accusation] = field(default_factory=list)
+    attestations: list[Attestation] = field(default_factory=list)
+    """Pending reports of the steps still open to them (pruned at each round start)."""
     convictions: list[Conviction] = field(default_factory=list)
+    strikes: dict[bytes, set[bytes]] = field(default_factory=dict)
+    """This epoch: trainer → the verifiers whose accusation of it stood."""
+    refuted_by: dict[bytes, set[bytes]] = field(default_factory=dict)
+    """This epoch: accuser → the verifiers that passed a result it accused."""
+
+    def new_epoch(self) -> None:
+        """Forget the pending reports and the tallies (convictions stay)."""
+        self.accusations = []
+        self.attestations = []
+        self.strikes = {}
+        self.refuted_by = {}
+
+    def reports(self) -> Iterable[Accusation | Attestation]:
+        yield from self.accusations
+        yield from self.attestations
 
     def excluded(self, trainer: bytes, epoch: int, step: int) -> bool:
         """Whether results of `trainer` trained at `step` of `epoch` must not be applied."""
@@ -118,9 +260,12 @@ class VerificationRecord:
             c.trainer == trainer and c.epoch == epoch and c.step <= step for c in self.convictions
         )
 
-    def ever_convicted(self, client_id: bytes) -> bool:
-        """Whether `client_id` has a conviction in the record (it is not admitted again)."""
-        return any(c.trainer == client_id for c in self.convictions)
+    def banned(self, client_id: bytes, epoch: int) -> bool:
+        """Whether `client_id` may not join epoch `epoch`: a proven conviction (any epoch) or
+        any conviction of that very epoch (a restart mid-epoch continues its number)."""
+        return any(
+            c.trainer == client_id and (c.proven or c.epoch == epoch) for c in self.convictions
+        )
 
     def convicted(self, trainer: bytes, epoch: int) -> Conviction | None:
         for conviction in self.convictions:
@@ -131,7 +276,10 @@ class VerificationRecord:
     def to_wire(self) -> dict[str, Any]:
         return {
             "accusations": [a.to_wire() for a in self.accusations],
+            "attestations": [a.to_wire() for a in self.attestations],
             "convictions": [c.to_wire() for c in self.convictions],
+            "strikes": _tally_to_wire(self.strikes),
+            "refuted_by": _tally_to_wire(self.refuted_by),
         }
 
     @classmethod
@@ -140,17 +288,27 @@ class VerificationRecord:
             return cls()
         data = wire_map(data, "verification")
         accusations = wire_list(data, "accusations", "verification")
+        attestations = data.get("attestations", [])  # absent before attestations existed
+        if not isinstance(attestations, list):
+            raise ValueError("verification.attestations must be a list")
         convictions = wire_list(data, "convictions", "verification")
-        if len(accusations) > MAX_ACCUSATIONS or len(convictions) > MAX_CONVICTIONS:
-            raise ValueError("verification holds too many accusations or convictions")
+        if (
+            len(accusations) + len(attestations) > MAX_ACCUSATIONS
+            or len(convictions) > MAX_CONVICTIONS
+        ):
+            raise ValueError("verification holds too many reports or convictions")
         return cls(
-            [Accusation.from_wire(a) for a in accusations],
-            [Conviction.from_wire(c) for c in convictions],
+            accusations=[Accusation.from_wire(a) for a in accusations],
+            attestations=[Attestation.from_wire(a) for a in attestations],
+            convictions=[Conviction.from_wire(c) for c in convictions],
+            strikes=_tally_from_wire(data.get("strikes"), "verification.strikes"),
+            refuted_by=_tally_from_wire(data.get("refuted_by"), "verification.refuted_by"),
         )
 
     def to_toml(self) -> dict[str, Any]:
-        """The state.toml table: ids as hex strings. Pending accusations are not saved (a
-        restarted server starts a new epoch, where they mean nothing)."""
+        """The state.toml table: ids as hex strings. Pending reports and the epoch's tallies
+        are not saved (a restarted server starts the epoch again: its members must be
+        accused anew)."""
         convictions = []
         for conviction in self.convictions:
             entry = conviction.to_wire()
@@ -167,7 +325,7 @@ class VerificationRecord:
             table = wire_map(table, "verification")
             convictions = []
             for entry in wire_list(table, "convictions", "verification"):
-                entry = {**wire_map(entry, "conviction")}
+                entry = {**wire_map(entry, "conviction")}  # files before `kind`: "verifiers"
                 entry["trainer"] = bytes.fromhex(str(entry.get("trainer", "")))
                 entry["verifiers"] = [bytes.fromhex(str(v)) for v in entry.get("verifiers", [])]
                 convictions.append(entry)

@@ -1,12 +1,13 @@
-"""Who verifies what in a round, and how many accusations convict (pure; no I/O).
+"""Who verifies what in a round, and how many verifiers must agree (pure; no I/O).
 
 A client whose committee is `Verifier` in a round trains nothing; it recomputes the gradients
 of `VERIFIER_SAMPLES` of the round's batches, picked by `verifier_sample` from the round's seed
 and the verifier's own id, so that the coordinator can check that an accusation names a batch
 the accuser really had to check, and trainers cannot know in advance which batches are
-checked. `checkers_of` lists the verifiers whose sample holds one of a trainer's batches; a
-trainer is convicted when `conviction_quorum(len(checkers))` of them accuse it (a strict
-majority, so with one checker its accusation is enough; docs/verification.md weighs that).
+checked. `checkers_of` lists the verifiers whose sample holds one of a trainer's batches. A
+trainer is convicted once `MIN_ACCUSERS` different verifiers' accusations stood in an epoch,
+and an accuser loses its standing once `REFUTERS` other verifiers passed results it accused
+(`accusations`; docs/verification.md weighs the numbers).
 """
 
 from __future__ import annotations
@@ -68,7 +69,9 @@ def checkers_of(
     return [v for v in verifiers if mine.intersection(verifier_sample(seed, v, batches))]
 
 
-def conviction_quorum(checkers: int) -> int:
-    """Accusations that convict a trainer checked by `checkers` verifiers: a strict majority
-    (at least 1)."""
-    return max(1, checkers // 2 + 1)
+MIN_ACCUSERS = 2
+"""Different verifiers whose standing accusations convict a trainer: one never does."""
+
+REFUTERS = 2
+"""Different verifiers that must pass results an accuser accused before it loses standing:
+one could be a liar shielding a cheat, so it only cancels the accusation (a tie)."""

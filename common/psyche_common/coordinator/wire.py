@@ -114,7 +114,7 @@ def reset_ephemeral(coord: Coordinator) -> None:
     es = coord.epoch_state
     es.clients = [client for client in es.clients if client.state == ClientState.Healthy]
     es.exited_clients = []
-    coord.verification.accusations = []
+    coord.verification.new_epoch()
 
 
 # ----- state.toml -----

@@ -89,7 +89,7 @@ def witness(coord: Coordinator, from_id: bytes, witness: Witness, now: float) ->
         len(coord.current_round().witnesses) >= coord.witness_nodes_effective()
         and coord.run_state != RunState.RoundWitness
     ):
-        coord.change_state(now, RunState.RoundWitness)
+        transitions.start_round_witness(coord, now)
 
 
 def trainer_healthy(coord: Coordinator, client_id: bytes) -> bool:

@@ -12,6 +12,9 @@ One-way handshake (the coordinator, data-server and relay ports; the server has 
 2. The connecting side replies `{"type": "ChallengeResponse", "public_key": <32 bytes>,
    "signature": <64 bytes>}`, signing `domain + challenge`.
 3. The accepting side verifies with its own domain; the public key becomes the peer's identity.
+   A port shared by several services (the coordinator port also serves the relay) verifies
+   against each of their domains (`accept_handshake_in`): the domain that verifies says which
+   service the peer asked for.
 
 Mutual handshake (P2P; `mutual_transcript`): both sides sign a transcript naming the role,
 both challenges and both keys, and the listener signs first, so a dialer never signs anything
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Sequence
 
 from .framing import DEFAULT_MAX_FRAME_SIZE, ProtocolError, read_frame, write_frame
 from .identity import PUBLIC_KEY_SIZE, SIGNATURE_SIZE, Identity, verify_signature
@@ -95,10 +99,19 @@ def signed_key(message: object, kind: str) -> tuple[bytes, bytes]:
 
 def verify_challenge_response(challenge: bytes, message: object, domain: bytes) -> bytes:
     """Check a decoded ChallengeResponse against `challenge` in `domain`; returns the key."""
+    return verify_challenge_response_in(challenge, message, (domain,))[0]
+
+
+def verify_challenge_response_in(
+    challenge: bytes, message: object, domains: Sequence[bytes]
+) -> tuple[bytes, bytes]:
+    """Check a decoded ChallengeResponse against `challenge` in any of `domains`; returns
+    `(public_key, the domain its signature verifies in)`."""
     public_key, signature = signed_key(message, "ChallengeResponse")
-    if not verify_signature(public_key, domain + challenge, signature):
-        raise HandshakeError("ChallengeResponse signature does not verify for this service")
-    return public_key
+    for domain in domains:
+        if verify_signature(public_key, domain + challenge, signature):
+            return public_key, domain
+    raise HandshakeError("ChallengeResponse signature does not verify for this service")
 
 
 def mutual_transcript(
@@ -145,11 +158,27 @@ async def accept_handshake(
     """Server side: send a challenge, verify the reply in `domain`; returns the peer's key.
 
     Raises `HandshakeError` / other `ProtocolError`s, or `TimeoutError` after `timeout` s."""
+    key, _ = await accept_handshake_in(
+        reader, writer, domains=(domain,), timeout=timeout, max_frame_size=max_frame_size
+    )
+    return key
+
+
+async def accept_handshake_in(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    *,
+    domains: Sequence[bytes],
+    timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+) -> tuple[bytes, bytes]:
+    """`accept_handshake` on a port shared by several services: returns `(peer key, the
+    domain the peer signed in)`."""
     challenge = new_challenge()
     async with asyncio.timeout(timeout):
         await write_frame(writer, challenge_message(challenge))
         reply = await read_frame(reader, max_frame_size)
-    return verify_challenge_response(challenge, reply, domain)
+    return verify_challenge_response_in(challenge, reply, domains)
 
 
 async def connect_handshake(

@@ -104,16 +104,50 @@ class Checkpoint(_Message):
 class Accusation(_Message):
     """A verifier's report (`coordinator.accuse`): the result of `trainer` for `batch` at
     `step` disagrees with the verifier's recomputed gradient (`agreement_milli`: the measured
-    sign agreement in thousandths)."""
+    sign agreement in thousandths); `commitment`: the data hash of the result it scored
+    (optional for older clients; without it no attestation can refute the accusation)."""
 
     type: Literal["Accusation"] = "Accusation"
     step: NonNegInt
     trainer: Bytes32
     batch: Annotated[list[NonNegInt], Field(min_length=2, max_length=2)]
     agreement_milli: Annotated[int, Field(strict=True, ge=0, le=1000)]
+    commitment: Bytes32 | None = None
 
 
-AnyClientMessage = Join | Witness | WarmupWitness | HealthCheck | Checkpoint | Accusation
+class Attestation(_Message):
+    """A verifier's report (`coordinator.attest`) that the result `commitment` of `trainer`
+    for `batch` at `step` agrees with its recomputed gradient: it refutes accusations of that
+    very result."""
+
+    type: Literal["Attestation"] = "Attestation"
+    step: NonNegInt
+    trainer: Bytes32
+    batch: Annotated[list[NonNegInt], Field(min_length=2, max_length=2)]
+    agreement_milli: Annotated[int, Field(strict=True, ge=0, le=1000)]
+    commitment: Bytes32
+
+
+class Equivocation(_Message):
+    """Proof that a trainer signed two different commitments for one batch of one step
+    (`coordinator.equivocation`): `first` and `second` are `ResultCommitment` wire dicts
+    (`protocol.result_commitment`), checked by the coordinator with both signatures."""
+
+    type: Literal["Equivocation"] = "Equivocation"
+    first: WireDict
+    second: WireDict
+
+
+AnyClientMessage = (
+    Join
+    | Witness
+    | WarmupWitness
+    | HealthCheck
+    | Checkpoint
+    | Accusation
+    | Attestation
+    | Equivocation
+)
 """Plain union of the client → server messages, for type hints."""
 
 ClientMessage = Annotated[AnyClientMessage, Field(discriminator="type")]
@@ -182,7 +216,16 @@ AnyServerMessage = CoordinatorState | Rejected | WeightsMismatch | Reachability
 ServerMessage = Annotated[AnyServerMessage, Field(discriminator="type")]
 
 CLIENT_MESSAGE_TYPES = frozenset(
-    {"Join", "Witness", "WarmupWitness", "HealthCheck", "Checkpoint", "Accusation"}
+    {
+        "Join",
+        "Witness",
+        "WarmupWitness",
+        "HealthCheck",
+        "Checkpoint",
+        "Accusation",
+        "Equivocation",
+        "Attestation",
+    }
 )
 SERVER_MESSAGE_TYPES = frozenset(
     {"CoordinatorState", "Rejected", "WeightsMismatch", "Reachability"}

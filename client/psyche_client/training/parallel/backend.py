@@ -119,6 +119,7 @@ class ParallelBackend:
             optimizer=settings,
             micro_batch_size=micro_batch_size,
             fsdp=spec.fsdp,
+            architecture=llm.architecture,
             precision=ranks_precision(precision or Precision(), spec, resolve_device(device).type),
         )
         groups, channel, supervisor = _start_world(spec, device, timeout)
