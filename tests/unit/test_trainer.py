@@ -337,6 +337,12 @@ def test_activation_checkpointing_and_attention_kernel_keep_the_result() -> None
     assert a.loss == pytest.approx(b.loss, rel=1e-5)
     assert a.result is not None and b.result is not None
     assert a.result.data_hash() == b.result.data_hash()
+    # the sdpa default on a family without that kernel keeps the family's own (Gemma2)
+    from tests.support.model_families import family
+
+    gemma = model_io.build_model_from_config(family("gemma2").build().to_dict())
+    configure_model(gemma, Precision(), torch.device("cpu"))
+    assert gemma.config._attn_implementation == "eager"  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="flash_attention_2 needs a CUDA device"):
         configure_model(
             tiny_llama(), Precision(attn_implementation="flash_attention_2"), torch.device("cpu")

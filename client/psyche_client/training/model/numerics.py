@@ -11,10 +11,13 @@ without gradient checkpointing).
 from __future__ import annotations
 
 import importlib.util
+import logging
 
 import torch
 
 from psyche_client.training.model.precision import Precision
+
+logger = logging.getLogger(__name__)
 
 _TORCH_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -68,9 +71,17 @@ def configure_model(
         try:
             set_attn(precision.attn_implementation)
         except (ValueError, ImportError) as exc:
-            raise ValueError(
-                f"--attn-implementation {precision.attn_implementation}: {exc}"
-            ) from exc
+            if precision.attn_implementation != "sdpa":
+                raise ValueError(
+                    f"--attn-implementation {precision.attn_implementation}: {exc}"
+                ) from exc
+            # the default: a family without an sdpa kernel (Gemma2) keeps its own
+            current = getattr(getattr(model, "config", None), "_attn_implementation", None)
+            logger.warning(
+                "%s has no sdpa attention; training with its %s kernel",
+                type(model).__name__,
+                current,
+            )
     if precision.activation_checkpointing:
         if not getattr(model, "supports_gradient_checkpointing", False):
             raise ValueError(
