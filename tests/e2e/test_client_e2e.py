@@ -77,7 +77,7 @@ def test_two_bf16_clients_hold_identical_weights(cluster) -> None:
     those bf16 bytes."""
     import torch
 
-    c = cluster(total_steps=5, init_min_clients=2, batch=4, epoch_time=600)
+    c = cluster(total_steps=7, init_min_clients=2, batch=4, epoch_time=600)
     c.start_server()
     checkpoints = c.tmp / "checkpoints"
     flags = ("--dtype", "bf16", "--grad-accum-in-fp32", "--micro-batch-size", "1")
