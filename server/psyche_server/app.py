@@ -32,6 +32,7 @@ from psyche_common.protocol.messages import (
     to_wire,
 )
 
+from .admission import Admission, AuthorizedKeysFile
 from .bridge import unhealthy_exited_ids
 from .client_messages import ConvictionLog, apply_client_message, reported_weights
 from .connections import CloseConnection, Connection, ConnectionManager
@@ -112,6 +113,15 @@ class ServerApp:
             on_disconnect=self._on_disconnect,
             idle_timeout=self.options.limits.idle_timeout,
         )
+        keys_path = self.options.authorized_keys
+        self.admission = (
+            None if keys_path is None else Admission(AuthorizedKeysFile(keys_path), clock)
+        )
+        """Who may join (`--authorized-keys`); None: an open run."""
+        if self.admission is not None:
+            self.admission.keys.load()  # AuthorizationError / OSError: the caller reports it
+        self._revoked: set[bytes] = set()
+        """Members whose key a reload removed: closed when they leave the epoch."""
         relay_limits = self.options.relay
         self.relay = (
             None
@@ -193,6 +203,7 @@ class ServerApp:
         next_tick = loop.time()
         try:
             while not stop.is_set():
+                self.reload_authorized_keys(force=False)
                 self.tick()
                 next_tick += interval
                 if next_tick < loop.time():
@@ -351,6 +362,7 @@ class ServerApp:
 
     def post_state_change(self, broadcast: bool = True) -> None:
         self.convictions.log_new(self.coordinator.verification)
+        self._close_revoked()
         self.follow_members()
         if self.run_state in ACTIVE_STATES:
             self.coordinator.config.warmup_time = self.original_warmup_time
@@ -425,6 +437,40 @@ class ServerApp:
         self.post_state_change(broadcast=True)
         return action
 
+    # ------------------------------------------------------------------ authorized keys
+
+    def reload_authorized_keys(self, force: bool = True) -> bool:
+        """Re-read `--authorized-keys` (force: now, as on SIGHUP; else when the file changed,
+        at most every few seconds); clients it no longer admits leave the pending set, and
+        are closed at once unless they are members of the current epoch (then when they stop
+        being members). True when the list was replaced."""
+        if self.admission is None:
+            return False
+        keys = self.admission.keys
+        if not (keys.reload() if force else keys.reload_if_changed()):
+            return False
+        joined = [cid for cid, conn in self.connections.connections.items() if conn.joined]
+        for client_id in self.admission.revoked(joined):
+            self.roster.kick([client_id])
+            self._revoked.add(client_id)
+        self._close_revoked()
+        return True
+
+    def _close_revoked(self) -> None:
+        """Close the connections of revoked clients that are not epoch members (any more)."""
+        if not self._revoked:
+            return
+        members = {client.id for client in self.coordinator.epoch_state.clients}
+        for client_id in [cid for cid in self._revoked if cid not in members]:
+            self._revoked.discard(client_id)
+            conn = self.connections.connections.get(client_id)
+            if conn is None:
+                continue
+            reason = "not authorized: this key was removed from the server's authorized keys"
+            log.warning("closing %s: %s", conn, reason, extra={"client": short_id(client_id)})
+            conn.send(to_wire(Rejected(reason=reason)))
+            conn.close(reason)
+
     # ------------------------------------------------------------------ connections
 
     def _on_connect(self, conn: Connection) -> None:
@@ -448,6 +494,9 @@ class ServerApp:
     def _on_disconnect(self, conn: Connection) -> None:
         client_id = conn.peer_id
         self.roster.leave(client_id)
+        self._revoked.discard(client_id)
+        if self.admission is not None:
+            self.admission.forget(client_id)
         self.weights.forget(client_id)
         self.reachability.forget(client_id)
         if self.relay is not None:
@@ -552,6 +601,16 @@ class ServerApp:
             raise CloseConnection(
                 f"unknown run id {message.run_id!r}: this server coordinates {self.run_id!r}"
             )
+        if self.admission is not None:
+            refusal = self.admission.admit(client_id, self.run_id, message.authorization)
+            if refusal is not None:
+                log.warning(
+                    "refusing the Join of %s: %s",
+                    short_id(client_id),
+                    refusal,
+                    extra={"client": short_id(client_id), "reason": refusal},
+                )
+                raise CloseConnection(f"not authorized: {refusal}")
         if not conn.joined:
             conn.joined = True  # from now on it gets every state, starting with the current one
             conn.send_frame(self._last_state_frame or self.state_frame())

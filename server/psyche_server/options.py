@@ -28,6 +28,9 @@ class ServerOptions:
     relay_port: int | None = None
     """The relay's own port; None (or the coordinator port): the relay shares the coordinator
     port, told apart by the handshake's domain."""
+    authorized_keys: Path | None = None
+    """`--authorized-keys`: only the keys listed there (and their delegates) may join; None:
+    an open run."""
 
 
 @dataclass

@@ -173,6 +173,15 @@ def _parse_keys(
     "repeat for several (default: none, every Checkpoint message is refused)",
 )
 @click.option(
+    "--authorized-keys",
+    type=_existing_file,
+    default=None,
+    help="a permissioned run: only the ed25519 public keys listed in this file (64 hex "
+    "characters per line, # comments) and the delegates they authorize "
+    "(`psyche-client authorize`) may join; re-read when it changes or on SIGHUP "
+    "(default: anyone may join)",
+)
+@click.option(
     "--relay/--no-relay",
     default=True,
     show_default=True,
@@ -235,6 +244,7 @@ def run(
     max_message_ticks_per_second: float,
     idle_timeout: float,
     checkpointers: frozenset[bytes],
+    authorized_keys: Path | None,
     relay: bool,
     relay_port: int | None,
     relay_max_mbps: float,
@@ -271,6 +281,7 @@ def run(
         checkpointers=checkpointers,
         relay=RelayLimits(max_mbps=relay_max_mbps or None) if relay else None,
         relay_port=relay_port,
+        authorized_keys=authorized_keys,
     )
     request = RunRequest(state_path, options, data_config, tui=use_tui)
     raise SystemExit(run_blocking(request))

@@ -2,7 +2,8 @@
 
 Loads and validates state.toml (and data.toml when the run hosts its data), builds the
 coordinator, the optional TCP data server and the optional dashboard, prints the listening
-line, and runs until SIGINT/SIGTERM (or `q` in the dashboard) on uvloop when available.
+line, and runs until SIGINT/SIGTERM (or `q` in the dashboard) on uvloop when available;
+SIGHUP re-reads `--authorized-keys`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from psyche_common.config import ConfigError, load_data_config, load_state, validate_state
 from psyche_common.config.data_location import ServerData
 from psyche_common.coordinator import Coordinator
+from psyche_common.protocol.authorization import AuthorizationError
 
 from .app import ServerApp
 from .data_server import DataServer, parse_socket_address
@@ -91,7 +93,10 @@ def build_data_server(
 def build_app(request: RunRequest) -> ServerApp:
     coordinator = build_coordinator(request.state_path, request.data_config_path)
     data_server = build_data_server(coordinator, request.data_config_path, request.options)
-    return ServerApp(coordinator, request.options, data_server=data_server)
+    try:
+        return ServerApp(coordinator, request.options, data_server=data_server)
+    except (AuthorizationError, OSError, UnicodeDecodeError) as exc:
+        raise StartupError(f"cannot read --authorized-keys: {exc}") from None
 
 
 async def run_app(app: ServerApp, tui: bool) -> None:
@@ -109,6 +114,9 @@ async def run_app(app: ServerApp, tui: bool) -> None:
         # (RuntimeError, e.g. an embedding test runner); Ctrl-C then ends the run as usual.
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
+    if app.admission is not None:
+        with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError):
+            loop.add_signal_handler(signal.SIGHUP, app.reload_authorized_keys)
     try:
         port = await app.start()
     except OSError as exc:
