@@ -161,7 +161,7 @@ def test_join_field_is_optional_and_bounded() -> None:
     wire = to_wire(join)
     assert "authorization" not in wire  # what an older server reads
     assert parse_client_message(wire) == join
-    with pytest.raises(InvalidMessage, match="Join.authorization"):
+    with pytest.raises(InvalidMessage, match=r"Join\.authorization"):
         parse_client_message({**wire, "authorization": b"x" * (MAX_AUTHORIZATION_BYTES + 1)})
 
 
