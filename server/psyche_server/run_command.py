@@ -118,6 +118,14 @@ def _parse_keys(
     help="open connections from one IP address beyond which its new ones are dropped",
 )
 @click.option(
+    "--max-handshakes-per-ip",
+    type=click.IntRange(1),
+    default=16,
+    show_default=True,
+    help="connections from one IP address still in their handshake beyond which its new ones "
+    "are dropped",
+)
+@click.option(
     "--pre-join-timeout",
     type=click.FloatRange(0.1),
     default=10.0,
@@ -237,6 +245,7 @@ def run(
     handshake_timeout: float,
     max_connections: int,
     max_connections_per_ip: int,
+    max_handshakes_per_ip: int,
     pre_join_timeout: float,
     max_send_buffer: int,
     max_messages_per_second: float,
@@ -271,6 +280,7 @@ def run(
             handshake_timeout=handshake_timeout,
             max_connections=max_connections,
             max_connections_per_ip=max_connections_per_ip,
+            max_handshakes_per_ip=max_handshakes_per_ip,
             pre_join_timeout=pre_join_timeout,
             max_buffered_send_bytes=max_send_buffer,
             messages_per_second=max_messages_per_second,
