@@ -373,8 +373,8 @@ class ServerApp:
     # ------------------------------------------------------------------ broadcasting
 
     def peers(self) -> dict[bytes, str]:
-        """P2P addresses of every epoch member and every pending client we know one for, once
-        the server has connected back to it (reachable or not, `reachability`): an address is
+        """P2P addresses of the epoch's members (not of pending clients: `roster.peers`), once
+        the server has connected back to each (reachable or not, `reachability`): an address is
         never handed out before its verdict, so no peer dials a private address behind a NAT
         in the moment between a Join and the state that marks it unreachable."""
         checked = self.reachability.reachable
