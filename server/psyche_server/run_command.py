@@ -209,6 +209,8 @@ def _parse_keys(
 )
 @click.option(
     "--otlp-metrics-url",
+    "--oltp-metrics-url",  # the reference's spelling
+    "otlp_metrics_url",
     default=None,
     metavar="URL",
     help="push the same metrics over OpenTelemetry's OTLP/HTTP to URL (e.g. "
