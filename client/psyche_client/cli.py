@@ -255,6 +255,7 @@ def check(
     """Estimate memory per device and DisTrO traffic of a run for this machine (no download
     of weights when the model is a builtin preset or a local directory)."""
     from psyche_common.config import load_state
+    from psyche_common.config.architecture_rules import model_config_problem
 
     from psyche_client.tools.estimate import estimate_run
     from psyche_client.training.model.loading import ModelLoadError, load_model_config
@@ -272,6 +273,9 @@ def check(
         model_config = load_model_config(repo.repo_id, repo.revision)
     except ModelLoadError as exc:
         raise click.ClickException(f"{state_path}: model.LLM.checkpoint: {exc}") from exc
+    problem = model_config_problem(state.model.architecture, model_config, repo.repo_id)
+    if problem is not None:
+        raise click.ClickException(f"{state_path}: {problem.message}")
     try:
         spec = ParallelSpec(data_parallelism, fsdp)
     except ValueError as exc:

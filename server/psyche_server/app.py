@@ -28,6 +28,7 @@ from psyche_common.protocol.messages import (
     Reachability,
     Rejected,
     WeightsMismatch,
+    Witness,
     parse_client_message,
     to_wire,
 )
@@ -44,6 +45,7 @@ from .persistence import StateSaver
 from .reachability import ProbeResult, ReachabilityChecker
 from .relay import RelayServer
 from .roster import ClientRoster
+from .run_metrics import MetricsBoard, MetricsSnapshot, RunMetrics
 
 log = logging.getLogger("psyche.server")
 
@@ -97,6 +99,8 @@ class ServerApp:
         self._message_tick_key: tuple[RunState, int] | None = None
         coordinator.reset_ephemeral()
         self.convictions = ConvictionLog(coordinator.verification)
+        self.metrics = RunMetrics()
+        """Per-step medians of witness reports and the server's counters (`run_metrics`)."""
         self.original_warmup_time = coordinator.config.warmup_time
         save_dir = self.options.save_state_dir
         self.saver = None if save_dir is None else StateSaver(save_dir, self.original_warmup_time)
@@ -128,6 +132,8 @@ class ServerApp:
             if relay_limits is None
             else RelayServer(coordinator.run_id, self._may_use_relay, relay_limits)
         )
+        self.metrics_board = MetricsBoard(self.metrics_snapshot())
+        """The latest metrics snapshot, for exporter threads (`metrics_export`)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -361,14 +367,31 @@ class ServerApp:
         )
 
     def post_state_change(self, broadcast: bool = True) -> None:
-        self.convictions.log_new(self.coordinator.verification)
+        self.metrics.count_convictions(self.convictions.log_new(self.coordinator.verification))
         self._close_revoked()
         self.follow_members()
+        self.metrics.observe_departures(
+            self.coordinator.progress.epoch,
+            (c.id for c in self.coordinator.epoch_state.exited_clients),
+        )
+        self.metrics_board.publish(self.metrics_snapshot())
         if self.run_state in ACTIVE_STATES:
             self.coordinator.config.warmup_time = self.original_warmup_time
         self.save_progress()
         if broadcast:
             self.broadcast()
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        relay_bytes = 0 if self.relay is None else self.relay.stats.forwarded
+        return self.metrics.snapshot(
+            run_id=self.run_id,
+            step=self.coordinator.progress.step,
+            epoch=self.coordinator.progress.epoch,
+            run_state=self.run_state.name,
+            members=len(self.coordinator.epoch_state.clients),
+            pending=len(self.pending),
+            relay_bytes_total=relay_bytes,
+        )
 
     # ------------------------------------------------------------------ broadcasting
 
@@ -541,6 +564,7 @@ class ServerApp:
                 # counted only from a member of this epoch (followed at every tick)
                 self.weights.advance(self.coordinator.progress.step)
                 self.weights.record(report[0], client_id, report[1])
+            step = self.coordinator.progress.step
             try:
                 apply_client_message(
                     self.coordinator,
@@ -562,6 +586,16 @@ class ServerApp:
                         "error": str(exc),
                     },
                 )
+            else:
+                if isinstance(message, Witness):  # counted only once the coordinator took it
+                    metadata = message.metadata
+                    self.metrics.record_witness(
+                        step,
+                        client_id,
+                        metadata.loss,
+                        metadata.tokens_per_sec,
+                        metadata.bandwidth_per_sec,
+                    )
         self._schedule_message_tick()
 
     def _schedule_message_tick(self) -> None:

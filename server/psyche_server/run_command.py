@@ -211,6 +211,36 @@ def _parse_keys(
     help="most the relay forwards, in Mbit/s over all pipes and both directions (0: no cap)",
 )
 @click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="serve the run's metrics (loss, tokens/s, step, members, convictions, ...) at "
+    "http://HOST:PORT/metrics in the Prometheus text format (0: a free port, printed on "
+    "start; default: off)",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="address the --metrics-port endpoint binds",
+)
+@click.option(
+    "--otlp-metrics-url",
+    "--oltp-metrics-url",  # the reference's spelling
+    "otlp_metrics_url",
+    default=None,
+    metavar="URL",
+    help="push the same metrics over OpenTelemetry's OTLP/HTTP to URL (e.g. "
+    "http://collector:4318/v1/metrics; default: off)",
+)
+@click.option(
+    "--otlp-metrics-interval",
+    type=click.FloatRange(0.1),
+    default=10.0,
+    show_default=True,
+    help="seconds between two OTLP exports",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["console", "json"]),
     default="console",
@@ -257,6 +287,10 @@ def run(
     relay: bool,
     relay_port: int | None,
     relay_max_mbps: float,
+    metrics_port: int | None,
+    metrics_host: str,
+    otlp_metrics_url: str | None,
+    otlp_metrics_interval: float,
     log_format: str,
     log_level: str,
     log_file: Path | None,
@@ -292,6 +326,10 @@ def run(
         relay=RelayLimits(max_mbps=relay_max_mbps or None) if relay else None,
         relay_port=relay_port,
         authorized_keys=authorized_keys,
+        metrics_host=metrics_host,
+        metrics_port=metrics_port,
+        otlp_metrics_url=otlp_metrics_url,
+        otlp_interval=otlp_metrics_interval,
     )
     request = RunRequest(state_path, options, data_config, tui=use_tui)
     raise SystemExit(run_blocking(request))

@@ -23,6 +23,7 @@ from psyche_common.protocol.authorization import AuthorizationError
 
 from .app import ServerApp
 from .data_server import DataServer, parse_socket_address
+from .metrics_export import OtlpExporter, PrometheusExporter
 from .options import ServerOptions
 
 log = logging.getLogger("psyche.server")
@@ -131,6 +132,7 @@ async def run_app(app: ServerApp, tui: bool) -> None:
             f"psyche-server data server on {app.data_server.host}:{app.data_server.port}",
             flush=True,
         )
+    exporters = start_exporters(app)
     dashboard_task: asyncio.Task[None] | None = None
     if tui:
         from .tui.app import ServerDashboard
@@ -153,7 +155,34 @@ async def run_app(app: ServerApp, tui: bool) -> None:
                 await asyncio.wait_for(dashboard_task, 5)
         if log_buffer is not None:
             logging.getLogger().removeHandler(log_buffer)
+        for exporter in exporters:
+            await asyncio.to_thread(exporter.close)  # a last OTLP export may take a while
         log.info("server stopped")
+
+
+def start_exporters(app: ServerApp) -> list[PrometheusExporter | OtlpExporter]:
+    """The `--metrics-port` and `--otlp-metrics-url` exporters asked for, started (their own
+    threads read `app.metrics_board`); prints where the Prometheus endpoint listens."""
+    options = app.options
+    exporters: list[PrometheusExporter | OtlpExporter] = []
+    if options.metrics_port is not None:
+        prometheus = PrometheusExporter(
+            app.metrics_board, options.metrics_host, options.metrics_port
+        )
+        try:
+            port = prometheus.start()
+        except OSError as exc:
+            raise StartupError(
+                f"cannot serve metrics on {options.metrics_host}:{options.metrics_port}: {exc}"
+            ) from None
+        exporters.append(prometheus)
+        print(f"psyche-server metrics on http://{options.metrics_host}:{port}/metrics", flush=True)
+    if options.otlp_metrics_url is not None:
+        exporters.append(
+            OtlpExporter(app.metrics_board, options.otlp_metrics_url, options.otlp_interval)
+        )
+        log.info("exporting metrics over OTLP to %s", options.otlp_metrics_url)
+    return exporters
 
 
 def run_blocking(request: RunRequest) -> int:

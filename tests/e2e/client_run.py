@@ -36,13 +36,13 @@ global_batch_size_start = {batch}
 global_batch_size_end = {batch}
 global_batch_size_warmup_tokens = 0
 [model.LLM]
-architecture = "HfLlama"
+architecture = "{architecture}"
 data_type = "Pretraining"
 max_seq_len = {seq_len}
 cold_start_warmup_steps = 0
 data_location = {data_location}
 [model.LLM.checkpoint.Hub]
-repo_id = "builtin:llama-tiny"
+repo_id = "{model}"
 [model.LLM.lr_schedule.Constant]
 base_lr = 3.0e-3
 warmup_init_lr = 0.0
@@ -78,6 +78,8 @@ def write_state(path: Path, **overrides: Any) -> Path:
         "data_location": '{ Builtin = "python-stdlib" }',
         "verification_percent": 0,
         "quantize_1bit": "true",
+        "architecture": "HfLlama",
+        "model": "builtin:llama-tiny",
     }
     values.update(overrides)
     path.write_text(STATE_TEMPLATE.format(**values))

@@ -117,6 +117,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     parallel.load_parameters({name: data for name, _, _, data in fresh.export_parameters()})
     report["loaded"] = [parallel.weights_hash().hex(), fresh.weights_hash().hex()]
     report["storage"] = storage(parallel)
+    report["tied"] = tied(parallel)
     parallel.close()
     return report
 
@@ -153,6 +154,16 @@ def storage(parallel: ParallelBackend) -> dict[str, int]:
             "owned_copies": sum(m.numel() for m in model.masters.values()),
         }
     return {"total": sum(p.numel() for p in engine.trainer.model.parameters())}
+
+
+def tied(parallel: ParallelBackend) -> bool:
+    """Whether rank 0's model (the sharded module, or the replica) shares one tensor between
+    its input and output embeddings."""
+    engine: Any = parallel.engine
+    sharded = getattr(engine, "model", None)
+    model = sharded.module if sharded is not None else engine.trainer.model
+    output = model.get_output_embeddings()
+    return output is not None and output.weight is model.get_input_embeddings().weight
 
 
 def main() -> int:

@@ -14,6 +14,7 @@ from psyche_client.training.parallel.launch import connect, disconnect
 from psyche_client.training.parallel.plan import LaunchEnv
 from psyche_client.training.parallel.sharded import ShardedEngine
 from psyche_client.training.parallel.worker import exit_now
+from psyche_common.config import Architecture
 
 SETTINGS = DistroSettings(
     compression_decay=0.999, compression_topk=4, compression_chunk=16, quantize_1bit=True
@@ -31,7 +32,15 @@ def run_rank(rank: int, world_size: int, port: int, scenario: str, out: str) -> 
         if scenario == "digest":
             agree(groups, b"same" if rank != 1 else b"other", "weights hash after a test")
         elif scenario == "shard":
-            load = LoadModel("builtin:llama-tiny", None, None, SETTINGS, 2, fsdp=True)
+            load = LoadModel(
+                "builtin:llama-tiny",
+                None,
+                None,
+                SETTINGS,
+                2,
+                fsdp=True,
+                architecture=Architecture.HF_LLAMA,
+            )
             engine = ShardedEngine.load(groups, load)
             if rank == 1:
                 named = dict(engine.model.module.named_parameters())

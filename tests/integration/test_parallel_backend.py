@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.model_families import short_directory, write_family
+
 pytestmark = pytest.mark.timeout(300)
 
 INDEX_AGREEMENT = 0.999
@@ -85,3 +87,17 @@ def test_sharded_matches_single_device_and_holds_half_the_model(repo_root: Path)
     total = storage["total"]
     assert storage["shards"] <= 0.55 * total  # rank 0's rows of every parameter
     assert storage["owned_copies"] <= 0.6 * total  # full copies of the parameters it owns
+
+
+def test_sharded_tied_embeddings_match_single_device(repo_root: Path) -> None:
+    """A Llama with tied embeddings (Llama-3.2 style): the sharded mode wraps the input and
+    output embeddings as one unit (FSDP2 refuses a parameter shared by two units), so the tie
+    survives sharding; it matches a single-device client and writes a checkpoint that reloads
+    with the same hash. (The replicated mode holds whole models: nothing differs there.)"""
+    with short_directory() as directory:
+        model = write_family(directory / "model", "llama-tied")
+        report = run_driver(
+            repo_root, "--fsdp", "--steps", "2", "--batch", "5", "--mbs", "2", "--model", str(model)
+        )
+    check_matches_single_device(report)
+    assert report["tied"]

@@ -12,6 +12,8 @@ import tomli_w
 from click.testing import CliRunner
 from psyche_server.cli import main
 
+from tests.support.model_families import short_directory, write_family
+
 
 def run(*args: str) -> tuple[int, str, str]:
     result = CliRunner().invoke(main, ["validate-config", *args])
@@ -142,6 +144,28 @@ def test_installed_entry_point(repo_root: Path) -> None:
     )
     assert completed.returncode == 0, completed.stderr
     assert "Configs are OK!" in completed.stdout
+
+
+def test_a_model_the_architecture_does_not_train_is_refused(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    """A Qwen2 directory (tied embeddings, as Qwen2.5-0.5B ships) under HfLlama is refused with
+    the fix; under HfAuto it validates."""
+    with short_directory() as directory:
+        model = write_family(directory / "qwen2", "qwen2-tied")
+        document = tomllib.loads((repo_root / "state.toml.example").read_text())
+        document["model"]["LLM"]["checkpoint"] = {"Hub": {"repo_id": str(model)}}
+        path = tmp_path / "state.toml"
+        path.write_text(tomli_w.dumps(document))
+        code, _, err = run("--state", str(path))
+        assert code == 1
+        assert "model.LLM.architecture \"HfLlama\" trains model_type 'llama'" in err
+        assert 'set architecture = "HfAuto"' in err
+        document["model"]["LLM"]["architecture"] = "HfAuto"
+        path.write_text(tomli_w.dumps(document))
+        code, out, err = run("--state", str(path))
+        assert code == 0, err
+        assert out.startswith("Configs are OK!")
 
 
 def test_data_that_runs_out_is_a_warning_naming_both_numbers(

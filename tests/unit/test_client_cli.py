@@ -257,6 +257,18 @@ def test_log_level_reaches_the_logging_setup(monkeypatch) -> None:
     assert refused.exit_code == 2 and "--log-level" in refused.output
 
 
+def test_check_refuses_a_model_the_architecture_does_not_train(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "state.toml"
+    example = (repo_root / "state.toml.example").read_text()
+    state.write_text(example.replace('architecture = "HfLlama"', 'architecture = "HfDeepseek"'))
+    result = CliRunner().invoke(main, ["check", "--state", str(state), "--device", "cpu"])
+    assert result.exit_code != 0
+    assert 'model.LLM.architecture "HfDeepseek" trains' in result.output
+    assert 'set architecture = "HfLlama"' in result.output
+
+
 def test_tensor_parallelism_other_than_1_is_refused_pointing_to_fsdp(monkeypatch) -> None:
     import psyche_client.cli as cli
 

@@ -200,3 +200,19 @@ def test_parallel_estimate_needs_distro() -> None:
     adamw = AdamWOptimizer(betas=(0.9, 0.95), weight_decay=0.0, eps=1e-8)
     with pytest.raises(ValueError, match="DisTrO only"):
         estimate_run(LLM(adamw), builtin_config("llama-tiny"), 1, parallel=ParallelSpec(2))
+
+
+@pytest.mark.parametrize("parallel", [None, ParallelSpec(2, fsdp=True)], ids=["one", "sharded"])
+def test_tied_embeddings_are_counted_once(parallel: ParallelSpec | None) -> None:
+    """A tied model (TinyLlama's shape with the output embedding tied) holds, trains and sends
+    its embedding once: its parameters and DisTrO traffic are one embedding smaller."""
+    llm = LLM(distro(64, 8, True), 2048)
+    untied = estimate_run(llm, TINYLLAMA_1B, 1, "cpu", parallel=parallel)
+    tied = estimate_run(
+        llm, TINYLLAMA_1B | {"tie_word_embeddings": True}, 1, "cpu", parallel=parallel
+    )
+    embedding = 32000 * 2048
+    assert tied.num_parameters == untied.num_parameters - embedding
+    assert tied.total_bytes < untied.total_bytes - 2 * embedding  # bf16 weights and gradients
+    assert tied.distro_result_bytes is not None and untied.distro_result_bytes is not None
+    assert tied.distro_result_bytes < untied.distro_result_bytes

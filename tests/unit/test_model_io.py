@@ -179,10 +179,30 @@ def test_a_missing_local_path_is_an_error_naming_it(tmp_path: Path, monkeypatch)
         load_model(missing)
 
 
-def test_tied_embeddings_rejected(tmp_path: Path) -> None:
+def test_tied_embeddings_load_with_the_shared_tensor_once(tmp_path: Path) -> None:
+    """A tied model (Llama-3.2 style) is seeded, hashed and saved with its shared tensor once,
+    under the input embedding's name, and reloads tied."""
     config = builtin_config("llama-tiny") | {"tie_word_embeddings": True}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ModelLoadError, match="tied word embeddings"):
+    model, info = load_model(str(tmp_path))
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    names = [entry.name for entry in model_parameters_manifest(model)]
+    assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names
+    untied, _ = load_model(str(write_config_dir(tmp_path / "untied")))
+    assert info.num_parameters == sum(p.numel() for p in untied.parameters()) - (
+        untied.get_output_embeddings().weight.numel()
+    )
+    saved = save_checkpoint(model, tmp_path / "checkpoint")
+    reloaded, reloaded_info = load_model(str(saved))
+    assert not reloaded_info.seeded
+    assert reloaded.get_output_embeddings().weight is reloaded.get_input_embeddings().weight
+    assert weights_hash(reloaded) == weights_hash(model)
+
+
+def test_a_model_that_is_no_causal_lm_is_refused_naming_its_type(tmp_path: Path) -> None:
+    config = {"model_type": "t5", "vocab_size": 64, "d_model": 16, "num_layers": 1}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="model_type 't5' is not a causal language model"):
         load_model(str(tmp_path))
 
 

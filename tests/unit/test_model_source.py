@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from psyche_client.training.model.source import SourceKind, classify_source
+from psyche_common.model_source import SourceKind, classify_source
 
 
 @pytest.mark.parametrize(

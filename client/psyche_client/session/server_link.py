@@ -25,6 +25,7 @@ from psyche_common.batch_id import BatchId
 from psyche_common.config import AnyCheckpoint, HubCheckpoint
 from psyche_common.config import Checkpoint as CheckpointField
 from psyche_common.coordinator.committee import CommitteeProof
+from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.coordinator.types import Witness as WitnessReport
 from psyche_common.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -42,6 +43,7 @@ from psyche_common.protocol.messages import (
     Attestation,
     Checkpoint,
     CoordinatorState,
+    Equivocation,
     HealthCheck,
     HealthCheckEntry,
     InvalidMessage,
@@ -241,6 +243,10 @@ class ServerLink:
     async def send_checkpoint(self, checkpoint: HubCheckpoint) -> None:
         """In the state-file form the server parses: `{"Hub": {"repo_id", "revision"}}`."""
         await self._send(Checkpoint(checkpoint=_CHECKPOINT_WIRE.dump_python(checkpoint)))
+
+    async def send_equivocation(self, proof: EquivocationProof) -> None:
+        wire = proof.to_wire()
+        await self._send(Equivocation(first=wire["first"], second=wire["second"]))
 
     async def send_accusation(
         self,

@@ -7,9 +7,9 @@
   (`shard_rows`), the full copies and DisTrO momentum of the parameters it owns (the largest
   rank's share from `assign_owners`), and while training the unsharded parameters and
   gradients of the root module's own parameters (the final norm) and of two sharding units
-  (`fsdp_units`: a decoder layer or an embedding; the one running and the one prefetched,
-  counted at the largest unit's size), plus one full parameter and one full fp32 gradient for
-  the lookahead and `generate`.
+  (`fsdp_units`: a decoder layer, an embedding, or tied embeddings together; the one running
+  and the one prefetched, counted at the largest unit's size), plus one full parameter and one
+  full fp32 gradient for the lookahead and `generate`.
 
 Activations (one micro-batch) are the caller's, as on a single device.
 """
@@ -28,12 +28,15 @@ from psyche_client.training.parallel.plan import (
     owned_elements,
     shard_rows,
 )
-from psyche_client.training.parallel.sharded_model import fsdp_units
+from psyche_client.training.parallel.units import fsdp_units
 
 
 def unit_parameters(model: torch.nn.Module) -> tuple[list[int], int]:
     """Elements of each sharding unit (`fsdp_units`) and of the root's own parameters."""
-    units = [sum(p.numel() for p in unit.parameters()) for unit in fsdp_units(model)]
+    units = [
+        sum(p.numel() for p in {id(p): p for m in unit for p in m.parameters()}.values())
+        for unit in fsdp_units(model)
+    ]
     total = sum(p.numel() for p in model.parameters())
     return units, total - sum(units)
 

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 from psyche_common.batch_id import BatchId
-from psyche_common.config import AnyCheckpoint, AnyLRSchedule, HubRepo
+from psyche_common.config import AnyCheckpoint, AnyLRSchedule, Architecture, HubRepo
+from psyche_common.config.architecture_rules import model_config_problem
 from psyche_common.coordinator import Coordinator
 from psyche_common.lr_schedule import effective_lr
 
@@ -30,8 +31,10 @@ from psyche_client.training.backend import DecodedResult, TrainedResult, Weights
 from psyche_client.training.model.device import resolve_device
 from psyche_client.training.model.loading import (
     ModelInfo,
+    ModelLoadError,
     build_model_from_config,
     load_model,
+    load_model_config,
     load_parameter_bytes,
     parameter_names,
     raw_parameters,
@@ -58,9 +61,15 @@ def load_run_model(
     revision: str | None,
     peer_config: dict[str, Any] | None,
     device: torch.device,
+    architecture: Architecture,
 ) -> tuple[torch.nn.Module, ModelInfo]:
     """The run's model in fp32 on `device`: built from a peer-shared `peer_config` (weights
-    come later from peers), else loaded from `source` (local directory, `builtin:` or Hub)."""
+    come later from peers), else loaded from `source` (local directory, `builtin:` or Hub).
+    A model the run's `architecture` does not train is refused (`ModelLoadError`) before it
+    is built."""
+    if peer_config is None and not source:
+        raise ValueError("the run's checkpoint names no model repository")
+    check_architecture(architecture, peer_config, source, revision)
     if peer_config is not None:
         model = build_model_from_config(peer_config, device=device)
         info = ModelInfo(
@@ -73,9 +82,26 @@ def load_run_model(
             num_parameters=sum(p.numel() for p in model.parameters()),
         )
         return model, info
-    if not source:
-        raise ValueError("the run's checkpoint names no model repository")
+    assert source is not None
     return load_model(source, revision, device=device, dtype=torch.float32)
+
+
+def check_architecture(
+    architecture: Architecture,
+    peer_config: dict[str, Any] | None,
+    source: str | None,
+    revision: str | None,
+) -> None:
+    """Raise `ModelLoadError` when the run's `architecture` does not train the model (the
+    peer-shared config, else `source`'s config.json; `architecture_rules`)."""
+    if peer_config is not None:
+        config, where = peer_config, "shared by peers"
+    else:
+        assert source is not None
+        config, where = load_model_config(source, revision), source
+    problem = model_config_problem(architecture, config, where)
+    if problem is not None:
+        raise ModelLoadError(problem.message)
 
 
 def decode_checked(
@@ -138,6 +164,7 @@ class DistroBackend:
             source.revision if source else None,
             peer_config,
             torch_device,
+            llm.architecture,
         )
         trainer = Trainer(
             model,

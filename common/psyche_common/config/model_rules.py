@@ -1,11 +1,13 @@
 """Rules for the `[model.LLM]` section: data location, checkpoint, optimizer (in
-`optimizer_rules`), LR schedule, cold start. The reference runs most of them only on Solana; we
-run them everywhere. Dummy data, Dummy optimizer and Dummy checkpoint stay valid (tests use
-them); an Ephemeral checkpoint is an error, an unknown builtin corpus a warning.
+`optimizer_rules`), LR schedule, cold start, architecture (in `architecture_rules`). The
+reference runs most of them only on Solana; we run them everywhere. Dummy data, Dummy optimizer
+and Dummy checkpoint stay valid (tests use them); an Ephemeral checkpoint is an error, an unknown
+builtin corpus a warning.
 """
 
 from __future__ import annotations
 
+from psyche_common.config.architecture_rules import architecture_problems
 from psyche_common.config.checkpoint import (
     EphemeralCheckpoint,
     GcsCheckpoint,
@@ -167,6 +169,8 @@ def model_problems(state: StateFile) -> tuple[list[ConfigProblem], list[ConfigPr
                 f"{_LLM}.max_seq_len", f"{_LLM}.max_seq_len must be greater than 0", "ModelCheck"
             )
         )
+    architecture_errors, architecture_warnings = architecture_problems(state)
+    errors.extend(architecture_errors)
     errors.extend(_data_location_problems(model))
     errors.extend(_checkpoint_problems(model))
     optimizer_errors, optimizer_warnings = optimizer_problems(state)
@@ -177,6 +181,7 @@ def model_problems(state: StateFile) -> tuple[list[ConfigProblem], list[ConfigPr
     cold_start = _cold_start_problem(state)
     if cold_start is not None:
         errors.append(cold_start)
+    warnings.extend(architecture_warnings)
     builtin_warning = _builtin_data_warning(model)
     if builtin_warning is not None:
         warnings.append(builtin_warning)

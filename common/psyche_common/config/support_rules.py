@@ -5,7 +5,8 @@
   warns, since members fetch the weights from each other and only a run with no member
   holding them falls back to the bucket);
 - `architecture = "Torchtitan"`: the client builds every model with transformers from its
-  `config.json`, whatever the architecture field says (a warning);
+  `config.json` and takes Torchtitan as HfAuto (a warning; the other architectures are
+  checked against the model by `architecture_rules`);
 - `repo_id = "builtin:NAME"` for a preset the client does not ship (an error).
 """
 

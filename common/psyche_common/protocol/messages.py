@@ -134,8 +134,25 @@ class Attestation(_Message):
     commitment: Bytes32
 
 
+class Equivocation(_Message):
+    """Proof that a trainer signed two different commitments for one batch of one step
+    (`coordinator.equivocation`): `first` and `second` are `ResultCommitment` wire dicts
+    (`protocol.result_commitment`), checked by the coordinator with both signatures."""
+
+    type: Literal["Equivocation"] = "Equivocation"
+    first: WireDict
+    second: WireDict
+
+
 AnyClientMessage = (
-    Join | Witness | WarmupWitness | HealthCheck | Checkpoint | Accusation | Attestation
+    Join
+    | Witness
+    | WarmupWitness
+    | HealthCheck
+    | Checkpoint
+    | Accusation
+    | Attestation
+    | Equivocation
 )
 """Plain union of the client → server messages, for type hints."""
 
@@ -212,6 +229,7 @@ CLIENT_MESSAGE_TYPES = frozenset(
         "HealthCheck",
         "Checkpoint",
         "Accusation",
+        "Equivocation",
         "Attestation",
     }
 )

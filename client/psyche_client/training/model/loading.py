@@ -1,7 +1,7 @@
 """Loading the client's model: sources, preset configs and seeded initialisation.
 
 A checkpoint `repo_id` (the `source` of `load_model`) is classified from its text alone
-(`psyche_client.training.model.source`):
+(`psyche_common.model_source`):
   1. `builtin:NAME`: a packaged preset config (`psyche_client/training/model/presets/NAME.json`), seeded;
   2. a Hub repo id (`NAME` or `OWNER/NAME`): fetched with `huggingface_hub.snapshot_download`,
      even when a local directory of that name exists;
@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from psyche_common.model_source import BUILTIN_PREFIX, SourceKind, classify_source
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from psyche_client.training.model.checkpoint import (
     TOKENIZER_FILE_PATTERNS,
@@ -51,7 +53,6 @@ from psyche_client.training.model.params import (
     raw_parameters,
     weights_hash,
 )
-from psyche_client.training.model.source import BUILTIN_PREFIX, SourceKind, classify_source
 
 __all__ = [
     "BUILTIN_PREFIX",
@@ -148,10 +149,12 @@ def config_from_dict(config: dict[str, Any] | PretrainedConfig) -> PretrainedCon
 
 
 def _check_supported(config: PretrainedConfig, source: str) -> None:
-    if getattr(config, "tie_word_embeddings", False):
+    """Refuse a config transformers cannot build as a causal LM (tied embeddings are fine:
+    `named_parameters()` yields the shared tensor once, under the input embedding's name)."""
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
         raise ModelLoadError(
-            f"model {source}: tied word embeddings are not supported "
-            "(set tie_word_embeddings = false; the reference rejects them too)"
+            f"model {source}: model_type {config.model_type!r} is not a causal language model "
+            "that transformers builds (AutoModelForCausalLM)"
         )
 
 
@@ -323,7 +326,7 @@ def load_model(
     seed: int = DEFAULT_SEED,
 ) -> tuple[PreTrainedModel, ModelInfo]:
     """Load a causal LM from a local directory, a `builtin:NAME` preset or a Hub repo id
-    (which one is decided from the text of `source`, see `psyche_client.training.model.source`).
+    (which one is decided from the text of `source`, see `psyche_common.model_source`).
 
     Seeded models (presets, config-only directories) are built with `seed`. The model is
     returned in train mode on `device` with parameters of `dtype`.

@@ -111,6 +111,7 @@ class ParallelBackend:
             optimizer=settings,
             micro_batch_size=micro_batch_size,
             fsdp=spec.fsdp,
+            architecture=llm.architecture,
         )
         groups, channel, supervisor = _start_world(spec, device, timeout)
         try:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch.distributed as dist
 from psyche_common.batch_id import BatchId
+from psyche_common.config import Architecture
 
 from psyche_client.distro import DistroSettings
 from psyche_client.training.parallel.launch import RankGroups
@@ -37,6 +38,7 @@ class LoadModel:
     optimizer: DistroSettings
     micro_batch_size: int
     fsdp: bool
+    architecture: Architecture
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,11 @@ class ReplicatedEngine:
     def load(cls, groups: RankGroups, command: LoadModel) -> ReplicatedEngine:
         torch.manual_seed(RNG_SEED)
         model, info = load_run_model(
-            command.source, command.revision, command.peer_config, groups.device
+            command.source,
+            command.revision,
+            command.peer_config,
+            groups.device,
+            command.architecture,
         )
         trainer = Trainer(
             model,

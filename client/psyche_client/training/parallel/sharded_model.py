@@ -3,9 +3,9 @@ the parameters each rank owns for DisTrO.
 
 Layout on every rank:
 * the FSDP2 module: each parameter's dimension-0 rows `plan.shard_rows(rows, ranks)[rank]`;
-  every decoder layer and the input and output embeddings are units of their own
-  (`fsdp_units`), so forward/backward all-gather one unit at a time (plus the prefetched
-  next) and gradients are reduce-scattered;
+  every decoder layer and the input and output embeddings are units of their own (tied
+  embeddings one unit together; `units.fsdp_units`), so forward/backward all-gather one unit
+  at a time (plus the prefetched next) and gradients are reduce-scattered;
 * `masters`: the full fp32 copy of each parameter this rank owns (`plan.assign_owners`,
   whole parameters balanced by size). The owner's copy is the source of truth: DisTrO's
   lookahead, `generate` and `apply` run on it, and every change is scattered back into the
@@ -44,6 +44,7 @@ from psyche_client.training.parallel.collectives import (
 from psyche_client.training.parallel.commands import LoadModel
 from psyche_client.training.parallel.launch import RankGroups
 from psyche_client.training.parallel.plan import assign_owners, shard_rows
+from psyche_client.training.parallel.units import fsdp_units
 
 
 @dataclass
@@ -128,23 +129,6 @@ class ShardedModel:
             raise RankMismatch(f"{what}: {listed} differs from the parameter owner's copy")
 
 
-def fsdp_units(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The modules sharded as units of their own, besides the root: every decoder layer
-    (`_no_split_modules`) and the input and output embeddings, so that no large module stays
-    unsharded for a whole forward/backward (the root's own parameters do)."""
-    classes = set(getattr(model, "_no_split_modules", None) or ())
-    units = [m for m in model.modules() if m is not model and type(m).__name__ in classes]
-    for getter in ("get_input_embeddings", "get_output_embeddings"):
-        module = getattr(model, getter, lambda: None)()
-        if (
-            isinstance(module, torch.nn.Module)
-            and module not in units
-            and any(True for _ in module.parameters())
-        ):
-            units.append(module)
-    return units
-
-
 def load_sharded(groups: RankGroups, command: LoadModel) -> ShardedModel:
     """Build the run's model on every rank in turn (host memory), keep the owned parameters'
     full copies on the device and shard the rest with `fully_shard`."""
@@ -166,7 +150,11 @@ def load_sharded(groups: RankGroups, command: LoadModel) -> ShardedModel:
 def _build(groups: RankGroups, command: LoadModel, mesh: Any) -> ShardedModel:
     torch.manual_seed(RNG_SEED)
     model, info = load_run_model(
-        command.source, command.revision, command.peer_config, torch.device("cpu")
+        command.source,
+        command.revision,
+        command.peer_config,
+        torch.device("cpu"),
+        command.architecture,
     )
     named = sorted(model.named_parameters(), key=lambda item: item[0])
     names = [name for name, _ in named]
@@ -184,7 +172,7 @@ def _build(groups: RankGroups, command: LoadModel, mesh: Any) -> ShardedModel:
     dtypes = {name: p.dtype for name, p in named}
     del named
     for unit in fsdp_units(model):
-        fully_shard(unit, mesh=mesh)
+        fully_shard(unit[0] if len(unit) == 1 else unit, mesh=mesh)
     fully_shard(model, mesh=mesh)
     for module in model.modules():
         if isinstance(module, FSDPModule):  # gradients are sums over the ranks, never means
