@@ -1,5 +1,6 @@
 """`psyche-client`: join a run and train (`train`), print the identity (`show-identity`),
-estimate whether a run fits this machine (`check`).
+estimate whether a run fits this machine (`check`), sign a delegation for a permissioned run
+(`authorize`, in `authorize_cli`).
 
 Every option of `train` can also be given as an environment variable with the upper-snake
 name (e.g. `SERVER_ADDR`, `RUN_ID`, `MICRO_BATCH_SIZE`), like the reference.
@@ -25,6 +26,7 @@ from psyche_client.app.flags import (
     precision_options,
     train_options,
 )
+from psyche_client.authorize_cli import authorize, load_authorization
 
 if TYPE_CHECKING:
     from psyche_common.logs import LogFormat
@@ -83,6 +85,9 @@ def main() -> None:
 identity_option = IDENTITY_FLAG.option()
 
 
+main.add_command(authorize)
+
+
 @main.command("show-identity")
 @identity_option
 def show_identity(identity_secret_key_path: Path | None) -> None:
@@ -117,6 +122,10 @@ def train(**flags: object) -> None:
     interface = values["bind_p2p_interface"]
     values["bind_p2p_interface"] = _interface_address(str(interface)) if interface else "0.0.0.0"
     options = ClientOptions.from_flags(values, identity)
+    authorization_path = cast("Path | None", values["authorization"])
+    if authorization_path is not None:
+        statement = load_authorization(authorization_path, identity, str(values["run_id"]))
+        options = replace(options, server=replace(options.server, authorization=statement))
     advertise_host = "127.0.0.1" if _is_loopback_server(server_addr) else None
     advertise_port = None
     if values["advertise_addr"] is not None:

@@ -129,10 +129,13 @@ class ConvictionLog:
     def __init__(self, record: VerificationRecord) -> None:
         self._seen = set(record.convictions)
 
-    def log_new(self, record: VerificationRecord) -> None:
+    def log_new(self, record: VerificationRecord) -> int:
+        """Log the convictions not logged before; returns how many there were."""
         current = set(record.convictions)
+        new = 0
         for conviction in record.convictions:
             if conviction not in self._seen:
+                new += 1
                 log.warning(
                     "conviction: %s; removed from the epoch, its results are not applied",
                     conviction,
@@ -143,6 +146,7 @@ class ConvictionLog:
                     },
                 )
         self._seen = current
+        return new
 
 
 def apply_equivocation(coordinator: Coordinator, client_id: bytes, message: Equivocation) -> None:

@@ -90,6 +90,7 @@ class ClientApp:
             self.options.server.run_id,
             self.node.address,
             timeout=timeout,
+            authorization=self.options.server.authorization,
         )
         link.on_weights_mismatch = self._on_weights_mismatch
         link.on_reachability = self.reach.on_notice

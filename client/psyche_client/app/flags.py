@@ -1,7 +1,7 @@
 """Every option of `psyche-client train`, written once: its flag, environment variable, click
 type, default and help, and the field of `ClientOptions` it sets (`target`, a dotted path such
 as "p2p.gossip_fanout"; None for the few the CLI handles itself: logging, the identity file,
-the advertised address).
+the authorization file, the advertised address).
 
 `cli.py` builds its click options from `FLAGS`, and `ClientOptions.from_flags` fills the
 options from the parsed values, so a flag and the field it sets cannot drift apart
@@ -119,6 +119,12 @@ FLAGS: tuple[Flag, ...] = (
         required=True,
     ),
     IDENTITY_FLAG,
+    Flag(
+        "--authorization",
+        "A signed authorization file (`psyche-client authorize`) that lets this client's key "
+        "join a permissioned run on behalf of an authorized key; sent with the Join.",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    ),
     Flag(
         "--bind-p2p-port",
         "TCP port of the peer-to-peer listener (0: any free port).",

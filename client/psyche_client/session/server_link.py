@@ -142,6 +142,7 @@ class ServerLink:
         run_id: str,
         p2p_address: str,
         timeout: float = CONNECT_TIMEOUT,
+        authorization: bytes | None = None,
     ) -> ServerLink:
         host, port = parse_server_addr(server_addr)
         try:
@@ -150,7 +151,12 @@ class ServerLink:
         except (OSError, TimeoutError) as exc:
             raise ServerLinkError(f"cannot connect to server {server_addr}: {exc}") from exc
         link = cls(reader, writer, identity)
-        link._join = Join(run_id=run_id, p2p_address=p2p_address, client_version=CLIENT_VERSION)
+        link._join = Join(
+            run_id=run_id,
+            p2p_address=p2p_address,
+            client_version=CLIENT_VERSION,
+            authorization=authorization,
+        )
         try:
             await connect_handshake(
                 reader, writer, identity, domain=coordinator_domain(run_id), timeout=timeout

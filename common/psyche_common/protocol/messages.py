@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
 
+from .authorization import MAX_AUTHORIZATION_BYTES
 from .framing import ProtocolError
 
 PROTOCOL_VERSION = 1
@@ -40,7 +41,9 @@ class _Message(BaseModel):
 
 
 class Join(_Message):
-    """Ask to take part in `run_id`; `p2p_address` is where other clients reach this one."""
+    """Ask to take part in `run_id`; `p2p_address` is where other clients reach this one;
+    `authorization`: a signed delegation (`protocol.authorization`) for a permissioned run,
+    left out of the wire form when None (servers without the field still read the Join)."""
 
     type: Literal["Join"] = "Join"
     run_id: Annotated[
@@ -48,6 +51,9 @@ class Join(_Message):
     ]
     p2p_address: HostPort
     client_version: Annotated[str, StringConstraints(strict=True, max_length=64)] = ""
+    authorization: (
+        Annotated[bytes, Field(strict=True, max_length=MAX_AUTHORIZATION_BYTES)] | None
+    ) = None
 
 
 class WitnessMetadata(_Message):
@@ -271,5 +277,9 @@ def parse_server_message(obj: object) -> AnyServerMessage:
 
 
 def to_wire(message: BaseModel) -> dict[str, Any]:
-    """The msgpack-ready dict of a message (bytes stay bytes)."""
-    return message.model_dump(mode="python")
+    """The msgpack-ready dict of a message (bytes stay bytes; a Join without an
+    authorization leaves the field out)."""
+    wire = message.model_dump(mode="python")
+    if isinstance(message, Join) and message.authorization is None:
+        del wire["authorization"]
+    return wire
