@@ -1,5 +1,6 @@
 """`psyche-client`: join a run and train (`train`), print the identity (`show-identity`),
-estimate whether a run fits this machine (`check`).
+estimate whether a run fits this machine (`check`), sign a delegation for a permissioned run
+(`authorize`, in `authorize_cli`).
 
 Every option of `train` can also be given as an environment variable with the upper-snake
 name (e.g. `SERVER_ADDR`, `RUN_ID`, `MICRO_BATCH_SIZE`), like the reference.
@@ -19,7 +20,13 @@ from typing import TYPE_CHECKING, Any, cast
 import click
 from psyche_common.protocol import Identity
 
-from psyche_client.app.flags import IDENTITY_ENV, IDENTITY_FLAG, train_options
+from psyche_client.app.flags import (
+    IDENTITY_ENV,
+    IDENTITY_FLAG,
+    precision_options,
+    train_options,
+)
+from psyche_client.authorize_cli import authorize, load_authorization
 
 if TYPE_CHECKING:
     from psyche_common.logs import LogFormat
@@ -78,6 +85,9 @@ def main() -> None:
 identity_option = IDENTITY_FLAG.option()
 
 
+main.add_command(authorize)
+
+
 @main.command("show-identity")
 @identity_option
 def show_identity(identity_secret_key_path: Path | None) -> None:
@@ -112,6 +122,10 @@ def train(**flags: object) -> None:
     interface = values["bind_p2p_interface"]
     values["bind_p2p_interface"] = _interface_address(str(interface)) if interface else "0.0.0.0"
     options = ClientOptions.from_flags(values, identity)
+    authorization_path = cast("Path | None", values["authorization"])
+    if authorization_path is not None:
+        statement = load_authorization(authorization_path, identity, str(values["run_id"]))
+        options = replace(options, server=replace(options.server, authorization=statement))
     advertise_host = "127.0.0.1" if _is_loopback_server(server_addr) else None
     advertise_port = None
     if values["advertise_addr"] is not None:
@@ -240,8 +254,17 @@ def _add_file_log(path: Path) -> None:
     help="Local ranks (devices) the client will train on.",
 )
 @click.option("--fsdp", is_flag=True, default=False, help="The model will be sharded (--fsdp).")
+@precision_options
 def check(
-    state_path: Path, micro_batch_size: int, device: str, data_parallelism: int, fsdp: bool
+    state_path: Path,
+    micro_batch_size: int,
+    device: str,
+    data_parallelism: int,
+    fsdp: bool,
+    dtype: str,
+    grad_accum_in_fp32: bool,
+    activation_checkpointing: bool,
+    attn_implementation: str,
 ) -> None:
     """Estimate memory per device and DisTrO traffic of a run for this machine (no download
     of weights when the model is a builtin preset or a local directory)."""
@@ -250,6 +273,7 @@ def check(
 
     from psyche_client.tools.estimate import estimate_run
     from psyche_client.training.model.loading import ModelLoadError, load_model_config
+    from psyche_client.training.model.precision import Precision
     from psyche_client.training.parallel.plan import ParallelSpec
 
     state = load_state(state_path)
@@ -271,7 +295,15 @@ def check(
         spec = ParallelSpec(data_parallelism, fsdp)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    estimate = estimate_run(state.model, model_config, micro_batch_size, device, parallel=spec)
+    precision = Precision(
+        dtype,  # type: ignore[arg-type]  # click.Choice of DTYPE_NAMES
+        grad_accum_in_fp32,
+        activation_checkpointing,
+        attn_implementation,  # type: ignore[arg-type]
+    )
+    estimate = estimate_run(
+        state.model, model_config, micro_batch_size, device, precision=precision, parallel=spec
+    )
     click.echo(estimate.render())
     if estimate.fits is False:
         sys.exit(1)

@@ -28,10 +28,12 @@ from psyche_common.protocol.messages import (
     Reachability,
     Rejected,
     WeightsMismatch,
+    Witness,
     parse_client_message,
     to_wire,
 )
 
+from .admission import Admission, AuthorizedKeysFile
 from .bridge import unhealthy_exited_ids
 from .client_messages import ConvictionLog, apply_client_message, reported_weights
 from .connections import CloseConnection, Connection, ConnectionManager
@@ -43,6 +45,7 @@ from .persistence import StateSaver
 from .reachability import ProbeResult, ReachabilityChecker
 from .relay import RelayServer
 from .roster import ClientRoster
+from .run_metrics import MetricsBoard, MetricsSnapshot, RunMetrics
 
 log = logging.getLogger("psyche.server")
 
@@ -96,6 +99,8 @@ class ServerApp:
         self._message_tick_key: tuple[RunState, int] | None = None
         coordinator.reset_ephemeral()
         self.convictions = ConvictionLog(coordinator.verification)
+        self.metrics = RunMetrics()
+        """Per-step medians of witness reports and the server's counters (`run_metrics`)."""
         self.original_warmup_time = coordinator.config.warmup_time
         save_dir = self.options.save_state_dir
         self.saver = None if save_dir is None else StateSaver(save_dir, self.original_warmup_time)
@@ -112,12 +117,23 @@ class ServerApp:
             on_disconnect=self._on_disconnect,
             idle_timeout=self.options.limits.idle_timeout,
         )
+        keys_path = self.options.authorized_keys
+        self.admission = (
+            None if keys_path is None else Admission(AuthorizedKeysFile(keys_path), clock)
+        )
+        """Who may join (`--authorized-keys`); None: an open run."""
+        if self.admission is not None:
+            self.admission.keys.load()  # AuthorizationError / OSError: the caller reports it
+        self._revoked: set[bytes] = set()
+        """Members whose key a reload removed: closed when they leave the epoch."""
         relay_limits = self.options.relay
         self.relay = (
             None
             if relay_limits is None
             else RelayServer(coordinator.run_id, self._may_use_relay, relay_limits)
         )
+        self.metrics_board = MetricsBoard(self.metrics_snapshot())
+        """The latest metrics snapshot, for exporter threads (`metrics_export`)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -193,6 +209,7 @@ class ServerApp:
         next_tick = loop.time()
         try:
             while not stop.is_set():
+                self.reload_authorized_keys(force=False)
                 self.tick()
                 next_tick += interval
                 if next_tick < loop.time():
@@ -350,19 +367,37 @@ class ServerApp:
         )
 
     def post_state_change(self, broadcast: bool = True) -> None:
-        self.convictions.log_new(self.coordinator.verification)
+        self.metrics.count_convictions(self.convictions.log_new(self.coordinator.verification))
+        self._close_revoked()
         self.follow_members()
+        self.metrics.observe_departures(
+            self.coordinator.progress.epoch,
+            (c.id for c in self.coordinator.epoch_state.exited_clients),
+        )
+        self.metrics_board.publish(self.metrics_snapshot())
         if self.run_state in ACTIVE_STATES:
             self.coordinator.config.warmup_time = self.original_warmup_time
         self.save_progress()
         if broadcast:
             self.broadcast()
 
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        relay_bytes = 0 if self.relay is None else self.relay.stats.forwarded
+        return self.metrics.snapshot(
+            run_id=self.run_id,
+            step=self.coordinator.progress.step,
+            epoch=self.coordinator.progress.epoch,
+            run_state=self.run_state.name,
+            members=len(self.coordinator.epoch_state.clients),
+            pending=len(self.pending),
+            relay_bytes_total=relay_bytes,
+        )
+
     # ------------------------------------------------------------------ broadcasting
 
     def peers(self) -> dict[bytes, str]:
-        """P2P addresses of every epoch member and every pending client we know one for, once
-        the server has connected back to it (reachable or not, `reachability`): an address is
+        """P2P addresses of the epoch's members (not of pending clients: `roster.peers`), once
+        the server has connected back to each (reachable or not, `reachability`): an address is
         never handed out before its verdict, so no peer dials a private address behind a NAT
         in the moment between a Join and the state that marks it unreachable."""
         checked = self.reachability.reachable
@@ -425,6 +460,40 @@ class ServerApp:
         self.post_state_change(broadcast=True)
         return action
 
+    # ------------------------------------------------------------------ authorized keys
+
+    def reload_authorized_keys(self, force: bool = True) -> bool:
+        """Re-read `--authorized-keys` (force: now, as on SIGHUP; else when the file changed,
+        at most every few seconds); clients it no longer admits leave the pending set, and
+        are closed at once unless they are members of the current epoch (then when they stop
+        being members). True when the list was replaced."""
+        if self.admission is None:
+            return False
+        keys = self.admission.keys
+        if not (keys.reload() if force else keys.reload_if_changed()):
+            return False
+        joined = [cid for cid, conn in self.connections.connections.items() if conn.joined]
+        for client_id in self.admission.revoked(joined):
+            self.roster.kick([client_id])
+            self._revoked.add(client_id)
+        self._close_revoked()
+        return True
+
+    def _close_revoked(self) -> None:
+        """Close the connections of revoked clients that are not epoch members (any more)."""
+        if not self._revoked:
+            return
+        members = {client.id for client in self.coordinator.epoch_state.clients}
+        for client_id in [cid for cid in self._revoked if cid not in members]:
+            self._revoked.discard(client_id)
+            conn = self.connections.connections.get(client_id)
+            if conn is None:
+                continue
+            reason = "not authorized: this key was removed from the server's authorized keys"
+            log.warning("closing %s: %s", conn, reason, extra={"client": short_id(client_id)})
+            conn.send(to_wire(Rejected(reason=reason)))
+            conn.close(reason)
+
     # ------------------------------------------------------------------ connections
 
     def _on_connect(self, conn: Connection) -> None:
@@ -448,6 +517,9 @@ class ServerApp:
     def _on_disconnect(self, conn: Connection) -> None:
         client_id = conn.peer_id
         self.roster.leave(client_id)
+        self._revoked.discard(client_id)
+        if self.admission is not None:
+            self.admission.forget(client_id)
         self.weights.forget(client_id)
         self.reachability.forget(client_id)
         if self.relay is not None:
@@ -492,6 +564,7 @@ class ServerApp:
                 # counted only from a member of this epoch (followed at every tick)
                 self.weights.advance(self.coordinator.progress.step)
                 self.weights.record(report[0], client_id, report[1])
+            step = self.coordinator.progress.step
             try:
                 apply_client_message(
                     self.coordinator,
@@ -513,6 +586,16 @@ class ServerApp:
                         "error": str(exc),
                     },
                 )
+            else:
+                if isinstance(message, Witness):  # counted only once the coordinator took it
+                    metadata = message.metadata
+                    self.metrics.record_witness(
+                        step,
+                        client_id,
+                        metadata.loss,
+                        metadata.tokens_per_sec,
+                        metadata.bandwidth_per_sec,
+                    )
         self._schedule_message_tick()
 
     def _schedule_message_tick(self) -> None:
@@ -552,6 +635,16 @@ class ServerApp:
             raise CloseConnection(
                 f"unknown run id {message.run_id!r}: this server coordinates {self.run_id!r}"
             )
+        if self.admission is not None:
+            refusal = self.admission.admit(client_id, self.run_id, message.authorization)
+            if refusal is not None:
+                log.warning(
+                    "refusing the Join of %s: %s",
+                    short_id(client_id),
+                    refusal,
+                    extra={"client": short_id(client_id), "reason": refusal},
+                )
+                raise CloseConnection(f"not authorized: {refusal}")
         if not conn.joined:
             conn.joined = True  # from now on it gets every state, starting with the current one
             conn.send_frame(self._last_state_frame or self.state_frame())

@@ -17,12 +17,14 @@ from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Accusation as CoordinatorAccusation
 from psyche_common.coordinator import Attestation as CoordinatorAttestation
 from psyche_common.coordinator import Coordinator, VerificationRecord
+from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.protocol import short_id
 from psyche_common.protocol.messages import (
     Accusation,
     AnyClientMessage,
     Attestation,
     Checkpoint,
+    Equivocation,
     HealthCheck,
     InvalidMessage,
     WarmupWitness,
@@ -73,6 +75,8 @@ def apply_client_message(
             )
     elif isinstance(message, Accusation):
         apply_accusation(coordinator, client_id, message)
+    elif isinstance(message, Equivocation):
+        apply_equivocation(coordinator, client_id, message)
     elif isinstance(message, Attestation):
         apply_attestation(coordinator, client_id, message)
     else:
@@ -125,10 +129,13 @@ class ConvictionLog:
     def __init__(self, record: VerificationRecord) -> None:
         self._seen = set(record.convictions)
 
-    def log_new(self, record: VerificationRecord) -> None:
+    def log_new(self, record: VerificationRecord) -> int:
+        """Log the convictions not logged before; returns how many there were."""
         current = set(record.convictions)
+        new = 0
         for conviction in record.convictions:
             if conviction not in self._seen:
+                new += 1
                 log.warning(
                     "conviction: %s; removed from the epoch, its results are not applied",
                     conviction,
@@ -139,6 +146,33 @@ class ConvictionLog:
                     },
                 )
         self._seen = current
+        return new
+
+
+def apply_equivocation(coordinator: Coordinator, client_id: bytes, message: Equivocation) -> None:
+    """Check an equivocation proof (both signatures) and convict its trainer on it (the
+    conviction is logged by `ConvictionLog`); only members of the epoch may report one (they
+    are the ones the trainer sends its announcements to)."""
+    if coordinator.client_index(client_id) is None:
+        log.warning(
+            "equivocation proof from %s, which is not a client of this epoch: ignored",
+            short_id(client_id),
+        )
+        return
+    try:
+        proof = EquivocationProof.from_wire({"first": message.first, "second": message.second})
+    except ValueError as exc:
+        raise InvalidMessage(f"Equivocation: {exc}") from exc
+    recorded = coordinator.equivocation(client_id, proof)
+    if recorded is not None:
+        log.info(
+            "equivocation: %s signed two commitments for %s of step %d (reported by %s)",
+            short_id(recorded.trainer),
+            proof.first.batch,
+            proof.first.step,
+            short_id(client_id),
+            extra={"client": short_id(recorded.trainer), "reporter": short_id(client_id)},
+        )
 
 
 def reported_weights(message: AnyClientMessage) -> tuple[int, bytes] | None:

@@ -1,7 +1,9 @@
 """Authenticated client connections of a TCP port: handshake, bounded sends, one cleanup.
 
-`ConnectionManager` accepts sockets, runs the challenge–response handshake (with a timeout),
-refuses a second live connection of an already connected identity, then reads frames, validates
+`ConnectionManager` accepts sockets (at most `max_connections`, `max_connections_per_ip`
+from one address, and `max_handshakes_per_ip` of those still unauthenticated), runs the
+challenge–response handshake (with a timeout, reading frames of at most
+`HANDSHAKE_FRAME_SIZE` bytes, checked on the length prefix before anything is decoded), refuses a second live connection of an already connected identity, then reads frames, validates
 them with a caller-supplied parser and hands them to a handler. Any protocol violation ends only
 that connection, with a logged reason; the cleanup (unregister + `on_disconnect`) runs exactly
 once per authenticated connection. Sends never block the caller: each connection's transport
@@ -26,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 from psyche_common.protocol import (
+    HANDSHAKE_FRAME_SIZE,
     ConnectionClosed,
     HandshakeError,
     ProtocolError,
@@ -184,6 +187,7 @@ class ConnectionManager(Generic[MessageT]):
         self.connections: dict[bytes, Connection] = {}
         self._writers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._per_ip: dict[str, int] = {}
+        self._handshaking_per_ip: dict[str, int] = {}
         self._server: asyncio.Server | None = None
         self._shared: dict[bytes, SharedService] = {}
         self.rejected_connections = 0
@@ -239,6 +243,11 @@ class ConnectionManager(Generic[MessageT]):
                 f"{self._per_ip[ip]} connections open from {ip} "
                 f"(--max-connections-per-ip {self.limits.max_connections_per_ip})"
             )
+        elif self._handshaking_per_ip.get(ip, 0) >= self.limits.max_handshakes_per_ip:
+            refusal = (
+                f"{self._handshaking_per_ip[ip]} connections from {ip} still in their "
+                f"handshake (--max-handshakes-per-ip {self.limits.max_handshakes_per_ip})"
+            )
         if refusal is not None:
             self.rejected_connections += 1
             log.warning(
@@ -252,9 +261,10 @@ class ConnectionManager(Generic[MessageT]):
             return
         self._writers[task] = writer
         self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+        self._handshaking_per_ip[ip] = self._handshaking_per_ip.get(ip, 0) + 1
         handoff = None
         try:
-            handoff = await self._serve(reader, writer)
+            handoff = await self._serve(reader, writer, ip)
         finally:
             del self._writers[task]
             self._per_ip[ip] -= 1
@@ -264,24 +274,31 @@ class ConnectionManager(Generic[MessageT]):
             service, peer_id = handoff
             await service(peer_id, reader, writer)
 
+    def _handshake_ended(self, ip: str) -> None:
+        count = self._handshaking_per_ip.get(ip, 0) - 1
+        if count > 0:
+            self._handshaking_per_ip[ip] = count
+        else:
+            self._handshaking_per_ip.pop(ip, None)
+
     async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ip: str
     ) -> tuple[SharedService, bytes] | None:
         """Serve one socket; returns `(service, peer key)` when a sharing service takes it."""
         peer = writer.get_extra_info("peername")
         remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         limits = self.limits
-        if limits.socket_send_buffer is not None:
-            sock = writer.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, limits.socket_send_buffer)
         try:
+            if limits.socket_send_buffer is not None:
+                sock = writer.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, limits.socket_send_buffer)
             peer_id, domain = await accept_handshake_in(
                 reader,
                 writer,
                 domains=(self.domain, *self._shared),
                 timeout=limits.handshake_timeout,
-                max_frame_size=limits.max_frame_size,
+                max_frame_size=min(limits.max_frame_size, HANDSHAKE_FRAME_SIZE),
             )
         except (ProtocolError, TimeoutError, OSError) as exc:
             reason = (
@@ -311,6 +328,8 @@ class ConnectionManager(Generic[MessageT]):
             else:
                 writer.transport.abort()
             return None
+        finally:
+            self._handshake_ended(ip)
         if domain != self.domain:
             return self._shared[domain], peer_id
         if peer_id in self.connections:

@@ -33,6 +33,9 @@ class ConnectionLimits:
     """Open sockets (authenticated or still in their handshake) beyond which new ones are dropped."""
     max_connections_per_ip: int = 32
     """Open sockets from one IP address beyond which its new ones are dropped."""
+    max_handshakes_per_ip: int = 16
+    """Sockets from one IP address still in their handshake (not authenticated yet) beyond
+    which its new ones are dropped: unauthenticated work per host stays small."""
     pre_join_timeout: float = 10.0
     """Seconds an authenticated coordinator connection has to send a valid Join (it gets no
     state until then); the data-server port has no Join and ignores it."""

@@ -28,6 +28,16 @@ class ServerOptions:
     relay_port: int | None = None
     """The relay's own port; None (or the coordinator port): the relay shares the coordinator
     port, told apart by the handshake's domain."""
+    authorized_keys: Path | None = None
+    """`--authorized-keys`: only the keys listed there (and their delegates) may join; None:
+    an open run."""
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
+    """Serve Prometheus metrics on this port (`--metrics-port`; 0: a free one); None: off."""
+    otlp_metrics_url: str | None = None
+    """Push the same metrics over OTLP/HTTP to this URL (`--otlp-metrics-url`); None: off."""
+    otlp_interval: float = 10.0
+    """Seconds between two OTLP exports."""
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Saving the coordinator so that a restarted server resumes the run where the clients are.
 
 Every file is an ordinary state.toml (what `psyche-server run --state` reads), written
-atomically (a crash leaves the old file or the new one, never a part) in the save directory:
+atomically (a crash leaves the old file or the new one, never a part; the file and then the
+directory are fsynced, so a power loss cannot undo a completed save) in the save directory:
 
 - `{run_id}-latest.toml`: where a restart resumes, `resume.resume_point` of the live
   coordinator. `StateSaver.update` rewrites it whenever that point changes (at startup, at each

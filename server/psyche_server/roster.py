@@ -56,6 +56,7 @@ class ClientRoster:
         return self.kick(fresh)
 
     def peers(self, member_ids: Iterable[bytes]) -> dict[bytes, str]:
-        """P2P addresses of the given epoch members and of every pending client we know one for."""
-        ids = dict.fromkeys([*member_ids, *self.pending])
-        return {cid: self.p2p_addresses[cid] for cid in ids if cid in self.p2p_addresses}
+        """P2P addresses of the given epoch members we know one for. Pending clients' are not
+        handed out: the P2P layer serves and dials members only, and a broadcast listing
+        every joiner would grow with a join flood (each state to each client)."""
+        return {cid: self.p2p_addresses[cid] for cid in member_ids if cid in self.p2p_addresses}

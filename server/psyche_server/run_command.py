@@ -118,6 +118,14 @@ def _parse_keys(
     help="open connections from one IP address beyond which its new ones are dropped",
 )
 @click.option(
+    "--max-handshakes-per-ip",
+    type=click.IntRange(1),
+    default=16,
+    show_default=True,
+    help="connections from one IP address still in their handshake beyond which its new ones "
+    "are dropped",
+)
+@click.option(
     "--pre-join-timeout",
     type=click.FloatRange(0.1),
     default=10.0,
@@ -173,6 +181,15 @@ def _parse_keys(
     "repeat for several (default: none, every Checkpoint message is refused)",
 )
 @click.option(
+    "--authorized-keys",
+    type=_existing_file,
+    default=None,
+    help="a permissioned run: only the ed25519 public keys listed in this file (64 hex "
+    "characters per line, # comments) and the delegates they authorize "
+    "(`psyche-client authorize`) may join; re-read when it changes or on SIGHUP "
+    "(default: anyone may join)",
+)
+@click.option(
     "--relay/--no-relay",
     default=True,
     show_default=True,
@@ -192,6 +209,36 @@ def _parse_keys(
     default=100.0,
     show_default=True,
     help="most the relay forwards, in Mbit/s over all pipes and both directions (0: no cap)",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="serve the run's metrics (loss, tokens/s, step, members, convictions, ...) at "
+    "http://HOST:PORT/metrics in the Prometheus text format (0: a free port, printed on "
+    "start; default: off)",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="address the --metrics-port endpoint binds",
+)
+@click.option(
+    "--otlp-metrics-url",
+    "--oltp-metrics-url",  # the reference's spelling
+    "otlp_metrics_url",
+    default=None,
+    metavar="URL",
+    help="push the same metrics over OpenTelemetry's OTLP/HTTP to URL (e.g. "
+    "http://collector:4318/v1/metrics; default: off)",
+)
+@click.option(
+    "--otlp-metrics-interval",
+    type=click.FloatRange(0.1),
+    default=10.0,
+    show_default=True,
+    help="seconds between two OTLP exports",
 )
 @click.option(
     "--log-format",
@@ -228,6 +275,7 @@ def run(
     handshake_timeout: float,
     max_connections: int,
     max_connections_per_ip: int,
+    max_handshakes_per_ip: int,
     pre_join_timeout: float,
     max_send_buffer: int,
     max_messages_per_second: float,
@@ -235,9 +283,14 @@ def run(
     max_message_ticks_per_second: float,
     idle_timeout: float,
     checkpointers: frozenset[bytes],
+    authorized_keys: Path | None,
     relay: bool,
     relay_port: int | None,
     relay_max_mbps: float,
+    metrics_port: int | None,
+    metrics_host: str,
+    otlp_metrics_url: str | None,
+    otlp_metrics_interval: float,
     log_format: str,
     log_level: str,
     log_file: Path | None,
@@ -261,6 +314,7 @@ def run(
             handshake_timeout=handshake_timeout,
             max_connections=max_connections,
             max_connections_per_ip=max_connections_per_ip,
+            max_handshakes_per_ip=max_handshakes_per_ip,
             pre_join_timeout=pre_join_timeout,
             max_buffered_send_bytes=max_send_buffer,
             messages_per_second=max_messages_per_second,
@@ -271,6 +325,11 @@ def run(
         checkpointers=checkpointers,
         relay=RelayLimits(max_mbps=relay_max_mbps or None) if relay else None,
         relay_port=relay_port,
+        authorized_keys=authorized_keys,
+        metrics_host=metrics_host,
+        metrics_port=metrics_port,
+        otlp_metrics_url=otlp_metrics_url,
+        otlp_interval=otlp_metrics_interval,
     )
     request = RunRequest(state_path, options, data_config, tui=use_tui)
     raise SystemExit(run_blocking(request))

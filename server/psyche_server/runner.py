@@ -2,7 +2,8 @@
 
 Loads and validates state.toml (and data.toml when the run hosts its data), builds the
 coordinator, the optional TCP data server and the optional dashboard, prints the listening
-line, and runs until SIGINT/SIGTERM (or `q` in the dashboard) on uvloop when available.
+line, and runs until SIGINT/SIGTERM (or `q` in the dashboard) on uvloop when available;
+SIGHUP re-reads `--authorized-keys`.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from pathlib import Path
 from psyche_common.config import ConfigError, load_data_config, load_state, validate_state
 from psyche_common.config.data_location import ServerData
 from psyche_common.coordinator import Coordinator
+from psyche_common.protocol.authorization import AuthorizationError
 
 from .app import ServerApp
 from .data_server import DataServer, parse_socket_address
+from .metrics_export import OtlpExporter, PrometheusExporter
 from .options import ServerOptions
 
 log = logging.getLogger("psyche.server")
@@ -91,7 +94,10 @@ def build_data_server(
 def build_app(request: RunRequest) -> ServerApp:
     coordinator = build_coordinator(request.state_path, request.data_config_path)
     data_server = build_data_server(coordinator, request.data_config_path, request.options)
-    return ServerApp(coordinator, request.options, data_server=data_server)
+    try:
+        return ServerApp(coordinator, request.options, data_server=data_server)
+    except (AuthorizationError, OSError, UnicodeDecodeError) as exc:
+        raise StartupError(f"cannot read --authorized-keys: {exc}") from None
 
 
 async def run_app(app: ServerApp, tui: bool) -> None:
@@ -109,6 +115,9 @@ async def run_app(app: ServerApp, tui: bool) -> None:
         # (RuntimeError, e.g. an embedding test runner); Ctrl-C then ends the run as usual.
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
+    if app.admission is not None:
+        with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError):
+            loop.add_signal_handler(signal.SIGHUP, app.reload_authorized_keys)
     try:
         port = await app.start()
     except OSError as exc:
@@ -123,6 +132,7 @@ async def run_app(app: ServerApp, tui: bool) -> None:
             f"psyche-server data server on {app.data_server.host}:{app.data_server.port}",
             flush=True,
         )
+    exporters = start_exporters(app)
     dashboard_task: asyncio.Task[None] | None = None
     if tui:
         from .tui.app import ServerDashboard
@@ -145,7 +155,34 @@ async def run_app(app: ServerApp, tui: bool) -> None:
                 await asyncio.wait_for(dashboard_task, 5)
         if log_buffer is not None:
             logging.getLogger().removeHandler(log_buffer)
+        for exporter in exporters:
+            await asyncio.to_thread(exporter.close)  # a last OTLP export may take a while
         log.info("server stopped")
+
+
+def start_exporters(app: ServerApp) -> list[PrometheusExporter | OtlpExporter]:
+    """The `--metrics-port` and `--otlp-metrics-url` exporters asked for, started (their own
+    threads read `app.metrics_board`); prints where the Prometheus endpoint listens."""
+    options = app.options
+    exporters: list[PrometheusExporter | OtlpExporter] = []
+    if options.metrics_port is not None:
+        prometheus = PrometheusExporter(
+            app.metrics_board, options.metrics_host, options.metrics_port
+        )
+        try:
+            port = prometheus.start()
+        except OSError as exc:
+            raise StartupError(
+                f"cannot serve metrics on {options.metrics_host}:{options.metrics_port}: {exc}"
+            ) from None
+        exporters.append(prometheus)
+        print(f"psyche-server metrics on http://{options.metrics_host}:{port}/metrics", flush=True)
+    if options.otlp_metrics_url is not None:
+        exporters.append(
+            OtlpExporter(app.metrics_board, options.otlp_metrics_url, options.otlp_interval)
+        )
+        log.info("exporting metrics over OTLP to %s", options.otlp_metrics_url)
+    return exporters
 
 
 def run_blocking(request: RunRequest) -> int:

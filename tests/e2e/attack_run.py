@@ -82,6 +82,11 @@ ATTACKS: dict[str, Attack] = {
             program="accuser_client.py",
         ),
         Attack("stalling", "peer that never answers on P2P", program="stalling_client.py"),
+        Attack(
+            "equivocator",
+            "trainer pushing two signed commitments per batch to two halves of the members",
+            program="equivocator_client.py",
+        ),
         Attack("flood_server", "300 idle sockets per attacker at the server", flood="server"),
         Attack("flood_peer", "300 idle sockets per attacker at one honest peer", flood="peer"),
     )
@@ -178,10 +183,12 @@ def client_id(proc: Proc) -> str | None:
 
 
 def convicted_ids(server: Proc) -> set[str]:
+    """Clients the server convicted or removed for a proven equivocation."""
     return {
         str(line["client"])
         for line in server.lines()
-        if str(line.get("msg", "")).startswith("conviction:") and "client" in line
+        if str(line.get("msg", "")).startswith(("conviction:", "equivocation:"))
+        and "client" in line
     }
 
 

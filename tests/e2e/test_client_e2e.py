@@ -71,6 +71,39 @@ def test_real_training_three_clients_loss_decreases_identical_weights(cluster) -
     assert weights_digest(model).hex() == applied_hashes(clients[0])[common[-1]]
 
 
+def test_two_bf16_clients_hold_identical_weights(cluster) -> None:
+    """`--dtype bf16` (with fp32 gradient accumulation over two micro-batches): two real
+    clients apply the same results to bf16 weights bit-identically, and the checkpoint holds
+    those bf16 bytes."""
+    import torch
+
+    c = cluster(total_steps=7, init_min_clients=2, batch=4, epoch_time=600)
+    c.start_server()
+    checkpoints = c.tmp / "checkpoints"
+    flags = ("--dtype", "bf16", "--grad-accum-in-fp32", "--micro-batch-size", "1")
+    clients = [
+        c.start_client(*flags, "--checkpoint-dir", str(checkpoints)),
+        c.start_client(*flags),
+    ]
+    wait_for(
+        lambda: all(p.popen.poll() is not None for p in clients),
+        300,
+        "both clients to finish the run",
+        c.diagnostics,
+    )
+    assert [p.popen.returncode for p in clients] == [0, 0], c.diagnostics()
+    common = assert_same_hashes(clients, min_common=3)
+    from psyche_client.training.trainer import weights_digest
+    from transformers import AutoModelForCausalLM
+
+    saved = sorted(checkpoints.glob("e2e-run-step*"))
+    assert saved, f"no checkpoint in {checkpoints}"
+    model = AutoModelForCausalLM.from_pretrained(saved[-1], dtype=torch.bfloat16)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    # the hash covers the dtype: equal hashes mean the clients trained bf16 weights
+    assert weights_digest(model).hex() == applied_hashes(clients[0])[common[-1]]
+
+
 def test_sigkill_mid_round_does_not_stall_the_run(cluster) -> None:
     # every client is a witness (quorum 2 of 3), so losing any one client - even a witness -
     # leaves a quorum and the epoch goes on (with witness_nodes = 1, killing the only witness

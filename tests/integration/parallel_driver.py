@@ -23,6 +23,8 @@ import torch
 from psyche_client.distro import DistroResult, ResultLayout
 from psyche_client.distro.compress import unpack_bf16, unpack_signs
 from psyche_client.training.distro_backend import DistroBackend
+from psyche_client.training.model.numerics import torch_dtype
+from psyche_client.training.model.precision import Precision
 from psyche_client.training.parallel.backend import ParallelBackend
 from psyche_client.training.parallel.plan import ParallelSpec
 from psyche_client.training.trainer import weights_digest
@@ -70,11 +72,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(1)
     setup = coordinator(args.model, args.chunk, args.topk, not args.bf16_values)
     spec = ParallelSpec(args.ranks, args.fsdp)
+    precision = Precision(dtype=args.dtype)
     parallel = ParallelBackend.load(
-        setup, spec=spec, device="cpu", micro_batch_size=args.mbs, timeout=args.timeout
+        setup,
+        spec=spec,
+        device="cpu",
+        micro_batch_size=args.mbs,
+        timeout=args.timeout,
+        precision=precision,
     )
     time.sleep(args.idle)  # longer than the timeout: only heartbeats keep the workers waiting
-    single = DistroBackend.load(setup, device="cpu", micro_batch_size=args.mbs)
+    single = DistroBackend.load(setup, device="cpu", micro_batch_size=args.mbs, precision=precision)
     report: dict[str, Any] = {
         "initial": [parallel.weights_hash().hex(), single.weights_hash().hex()]
     }
@@ -111,9 +119,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         parallel.save_checkpoint(directory)
         from transformers import AutoModelForCausalLM
 
-        saved = AutoModelForCausalLM.from_pretrained(directory)
+        saved = AutoModelForCausalLM.from_pretrained(
+            directory, dtype=torch_dtype(precision.resolved("cpu"))
+        )
         report["checkpoint_hash"] = weights_digest(saved).hex()
-    fresh = DistroBackend.load(setup, device="cpu", micro_batch_size=args.mbs)
+    fresh = DistroBackend.load(setup, device="cpu", micro_batch_size=args.mbs, precision=precision)
     parallel.load_parameters({name: data for name, _, _, data in fresh.export_parameters()})
     report["loaded"] = [parallel.weights_hash().hex(), fresh.weights_hash().hex()]
     report["storage"] = storage(parallel)
@@ -181,6 +191,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="--parallel-timeout")
     parser.add_argument("--idle", type=float, default=0.0, help="seconds to idle after loading")
     parser.add_argument("--bf16-values", action="store_true", help="send bf16 values, not signs")
+    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="--dtype")
     args = parser.parse_args()
     print(json.dumps(run(args)))
     return 0

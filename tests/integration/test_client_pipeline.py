@@ -191,14 +191,14 @@ async def test_an_announcement_kept_for_a_prepared_round_is_filed_in_it_when_ado
         peer.ctx.identity, step=step, warmup=False, broadcast_merkle=b"\x07" * 32
     )
     me.on_announcement(verify(kept))
-    assert verify(kept) in me.exchange.early  # the round is only predicted so far
+    assert verify(kept) in me.exchange.early.kept  # the round is only predicted so far
 
     def started() -> bool:
         return me.ctx.current is not None and me.ctx.current.step == step
 
     await run_until(server, started)
     assert me.stats.prepared_rounds["adopt"] >= 1, me.stats.prepared_rounds
-    assert verify(kept) not in me.exchange.early
+    assert verify(kept) not in me.exchange.early.kept
     assert peer.ctx.me in me.ctx.current.finished_from
     for runner in runners:
         await runner.aclose()

@@ -182,7 +182,7 @@ async def test_bad_signature_announcement_is_rejected(cluster: Cluster) -> None:
     forged = dataclasses.replace(good, batch_start=11)  # field changed after signing
     report = await a.announce(forged)
     assert report.delivered == []
-    assert "envelope_signature does not verify" in report.failed[b.peer_id]
+    assert "signature does not verify" in report.failed[b.peer_id]
     stranger = Identity.generate()  # commitment signed by someone else
     forged2 = dataclasses.replace(good, commitment_signature=stranger.sign(good.data_hash))
     report = await a.announce(forged2)
@@ -616,27 +616,48 @@ async def test_oversized_result_announcement_is_refused(cluster: Cluster) -> Non
     assert cluster.received[receiver.peer_id] == []
 
 
-async def test_a_second_commitment_for_the_same_batch_is_equivocation(cluster: Cluster) -> None:
+def conflicting(sender: P2PNode, data: bytes, blob: bytes) -> Any:
+    """A result of `sender` for batch 0..1 of step 3: commitment `data`, blob `blob`."""
+    return make_result_announcement(
+        sender.identity,
+        step=3,
+        batch_start=0,
+        batch_end=1,
+        data_hash=blob_hash(data),
+        blob_hash=blob_hash(blob),
+        size=10,
+    )
+
+
+async def test_a_second_commitment_for_a_batch_is_kept_a_third_refused(cluster: Cluster) -> None:
     sender, receiver = await cluster.add(), await cluster.add()
-
-    def result(commitment: bytes, blob: bytes) -> Any:
-        return make_result_announcement(
-            sender.identity,
-            step=3,
-            batch_start=0,
-            batch_end=1,
-            data_hash=blob_hash(commitment),
-            blob_hash=blob_hash(blob),
-            size=10,
-        )
-
-    first = await sender.announce(result(b"one", b"b1"), [receiver.peer_id])
+    first = await sender.announce(conflicting(sender, b"one", b"b1"), [receiver.peer_id])
     assert first.delivered == [receiver.peer_id]
-    second = await sender.announce(result(b"two", b"b2"), [receiver.peer_id])
-    assert "equivocation" in second.failed[receiver.peer_id]
-    same = await sender.announce(result(b"one", b"b3"), [receiver.peer_id])  # same commitment
-    assert same.delivered == [receiver.peer_id]
+    # the same data hash with another blob is another commitment: kept, it proves the
+    # equivocation (before, it was accepted as "the same" and downloads keyed by the data
+    # hash never tried the good blob)
+    second = await sender.announce(conflicting(sender, b"one", b"b2"), [receiver.peer_id])
+    assert second.delivered == [receiver.peer_id]
+    third = await sender.announce(conflicting(sender, b"two", b"b3"), [receiver.peer_id])
+    assert "already proven" in third.failed[receiver.peer_id]
     assert len(cluster.received[receiver.peer_id]) == 2
+
+
+async def test_two_commitments_pushed_to_two_halves_reach_everyone(cluster: Cluster) -> None:
+    """Finding 2: a second commitment was refused without being forwarded, so the halves an
+    equivocator told different things kept different candidates. Now both reach all."""
+    sender = await cluster.add(gossip_fanout=4)
+    honest = [await cluster.add(gossip_fanout=4) for _ in range(4)]
+    a = conflicting(sender, b"A", b"blob-a")
+    b = conflicting(sender, b"B", b"blob-b")
+    await sender.announce(a, [n.peer_id for n in honest[:2]])
+    await sender.announce(b, [n.peer_id for n in honest[2:]])
+    for node in honest:
+        await wait_until(lambda node=node: len(cluster.received[node.peer_id]) == 2)
+        assert {got.data_hash for got, _ in cluster.received[node.peer_id]} == {
+            a.data_hash,
+            b.data_hash,
+        }
 
 
 async def test_a_stalled_peer_does_not_hold_the_announcer(cluster: Cluster) -> None:

@@ -89,6 +89,33 @@ def test_sharded_matches_single_device_and_holds_half_the_model(repo_root: Path)
     assert storage["owned_copies"] <= 0.6 * total  # full copies of the parameters it owns
 
 
+def test_sharded_bf16_ranks_hold_the_single_devices_weights(repo_root: Path) -> None:
+    """`--dtype bf16 --fsdp`: bf16 shards and owner copies, fp32 momentum; the micro-batches
+    differ from the single device's, so results agree loosely, but applying the same results
+    gives bit-identical bf16 weights, and export, checkpoint and peer loading keep them."""
+    report = run_driver(
+        repo_root, "--fsdp", "--dtype", "bf16", "--steps", "3", "--batch", "5", "--mbs", "2"
+    )
+    parallel, single = report["initial"]
+    assert parallel == single
+    previous = parallel
+    for step in report["steps"]:
+        loss_p, loss_s = step["loss"]
+        assert abs(loss_p - loss_s) <= 1e-3 * abs(loss_s)
+        assert step["agreement"]["indices"] >= 0.9, step
+        hash_p, hash_s = step["hashes"]
+        assert hash_p == hash_s != previous
+        previous = hash_p
+    assert report["cancel"] == {
+        "returned_none": True,
+        "hash_unchanged": True,
+        "next_step_trained": True,
+    }
+    assert report["export_equal"]
+    assert report["checkpoint_hash"] == previous  # the checkpoint reloads as the same bf16
+    assert report["loaded"] == [report["initial"][0]] * 2
+
+
 def test_sharded_tied_embeddings_match_single_device(repo_root: Path) -> None:
     """A Llama with tied embeddings (Llama-3.2 style): the sharded mode wraps the input and
     output embeddings as one unit (FSDP2 refuses a parameter shared by two units), so the tie

@@ -155,3 +155,33 @@ async def test_relay_port_in_use_names_the_flags_to_change(tmp_path: Path) -> No
         assert b"leave it out to share the coordinator port, or --no-relay" in stderr
     finally:
         blocker.close()
+
+
+async def test_metrics_port_in_use_exits_with_clear_error(tmp_path: Path) -> None:
+    state = write_state(tmp_path / "s.toml")
+    blocker = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = blocker.sockets[0].getsockname()[1]
+    try:
+        stderr = await failed_start_stderr("--state", str(state), "--metrics-port", str(port))
+        assert f"cannot serve metrics on 127.0.0.1:{port}".encode() in stderr
+    finally:
+        blocker.close()
+
+
+async def test_metrics_port_zero_prints_the_endpoint(tmp_path: Path) -> None:
+    state = write_state(tmp_path / "s.toml")
+    server = await start_server(tmp_path, "--state", str(state), "--metrics-port", "0")
+    try:
+        assert server.process.stdout is not None
+        found = None
+        while found is None:  # after the relay line
+            line = (await asyncio.wait_for(server.process.stdout.readline(), 10)).decode()
+            assert line, "no metrics line"
+            found = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", line)
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(found.group(1)))
+        writer.write(b"GET /metrics HTTP/1.0\r\n\r\n")
+        body = (await asyncio.wait_for(reader.read(), 10)).decode()
+        writer.close()
+        assert "psyche_members{run_id=" in body
+    finally:
+        assert await server.stop() == 0

@@ -1,6 +1,7 @@
 """The server connects back to each joining client's P2P address (in-process server, real
 sockets): a client whose listener answers is reachable; one whose address is dead is told so,
-with the address the server sees it from, and its peers find it in `unreachable`."""
+with the address the server sees it from, and its peers (once it is an epoch member) find it
+in `unreachable`."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 async def test_reachable_and_unreachable_clients(tmp_path: Path) -> None:
-    state = write_state(tmp_path / "state.toml", init_min_clients=3)
+    state = write_state(tmp_path / "state.toml", init_min_clients=2, warmup_time=30)
     identity = Identity.generate()
     node = P2PNode(identity, is_member=lambda _p: False, config=P2PConfig(bind_host="127.0.0.1"))
     await node.start()
@@ -39,7 +40,9 @@ async def test_reachable_and_unreachable_clients(tmp_path: Path) -> None:
             assert mine.observed_host == "127.0.0.1"
             (theirs,) = natted.reachability
             assert not theirs.reachable and "cannot connect" in theirs.detail, theirs
-            await poll_until(lambda: public.unreachable == [natted.id], timeout=5)
+            # once both are members (the run's Warmup), peers learn the dead one is unreachable
+            await poll_until(lambda: public.unreachable == [natted.id], timeout=10)
+            assert public.peers.keys() == {public.id, natted.id}
             assert app.reachability.unreachable([public.id, natted.id]) == [natted.id]
     finally:
         await node.close()

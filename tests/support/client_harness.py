@@ -24,6 +24,7 @@ from psyche_common.coordinator import (
     Witness,
 )
 from psyche_common.coordinator.committee import CommitteeProof
+from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.protocol import Identity
 from psyche_common.protocol.messages import WitnessMetadata
 
@@ -155,6 +156,11 @@ class FakeServer:
     ) -> None:
         accusation = Accusation(step, sender, trainer, batch, agreement_milli, commitment)
         self.call(lambda c: c.accuse(sender, accusation))
+
+    def on_equivocation(self, sender: bytes, proof: EquivocationProof) -> None:
+        # through the wire form, as the server receives it
+        received = EquivocationProof.from_wire(proof.to_wire())
+        self.call(lambda c: c.equivocation(sender, received))
 
     def on_attestation(
         self,

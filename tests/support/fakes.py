@@ -27,6 +27,7 @@ from psyche_common.batch_id import BatchId
 from psyche_common.config import HubCheckpoint
 from psyche_common.coordinator import Witness
 from psyche_common.coordinator.committee import CommitteeProof
+from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.protocol.messages import WitnessMetadata
 
 Announcement = ResultAnnouncement | FinishedAnnouncement
@@ -154,6 +155,8 @@ class ServerSink(Protocol):
         commitment: bytes,
     ) -> None: ...
 
+    def on_equivocation(self, sender: bytes, proof: EquivocationProof) -> None: ...
+
     def on_join(self, sender: bytes) -> None: ...
 
 
@@ -171,6 +174,7 @@ class RecordingUplink:
     )
     checkpoints: list[HubCheckpoint] = field(default_factory=list)
     accusations: list[tuple[int, bytes, BatchId, int]] = field(default_factory=list)
+    equivocations: list[EquivocationProof] = field(default_factory=list)
     attestations: list[tuple[int, bytes, BatchId, int, bytes]] = field(default_factory=list)
     joins: int = 0
 
@@ -217,6 +221,11 @@ class RecordingUplink:
         self.attestations.append((step, trainer, batch, agreement_milli, commitment))
         if self.server is not None:
             self.server.on_attestation(self.me, step, trainer, batch, agreement_milli, commitment)
+
+    async def send_equivocation(self, proof: EquivocationProof) -> None:
+        self.equivocations.append(proof)
+        if self.server is not None:
+            self.server.on_equivocation(self.me, proof)
 
 
 def unsigned_result(

@@ -107,9 +107,14 @@ class ProtocolClient:
     # ------------------------------------------------------------------ connection
 
     async def connect(
-        self, join: bool = True, run_id: str | None = None, handshake_run_id: str | None = None
+        self,
+        join: bool = True,
+        run_id: str | None = None,
+        handshake_run_id: str | None = None,
+        authorization: bytes | None = None,
     ) -> ProtocolClient:
-        """Handshake for `handshake_run_id` (default: this client's run), then Join `run_id`."""
+        """Handshake for `handshake_run_id` (default: this client's run), then Join `run_id`
+        (presenting `authorization`, a signed delegation, when given)."""
         self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         domain = coordinator_domain(handshake_run_id or self.run_id)
         await connect_handshake(self._reader, self._writer, self.identity, domain=domain, timeout=5)
@@ -120,6 +125,7 @@ class ProtocolClient:
                     run_id=run_id or self.run_id,
                     p2p_address=self.p2p_address,
                     client_version="test",
+                    authorization=authorization,
                 )
             )
         return self

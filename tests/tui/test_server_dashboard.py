@@ -13,6 +13,7 @@ from psyche_server.data_server import DataServer
 from psyche_server.tui.app import ServerDashboard
 from psyche_server.tui.view_model import build_view, run_state_text
 from textual.widgets import Static, TabbedContent
+from textual_plotext import PlotextPlot
 
 from tests.support.server_harness import load_coordinator, write_state
 
@@ -161,5 +162,30 @@ async def test_the_relay_line_and_relayed_bytes_per_client(tmp_path: Path) -> No
         assert "2.5 MB forwarded" in relay_line(server.relay)
         assert relay_line(None) == "Relay: off (--no-relay)"
         assert "Relay: port" in build_view(server, 0).relay_line
+    finally:
+        await server.close()
+
+
+async def test_loss_and_throughput_charts_follow_the_witness_reports(tmp_path: Path) -> None:
+    server = await make_server(tmp_path)
+    dashboard = ServerDashboard(server, refresh_interval=0.05)
+    try:
+        async with dashboard.run_test(size=(140, 50)) as pilot:
+            await pilot.pause(0.1)
+            assert dashboard.last_view is not None
+            assert dashboard.last_view.charts.losses == ()
+            loss_plot = dashboard.query_one("#loss-plot", PlotextPlot)
+            assert "no witness reports yet" in loss_plot.plt.build()
+            for step, losses in ((1, (3.0, 3.2, 50.0)), (2, (2.5, 2.7, 2.6))):
+                for n, loss in enumerate(losses):
+                    server.metrics.record_witness(step, bytes([n]) * 32, loss, 100.0 + n, None)
+            await pilot.pause(0.15)
+            charts = dashboard.last_view.charts
+            assert charts.losses == ((1, 3.2), (2, 2.6))  # medians: the outlier does not show
+            assert charts.tokens_per_sec == ((1, 101.0), (2, 101.0))
+            assert "no witness reports yet" not in loss_plot.plt.build()
+            throughput = dashboard.query_one("#throughput-plot", PlotextPlot)
+            assert "Tokens/s per client" in throughput.plt.build()
+            await pilot.press("q")
     finally:
         await server.close()

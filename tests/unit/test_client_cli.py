@@ -147,6 +147,22 @@ def test_check_estimates_the_example_state(repo_root: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "fits" in result.output
+    assert "(float32)" in result.output  # the CPU default
+    bf16 = CliRunner().invoke(
+        main,
+        [
+            "check",
+            "--state",
+            str(repo_root / "state.toml.example"),
+            "--device",
+            "cpu",
+            "--dtype",
+            "bf16",
+            "--grad-accum-in-fp32",
+        ],
+    )
+    assert bf16.exit_code == 0, bf16.output
+    assert "(bfloat16)" in bf16.output and "fp32 gradient sums" in bf16.output
 
 
 def test_prune_keeps_the_newest_steps(tmp_path: Path) -> None:

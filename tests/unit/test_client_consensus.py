@@ -64,7 +64,7 @@ def test_plan_apply_orders_and_skips() -> None:
         d: [Candidate(b"z", H[3]), Candidate(b"w", H[4])],
     }
     plan = plan_apply([a, b, c, d], candidates, blooms, quorum=2)
-    assert [(batch, cand.data_hash) for batch, cand in plan.apply] == [(a, H[0]), (d, H[4])]
+    assert [(batch, cand.commitment) for batch, cand in plan.apply] == [(a, H[0]), (d, H[4])]
     assert plan.skipped == [(b, SkipReason.NO_QUORUM), (c, SkipReason.NO_COMMITMENT)]
 
 

@@ -24,11 +24,30 @@ def make_coordinator() -> Coordinator:
     return coordinator_in(RunState.Warmup, ids(2), model=distro_model(chunk=16, topk=4))
 
 
-def test_replicas_stay_identical_and_reject_tampering() -> None:
+PRECISIONS = {
+    "fp32": BackendOptions(device="cpu", micro_batch_size=2),
+    "bf16": BackendOptions(
+        device="cpu",
+        micro_batch_size=1,
+        dtype="bf16",
+        grad_accum_in_fp32=True,
+        activation_checkpointing=True,
+        attn_implementation="eager",
+    ),
+}
+
+
+@pytest.mark.parametrize("precision", sorted(PRECISIONS))
+def test_replicas_stay_identical_and_reject_tampering(precision: str) -> None:
+    """Two replicas loaded through the backend registry with the flags' options."""
     torch.set_num_threads(1)
     coordinator = make_coordinator()
-    a = DistroBackend.load(coordinator, device="cpu", micro_batch_size=2)
-    b = DistroBackend.load(coordinator, device="cpu", micro_batch_size=2)
+    options = PRECISIONS[precision]
+    a, b = (BACKENDS["distro"].load(coordinator, options, None, False) for _ in range(2))
+    assert isinstance(a, DistroBackend) and isinstance(b, DistroBackend)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    assert {p.dtype for p in a.trainer.model.parameters()} == {dtype}
+    assert a.trainer.grad_accum_in_fp32 == options.grad_accum_in_fp32
     assert a.weights_hash() == b.weights_hash()
     rng = np.random.default_rng(0)
     batch_a, batch_b = BatchId(0, 1), BatchId(2, 3)

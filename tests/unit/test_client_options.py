@@ -11,8 +11,9 @@ from psyche_client.app.options import ClientOptions, ServerOptions
 from psyche_client.cli import train
 from psyche_common.protocol import Identity
 
-NOT_FLAGS = {"server.exit_when_finished", "checkpointing.keep"}
-"""Fields of the client's own sections that no flag sets (tests and embedders set them)."""
+NOT_FLAGS = {"server.exit_when_finished", "checkpointing.keep", "server.authorization"}
+"""Fields of the client's own sections that no flag sets directly (tests and embedders set
+them; `server.authorization` holds the checked contents of `--authorization FILE`)."""
 OWN_SECTIONS = ("server", "backend", "checkpointing")
 
 

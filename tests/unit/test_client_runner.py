@@ -171,7 +171,7 @@ async def test_announcements_for_a_future_round_are_kept_for_later() -> None:
     )
     runner.on_announcement(verify(early))
     runner.on_announcement(verify(stale))
-    assert runner.exchange.early == [verify(early)]
+    assert runner.exchange.early.kept == [verify(early)]
     assert current.downloads == {}
 
 
@@ -207,8 +207,9 @@ async def test_a_result_announced_at_another_size_than_the_layout_is_refused(cap
         assert round_.downloads == {}
         assert f"from {sender.short_id} refused: it announces {size} bytes" in caplog.text
         assert f"takes exactly {exact}" in caplog.text
-    runner.exchange.accept_result(round_, announced(exact, b"x" * 32))
-    assert list(round_.downloads) == [b"x" * 32]
+    good = announced(exact, b"x" * 32)
+    runner.exchange.accept_result(round_, good)
+    assert list(round_.downloads) == [good.commitment]
     for download in round_.downloads.values():
         assert download.task is not None
         download.task.cancel()

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 from psyche_client.tools.estimate import (
+    Estimate,
     chunk_size,
     distro_tensor_size,
     estimate_run,
 )
 from psyche_client.training.model.loading import builtin_config
+from psyche_client.training.model.precision import Precision
 from psyche_client.training.parallel.collectives import BUCKET_ELEMENTS
 from psyche_client.training.parallel.plan import ParallelSpec
 from psyche_common.config import AdamWOptimizer, DistroOptimizer, SparseLocoOptimizer
@@ -94,30 +96,69 @@ SPARSELOCO = {
 
 def test_memory_components_by_optimizer() -> None:
     config = builtin_config("llama-2m")
-    d = estimate_run(LLM(distro(64, 8, True), 512), config, 2, "cpu", num_clients=3)
-    labels = [label for label, _ in d.memory]
-    assert "DisTrO momentum" in labels and "peer results (2 rounds)" in labels
+    bf16 = Precision(dtype="bf16")
+    d = estimate_run(LLM(distro(64, 8, True), 512), config, 2, "cpu", num_clients=3, precision=bf16)
+    rows = dict(d.memory)
     weights = d.num_parameters * 2  # bf16
-    assert dict(d.memory)["parameters"] == weights
+    assert rows["parameters"] == rows["gradients"] == weights
+    assert rows["DisTrO momentum (fp32)"] == 2 * weights
+    assert rows["saved weights (lookahead undo)"] == rows["weights snapshot (early apply)"]
+    assert rows["results held (own encoded, every client's for 2 rounds)"] == (
+        7 * d.distro_result_bytes
+    )
+    assert rows["process baseline (python, torch, transformers)"] > 50 * 1024**2
     assert d.distro_download_bytes_per_step == 2 * d.distro_result_bytes
+    # the CPU default is fp32: every weight-sized row doubles, the fp32 momentum does not
+    fp32 = dict(estimate_run(LLM(distro(64, 8, True), 512), config, 2, "cpu").memory)
+    assert fp32["parameters"] == 2 * weights and fp32["DisTrO momentum (fp32)"] == 2 * weights
+    summed = estimate_run(
+        LLM(distro(64, 8, True), 512),
+        config,
+        2,
+        "cpu",
+        precision=Precision(dtype="bf16", grad_accum_in_fp32=True),
+    )
+    assert dict(summed.memory)["fp32 gradient sums (--grad-accum-in-fp32)"] == 2 * weights
 
     a = estimate_run(
-        LLM(AdamWOptimizer(betas=(0.9, 0.95), weight_decay=0.0, eps=1e-8), 512), config, 2
+        LLM(AdamWOptimizer(betas=(0.9, 0.95), weight_decay=0.0, eps=1e-8), 512),
+        config,
+        2,
+        precision=bf16,
     )
     assert dict(a.memory)["AdamW moments"] == 2 * weights
     assert a.distro_result_bytes is None
 
-    s = estimate_run(LLM(SparseLocoOptimizer(**SPARSELOCO), 512), config, 2, num_clients=3)
+    s = estimate_run(
+        LLM(SparseLocoOptimizer(**SPARSELOCO), 512), config, 2, num_clients=3, precision=bf16
+    )
     assert dict(s.memory)["AdamW moments (inner steps)"] == 2 * weights
-    assert dict(s.memory)["SparseLoCo error feedback"] == weights
+    assert dict(s.memory)["SparseLoCo error feedback (fp32)"] == 2 * weights
     assert (
         s.distro_result_bytes is not None and 0 < s.distro_result_bytes < d.distro_result_bytes * 8
     )
 
-    bigger = estimate_run(LLM(distro(64, 8, True), 512), config, 4)
+    bigger = estimate_run(LLM(distro(64, 8, True), 512), config, 4, precision=bf16)
+    for row in ("activations (one micro-batch)", "logits and loss (one micro-batch)"):
+        assert dict(bigger.memory)[row] == 2 * rows[row]
+    checkpointed = estimate_run(
+        LLM(distro(64, 8, True), 512),
+        config,
+        2,
+        precision=Precision(dtype="bf16", activation_checkpointing=True),
+    )
     assert (
-        dict(bigger.memory)["activations (one micro-batch)"]
-        > dict(d.memory)["activations (one micro-batch)"]
+        dict(checkpointed.memory)["activations (one micro-batch)"]
+        < 0.5 * rows["activations (one micro-batch)"]
+    )
+    eager = estimate_run(
+        LLM(distro(64, 8, True), 512),
+        config,
+        2,
+        precision=Precision(dtype="bf16", attn_implementation="eager"),
+    )
+    assert (
+        dict(eager.memory)["activations (one micro-batch)"] > rows["activations (one micro-batch)"]
     )
 
 
@@ -135,6 +176,15 @@ def test_bad_micro_batch() -> None:
         estimate_run(LLM(distro(64, 8, True)), builtin_config("llama-tiny"), 0)
 
 
+BF16 = Precision(dtype="bf16")
+BASELINE = "process baseline (python, torch, transformers)"
+
+
+def without_baseline(estimate: Estimate) -> int:
+    """The estimate's total less the process baseline (this process's memory, which moves)."""
+    return estimate.total_bytes - dict(estimate.memory)[BASELINE]
+
+
 def test_per_device_memory_for_each_parallel_layout() -> None:
     """Replicas hold what one device holds plus the fp32 all-reduce bucket (at most
     `BUCKET_ELEMENTS`); sharding over N
@@ -142,15 +192,16 @@ def test_per_device_memory_for_each_parallel_layout() -> None:
     plus the unsharded root and two layers while training."""
     config = builtin_config("llama-20m")
     llm = LLM(distro(64, 8, True), 512)
-    single = estimate_run(llm, config, 1, "cpu")
-    replicated = estimate_run(llm, config, 1, "cpu", parallel=ParallelSpec(2))
+    single = estimate_run(llm, config, 1, "cpu", precision=BF16)
+    replicated = estimate_run(llm, config, 1, "cpu", parallel=ParallelSpec(2), precision=BF16)
     sharded = {
-        n: estimate_run(llm, config, 1, "cpu", parallel=ParallelSpec(n, fsdp=True)) for n in (2, 4)
+        n: estimate_run(llm, config, 1, "cpu", parallel=ParallelSpec(n, fsdp=True), precision=BF16)
+        for n in (2, 4)
     }
     rows = dict(replicated.memory)
     bucket = min(single.num_parameters, BUCKET_ELEMENTS) * 4
     assert rows["gradient all-reduce bucket (fp32)"] == bucket
-    assert replicated.total_bytes == single.total_bytes + bucket
+    assert without_baseline(replicated) == without_baseline(single) + bucket
     weights = single.num_parameters * 2  # bf16
     for ranks, estimate in sharded.items():
         rows = dict(estimate.memory)
@@ -184,15 +235,21 @@ TINYLLAMA_1B = {
 
 def test_sharding_a_1b_model_cuts_its_memory_per_device() -> None:
     llm = LLM(distro(64, 8, True), 2048)
-    single = estimate_run(llm, TINYLLAMA_1B, 1, "cpu")
-    activations = dict(single.memory)["activations (one micro-batch)"]
-    model = single.total_bytes - activations
+    single = estimate_run(llm, TINYLLAMA_1B, 1, "cpu", precision=BF16)
+    transient = (
+        "activations (one micro-batch)",
+        "logits and loss (one micro-batch)",
+        "DisTrO generate working memory (largest parameter)",
+        "DisTrO apply working memory (largest parameter)",
+    )
+    activations = sum(dict(single.memory)[row] for row in transient)
+    model = without_baseline(single) - activations
     for ranks in (2, 4, 8):
         estimate = estimate_run(
-            llm, TINYLLAMA_1B, 1, "cpu", parallel=ParallelSpec(ranks, fsdp=True)
+            llm, TINYLLAMA_1B, 1, "cpu", parallel=ParallelSpec(ranks, fsdp=True), precision=BF16
         )
-        assert dict(estimate.memory)["activations (one micro-batch)"] == activations
-        per_device = estimate.total_bytes - activations
+        assert sum(dict(estimate.memory)[row] for row in transient) == activations
+        per_device = without_baseline(estimate) - activations
         assert per_device < model * (1.3 / ranks + 0.1), ranks
 
 

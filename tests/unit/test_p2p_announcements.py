@@ -18,6 +18,7 @@ from psyche_client.p2p.announcements import (
     verify_announcement,
 )
 from psyche_common.protocol import Identity, decode_payload, encode_payload, verify_signature
+from psyche_common.protocol.result_commitment import commitment_statement
 
 TRAINER = Identity.from_secret_bytes(bytes(range(32)))
 
@@ -34,11 +35,23 @@ def result() -> ResultAnnouncement:
     )
 
 
-def test_result_commitment_signature_is_over_the_raw_data_hash() -> None:
+def test_result_commitment_signature_binds_the_data_hash_the_blob_and_the_size() -> None:
     a = result()
     assert a.sender_id == TRAINER.public_key and a.batch_range == (8, 11)
-    assert verify_signature(TRAINER.public_key, a.data_hash, a.commitment_signature)
+    # version 2: not over the raw data hash (the reference's), over the whole statement
+    assert not verify_signature(TRAINER.public_key, a.data_hash, a.commitment_signature)
+    statement = commitment_statement(TRAINER.public_key, 5, 8, 11, a.data_hash, a.blob_hash, a.size)
+    assert verify_signature(TRAINER.public_key, statement, a.commitment_signature)
+    assert a.commitment == hashlib.sha256(statement).digest()
     verify_announcement(a)
+    # the same data hash with another blob (another nonce in its header) is another
+    # commitment, and a signature cannot be moved from one to the other
+    other = dataclasses.replace(a, blob_hash=hashlib.sha256(b"other blob").digest())
+    assert other.commitment != a.commitment
+    with pytest.raises(AnnouncementError, match="commitment_signature"):
+        verify_announcement(other)
+    assert a.signed_commitment().verifies()
+    assert a.signed_commitment().commitment_id == a.commitment
 
 
 def test_finished_commitment_is_sha256_of_the_merkle_root() -> None:
@@ -73,7 +86,8 @@ def test_wire_round_trip_through_msgpack(make) -> None:
 )
 def test_any_field_change_breaks_the_envelope(field: str, value: object) -> None:
     tampered = dataclasses.replace(result(), **{field: value})
-    with pytest.raises(AnnouncementError, match="envelope_signature does not verify"):
+    # the commitment signature covers these fields too, and is checked first
+    with pytest.raises(AnnouncementError, match="signature does not verify"):
         verify_announcement(tampered)
 
 

@@ -15,6 +15,7 @@ from psyche_client.distro.sparseloco import SparseLocoSettings
 from psyche_client.training.model import loading as model_io
 from psyche_client.training.trainer import (
     AdamWSettings,
+    Fp32GradAccumulator,
     Trainer,
     TrainingCancelled,
     optimizer_settings,
@@ -262,3 +263,87 @@ def test_cuda_matches_device() -> None:
     assert out.result is not None
     assert trainer.apply([out.result], 3, 0.01) == 1
     assert all(p.device.type == "cuda" for p in trainer.model.parameters())
+
+
+def test_momentum_stays_fp32_in_a_bf16_model() -> None:
+    trainer = make_trainer(dtype="bf16")
+    trainer.train(BatchId(0, 3), tokens(0), 1, 0.01, 0.0)
+    distro = trainer.distro
+    name = "model.layers.0.mlp.up_proj.weight"
+    assert trainer.model.get_parameter(name).dtype == torch.bfloat16
+    assert distro.momentum(name).dtype == torch.float32  # type: ignore[union-attr]
+    assert distro.momentum(name).abs().sum() > 0  # type: ignore[union-attr]
+
+
+def test_fp32_accumulator_keeps_what_bf16_sums_round_away() -> None:
+    param = torch.nn.Parameter(torch.zeros(1, dtype=torch.bfloat16))
+    accumulator = Fp32GradAccumulator.for_params([param])
+    assert accumulator is not None
+    for value in (1.0, 2.0**-9, 2.0**-9, 2.0**-9, 2.0**-9):
+        param.grad = torch.tensor([value], dtype=torch.bfloat16)
+        accumulator.collect()
+        assert param.grad is None
+    accumulator.release()
+    assert param.grad is not None and param.grad.dtype == torch.bfloat16
+    assert float(param.grad) == 1.0 + 2.0**-7  # a bf16 running sum stays at 1.0
+    fp32 = torch.nn.Parameter(torch.zeros(1))
+    assert Fp32GradAccumulator.for_params([fp32]) is None
+
+
+def _micro_batch_grads(trainer: Trainer, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The gradients of `trainer`'s micro-batches, each computed alone, summed in fp32."""
+    sums: dict[str, torch.Tensor] = {}
+    total = input_ids.shape[0]
+    for micro in torch.split(input_ids, trainer.micro_batch_size):
+        trainer.model.zero_grad(set_to_none=True)
+        loss = trainer.model(input_ids=micro, labels=micro).loss
+        (loss * (micro.shape[0] / total)).backward()
+        for name, p in trainer.model.named_parameters():
+            assert p.grad is not None
+            sums[name] = sums.get(name, torch.zeros_like(p, dtype=torch.float32)) + p.grad.float()
+    trainer.model.zero_grad(set_to_none=True)
+    return sums
+
+
+@pytest.mark.parametrize("in_fp32", [True, False])
+def test_grad_accum_in_fp32_rounds_the_fp32_sum_once(in_fp32: bool) -> None:
+    trainer = make_trainer(micro_batch_size=1, dtype="bf16", grad_accum_in_fp32=in_fp32)
+    input_ids = torch.from_numpy(tokens(3))
+    expected = _micro_batch_grads(trainer, input_ids)
+    trainer._forward_backward(input_ids, None)
+    rounded_once = all(
+        torch.equal(p.grad, expected[name].to(torch.bfloat16))  # type: ignore[arg-type]
+        for name, p in trainer.model.named_parameters()
+    )
+    # with bf16 running sums (the flag off) some element rounds differently
+    assert rounded_once == in_fp32
+
+
+def test_activation_checkpointing_and_attention_kernel_keep_the_result() -> None:
+    from psyche_client.training.model.numerics import configure_model
+    from psyche_client.training.model.precision import Precision
+
+    plain = make_trainer()
+    model = configure_model(
+        tiny_llama(),
+        Precision(activation_checkpointing=True, attn_implementation="eager"),
+        torch.device("cpu"),
+    )
+    assert any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
+    assert model.config._attn_implementation == "eager"  # type: ignore[attr-defined]
+    checkpointed = Trainer(model, DISTRO, device="cpu", micro_batch_size=2)
+    a = plain.train(BatchId(0, 3), tokens(0), 1, 0.01, 0.0)
+    b = checkpointed.train(BatchId(0, 3), tokens(0), 1, 0.01, 0.0)
+    assert a.loss == pytest.approx(b.loss, rel=1e-5)
+    assert a.result is not None and b.result is not None
+    assert a.result.data_hash() == b.result.data_hash()
+    # the sdpa default on a family without that kernel keeps the family's own (Gemma2)
+    from tests.support.model_families import family
+
+    gemma = model_io.build_model_from_config(family("gemma2").build().to_dict())
+    configure_model(gemma, Precision(), torch.device("cpu"))
+    assert gemma.config._attn_implementation == "eager"  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="flash_attention_2 needs a CUDA device"):
+        configure_model(
+            tiny_llama(), Precision(attn_implementation="flash_attention_2"), torch.device("cpu")
+        )

@@ -90,6 +90,7 @@ class ClientApp:
             self.options.server.run_id,
             self.node.address,
             timeout=timeout,
+            authorization=self.options.server.authorization,
         )
         link.on_weights_mismatch = self._on_weights_mismatch
         link.on_reachability = self.reach.on_notice
@@ -105,9 +106,11 @@ class ClientApp:
             f"majority's ({notice.majority_hash.hex()[:16]})"
         )
 
-    def _on_announcement(self, announcement: VerifiedAnnouncement, _from_peer: bytes) -> None:
-        if self.runner is not None:
-            self.runner.on_announcement(announcement)
+    def _on_announcement(self, announcement: VerifiedAnnouncement, _from_peer: bytes) -> bool:
+        """Whether the pipeline took the announcement (False: the inbox forgets it)."""
+        if self.runner is None:
+            return False
+        return self.runner.on_announcement(announcement)
 
     def snapshot(self) -> ClientSnapshot:
         """The client as the dashboard shows it, now."""

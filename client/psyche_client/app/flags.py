@@ -1,7 +1,7 @@
 """Every option of `psyche-client train`, written once: its flag, environment variable, click
 type, default and help, and the field of `ClientOptions` it sets (`target`, a dotted path such
 as "p2p.gossip_fanout"; None for the few the CLI handles itself: logging, the identity file,
-the advertised address).
+the authorization file, the advertised address).
 
 `cli.py` builds its click options from `FLAGS`, and `ClientOptions.from_flags` fills the
 options from the parsed values, so a flag and the field it sets cannot drift apart
@@ -18,6 +18,8 @@ from typing import TypeVar
 import click
 from psyche_common.logs import LOG_LEVELS
 from psyche_common.pacing import MEGABIT
+
+from psyche_client.training.model.precision import ATTN_IMPLEMENTATIONS, DTYPE_NAMES
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -118,6 +120,12 @@ FLAGS: tuple[Flag, ...] = (
     ),
     IDENTITY_FLAG,
     Flag(
+        "--authorization",
+        "A signed authorization file (`psyche-client authorize`) that lets this client's key "
+        "join a permissioned run on behalf of an authorized key; sent with the Join.",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    ),
+    Flag(
         "--bind-p2p-port",
         "TCP port of the peer-to-peer listener (0: any free port).",
         "p2p.port",
@@ -151,6 +159,41 @@ FLAGS: tuple[Flag, ...] = (
         "backend.micro_batch_size",
         1,
         _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--dtype",
+        "Parameter and gradient dtype. auto: bf16 on CUDA, fp32 elsewhere. DisTrO's momentum "
+        "and the aggregate of applied results stay fp32 either way; every client of a run "
+        "must train in the same dtype (the weights hash covers the stored bytes).",
+        "backend.dtype",
+        "auto",
+        click.Choice(DTYPE_NAMES),
+        show_default=True,
+    ),
+    Flag(
+        "--grad-accum-in-fp32",
+        "Sum the micro-batches' gradients in fp32 and round once to the parameter dtype "
+        "(bf16 runs with several micro-batches per batch; costs 4 bytes per parameter).",
+        "backend.grad_accum_in_fp32",
+        False,
+        is_flag=True,
+    ),
+    Flag(
+        "--activation-checkpointing",
+        "Recompute each decoder layer's activations in the backward pass instead of keeping "
+        "them: less memory for longer sequences or larger micro-batches, ~30% more compute.",
+        "backend.activation_checkpointing",
+        False,
+        is_flag=True,
+    ),
+    Flag(
+        "--attn-implementation",
+        "Attention kernel: eager, sdpa (torch's scaled_dot_product_attention) or "
+        "flash_attention_2 (CUDA and the flash-attn package).",
+        "backend.attn_implementation",
+        "sdpa",
+        click.Choice(ATTN_IMPLEMENTATIONS),
         show_default=True,
     ),
     Flag(
@@ -354,6 +397,23 @@ FLAGS: tuple[Flag, ...] = (
         show_default=True,
     ),
 )
+
+
+PRECISION_FLAGS = (
+    "--dtype",
+    "--grad-accum-in-fp32",
+    "--activation-checkpointing",
+    "--attn-implementation",
+)
+"""The `train` flags `check` takes too, to estimate the same setup."""
+
+
+def precision_options(command: F) -> F:
+    """Decorate `command` (`check`) with `train`'s precision flags."""
+    for flag in reversed(FLAGS):
+        if flag.name in PRECISION_FLAGS:
+            command = flag.option()(command)
+    return command
 
 
 def train_options(command: F) -> F:

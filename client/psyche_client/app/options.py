@@ -37,6 +37,8 @@ class ServerOptions:
     reconnect_timeout: float = 600.0
     """Seconds to keep reconnecting after losing the server (0: exit at once)."""
     exit_when_finished: bool = True
+    authorization: bytes | None = None
+    """A signed authorization statement sent with the Join (`--authorization`)."""
 
 
 def section_values(section: str, values: Mapping[str, object] | None = None) -> dict[str, object]:

@@ -6,7 +6,10 @@ applying the same results decays identically), results are applied in canonical 
 order, their coefficients are summed exactly and the sign of the inverse DCT of the aggregate
 is that of an exact integer transform (`exact_idct`), the same on every device.
 
-Per parameter (sorted by name) the optimizer keeps a momentum `delta` (zeros, parameter dtype).
+Per parameter (sorted by name) the optimizer keeps a momentum `delta` (zeros, float32 whatever
+the parameter dtype: it accumulates small contributions over many steps and carries the error
+feedback, which bf16 would round away; the parameters, their gradients and the lookahead's
+saved copy keep the parameter dtype).
 
     with opt.lookahead(prev_lr):          # theta -= prev_lr * sign(delta); restored on exit
         forward/backward                  # grads in p.grad
@@ -36,6 +39,9 @@ from psyche_common.config import DistroOptimizer as DistroConfig
 from psyche_client.distro.compressor import Compressor, canonical_order
 from psyche_client.distro.result import DistroResult, ResultLayout
 from psyche_client.distro.values import ValueKind
+
+STATE_DTYPE = torch.float32
+"""The dtype of the momentum (and of SparseLoCo's error feedback), whatever the parameters'."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,7 @@ class DistroOptimizer:
             settings.value_kind,
         )
         self._delta = {
-            name: torch.zeros_like(p, memory_format=torch.contiguous_format)
+            name: torch.zeros_like(p, dtype=STATE_DTYPE, memory_format=torch.contiguous_format)
             for name, p in self._params
         }
 

@@ -22,7 +22,8 @@ a coefficient counts as 0 there), aggregates exactly and inverts the DCT in floa
 DisTrO, then rounds the update to bf16 before it touches the weights: devices whose float64
 matmuls differ in the last bits would have to straddle a bf16 rounding boundary to disagree.
 Only `apply` changes the weights, so clients applying the same results stay bit-identical;
-the AdamW moments and the error-feedback buffer are local.
+the AdamW moments and the error-feedback buffer (float32 whatever the parameter dtype) are
+local.
 
 API: `SparseLocoSettings` (+ `from_config`), `SparseLocoOptimizer(named_parameters,
 settings)` with `.layout`, `.local_round(own_pending)`, `.inner_step(lr)`, `.generate(...)`,
@@ -41,7 +42,7 @@ from psyche_common.batch_id import BatchId
 from psyche_common.config import SparseLocoOptimizer as SparseLocoConfig
 
 from psyche_client.distro.compressor import Compressor, canonical_order
-from psyche_client.distro.optimizer import Generated, OwnResult
+from psyche_client.distro.optimizer import STATE_DTYPE, Generated, OwnResult
 from psyche_client.distro.result import DistroResult, ResultLayout
 from psyche_client.distro.values import ValueKind
 
@@ -111,7 +112,8 @@ class SparseLocoOptimizer:
             settings.value_kind,
         )
         self._error = [
-            torch.zeros_like(p, memory_format=torch.contiguous_format) for _, p in self._params
+            torch.zeros_like(p, dtype=STATE_DTYPE, memory_format=torch.contiguous_format)
+            for _, p in self._params
         ]
         self._inner = self._new_inner_optimizer()
         self._pseudo: list[torch.Tensor] | None = None

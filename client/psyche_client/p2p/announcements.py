@@ -3,9 +3,12 @@
 Two message kinds travel between clients (reference §2.5.5, §2.7, §4.2 "Gossip"):
 
 * `ResultAnnouncement` — a trainer's commitment to one DisTrO result: step, batch range,
-  `data_hash` (the SHA-256 commitment computed by `psyche_client.distro`), the trainer's
-  ed25519 signature over that 32-byte hash (as the reference signs it), and where to get the
-  payload: the SHA-256 `blob_hash` of the encoded result and its `size` in bytes.
+  `data_hash` (the SHA-256 commitment computed by `psyche_client.distro`), where to get the
+  payload (the SHA-256 `blob_hash` of the encoded result, which holds the trainer nonce, and
+  its `size` in bytes), and the trainer's ed25519 `commitment_signature` over all of them
+  (`psyche_common.protocol.result_commitment`, version 2: the reference signs the data hash
+  alone). Its `commitment` (the id of that signed statement) names the exact blob: two
+  different ones of a trainer for one batch prove that it equivocated (`proof_of`).
 * `FinishedAnnouncement` — "training of step S is done and I hold every payload of the previous
   round" (`warmup=False`), or "my warmup is finished" (`warmup=True`, step 0). It carries the
   Merkle root of the broadcasts the sender saw; its commitment `data_hash = SHA-256(root)`.
@@ -24,9 +27,16 @@ import hashlib
 from dataclasses import dataclass, fields
 from typing import Any
 
+from psyche_common.batch_id import BatchId
+from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.protocol import Identity, encode_payload, verify_signature
+from psyche_common.protocol.result_commitment import (
+    ResultCommitment,
+    commitment_id,
+    commitment_statement,
+)
 
-ENVELOPE_DOMAIN = b"psyche-py/p2p-announcement/v1\x00"
+ENVELOPE_DOMAIN = b"psyche-py/p2p-announcement/v2\x00"
 HASH_SIZE = 32
 PUBLIC_KEY_SIZE = 32
 SIGNATURE_SIZE = 64
@@ -57,6 +67,34 @@ class ResultAnnouncement:
     @property
     def batch_range(self) -> tuple[int, int]:
         return (self.batch_start, self.batch_end)
+
+    def statement(self) -> bytes:
+        """The bytes `commitment_signature` covers (`result_commitment`)."""
+        return commitment_statement(
+            self.sender_id,
+            self.step,
+            self.batch_start,
+            self.batch_end,
+            self.data_hash,
+            self.blob_hash,
+            self.size,
+        )
+
+    @property
+    def commitment(self) -> bytes:
+        """The id of the signed commitment: what witnesses attest and clients choose among."""
+        return commitment_id(self.statement())
+
+    def signed_commitment(self) -> ResultCommitment:
+        return ResultCommitment(
+            trainer=self.sender_id,
+            step=self.step,
+            batch=BatchId(self.batch_start, self.batch_end),
+            data_hash=self.data_hash,
+            blob_hash=self.blob_hash,
+            size=self.size,
+            signature=self.commitment_signature,
+        )
 
 
 @dataclass(frozen=True)
@@ -108,14 +146,17 @@ def make_result_announcement(
     blob_hash: bytes,
     size: int,
 ) -> ResultAnnouncement:
-    """Sign `data_hash` (the commitment) and the whole announcement with `identity`."""
+    """Sign the commitment (data hash, blob and size) and the whole announcement."""
+    statement = commitment_statement(
+        identity.public_key, step, batch_start, batch_end, data_hash, blob_hash, size
+    )
     unsigned = ResultAnnouncement(
         step=step,
         batch_start=batch_start,
         batch_end=batch_end,
         sender_id=identity.public_key,
         data_hash=bytes(data_hash),
-        commitment_signature=identity.sign(bytes(data_hash)),
+        commitment_signature=identity.sign(statement),
         blob_hash=bytes(blob_hash),
         size=size,
     )
@@ -155,9 +196,12 @@ def verify_announcement(announcement: Announcement) -> None:
         hashlib.sha256(announcement.broadcast_merkle).digest()
     ):
         raise AnnouncementError("finished.data_hash is not SHA-256(broadcast_merkle)")
-    if not verify_signature(
-        announcement.sender_id, announcement.data_hash, announcement.commitment_signature
-    ):
+    committed = (
+        announcement.statement()
+        if isinstance(announcement, ResultAnnouncement)
+        else announcement.data_hash
+    )
+    if not verify_signature(announcement.sender_id, committed, announcement.commitment_signature):
         raise AnnouncementError(
             f"{announcement.kind}.commitment_signature does not verify for sender "
             f"{announcement.sender_id[:4].hex()}"
@@ -169,6 +213,11 @@ def verify_announcement(announcement: Announcement) -> None:
             f"{announcement.kind}.envelope_signature does not verify for sender "
             f"{announcement.sender_id[:4].hex()}"
         )
+
+
+def proof_of(first: ResultAnnouncement, second: ResultAnnouncement) -> EquivocationProof:
+    """The equivocation proof two conflicting result announcements of one trainer make."""
+    return EquivocationProof(first.signed_commitment(), second.signed_commitment())
 
 
 def to_wire(announcement: Announcement) -> dict[str, Any]:

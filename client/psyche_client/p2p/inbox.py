@@ -2,13 +2,25 @@
 
 `AnnouncementInbox.receive` runs the checks in order — strict decoding, both signatures
 (`announcements.verify_announcement`), signer is a member, a result's size within
-`max_result_size` and no second commitment for the same batch, not seen before — and only
-then hands the announcement to the app's callback, as a `VerifiedAnnouncement`: the one place
-an announcement's signatures are checked (the round pipeline accepts nothing else and does not
-check again). The de-duplication memory is bounded (oldest ids are forgotten first). The node
-also `remember`s its own announcements so echoes of them are ignored. It also remembers which
-step each announced blob belongs to, so a fetched blob is tagged with its step (and pruned
-with it) even when the caller does not say.
+`max_result_size` and at most two different commitments of a trainer for one batch, not seen
+before — and only then hands the announcement to the app's callback, as a
+`VerifiedAnnouncement`: the one place an announcement's signatures are checked (the round
+pipeline accepts nothing else and does not check again).
+
+A second, different commitment of a trainer for a batch is accepted (and so forwarded like
+any new announcement): the two together prove that the trainer equivocated, and every honest
+client must hold both to decide alike (the round pipeline reports the proof). A third adds
+nothing and is refused.
+
+The callback may answer False: "not now" (an announcement for a step too far ahead of this
+client, or over its sender's quota, `round.exchange`). The inbox then forgets it as if it had
+never arrived — not seen, not forwarded, its commitment not counted — so a later copy (the
+trainer re-announces every 10 s, a peer's link catch-up) is delivered again.
+
+The de-duplication memory is bounded (oldest ids are forgotten first). The node also
+`remember`s its own announcements so echoes of them are ignored. It also remembers which step
+each announced blob belongs to, so a fetched blob is tagged with its step (and pruned with it)
+even when the caller does not say.
 """
 
 from __future__ import annotations
@@ -67,13 +79,19 @@ def verify(announcement: Announcement) -> VerifiedAnnouncement:
     return VerifiedAnnouncement(announcement)
 
 
-AnnouncementCallback = Callable[[VerifiedAnnouncement, bytes], Awaitable[None] | None]
-"""Gets each new announcement a peer pushed, once verified, and the peer that pushed it."""
+AnnouncementCallback = Callable[[VerifiedAnnouncement, bytes], Awaitable[bool | None] | bool | None]
+"""Gets each new announcement a peer pushed, once verified, and the peer that pushed it;
+answers False to have it forgotten ("not now", see the module docstring)."""
+
+MAX_COMMITMENTS_PER_BATCH = 2
+"""Different commitments of one trainer for one batch that are accepted: the second proves
+the equivocation; more add nothing."""
 
 
 @dataclass(frozen=True)
 class Receipt:
-    """`"accepted"` | `"duplicate"` | `"rejected"`, why, and the announcement if accepted."""
+    """`"accepted"` | `"duplicate"` | `"deferred"` | `"rejected"`, why, and the announcement
+    if accepted (only an accepted one is forwarded)."""
 
     status: str
     reason: str = ""
@@ -94,14 +112,24 @@ class AnnouncementInbox:
         self.callback = callback
         self._max_seen = max_seen
         self._max_result_size = max_result_size
-        self._commitments: OrderedDict[tuple[int, int, int, bytes], bytes] = OrderedDict()
-        """(step, batch_start, batch_end, trainer) → the one commitment accepted for it."""
+        self._commitments: OrderedDict[tuple[int, int, int, bytes], list[bytes]] = OrderedDict()
+        """(step, batch_start, batch_end, trainer) → the commitments accepted for it."""
         self._seen: OrderedDict[bytes, None] = OrderedDict()
         self._blob_steps: OrderedDict[bytes, int] = OrderedDict()
 
     def announced_step(self, blob_hash: bytes) -> int | None:
         """The step a result announcement gave for `blob_hash`, if one was seen."""
         return self._blob_steps.get(blob_hash)
+
+    def forget(self, announcement: Announcement) -> None:
+        """Undo `remember` and the commitment count of an announcement the app did not take."""
+        self._seen.pop(message_id(announcement), None)
+        if isinstance(announcement, ResultAnnouncement):
+            known = self._commitments.get(_batch_key(announcement))
+            if known is not None and announcement.commitment in known:
+                known.remove(announcement.commitment)
+                if not known:
+                    del self._commitments[_batch_key(announcement)]
 
     def remember(self, announcement: Announcement) -> bool:
         """Record an announcement's id; False when it was already known."""
@@ -119,8 +147,8 @@ class AnnouncementInbox:
         return True
 
     def _refuse_result(self, announcement: Announcement) -> str | None:
-        """Why a result announcement is refused (too large; a second, different commitment of
-        the same trainer for the same batch: equivocation), else None (and it is recorded)."""
+        """Why a result announcement is refused (too large; a third different commitment of
+        the same trainer for the same batch), else None (and its commitment is recorded)."""
         if not isinstance(announcement, ResultAnnouncement):
             return None
         trainer = short_id(announcement.sender_id)
@@ -129,21 +157,26 @@ class AnnouncementInbox:
                 f"result of {trainer} for step {announcement.step} announces "
                 f"{announcement.size} bytes (max_result_size {self._max_result_size})"
             )
-        key = (
-            announcement.step,
-            announcement.batch_start,
-            announcement.batch_end,
-            announcement.sender_id,
-        )
+        key = _batch_key(announcement)
         known = self._commitments.get(key)
         if known is None:
-            self._commitments[key] = announcement.data_hash
+            self._commitments[key] = [announcement.commitment]
             while len(self._commitments) > self._max_seen:
                 self._commitments.popitem(last=False)
-        elif known != announcement.data_hash:
-            return (
-                f"equivocation: {trainer} already committed to {known.hex()[:16]} for step "
-                f"{announcement.step} batch {announcement.batch_start}..{announcement.batch_end}"
+        elif announcement.commitment not in known:
+            if len(known) >= MAX_COMMITMENTS_PER_BATCH:
+                return (
+                    f"equivocation of {trainer} for step {announcement.step} batch "
+                    f"{announcement.batch_start}..{announcement.batch_end} is already proven "
+                    f"({len(known)} commitments)"
+                )
+            known.append(announcement.commitment)
+            log.warning(
+                "%s signed a second commitment for step %d batch %d..%d: equivocation",
+                trainer,
+                announcement.step,
+                announcement.batch_start,
+                announcement.batch_end,
             )
         return None
 
@@ -169,7 +202,20 @@ class AnnouncementInbox:
             try:
                 outcome = self.callback(verified, from_peer)
                 if inspect.isawaitable(outcome):
-                    await outcome
+                    outcome = await outcome
             except Exception:
                 log.exception("on_announcement callback failed for a %s", announcement.kind)
+                outcome = None
+            if outcome is False:
+                self.forget(announcement)
+                return Receipt("deferred", "not taken now: will be accepted when sent again")
         return Receipt("accepted", announcement=announcement)
+
+
+def _batch_key(announcement: ResultAnnouncement) -> tuple[int, int, int, bytes]:
+    return (
+        announcement.step,
+        announcement.batch_start,
+        announcement.batch_end,
+        announcement.sender_id,
+    )

@@ -1,11 +1,13 @@
 """Applying a round's consensus results to the model (reference §2.9).
 
 The results of round h−2 are applied once round h−1's witnesses are final: for every batch,
-the one commitment a witness quorum saw (`plan_apply`), in batch-id order, minus the results
-of trainers still in their cold start (`split_cold_start`) and of trainers the verifiers
-convicted for that step or earlier (`split_convicted`). A consensus result that this
-client could not download and verify puts it out of sync (`RoundContext.lose_sync`): applying
-anything else would leave its weights different from its peers'; the next Warmup resyncs it.
+the one commitment a witness quorum saw (`plan_apply`, `commitment_threshold`), in batch-id
+order, minus the results of trainers still in their cold start (`split_cold_start`), of
+trainers the coordinator holds proof of equivocation against and of trainers the verifiers
+convicted, for that step or earlier (`split_convicted`). A consensus result that this client
+could not download and verify, or one it never heard of (`missed_results`), puts it out of
+sync (`RoundContext.lose_sync`): applying anything else would leave its weights different
+from its peers'; the next Warmup resyncs it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from psyche_common.coordinator.health import health_score
 from psyche_client.round.consensus import (
     SkipReason,
     cold_start_steps,
+    commitment_threshold,
     plan_apply,
     split_cold_start,
     split_convicted,
@@ -39,19 +42,28 @@ def missed_results(
     skipped: Sequence[tuple[BatchId, SkipReason]],
     source: RoundState,
     witnesses: Sequence[Witness],
-    quorum: int,
+    threshold: int,
 ) -> list[BatchId]:
-    """Batches we know no result for although a witness quorum saw their trainer deliver one
-    (its participant bloom): we missed an approved result, and applying without it would
-    leave our weights different from everyone's."""
-    blooms = [witness.participant_bloom for witness in witnesses]
-    return [
-        batch
-        for batch, reason in skipped
-        if reason == SkipReason.NO_COMMITMENT
-        and (owner := source.roles.assignments.get(batch)) is not None
-        and health_score(owner, blooms) >= quorum
-    ]
+    """Batches skipped for want of a result (none known, or none of ours with enough votes)
+    although `threshold` witnesses saw their trainer deliver one (its participant bloom) that
+    is none of the commitments we know (their broadcast blooms hold none of ours): a result
+    we never heard of may have won, and applying without it would leave our weights different
+    from everyone's."""
+    missed = []
+    for batch, reason in skipped:
+        owner = source.roles.assignments.get(batch)
+        if reason not in (SkipReason.NO_COMMITMENT, SkipReason.NO_QUORUM) or owner is None:
+            continue
+        known = [candidate.commitment for candidate in source.candidates.get(batch, ())]
+        unknown_votes = sum(
+            1
+            for witness in witnesses
+            if health_score(owner, [witness.participant_bloom]) > 0
+            and not any(witness.broadcast_bloom.contains(c) for c in known)
+        )
+        if unknown_votes >= threshold:
+            missed.append(batch)
+    return missed
 
 
 class ApplyStep:
@@ -73,22 +85,35 @@ class ApplyStep:
         hash after it. Waits for the downloads the consensus needs. When a consensus result
         cannot be had, nothing is applied: the client is out of sync (None)."""
         backend = self.ctx.require_backend()
-        quorum = witness_quorum(coordinator.config.witness_nodes, len(witnesses))
+        threshold = commitment_threshold(
+            witness_quorum(coordinator.config.witness_nodes, len(witnesses)), len(witnesses)
+        )
         plan = plan_apply(
             source.roles.batch_ids,
             source.candidates,
             [witness.broadcast_bloom for witness in witnesses],
-            quorum,
+            threshold,
         )
-        # convictions for this step are final once the next round's witnesses are in
-        # (the coordinator refuses later accusations): every client skips the same results
+        # convictions (on proof of equivocation, or by verifiers) for this step are final once
+        # the next round's witnesses are in (later ones name later steps): every client skips
+        # the same results
         epoch = coordinator.progress.epoch
+        record = coordinator.verification
         plan = split_convicted(
             plan,
             source.roles.assignments,
-            lambda trainer: coordinator.verification.excluded(trainer, epoch, source.step),
+            lambda trainer: any(
+                c.proven and c.trainer == trainer and c.epoch == epoch and c.step <= source.step
+                for c in record.convictions
+            ),
+            SkipReason.EQUIVOCATED,
         )
-        missed = missed_results(plan.skipped, source, witnesses, quorum)
+        plan = split_convicted(
+            plan,
+            source.roles.assignments,
+            lambda trainer: record.excluded(trainer, epoch, source.step),
+        )
+        missed = missed_results(plan.skipped, source, witnesses, threshold)
         if missed:
             self.ctx.lose_sync(
                 f"the witnesses saw results of step {source.step} this client never heard "
@@ -98,7 +123,7 @@ class ApplyStep:
         chosen: list[tuple[tuple[BatchId, bytes], DecodedResult]] = []
         try:
             for batch, candidate in plan.apply:
-                download = source.downloads.get(candidate.data_hash)
+                download = source.downloads.get(candidate.commitment)
                 task = download.task if download is not None else None
                 if task is not None and not task.done():
                     await asyncio.shield(task)

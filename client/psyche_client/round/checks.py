@@ -19,15 +19,15 @@ class VerifierChecks:
     expected_weights: bytes
     references: dict[BatchId, object] = field(default_factory=dict)
     scored: set[bytes] = field(default_factory=set)
-    """Commitments (data hashes) already scored."""
+    """Commitments (`ResultAnnouncement.commitment`) already scored."""
     reported: set[BatchId] = field(default_factory=set)
     """Batches already reported this round (the coordinator takes one report per batch)."""
     agreements: dict[bytes, float] = field(default_factory=dict)
-    """Data hash → measured agreement (for logs and tests)."""
+    """Commitment → measured agreement (for logs and tests)."""
 
-    def wants(self, batch: BatchId, data_hash: bytes) -> bool:
-        """Whether a verified result for `batch` with `data_hash` still needs its score."""
-        return batch in self.references and data_hash not in self.scored
+    def wants(self, batch: BatchId, commitment: bytes) -> bool:
+        """Whether a verified result for `batch` with `commitment` still needs its score."""
+        return batch in self.references and commitment not in self.scored
 
     def verdict(self, batch: BatchId, agreement: float, threshold: float) -> bool | None:
         """Record a score for `batch`: True to accuse, False to attest, None when the batch

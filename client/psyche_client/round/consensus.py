@@ -2,7 +2,10 @@
 
 At the start of round h a client applies the results of round h−2. For every batch of that
 round it picks the one commitment that a quorum of round h−1's witnesses saw in their
-broadcast blooms, and only applies that commitment's payload. Nothing here does I/O: the
+broadcast blooms (`commitment_threshold`: also more than half of the witnesses that reported,
+so two commitments of one batch can never both win), and only applies that commitment's
+payload. A commitment is the id of a trainer's signed statement
+(`ResultAnnouncement.commitment`): it names the exact blob. Nothing here does I/O: the
 caller passes the commitments it received (in arrival order), the witnesses' blooms and a
 predicate telling whether a payload is ready.
 """
@@ -45,6 +48,15 @@ def select_consensus_commitment(
     return best
 
 
+def commitment_threshold(quorum: int, witnesses: int) -> int:
+    """Votes a commitment needs: the witness `quorum`, and more than half of the `witnesses`
+    that reported. Each honest witness's broadcast bloom holds one commitment per batch, so
+    with this no two commitments of a batch can both have enough votes: a client that knows
+    the winner applies it, one that does not knows it missed it (`apply.missed_results`).
+    The quorum alone allows two at 4 witnesses (2 of 4 each)."""
+    return max(quorum, witnesses // 2 + 1)
+
+
 class SkipReason(Enum):
     """Why a batch of round h−2 contributes nothing at apply time."""
 
@@ -52,14 +64,16 @@ class SkipReason(Enum):
     NO_QUORUM = "no commitment reached the witness quorum"
     COLD_START = "trainer is still in its cold-start warmup"
     CONVICTED = "its trainer was convicted by the round's verifiers"
+    EQUIVOCATED = "its trainer signed two different commitments for one batch"
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """One announced result for a batch: who sent it and its commitment data hash."""
+    """One announced result for a batch: who sent it and its commitment (the id of its signed
+    statement, `ResultAnnouncement.commitment`)."""
 
     sender: bytes
-    data_hash: bytes
+    commitment: bytes
 
 
 class HasTrainerNonce(Protocol):
@@ -115,12 +129,12 @@ def plan_apply(
     for batch in batch_ids:
         # commitment order, never arrival order: every client decides alike whichever peers
         # told it first
-        candidates = sorted(candidates_by_batch.get(batch, ()), key=lambda c: c.data_hash)
+        candidates = sorted(candidates_by_batch.get(batch, ()), key=lambda c: c.commitment)
         if not candidates:
             plan.skipped.append((batch, SkipReason.NO_COMMITMENT))
             continue
         chosen = select_consensus_commitment(
-            [c.data_hash for c in candidates], broadcast_blooms, quorum
+            [c.commitment for c in candidates], broadcast_blooms, quorum
         )
         if chosen is None:
             plan.skipped.append((batch, SkipReason.NO_QUORUM))
@@ -130,19 +144,26 @@ def plan_apply(
 
 
 def split_convicted(
-    plan: ApplyPlan[B], owners: Mapping[B, bytes], excluded: Callable[[bytes], bool]
+    plan: ApplyPlan[B],
+    owners: Mapping[B, bytes],
+    excluded: Callable[[bytes], bool],
+    reason: SkipReason = SkipReason.CONVICTED,
 ) -> ApplyPlan[B]:
-    """`plan` without the batches whose trainer (`owners`) is `excluded` (convicted for this
-    step or earlier): they become skipped, whether a result was chosen for them or none
-    arrived, so that nobody waits for or misses a result no one applies."""
+    """`plan` without the batches whose trainer (`owners`) is `excluded` (convicted, or proven
+    to equivocate, for this step or earlier: `reason`): they become skipped, whether a result
+    was chosen for them or none arrived, so that nobody waits for or misses a result no one
+    applies."""
     kept: ApplyPlan[B] = ApplyPlan()
     for batch, candidate in plan.apply:
         if excluded(candidate.sender):
-            kept.skipped.append((batch, SkipReason.CONVICTED))
+            kept.skipped.append((batch, reason))
         else:
             kept.apply.append((batch, candidate))
-    for batch, reason in plan.skipped:
+    for batch, why in plan.skipped:
         owner = owners.get(batch)
-        convicted = owner is not None and excluded(owner)
-        kept.skipped.append((batch, SkipReason.CONVICTED if convicted else reason))
+        out = owner is not None and why not in _EXCLUSIONS and excluded(owner)
+        kept.skipped.append((batch, reason if out else why))
     return kept
+
+
+_EXCLUSIONS = frozenset({SkipReason.CONVICTED, SkipReason.EQUIVOCATED})

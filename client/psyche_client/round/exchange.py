@@ -1,14 +1,21 @@
 """Result exchange: publishing our results and taking in our peers' (reference §2.5.5, §2.6).
 
 Publishing: the payload becomes a blob, a signed announcement goes to every peer. Taking in:
-only a `VerifiedAnnouncement` (the P2P inbox checked its signatures, its size bound and that
-no second commitment for the batch came first). What depends on the round it names is
-checked here: the sender is a member of the epoch, a trainer of the round and the assignee of
-the batch; the commitment is new; the size is exactly what the loaded model's result layout
-implies (before any byte is fetched). Then its result is downloaded from its trainer or any
-peer that holds it, verified against the signed commitment, decoded, and recorded in the
-round's blooms; each result has one `ResultDownload`. Announcements for a round we have not
-started yet are kept and replayed (`replay_early`); our own are re-sent every 10 s.
+only a `VerifiedAnnouncement` (the P2P inbox checked its signatures and its size bound, and
+lets at most two different commitments of a trainer for a batch through). What depends on the
+round it names is checked here: the sender is a member of the epoch, a trainer of the round
+and the assignee of the batch; the commitment is new; the size is exactly what the loaded
+model's result layout implies (before any byte is fetched). Then its result is downloaded
+from its trainer or any peer that holds it, verified against the signed commitment, decoded,
+and recorded in the round's blooms; each commitment (`ResultAnnouncement.commitment`, which
+names the exact blob) has one `ResultDownload`. A second commitment of the batch's trainer is
+kept like the first (every client must know both to decide alike) and the two go to the
+coordinator as proof of equivocation (`Uplink.send_equivocation`), which removes the trainer.
+
+Announcements for a round we have not started yet are kept and replayed (`replay_early`),
+within the bounds of `round.early`; whatever is not kept is answered "not now" (`route`
+returns False): the P2P inbox then forgets it, so a later copy is taken. Our own
+announcements are re-sent every 10 s.
 
 The exchange may receive a `PublishHook` that replaces our own result before it is published
 (the honest client has none; the free-rider test client copies a peer's result with one).
@@ -30,17 +37,18 @@ from psyche_client.p2p.announcements import (
     FinishedAnnouncement,
     ResultAnnouncement,
     make_result_announcement,
+    proof_of,
 )
 from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.consensus import Candidate
 from psyche_client.round.context import RoundContext
-from psyche_client.round.ports import PeerNetwork, RunnerOptions
+from psyche_client.round.early import EarlyAnnouncements
+from psyche_client.round.ports import PeerNetwork, RunnerOptions, Uplink
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
 from psyche_client.training.backend import TrainedResult
 
 DOWNLOAD_RETRIES = 3
 REBROADCAST_INTERVAL = 10.0
-MAX_EARLY_ANNOUNCEMENTS = 4096
 
 log = logging.getLogger("psyche.client")
 
@@ -55,14 +63,18 @@ class ResultExchange:
         network: PeerNetwork,
         options: RunnerOptions,
         on_change: Callable[[], None],
+        uplink: Uplink,
         before_publish: PublishHook | None = None,
     ) -> None:
         self.ctx = ctx
         self.network = network
         self.options = options
         self.on_change = on_change
+        self.uplink = uplink
         self.before_publish = before_publish
-        self.early: list[VerifiedAnnouncement] = []
+        self.early = EarlyAnnouncements()
+        self._reported: set[tuple[int, bytes]] = set()
+        """(epoch, trainer) whose equivocation this client reported."""
         self._last_rebroadcast = 0.0
 
     @property
@@ -91,19 +103,20 @@ class ResultExchange:
         self.accept_result(round_, announcement, own_payload=output.payload)
         await self.network.announce(announcement)
 
-    def route(self, verified: VerifiedAnnouncement) -> None:
+    def route(self, verified: VerifiedAnnouncement) -> bool:
         """File an announcement under its round (or keep it for a round not started yet).
-        Its sender must be a member of the epoch as the latest coordinator state has it."""
+        Its sender must be a member of the epoch as the latest coordinator state has it.
+        False: not taken now (the P2P inbox forgets it, so a later copy is delivered)."""
         if verified.sender not in self.ctx.members():
-            return
+            return False
         announcement = verified.announcement
         round_ = self.ctx.round_for_step(announcement.step)
         if round_ is None or not round_.confirmed:
             current = self.ctx.current
             current_step = current.step if current is not None and current.confirmed else 0
-            if announcement.step > current_step and len(self.early) < MAX_EARLY_ANNOUNCEMENTS:
-                self.early.append(verified)
-            return
+            if announcement.step <= current_step:
+                return True  # a round already over: nothing to do with it
+            return self._keep_early(verified)
         if isinstance(announcement, ResultAnnouncement):
             if announcement.sender_id != self.ctx.me:
                 self.accept_result(round_, announcement)
@@ -111,11 +124,15 @@ class ResultExchange:
             round_.finished_from.add(announcement.sender_id)
             round_.witness.record_announcement(announcement.data_hash)
             self.on_change()
+        return True
+
+    def _keep_early(self, verified: VerifiedAnnouncement) -> bool:
+        coordinator = self.ctx.coordinator
+        return coordinator is not None and self.early.keep(verified, coordinator)
 
     def replay_early(self) -> None:
         """Route the announcements kept for rounds we had not started."""
-        early, self.early = self.early, []
-        for verified in early:
+        for verified in self.early.take(self.ctx.coordinator):
             self.route(verified)
 
     def accept_result(
@@ -141,7 +158,8 @@ class ResultExchange:
             return
         if not self._is_trainer(round_, announcement.sender_id):
             return
-        if announcement.data_hash in round_.downloads:
+        commitment = announcement.commitment
+        if commitment in round_.downloads:
             return
         expected = self.ctx.require_backend().result_size()
         if announcement.size != expected:
@@ -155,14 +173,35 @@ class ResultExchange:
                 extra=self.ctx.fields(),
             )
             return
+        known = round_.candidates.setdefault(batch, [])
+        for other in known:
+            if other.sender == announcement.sender_id:
+                self._report_equivocation(round_.downloads[other.commitment], announcement)
         download = ResultDownload(announcement, batch)
-        round_.downloads[announcement.data_hash] = download
-        round_.candidates.setdefault(batch, []).append(
-            Candidate(announcement.sender_id, announcement.data_hash)
-        )
-        round_.witness.record_announcement(announcement.data_hash)
+        round_.downloads[commitment] = download
+        known.append(Candidate(announcement.sender_id, commitment))
+        round_.witness.record_announcement(commitment)
         self.ctx.stats.result_announced()
         download.task = self.ctx.tasks.spawn(self._download(round_, download, own_payload))
+
+    def _report_equivocation(self, first: ResultDownload, second: ResultAnnouncement) -> None:
+        """Two signed commitments of one trainer for one batch: send the proof (once per
+        trainer and epoch); the coordinator removes the trainer and every client skips it."""
+        trainer = second.sender_id
+        coordinator = self.ctx.coordinator
+        epoch = coordinator.progress.epoch if coordinator is not None else 0
+        log.warning(
+            "%s signed two commitments for %s of step %d: reporting its equivocation",
+            short_id(trainer),
+            first.batch,
+            second.step,
+            extra=self.ctx.fields(),
+        )
+        if (epoch, trainer) in self._reported:
+            return
+        self._reported.add((epoch, trainer))
+        proof = proof_of(first.announcement, second)
+        self.ctx.tasks.spawn(self.uplink.send_equivocation(proof), round_scoped=False)
 
     def _is_trainer(self, round_: RoundState, sender: bytes) -> bool:
         selection = round_.roles.selection
@@ -221,7 +260,7 @@ class ResultExchange:
                 if attempt < DOWNLOAD_RETRIES:
                     await asyncio.sleep(delay)
                 continue
-            round_.witness.record_verified(announcement.sender_id, batch, announcement.data_hash)
+            round_.witness.record_verified(announcement.sender_id, batch, announcement.commitment)
             download.result = result
             download.status = DownloadStatus.VERIFIED
             self.on_change()

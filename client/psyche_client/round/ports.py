@@ -18,6 +18,7 @@ from psyche_common.bloom import Bloom
 from psyche_common.config import HubCheckpoint
 from psyche_common.coordinator import Coordinator
 from psyche_common.coordinator.committee import CommitteeProof, WitnessProof
+from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.coordinator.types import Witness
 from psyche_common.protocol.messages import WitnessMetadata
 
@@ -78,6 +79,10 @@ class Uplink(Protocol):
         self, step: int, trainer: bytes, batch: BatchId, agreement_milli: int, commitment: bytes
     ) -> None:
         """A verifier's report: `trainer`'s result `commitment` for `batch` passed the check."""
+        ...
+
+    async def send_equivocation(self, proof: EquivocationProof) -> None:
+        """Two conflicting signed commitments of one trainer for one batch."""
         ...
 
 

@@ -77,7 +77,9 @@ class RoundRunner:
         self.uplink = uplink
         self.network = network
         self.load_backend = load_backend
-        self.exchange = ResultExchange(self.ctx, network, options, self._poke, before_publish)
+        self.exchange = ResultExchange(
+            self.ctx, network, options, self._poke, uplink, before_publish
+        )
         self.verifier = RoundVerifier(self.ctx, uplink, fetch_samples, options.verify_threshold)
         self.training = RoundTraining(
             self.ctx, self.exchange, fetch_samples, options, self._poke, self.verifier
@@ -143,16 +145,17 @@ class RoundRunner:
         training and witnessing until the next Warmup resyncs them."""
         self.ctx.lose_sync(cause)
 
-    def on_announcement(self, verified: VerifiedAnnouncement) -> None:
+    def on_announcement(self, verified: VerifiedAnnouncement) -> bool:
         """An announcement arrived from a peer (or was re-broadcast), its signatures checked
-        by the P2P inbox: route it (warmup readiness, or the round it names)."""
+        by the P2P inbox: route it (warmup readiness, or the round it names). False: not
+        taken now (no model yet, too far ahead, over its sender's quota; `exchange.route`)."""
         announcement = verified.announcement
         if isinstance(announcement, FinishedAnnouncement) and announcement.warmup:
             self.warmup.on_announcement(announcement)
-            return
+            return True
         if self.ctx.backend is None or self.ctx.coordinator is None:
-            return
-        self.exchange.route(verified)
+            return False
+        return self.exchange.route(verified)
 
     async def tick(self) -> None:
         """The 500 ms timer: warmup readiness, Finished + witness, re-announcements."""

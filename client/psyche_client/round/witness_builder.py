@@ -2,8 +2,9 @@
 
 While a round's results arrive, a client records every *verified* payload: the uploader's
 ``SHA-256(signer)`` goes into the participant bloom, and the first verified commitment of each
-batch into the broadcast bloom. It also keeps every announced commitment hash (in arrival
-order) for the Merkle root sent with ``Finished`` and with a witness.
+batch (``ResultAnnouncement.commitment``, which names the exact blob) into the broadcast bloom.
+It also keeps every announced commitment (in arrival order) for the Merkle root sent with
+``Finished`` and with a witness.
 """
 
 from __future__ import annotations
@@ -58,19 +59,19 @@ class RoundWitnessState:
             remaining_batches=batches or None,
         )
 
-    def record_announcement(self, data_hash: bytes) -> None:
+    def record_announcement(self, commitment: bytes) -> None:
         """A signed broadcast (result or Finished) was accepted: it goes into the Merkle list."""
-        self.broadcasts.append(data_hash)
+        self.broadcasts.append(commitment)
 
-    def record_verified(self, signer: bytes, batch: BatchId, data_hash: bytes) -> bool:
+    def record_verified(self, signer: bytes, batch: BatchId, commitment: bytes) -> bool:
         """A downloaded payload matched its commitment. Returns True when it was the first
-        verified payload of its batch (its hash went into the broadcast bloom)."""
+        verified payload of its batch (its commitment went into the broadcast bloom)."""
         if self.remaining_batches is None:
             return False
         self.participant_bloom.add(participant_key(signer))
         first = batch in self.remaining_batches
         if first:
-            self.broadcast_bloom.add(data_hash)
+            self.broadcast_bloom.add(commitment)
             self.remaining_batches.discard(batch)
             if not self.remaining_batches:
                 self.remaining_batches = None

@@ -25,6 +25,7 @@ from psyche_common.batch_id import BatchId
 from psyche_common.config import AnyCheckpoint, HubCheckpoint
 from psyche_common.config import Checkpoint as CheckpointField
 from psyche_common.coordinator.committee import CommitteeProof
+from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.coordinator.types import Witness as WitnessReport
 from psyche_common.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -42,6 +43,7 @@ from psyche_common.protocol.messages import (
     Attestation,
     Checkpoint,
     CoordinatorState,
+    Equivocation,
     HealthCheck,
     HealthCheckEntry,
     InvalidMessage,
@@ -140,6 +142,7 @@ class ServerLink:
         run_id: str,
         p2p_address: str,
         timeout: float = CONNECT_TIMEOUT,
+        authorization: bytes | None = None,
     ) -> ServerLink:
         host, port = parse_server_addr(server_addr)
         try:
@@ -148,7 +151,12 @@ class ServerLink:
         except (OSError, TimeoutError) as exc:
             raise ServerLinkError(f"cannot connect to server {server_addr}: {exc}") from exc
         link = cls(reader, writer, identity)
-        link._join = Join(run_id=run_id, p2p_address=p2p_address, client_version=CLIENT_VERSION)
+        link._join = Join(
+            run_id=run_id,
+            p2p_address=p2p_address,
+            client_version=CLIENT_VERSION,
+            authorization=authorization,
+        )
         try:
             await connect_handshake(
                 reader, writer, identity, domain=coordinator_domain(run_id), timeout=timeout
@@ -235,6 +243,10 @@ class ServerLink:
     async def send_checkpoint(self, checkpoint: HubCheckpoint) -> None:
         """In the state-file form the server parses: `{"Hub": {"repo_id", "revision"}}`."""
         await self._send(Checkpoint(checkpoint=_CHECKPOINT_WIRE.dump_python(checkpoint)))
+
+    async def send_equivocation(self, proof: EquivocationProof) -> None:
+        wire = proof.to_wire()
+        await self._send(Equivocation(first=wire["first"], second=wire["second"]))
 
     async def send_accusation(
         self,

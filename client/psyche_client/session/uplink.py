@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from psyche_common.batch_id import BatchId
 from psyche_common.config import HubCheckpoint
 from psyche_common.coordinator.committee import CommitteeProof
+from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.coordinator.types import Witness
 from psyche_common.protocol.messages import WitnessMetadata
 
@@ -91,3 +92,6 @@ class SwitchableUplink:
             "Attestation",
             lambda link: link.send_attestation(step, trainer, batch, agreement_milli, commitment),
         )
+
+    async def send_equivocation(self, proof: EquivocationProof) -> None:
+        await self._forward("Equivocation", lambda link: link.send_equivocation(proof))

@@ -1,19 +1,36 @@
 """Resource estimate of a run for one client: memory per component and DisTrO bytes per step.
 
-`estimate_run(llm_config, model_config, micro_batch_size, device)` builds the model on the
-`meta` device (no memory, exact parameter shapes), then adds up:
-  * parameters, gradients, optimizer state (DisTrO momentum + the saved weights used to undo the
-    lookahead, or AdamW's two moments), all in the training dtype;
-  * activations of one micro-batch at `max_seq_len` (an approximation for Llama-style decoder
-    blocks: per token and layer ~ 8h + 3·kv + 4·intermediate elements plus 2·heads·seq attention
-    scores, and the logits in float32 for the loss);
+`estimate_run(llm_config, model_config, micro_batch_size, device, precision=...)` builds the
+model on the `meta` device (no memory, exact parameter shapes), then adds up what the trainer
+really holds at its peak, the end of a micro-batch's backward pass (docs/client.md, "Precision
+and memory"):
+  * the process's baseline: python, torch and transformers (this process's resident memory,
+    which like the client's has imported them, on the CPU; a CUDA context on a GPU);
+  * parameters and gradients in the training dtype (`Precision.resolved`), with
+    `--grad-accum-in-fp32` the fp32 gradient sums;
+  * optimizer state: DisTrO's fp32 momentum, the weights saved to undo the lookahead and the
+    snapshot taken before an early apply (both in the training dtype), or SparseLoCo's / AdamW's;
+  * activations of one micro-batch at `max_seq_len`, for Llama-style decoder blocks: per token
+    and layer ~ 12h + 4·kv + 4·intermediate saved elements (RMSNorm's fp32 copies count 4 bytes
+    in a bf16 model), the attention scores only with the eager kernel, only each layer's input
+    with activation checkpointing (plus one layer recomputed); and the logits with the loss:
+    logits, fp32 log-probabilities and both their gradients;
+  * the results held: the own result encoded and every client's results of two rounds;
+  * DisTrO's working memory, one parameter at a time, so the largest one's: `generate`'s DCT
+    of the fp32 momentum (its tiles and their magnitudes: 2 fp32 copies) and `apply`'s
+    float64 aggregate and inverse DCT (3 float64 copies and 2 in the dtype, counted at half).
+    They come after the backward pass, yet add to its peak: the allocator keeps much of the
+    memory training freed, and reuses only part of it for them. The half is calibrated, not
+    derived: bench/memory.py measured `builtin:llama-20m` and a 134M Llama on the CPU
+    (docs/benchmarks.md), where the full count overshot the larger model by 22 %;
   * the DisTrO result size with the reference's wire format (client spec section 1.10: DCT tiles
     chosen per dimension, top-k indices u8/u16/u32, bf16 or 1-bit values, postcard overhead);
     for SparseLoCo (not in the reference) the payload of psyche-py's own format instead.
 It compares the total with the free memory of the device (MemAvailable of /proc/meminfo for the
 CPU, `torch.cuda.mem_get_info` for CUDA). With a multi-device `parallel` layout the memory rows
 are per device (`estimate_parallel`); CPU ranks share the host's memory, so there the total
-of all ranks is compared with it. `Estimate.render()` gives a text table.
+of all ranks is compared with it. `Estimate.render()` gives a text table. `bench/memory.py`
+measures a client's peak against this estimate (figures in docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -27,15 +44,19 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
+from psyche_client.distro.optimizer import STATE_DTYPE
 from psyche_client.distro.result import ResultLayout
 from psyche_client.distro.values import ValueKind
 from psyche_client.tools.estimate_parallel import per_device_memory
 from psyche_client.training.model.device import resolve_device
 from psyche_client.training.model.loading import config_from_dict
+from psyche_client.training.model.numerics import torch_dtype
+from psyche_client.training.model.precision import Precision
 from psyche_client.training.parallel.plan import ParallelSpec
 from psyche_client.units import format_bytes
 
 FIT_MARGIN = 0.9  # use at most this share of the free memory
+STATE_BYTES = torch.empty((), dtype=STATE_DTYPE).element_size()
 
 
 # ---------------------------------------------------------------- DisTrO sizes (spec 1.2, 1.10)
@@ -168,22 +189,60 @@ def _shapes(model: torch.nn.Module) -> list[tuple[str, tuple[int, ...]]]:
     return sorted((name, tuple(p.shape)) for name, p in model.named_parameters())
 
 
+CUDA_CONTEXT_BYTES = 512 * 1024**2
+"""Device memory a CUDA context and torch's kernels take before any tensor (approximate)."""
+FALLBACK_BASELINE_BYTES = 400 * 1024**2
+"""Python, torch and transformers resident on the CPU when this process's cannot be read."""
+FP32 = 4
+APPLY_RETAINED_SHARE = 2
+"""The apply's working memory adds this fraction (1/2) to the peak (see the module doc)."""
+
+
+def process_baseline_bytes(device: torch.device) -> int:
+    """Memory the client's process needs before its model: on the CPU this process's resident
+    set (it has imported torch and transformers, as the client has), on CUDA the context."""
+    if device.type == "cuda":
+        return CUDA_CONTEXT_BYTES
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return FALLBACK_BASELINE_BYTES
+
+
 def activation_bytes(
-    config: PretrainedConfig, micro_batch_size: int, seq_len: int, elem: int
+    config: PretrainedConfig,
+    micro_batch_size: int,
+    seq_len: int,
+    elem: int,
+    precision: Precision | None = None,
 ) -> int:
-    """Approximate activation memory of one micro-batch forward+backward (see module doc)."""
+    """Saved activations of one micro-batch's decoder blocks (see module doc), in bytes."""
+    precision = precision or Precision()
     hidden = int(config.hidden_size)
     layers = int(config.num_hidden_layers)
     heads = int(config.num_attention_heads)
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
     intermediate = int(getattr(config, "intermediate_size", None) or 4 * hidden)
-    vocab = int(config.vocab_size)
     kv_dim = hidden // heads * kv_heads
     tokens = micro_batch_size * seq_len
-    per_token_layer = 8 * hidden + 3 * kv_dim + 4 * intermediate + 2 * heads * seq_len
-    blocks = tokens * layers * per_token_layer * elem
-    logits = tokens * vocab * (elem + 8)  # logits, float32 upcast for the loss, its gradient
-    return blocks + logits + tokens * hidden * elem
+    # RMSNorm computes in fp32: its input copy and normalised output are fp32 in any dtype
+    norms = 2 * 2 * hidden * (FP32 - elem)
+    per_layer = (12 * hidden + 4 * kv_dim + 4 * intermediate) * elem + norms
+    if precision.attn_implementation == "eager":
+        per_layer += 2 * heads * seq_len * elem  # scores and their softmax, per query token
+    if precision.activation_checkpointing:  # each layer's input, plus one layer recomputed
+        return tokens * (layers * hidden * elem + per_layer) + tokens * hidden * elem
+    return tokens * layers * per_layer + tokens * hidden * elem
+
+
+def logits_bytes(config: PretrainedConfig, micro_batch_size: int, seq_len: int, elem: int) -> int:
+    """The logits of one micro-batch and the loss over them: logits, their fp32 copy (the
+    same tensor in an fp32 model), fp32 log-probabilities and the gradients of all three."""
+    per_logit = 4 * FP32 if elem == FP32 else 2 * elem + 4 * FP32
+    return micro_batch_size * seq_len * int(config.vocab_size) * per_logit
 
 
 @dataclass(frozen=True)
@@ -281,20 +340,26 @@ def estimate_run(
     micro_batch_size: int,
     device: torch.device | str = "cpu",
     *,
-    dtype: torch.dtype = torch.bfloat16,
+    precision: Precision | None = None,
     num_clients: int | None = None,
     parallel: ParallelSpec | None = None,
+    batch_size: int | None = None,
 ) -> Estimate:
     """Estimate one client's memory (per device, with a multi-device `parallel` layout) and
     DisTrO traffic for a run.
 
     `llm_config` is `psyche_common.config.LLMConfig` (reads `max_seq_len` and `optimizer`);
-    `model_config` is the model's config.json dict or a transformers config.
+    `model_config` is the model's config.json dict or a transformers config. `precision`
+    gives the training dtype (`auto`: bf16 on CUDA, fp32 elsewhere) and the activation
+    settings; `batch_size` (samples this client trains per step, when known) says whether
+    `--grad-accum-in-fp32` has several micro-batches to sum (unknown: assumed so).
     """
     if micro_batch_size < 1:
         raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+    precision = precision or Precision()
     config = config_from_dict(model_config)
     torch_device = device if isinstance(device, torch.device) else resolve_device(device)
+    dtype = torch_dtype(precision.resolved(torch_device.type))
     seq_len = int(_read(llm_config, "max_seq_len"))
     optimizer = _read(llm_config, "optimizer")
     kind = _read(optimizer, "kind", "Dummy") if optimizer is not None else "Dummy"
@@ -304,40 +369,56 @@ def estimate_run(
     shapes = _shapes(meta)
     num_parameters = sum(math.prod(shape) for _, shape in shapes)
     weights = num_parameters * elem
-    memory: list[tuple[str, int]] = [("parameters", weights), ("gradients", weights)]
+    state = num_parameters * STATE_BYTES
+    memory: list[tuple[str, int]] = [
+        ("process baseline (python, torch, transformers)", process_baseline_bytes(torch_device)),
+        ("parameters", weights),
+        ("gradients", weights),
+    ]
+    several = batch_size is None or batch_size > micro_batch_size
+    if precision.grad_accum_in_fp32 and elem != FP32 and several:
+        memory.append(("fp32 gradient sums (--grad-accum-in-fp32)", num_parameters * FP32))
     result_bytes: int | None = None
     notes: list[str] = []
     if kind == "Distro":
-        memory.append(("DisTrO momentum", weights))
+        memory.append(("DisTrO momentum (fp32)", state))
         memory.append(("saved weights (lookahead undo)", weights))
+        memory.append(("weights snapshot (early apply)", weights))
         result_bytes = distro_result_bytes(
             (shape for _, shape in shapes),
             int(_read(optimizer, "compression_chunk")),
             int(_read(optimizer, "compression_topk")),
             bool(_read(optimizer, "quantize_1bit")),
         )
-        if num_clients:
-            memory.append(("peer results (2 rounds)", 2 * result_bytes * num_clients))
         notes.append("DisTrO sizes use the reference wire format (spec section 1.10)")
     elif kind == "SparseLoCo":
-        memory.append(("SparseLoCo error feedback", weights))
+        memory.append(("SparseLoCo error feedback (fp32)", state))
         memory.append(("AdamW moments (inner steps)", 2 * weights))
         memory.append(("AdamW moments snapshot (cancellation)", 2 * weights))
         memory.append(("saved weights and round start", 2 * weights))
+        memory.append(("weights snapshot (early apply)", weights))
         result_bytes = sparseloco_payload_bytes(shapes, optimizer)
-        if num_clients:
-            memory.append(("peer results (2 rounds)", 2 * result_bytes * num_clients))
         notes.append("SparseLoCo sizes are payloads of psyche-py's result format (docs/distro.md)")
     elif kind == "AdamW":
         memory.append(("AdamW moments", 2 * weights))
     if spec.enabled:
-        memory = per_device_memory(meta, spec, elem, kind == "Distro") + [
-            row for row in memory if row[0] == "peer results (2 rounds)"
-        ]
         if kind == "AdamW":
             raise ValueError("a multi-device client trains with DisTrO only")
+        memory = memory[:1] + per_device_memory(meta, spec, elem, kind == "Distro")
+    memory += held_results(result_bytes, num_clients)
+    if result_bytes is not None:
+        largest = max((math.prod(shape) for _, shape in shapes), default=0)
+        memory.append(("DisTrO generate working memory (largest parameter)", largest * 2 * FP32))
+        apply_working = largest * (24 + 2 * elem) // APPLY_RETAINED_SHARE
+        memory.append(("DisTrO apply working memory (largest parameter)", apply_working))
     memory.append(
-        ("activations (one micro-batch)", activation_bytes(config, micro_batch_size, seq_len, elem))
+        (
+            "activations (one micro-batch)",
+            activation_bytes(config, micro_batch_size, seq_len, elem, precision),
+        )
+    )
+    memory.append(
+        ("logits and loss (one micro-batch)", logits_bytes(config, micro_batch_size, seq_len, elem))
     )
     return Estimate(
         device=str(torch_device),
@@ -353,3 +434,11 @@ def estimate_run(
         notes=notes,
         parallel=spec,
     )
+
+
+def held_results(result_bytes: int | None, num_clients: int | None) -> list[tuple[str, int]]:
+    """The results a client holds: its own encoded, every client's of two rounds."""
+    if result_bytes is None:
+        return []
+    held = 2 * result_bytes * (num_clients or 1) + result_bytes
+    return [("results held (own encoded, every client's for 2 rounds)", held)]

@@ -2,7 +2,8 @@
 [--fsdp]` (the layouts are those of `psyche_client.training.parallel`).
 
 * replicated (data parallelism over full copies): every device holds what a single-device
-  client holds, plus the fp32 bucket its gradients are summed through;
+  client holds (DisTrO's momentum in fp32; the early apply's weights snapshot is rank 0's
+  only), plus the fp32 bucket its gradients are summed through;
 * sharded (`--fsdp`, N ranks): a device holds its rows of every parameter and gradient
   (`shard_rows`), the full copies and DisTrO momentum of the parameters it owns (the largest
   rank's share from `assign_owners`), and while training the unsharded parameters and
@@ -11,7 +12,9 @@
   and the one prefetched, counted at the largest unit's size), plus one full parameter and one
   full fp32 gradient for the lookahead and `generate`.
 
-Activations (one micro-batch) are the caller's, as on a single device.
+Activations (one micro-batch), the process baseline and the results held are the caller's, as
+on a single device. In the sharded mode the early apply's weights snapshot (the whole model,
+gathered as bytes on rank 0's host) is not a device's and is not counted.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
+from psyche_client.distro.optimizer import STATE_DTYPE
 from psyche_client.training.parallel.collectives import BUCKET_ELEMENTS
 from psyche_client.training.parallel.plan import (
     ParallelSpec,
@@ -29,6 +33,8 @@ from psyche_client.training.parallel.plan import (
     shard_rows,
 )
 from psyche_client.training.parallel.units import fsdp_units
+
+STATE_BYTES = torch.empty((), dtype=STATE_DTYPE).element_size()
 
 
 def unit_parameters(model: torch.nn.Module) -> tuple[list[int], int]:
@@ -63,7 +69,11 @@ def per_device_memory(
         weights = total * elem
         rows = [("parameters", weights), ("gradients", weights)]
         if distro:
-            rows += [("DisTrO momentum", weights), ("saved weights (lookahead undo)", weights)]
+            rows += [
+                ("DisTrO momentum (fp32)", total * STATE_BYTES),
+                ("saved weights (lookahead undo)", weights),
+                ("weights snapshot (early apply, rank 0)", weights),
+            ]
         rows.append(("gradient all-reduce bucket (fp32)", min(total, BUCKET_ELEMENTS) * 4))
         return rows
     ranks = spec.world_size
@@ -79,7 +89,8 @@ def per_device_memory(
         ("full copies of owned parameters", owned),
     ]
     if distro:
-        rows.append(("DisTrO momentum (owned parameters)", owned))
+        owned_state = owned // elem * STATE_BYTES
+        rows.append(("DisTrO momentum (owned parameters, fp32)", owned_state))
     rows += [
         ("unsharded root + 2 units (params + grads)", 2 * unsharded),
         ("one full parameter + fp32 gradient", largest * (elem + 4)),

@@ -40,6 +40,8 @@ from psyche_client.training.model.loading import (
     raw_parameters,
     save_checkpoint,
 )
+from psyche_client.training.model.numerics import configure_model, model_dtype
+from psyche_client.training.model.precision import Precision
 from psyche_client.training.trainer import GenerateHook, Trainer, TrainingCancelled
 from psyche_client.verify.agreement import gradient_coefficients, sign_agreement
 from psyche_client.verify.recompute import recompute_gradient
@@ -62,16 +64,31 @@ def load_run_model(
     peer_config: dict[str, Any] | None,
     device: torch.device,
     architecture: Architecture,
+    precision: Precision | None = None,
 ) -> tuple[torch.nn.Module, ModelInfo]:
-    """The run's model in fp32 on `device`: built from a peer-shared `peer_config` (weights
+    """The run's model on `device` in the dtype, attention kernel and checkpointing of
+    `precision` (default: `Precision()`): built from a peer-shared `peer_config` (weights
     come later from peers), else loaded from `source` (local directory, `builtin:` or Hub).
     A model the run's `architecture` does not train is refused (`ModelLoadError`) before it
     is built."""
     if peer_config is None and not source:
         raise ValueError("the run's checkpoint names no model repository")
     check_architecture(architecture, peer_config, source, revision)
+    precision = precision or Precision()
+    dtype = model_dtype(precision, device)
+    model, info = _load(source, revision, peer_config, device, dtype)
+    return configure_model(model, precision, device), info
+
+
+def _load(
+    source: str | None,
+    revision: str | None,
+    peer_config: dict[str, Any] | None,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> tuple[torch.nn.Module, ModelInfo]:
     if peer_config is not None:
-        model = build_model_from_config(peer_config, device=device)
+        model = build_model_from_config(peer_config, device=device, dtype=dtype)
         info = ModelInfo(
             source="p2p",
             kind="p2p",
@@ -83,7 +100,7 @@ def load_run_model(
         )
         return model, info
     assert source is not None
-    return load_model(source, revision, device=device, dtype=torch.float32)
+    return load_model(source, revision, device=device, dtype=dtype)
 
 
 def check_architecture(
@@ -145,6 +162,7 @@ class DistroBackend:
         micro_batch_size: int,
         from_peers: bool = False,
         peer_config: dict[str, Any] | None = None,
+        precision: Precision | None = None,
         wrap_generate: GenerateHook | None = None,
     ) -> DistroBackend:
         """Build the model for the coordinator's run. With ``peer_config`` (the config a peer
@@ -165,12 +183,14 @@ class DistroBackend:
             peer_config,
             torch_device,
             llm.architecture,
+            precision,
         )
         trainer = Trainer(
             model,
             llm.optimizer,
             device=torch_device,
             micro_batch_size=micro_batch_size,
+            grad_accum_in_fp32=(precision or Precision()).grad_accum_in_fp32,
             wrap_generate=wrap_generate,
         )
         bounds = coordinator.get_cold_start_warmup_bounds()

@@ -14,8 +14,11 @@ worker thread (the methods are not re-entrant):
 `train` runs the lookahead (theta - prev_lr*sign(delta)), forward/backward over micro-batches
 of `micro_batch_size` samples (each micro-batch's mean loss weighted by its share of the
 tokens), restores the exact weights, clips the gradient (global L2) and calls DisTrO's
-`generate`. The client's own unquantized result is remembered and subtracted from the momentum
-at the next `train` (error feedback). With a SparseLoCo config `train` splits the samples into
+`generate`. The client's own unquantized result is remembered and subtracted from the
+momentum at the next `train` (error feedback). The parameters and gradients keep the model's
+dtype (bf16 or fp32; with `grad_accum_in_fp32` the micro-batch gradients are summed in float32
+and rounded once); the momentum is float32 (`training.model.precision` says what stays in fp32
+and why). With a SparseLoCo config `train` splits the samples into
 `inner_steps` equal parts and takes one local AdamW step per part inside
 `SparseLocoOptimizer.local_round`, then generates the result from the pseudo-gradient. With an
 AdamW config `train` steps AdamW directly and returns no result (central or comparison runs);
@@ -30,9 +33,10 @@ the gradients and loss sums over the ranks (before clipping and `generate`) or, 
 stopped, tells every rank to raise `TrainingCancelled`.
 
 API: `AdamWSettings`, `optimizer_settings(config)` (from `optimizer_settings`), `TrainOutput`,
-`TrainingCancelled`, `GradientSync`, `GenerateHook` (wraps DisTrO's generate step: test and
-attack clients only),
-`Trainer(model, optimizer, *, device, micro_batch_size, dtype=None, wrap_generate=None)` with
+`TrainingCancelled`, `GradientSync`, `Fp32GradAccumulator`, `GenerateHook` (wraps DisTrO's
+generate step: test and attack clients only),
+`Trainer(model, optimizer, *, device, micro_batch_size, dtype=None, grad_accum_in_fp32=False,
+wrap_generate=None)` with
 `.train(...)`,
 `.apply(results, step, lr) -> int`, `.evaluate(tokens) -> float`, `.decode_result(data)`,
 `.drop_pending_result()`, `.weights_hash() -> bytes` (= `.weights_digest()`), `.layout`, and
@@ -67,6 +71,7 @@ from psyche_client.training.optimizer_settings import AdamWSettings, Settings, o
 
 __all__ = [
     "AdamWSettings",
+    "Fp32GradAccumulator",
     "Settings",
     "TrainOutput",
     "Trainer",
@@ -141,6 +146,45 @@ def weights_digest(model: torch.nn.Module) -> bytes:
     return weights_hash(model)
 
 
+class Fp32GradAccumulator:
+    """`--grad-accum-in-fp32`: the micro-batches' gradients summed in float32 buffers (each
+    micro-batch's gradient moves into the sum, so a bf16 `.grad` never holds a partial sum),
+    then rounded once into the parameters' `.grad` (the reference does the same)."""
+
+    def __init__(self, params: Sequence[torch.nn.Parameter]) -> None:
+        self._params = list(params)
+        self._sums: list[torch.Tensor | None] = [None] * len(self._params)
+
+    @classmethod
+    def for_params(cls, params: Sequence[torch.nn.Parameter]) -> Fp32GradAccumulator | None:
+        """An accumulator, or None when every parameter already is float32 (nothing to gain)."""
+        if all(p.dtype == torch.float32 for p in params):
+            return None
+        return cls(params)
+
+    @torch.no_grad()
+    def collect(self) -> None:
+        """Move every `.grad` into the float32 sums (after a micro-batch's backward)."""
+        for i, p in enumerate(self._params):
+            if p.grad is None:
+                continue
+            total = self._sums[i]
+            if total is None:
+                self._sums[i] = p.grad.to(torch.float32)
+            else:
+                total.add_(p.grad)
+            p.grad = None
+
+    @torch.no_grad()
+    def release(self) -> None:
+        """Put the sums into `.grad`, in the parameters' dtype, and drop the buffers."""
+        for i, p in enumerate(self._params):
+            total = self._sums[i]
+            if total is not None:
+                p.grad = total.to(p.dtype)
+        self._sums = [None] * len(self._params)
+
+
 class Trainer:
     def __init__(
         self,
@@ -150,6 +194,7 @@ class Trainer:
         device: torch.device | str,
         micro_batch_size: int,
         dtype: torch.dtype | str | None = None,
+        grad_accum_in_fp32: bool = False,
         wrap_generate: GenerateHook | None = None,
     ) -> None:
         if micro_batch_size < 1:
@@ -158,6 +203,7 @@ class Trainer:
         self.dtype = _resolve_dtype(dtype)
         self.model = model.to(device=self.device, dtype=self.dtype)
         self.micro_batch_size = micro_batch_size
+        self.grad_accum_in_fp32 = grad_accum_in_fp32
         self.settings = optimizer_settings(optimizer)
         self.trainer_nonce = 0
         self.wrap_generate = wrap_generate
@@ -334,6 +380,11 @@ class Trainer:
             torch.split(input_ids, self.micro_batch_size, dim=0) if len(input_ids) else ()
         )
         stopped = False
+        accumulator = (
+            Fp32GradAccumulator.for_params([p for _, p in self._params])
+            if self.grad_accum_in_fp32 and len(micro_batches) > 1
+            else None
+        )
         for micro_batch in micro_batches:
             stop = cancelled is not None and cancelled()
             if sync is not None:
@@ -351,8 +402,12 @@ class Trainer:
                 logger.warning("skipping a micro-batch with non-finite loss %s", value)
                 continue
             (loss * weight).backward()
+            if accumulator is not None:
+                accumulator.collect()
             loss_sum += value * weight
             counted += micro_batch.shape[0]
+        if accumulator is not None:
+            accumulator.release()
         if sync is not None:
             reduced = sync.reduce([p for _, p in self._params], loss_sum, counted, stopped)
             if reduced is None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Literal
 from psyche_common.coordinator import Coordinator
 
 from psyche_client.training.backend import DummyBackend, TrainingBackend
+from psyche_client.training.model.precision import AttnImplementation, DtypeName, Precision
 from psyche_client.training.parallel.plan import ParallelSpec
 
 if TYPE_CHECKING:
@@ -34,10 +35,16 @@ PeerConfig = dict[str, object]
 
 @dataclass(frozen=True)
 class BackendOptions:
-    """How this client trains: device, micro-batch size, local ranks, or the dummy backend."""
+    """How this client trains: device, micro-batch size, numerics (`precision`), local ranks,
+    or the dummy backend."""
 
     device: str = "auto"
     micro_batch_size: int = 1
+    dtype: DtypeName = "auto"
+    """Parameter dtype: bf16, fp32 or auto (bf16 on CUDA, fp32 elsewhere)."""
+    grad_accum_in_fp32: bool = False
+    activation_checkpointing: bool = False
+    attn_implementation: AttnImplementation = "sdpa"
     parallel: ParallelSpec = field(default_factory=ParallelSpec)
     parallel_timeout: float = 300.0
     """Seconds a rank may keep the others waiting before the client gives up on it."""
@@ -45,6 +52,16 @@ class BackendOptions:
     """Not None: the dummy backend (no model), every batch sleeping this long."""
     dummy_result_size: int = DummyBackend.PAYLOAD_SIZE
     dummy_model_size: int = 0
+
+    @property
+    def precision(self) -> Precision:
+        """The numeric settings the trainer and the model loader take."""
+        return Precision(
+            self.dtype,
+            self.grad_accum_in_fp32,
+            self.activation_checkpointing,
+            self.attn_implementation,
+        )
 
     @property
     def kind(self) -> BackendKind:
@@ -85,6 +102,7 @@ def load_distro(
         micro_batch_size=options.micro_batch_size,
         from_peers=from_peers,
         peer_config=peer_config,
+        precision=options.precision,
         wrap_generate=wrap_generate,
     )
 
@@ -106,6 +124,7 @@ def load_parallel(
         timeout=options.parallel_timeout,
         from_peers=from_peers,
         peer_config=peer_config,
+        precision=options.precision,
     )
 
 

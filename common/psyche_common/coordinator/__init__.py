@@ -6,7 +6,8 @@ Modules: `types` (value types), `errors`, `quorum`, `committee` (committee and w
 selection), `assignment` (batch sizes and a round's data assignment), `verification` (who
 verifies what), `state` (the dataclass and helpers), `transitions` (tick, pause, resume),
 `witnesses` (witnesses and health checks), `health` (a trainer's health score),
-`plausibility` (the most bits an honest witness bloom can have set), `checkpoints`, `wire`
+`plausibility` (the most bits an honest witness bloom can have set), `equivocation` (proofs
+that a trainer signed two results for one batch), `checkpoints`, `wire`
 (msgpack and state.toml forms), `resume` (what a restarted server resumes from).
 """
 

@@ -24,6 +24,8 @@ class ErrorKind(enum.Enum):
     """Ours: a `Checkpoint` from a key the operator did not name as a checkpointer."""
     InvalidAccusation = 12
     """Ours: a verification report the rules refuse (not a variant of the reference)."""
+    InvalidEquivocation = 13
+    """Ours: an equivocation proof that proves nothing (`coordinator.equivocation`)."""
 
     @property
     def text(self) -> str:

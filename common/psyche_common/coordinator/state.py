@@ -16,9 +16,17 @@ from typing import Any
 
 from psyche_common.batch_id import BatchId
 from psyche_common.config import AnyCheckpoint, CoordinatorConfig, LLMConfig, StateFile
-from psyche_common.coordinator import accusations, checkpoints, transitions, wire, witnesses
+from psyche_common.coordinator import (
+    accusations,
+    checkpoints,
+    equivocation,
+    transitions,
+    wire,
+    witnesses,
+)
 from psyche_common.coordinator.assignment import get_batch_size
 from psyche_common.coordinator.committee import CommitteeProof
+from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.health import health_score
 from psyche_common.coordinator.types import (
@@ -126,6 +134,12 @@ class Coordinator:
         self, trainer: bytes, step: int, batch: BatchId, reporter: bytes
     ) -> Conviction:
         return accusations.convict_proven(self, trainer, step, batch, reporter)
+
+    def equivocation(self, reporter: bytes, proof: EquivocationProof) -> Conviction | None:
+        """A self-proving report that a trainer signed two commitments for one batch: convict
+        it on proof, so it is dropped, its results not yet final are skipped, and it is never
+        admitted again (`equivocation.record_equivocation`)."""
+        return equivocation.record_equivocation(self, reporter, proof)
 
     def checkpoint(
         self,

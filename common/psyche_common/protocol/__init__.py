@@ -22,6 +22,7 @@ from .framing import (
     write_frame,
 )
 from .handshake import (
+    HANDSHAKE_FRAME_SIZE,
     P2P_DOMAIN,
     HandshakeError,
     accept_handshake,
@@ -52,6 +53,7 @@ from .messages import (
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
+    "HANDSHAKE_FRAME_SIZE",
     "P2P_DOMAIN",
     "BadFrame",
     "Checkpoint",

@@ -37,6 +37,10 @@ DATA_SERVER_SERVICE = b"psyche-py/data-server/v3"
 RELAY_SERVICE = b"psyche-py/relay/v1"
 P2P_DOMAIN = b"psyche-py/p2p/v3\x00"  # v3: streams in both directions on every link
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
+HANDSHAKE_FRAME_SIZE = 4096
+"""The largest handshake frame a server port reads (a ChallengeResponse is about 150 bytes):
+checked on the length prefix, before anything is read or decoded, so an unauthenticated
+peer cannot make the server buffer or decode more than this."""
 
 
 class HandshakeError(ProtocolError):
@@ -153,7 +157,7 @@ async def accept_handshake(
     *,
     domain: bytes,
     timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
-    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    max_frame_size: int = HANDSHAKE_FRAME_SIZE,
 ) -> bytes:
     """Server side: send a challenge, verify the reply in `domain`; returns the peer's key.
 
@@ -170,7 +174,7 @@ async def accept_handshake_in(
     *,
     domains: Sequence[bytes],
     timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
-    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    max_frame_size: int = HANDSHAKE_FRAME_SIZE,
 ) -> tuple[bytes, bytes]:
     """`accept_handshake` on a port shared by several services: returns `(peer key, the
     domain the peer signed in)`."""

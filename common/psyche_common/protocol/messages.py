@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
 
+from .authorization import MAX_AUTHORIZATION_BYTES
 from .framing import ProtocolError
 
 PROTOCOL_VERSION = 1
@@ -40,7 +41,9 @@ class _Message(BaseModel):
 
 
 class Join(_Message):
-    """Ask to take part in `run_id`; `p2p_address` is where other clients reach this one."""
+    """Ask to take part in `run_id`; `p2p_address` is where other clients reach this one;
+    `authorization`: a signed delegation (`protocol.authorization`) for a permissioned run,
+    left out of the wire form when None (servers without the field still read the Join)."""
 
     type: Literal["Join"] = "Join"
     run_id: Annotated[
@@ -48,6 +51,9 @@ class Join(_Message):
     ]
     p2p_address: HostPort
     client_version: Annotated[str, StringConstraints(strict=True, max_length=64)] = ""
+    authorization: (
+        Annotated[bytes, Field(strict=True, max_length=MAX_AUTHORIZATION_BYTES)] | None
+    ) = None
 
 
 class WitnessMetadata(_Message):
@@ -128,8 +134,25 @@ class Attestation(_Message):
     commitment: Bytes32
 
 
+class Equivocation(_Message):
+    """Proof that a trainer signed two different commitments for one batch of one step
+    (`coordinator.equivocation`): `first` and `second` are `ResultCommitment` wire dicts
+    (`protocol.result_commitment`), checked by the coordinator with both signatures."""
+
+    type: Literal["Equivocation"] = "Equivocation"
+    first: WireDict
+    second: WireDict
+
+
 AnyClientMessage = (
-    Join | Witness | WarmupWitness | HealthCheck | Checkpoint | Accusation | Attestation
+    Join
+    | Witness
+    | WarmupWitness
+    | HealthCheck
+    | Checkpoint
+    | Accusation
+    | Attestation
+    | Equivocation
 )
 """Plain union of the client → server messages, for type hints."""
 
@@ -206,6 +229,7 @@ CLIENT_MESSAGE_TYPES = frozenset(
         "HealthCheck",
         "Checkpoint",
         "Accusation",
+        "Equivocation",
         "Attestation",
     }
 )
@@ -253,5 +277,9 @@ def parse_server_message(obj: object) -> AnyServerMessage:
 
 
 def to_wire(message: BaseModel) -> dict[str, Any]:
-    """The msgpack-ready dict of a message (bytes stay bytes)."""
-    return message.model_dump(mode="python")
+    """The msgpack-ready dict of a message (bytes stay bytes; a Join without an
+    authorization leaves the field out)."""
+    wire = message.model_dump(mode="python")
+    if isinstance(message, Join) and message.authorization is None:
+        del wire["authorization"]
+    return wire

@@ -1,8 +1,8 @@
 """`ServerDashboard`: the Textual dashboard of a running `ServerApp`.
 
-Tabs: [1] Dashboard, [2] Coordinator, [3] Data server, [4] Logs. Digit keys switch tabs, `q`
-quits (which stops the server), Ctrl+P pauses (deferred to cooldown while the run is active) or
-resumes. The view is refreshed every 150 ms from `view_model.build_view`.
+Tabs: [1] Dashboard (with the loss and throughput charts), [2] Coordinator, [3] Data server,
+[4] Logs. Digit keys switch tabs, `q` quits (which stops the server), Ctrl+P pauses (deferred to
+cooldown while the run is active) or resumes. The view is refreshed every 150 ms from `view_model.build_view`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, ProgressBar, RichLog, Static, TabbedContent, TabPane
+from textual_plotext import PlotextPlot
 
 from ..app import ServerApp
 from .log_buffer import LogBuffer
-from .view_model import DashboardView, build_view
+from .view_model import ChartsView, DashboardView, build_view
 
 TABS = ("dashboard", "coordinator", "data", "logs")
 
@@ -46,6 +47,8 @@ class ServerDashboard(App[None]):
     #top > Box { width: 1fr; }
     .column { width: 1fr; }
     #data-gauge { margin: 1 1; }
+    #charts { height: 14; }
+    #charts > PlotextPlot { width: 1fr; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
@@ -68,6 +71,7 @@ class ServerDashboard(App[None]):
         self.log_buffer = log_buffer or LogBuffer()
         self._owns_handler = log_buffer is None
         self.last_view: DashboardView | None = None
+        self._drawn_charts: ChartsView | None = None
 
     def compose(self) -> ComposeResult:
         with TabbedContent(initial="dashboard"):
@@ -84,6 +88,9 @@ class ServerDashboard(App[None]):
                         yield Box("Coordinator info", id="coordinator-info")
                         yield Box("Clients this round", id="this-round")
                         yield Box("Exited this epoch", id="exited")
+                with Horizontal(id="charts"):
+                    yield PlotextPlot(id="loss-plot")
+                    yield PlotextPlot(id="throughput-plot")
             with TabPane("[2] Coordinator", id="coordinator"), Horizontal():
                 with Vertical(classes="column"):
                     yield Box("Run state", id="coord-run-state")
@@ -161,9 +168,30 @@ class ServerDashboard(App[None]):
             )
             self._set("data-clients", "\n".join(data.per_client) or "(none)")
             self._set("data-state", f"Clients: {data.clients_served}\nHeight: {data.height}")
+        if view.charts != self._drawn_charts:  # redrawing costs event-loop time the server shares
+            self._drawn_charts = view.charts
+            self._draw_chart("loss-plot", "Loss (median of witnesses)", view.charts.losses)
+            self._draw_chart(
+                "throughput-plot", "Tokens/s per client (median)", view.charts.tokens_per_sec
+            )
         log_widget = self.query_one("#log", RichLog)
         for line in self.log_buffer.new_lines():
             log_widget.write(line)
+
+    def _draw_chart(
+        self, widget_id: str, title: str, points: tuple[tuple[int, float], ...]
+    ) -> None:
+        plot = self.query_one(f"#{widget_id}", PlotextPlot)
+        plt = plot.plt
+        plt.clear_data()
+        plt.title(title if points else f"{title}: no witness reports yet")
+        if points:
+            values = [v for _, v in points]
+            plt.plot([s for s, _ in points], values, marker="braille")
+            low, high = min(values), max(values)
+            margin = max(0.05 * (high - low), 0.01 * abs(high), 1e-6)
+            plt.ylim(low - margin, high + margin)
+        plot.refresh()
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab

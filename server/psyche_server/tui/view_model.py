@@ -14,6 +14,7 @@ from psyche_common.protocol import short_id
 
 from ..app import ServerApp
 from ..relay import RelayServer
+from ..run_metrics import RunMetrics
 
 
 def run_state_text(coordinator: Coordinator, pending_count: int, now: int) -> str:
@@ -69,6 +70,26 @@ class DashboardView:
     data: DataView | None = None
     verification_line: str = ""
     relay_line: str = ""
+    charts: ChartsView = field(default_factory=lambda: ChartsView((), ()))
+
+
+@dataclass(frozen=True)
+class ChartsView:
+    """The Dashboard's charts: (step, median over the step's witnesses) of the loss and of
+    one client's tokens/s, for the steps the server keeps (`run_metrics`)."""
+
+    losses: tuple[tuple[int, float], ...]
+    tokens_per_sec: tuple[tuple[int, float], ...]
+
+
+def charts_view(metrics: RunMetrics) -> ChartsView:
+    steps = metrics.steps()
+    return ChartsView(
+        losses=tuple((s.step, s.loss) for s in steps if s.loss is not None),
+        tokens_per_sec=tuple(
+            (s.step, s.tokens_per_sec) for s in steps if s.tokens_per_sec is not None
+        ),
+    )
 
 
 @dataclass
@@ -206,4 +227,5 @@ def build_view(app: ServerApp, now: int) -> DashboardView:
         data=data,
         verification_line=verification_line(coordinator),
         relay_line=relay_line(app.relay),
+        charts=charts_view(app.metrics),
     )

@@ -27,13 +27,13 @@ def test_kick_keeps_the_address_and_leave_forgets_both() -> None:
     assert roster.pending == {} and roster.p2p_addresses == {A: "h:1"}
 
 
-def test_peers_lists_members_then_pending_with_known_addresses_only() -> None:
+def test_peers_lists_members_with_known_addresses_only_never_pending_ones() -> None:
     roster = ClientRoster()
     roster.join(A, "h:1")
     roster.join(B, "h:2")
     roster.kick([A])
-    assert roster.peers([A, C]) == {A: "h:1"} | {B: "h:2"}
-    assert list(roster.peers([A, C])) == [A, B]
+    assert roster.peers([A, C]) == {A: "h:1"}  # B is pending, C has no address
+    assert roster.peers([B, A]) == {B: "h:2", A: "h:1"}
 
 
 def test_a_dropped_record_is_kicked_once_so_a_rejoin_counts() -> None:

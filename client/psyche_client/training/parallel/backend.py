@@ -34,7 +34,9 @@ from psyche_client.distro.size import encoded_result_size
 from psyche_client.training.backend import DecodedResult, TrainedResult, WeightsSnapshot
 from psyche_client.training.distro_backend import checkpoint_source, decode_checked
 from psyche_client.training.model.checkpoint import save_state_checkpoint
+from psyche_client.training.model.device import resolve_device
 from psyche_client.training.model.loading import ModelInfo, config_from_dict
+from psyche_client.training.model.precision import Precision
 from psyche_client.training.parallel.commands import (
     Apply,
     Cancel,
@@ -54,7 +56,12 @@ from psyche_client.training.parallel.launch import (
     disconnect,
     rank_device,
 )
-from psyche_client.training.parallel.plan import LaunchEnv, ParallelLaunchError, ParallelSpec
+from psyche_client.training.parallel.plan import (
+    LaunchEnv,
+    ParallelLaunchError,
+    ParallelSpec,
+    ranks_precision,
+)
 from psyche_client.training.parallel.supervisor import Supervisor
 from psyche_client.training.trainer import TrainingCancelled, optimizer_settings
 
@@ -91,6 +98,7 @@ class ParallelBackend:
         timeout: float = DEFAULT_TIMEOUT,
         from_peers: bool = False,
         peer_config: dict[str, Any] | None = None,
+        precision: Precision | None = None,
     ) -> ParallelBackend:
         """Start the ranks and load the run's model on every one of them (see module doc).
         ``from_peers`` changes nothing here: the peers' weights come with `load_parameters`."""
@@ -112,6 +120,7 @@ class ParallelBackend:
             micro_batch_size=micro_batch_size,
             fsdp=spec.fsdp,
             architecture=llm.architecture,
+            precision=ranks_precision(precision or Precision(), spec, resolve_device(device).type),
         )
         groups, channel, supervisor = _start_world(spec, device, timeout)
         try:

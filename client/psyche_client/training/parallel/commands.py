@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ from psyche_common.batch_id import BatchId
 from psyche_common.config import Architecture
 
 from psyche_client.distro import DistroSettings
+from psyche_client.training.model.precision import Precision
 from psyche_client.training.parallel.launch import RankGroups
 
 
@@ -39,6 +40,7 @@ class LoadModel:
     micro_batch_size: int
     fsdp: bool
     architecture: Architecture
+    precision: Precision = field(default_factory=Precision)
 
 
 @dataclass(frozen=True)

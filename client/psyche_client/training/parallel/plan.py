@@ -6,14 +6,17 @@ What a client with several local ranks decides before any collective runs: the p
 stay in lockstep (`micro_batch_slots`), the rows of a parameter that each rank holds in the
 sharded mode (`shard_rows`, the layout `fully_shard` uses), which rank owns each parameter's
 DisTrO state there (`assign_owners`), and which rank disagrees when digests are compared
-(`first_mismatch`), and where a rank stands in torchrun's world (`LaunchEnv`).
+(`first_mismatch`), where a rank stands in torchrun's world (`LaunchEnv`), and the numeric
+settings every rank loads with (`ranks_precision`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from psyche_client.training.model.precision import Precision
 
 
 @dataclass(frozen=True)
@@ -149,3 +152,24 @@ def first_mismatch(values: Sequence[bytes]) -> int | None:
         if value != values[0]:
             return rank
     return None
+
+
+def ranks_precision(precision: Precision, spec: ParallelSpec, device_type: str) -> Precision:
+    """The `Precision` every rank loads with: `auto` resolved for `device_type` (a sharded
+    model is built on the host before it moves to the ranks' devices). The replicated mode
+    takes every setting; the sharded one (`--fsdp`) refuses `--grad-accum-in-fp32` (FSDP2
+    reduce-scatters each micro-batch's gradient into the shards in the parameter dtype) and
+    flash_attention_2 (the model is built on the host, where that kernel does not load)."""
+    resolved = replace(precision, dtype=precision.resolved(device_type))
+    if not spec.fsdp:
+        return resolved
+    if precision.grad_accum_in_fp32:
+        raise ValueError(
+            "--grad-accum-in-fp32 is not supported with --fsdp (FSDP2 reduce-scatters each "
+            "micro-batch's gradient into the shards); drop one of the two"
+        )
+    if precision.attn_implementation == "flash_attention_2":
+        raise ValueError(
+            "--attn-implementation flash_attention_2 is not supported with --fsdp; use sdpa"
+        )
+    return resolved

@@ -59,12 +59,14 @@ class ReplicatedEngine:
             command.peer_config,
             groups.device,
             command.architecture,
+            command.precision,
         )
         trainer = Trainer(
             model,
             command.optimizer,
             device=groups.device,
             micro_batch_size=command.micro_batch_size,
+            grad_accum_in_fp32=command.precision.grad_accum_in_fp32,
         )
         engine = cls(groups, trainer, info)
         engine._check("weights hash after loading the model")

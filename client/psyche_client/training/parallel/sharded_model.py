@@ -6,7 +6,7 @@ Layout on every rank:
   every decoder layer and the input and output embeddings are units of their own (tied
   embeddings one unit together; `units.fsdp_units`), so forward/backward all-gather one unit
   at a time (plus the prefetched next) and gradients are reduce-scattered;
-* `masters`: the full fp32 copy of each parameter this rank owns (`plan.assign_owners`,
+* `masters`: the full copy (parameter dtype) of each parameter this rank owns (`plan.assign_owners`,
   whole parameters balanced by size). The owner's copy is the source of truth: DisTrO's
   lookahead, `generate` and `apply` run on it, and every change is scattered back into the
   shards (`push`). Whole parameters, because a DisTrO tile must be whole for its DCT and
@@ -33,6 +33,7 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from psyche_client.training.distro_backend import RNG_SEED, load_run_model
 from psyche_client.training.model.loading import ModelInfo
+from psyche_client.training.model.numerics import enable_tf32
 from psyche_client.training.model.params import raw_bytes
 from psyche_client.training.parallel.collectives import (
     RankMismatch,
@@ -149,13 +150,16 @@ def load_sharded(groups: RankGroups, command: LoadModel) -> ShardedModel:
 
 def _build(groups: RankGroups, command: LoadModel, mesh: Any) -> ShardedModel:
     torch.manual_seed(RNG_SEED)
+    # built on the host in the ranks' dtype (`ranks_precision` resolved it for their device)
     model, info = load_run_model(
         command.source,
         command.revision,
         command.peer_config,
         torch.device("cpu"),
         command.architecture,
+        command.precision,
     )
+    enable_tf32(groups.device)
     named = sorted(model.named_parameters(), key=lambda item: item[0])
     names = [name for name, _ in named]
     shapes = {name: tuple(int(d) for d in p.shape) for name, p in named}

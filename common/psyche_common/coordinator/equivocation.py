@@ -1,0 +1,102 @@
+"""Equivocation: a trainer that signed two different commitments for one batch of one step.
+
+An `EquivocationProof` is two `ResultCommitment`s (`protocol.result_commitment`) of the same
+trainer for the same (step, batch) with different statements, both signatures valid. Any
+client that receives both sends them to the server; the proof needs no witness and no
+quorum: an honest trainer signs one result per batch, so the proof is its own evidence.
+
+`record_equivocation` (the coordinator's `equivocation(reporter, proof)`) checks the proof and
+convicts the trainer on it (`accusations.convict_proven`): it is dropped (it leaves the epoch
+at the next round start), every client skips its results from the first step whose results
+are not yet final (`first_open_step`) on, in that epoch (`VerificationRecord.excluded`), and
+no later epoch admits the key (`VerificationRecord.banned`). A step's results are final once
+the next round's witnesses are in (RoundWitness): from then on clients may apply them, so a
+proof cannot change what they apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from psyche_common.client_id import short_id
+from psyche_common.coordinator import accusations
+from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
+from psyche_common.coordinator.types import RunState
+from psyche_common.coordinator.verdicts import Conviction
+from psyche_common.protocol.result_commitment import ResultCommitment
+from psyche_common.wire_checks import wire_map
+
+if TYPE_CHECKING:
+    from psyche_common.coordinator.state import Coordinator
+
+
+@dataclass(frozen=True)
+class EquivocationProof:
+    """Two conflicting signed commitments of one trainer (see the module docstring)."""
+
+    first: ResultCommitment
+    second: ResultCommitment
+
+    @property
+    def trainer(self) -> bytes:
+        return self.first.trainer
+
+    def check(self) -> None:
+        """Raise ValueError naming what makes this no proof."""
+        a, b = self.first, self.second
+        if a.trainer != b.trainer:
+            raise ValueError("the two commitments are signed by different trainers")
+        if (a.step, a.batch) != (b.step, b.batch):
+            raise ValueError(
+                f"the commitments name different batches ({a.batch} of step {a.step}, "
+                f"{b.batch} of step {b.step})"
+            )
+        if a.statement() == b.statement():
+            raise ValueError("the two commitments are the same")
+        for name, commitment in (("first", a), ("second", b)):
+            if not commitment.verifies():
+                raise ValueError(
+                    f"{name}.signature does not verify for trainer {short_id(a.trainer)}"
+                )
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"first": self.first.to_wire(), "second": self.second.to_wire()}
+
+    @classmethod
+    def from_wire(cls, data: Any) -> EquivocationProof:
+        data = wire_map(data, "proof")
+        return cls(
+            ResultCommitment.from_wire(data.get("first"), "proof.first"),
+            ResultCommitment.from_wire(data.get("second"), "proof.second"),
+        )
+
+
+def first_open_step(coord: Coordinator) -> int:
+    """The first step whose results no client may have applied yet: in RoundTrain of step C,
+    C − 1 (its witnesses are still reporting); otherwise C."""
+    step = coord.progress.step
+    if coord.run_state == RunState.RoundTrain and step > 0:
+        return step - 1
+    return step
+
+
+def record_equivocation(
+    coord: Coordinator, reporter: bytes, proof: EquivocationProof
+) -> Conviction | None:
+    """Check `proof` (sent by `reporter`) and convict its trainer on it; None when it is
+    already convicted on proof in this epoch. Raises `CoordinatorError(InvalidEquivocation)`
+    when the proof is not one."""
+    try:
+        proof.check()
+    except ValueError as exc:
+        raise CoordinatorError(ErrorKind.InvalidEquivocation, str(exc)) from exc
+    epoch = coord.progress.epoch
+    if any(
+        c.trainer == proof.trainer and c.epoch == epoch and c.proven
+        for c in coord.verification.convictions
+    ):
+        return None
+    return accusations.convict_proven(
+        coord, proof.trainer, first_open_step(coord), proof.first.batch, reporter
+    )

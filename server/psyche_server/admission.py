@@ -1,0 +1,148 @@
+"""Who may join a permissioned run (`--authorized-keys FILE`): the file, its reloads, the
+admission of each Join and which admitted clients a reload revoked.
+
+`AuthorizedKeysFile` reads the file at start-up (a bad line is an error naming it) and again
+whenever its modification time or size changes (`reload_if_changed`, polled from the tick
+loop every `POLL_INTERVAL` seconds) or on demand (`reload`, SIGHUP); a reload that fails keeps
+the previous list and logs a warning. `Admission` decides each Join with
+`psyche_common.protocol.authorization.check_admission` and remembers what admitted each
+client, so that after a reload `revoked` names the connected clients whose key (or whose
+authorizer's key) is no longer listed. An authorization's expiry is checked at Join only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from psyche_common.protocol import short_id
+from psyche_common.protocol.authorization import (
+    Authorization,
+    AuthorizationError,
+    check_admission,
+    decode_authorization,
+    parse_authorized_keys,
+)
+
+log = logging.getLogger("psyche.server.admission")
+
+POLL_INTERVAL = 2.0
+"""Seconds between two looks at the authorized-keys file's modification time."""
+
+
+class AuthorizedKeysFile:
+    """The keys listed in one file, re-read when it changes."""
+
+    def __init__(self, path: Path, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self._clock = clock
+        self.keys: frozenset[bytes] = frozenset()
+        self._signature: tuple[int, int] | None = None
+        self._last_poll = -float("inf")
+        self.reloads = 0
+
+    def load(self) -> None:
+        """Read the file; raises `AuthorizationError` (naming the line) or `OSError`."""
+        signature = self._stat()
+        self.keys = parse_authorized_keys(self.path.read_text(), str(self.path))
+        self._signature = signature
+
+    def _stat(self) -> tuple[int, int]:
+        stat = os.stat(self.path)
+        return stat.st_mtime_ns, stat.st_size
+
+    def reload_if_changed(self) -> bool:
+        """At most every `POLL_INTERVAL` s: reload when the file's mtime or size changed;
+        True when the list was replaced."""
+        now = self._clock()
+        if now - self._last_poll < POLL_INTERVAL:
+            return False
+        self._last_poll = now
+        try:
+            changed = self._stat() != self._signature
+        except OSError as exc:
+            self._warn(exc)
+            return False
+        return self.reload() if changed else False
+
+    def reload(self) -> bool:
+        """Re-read the file now; on an error keep the previous list (logged). True when the
+        list was replaced."""
+        try:
+            signature = self._stat()
+            keys = parse_authorized_keys(self.path.read_text(), str(self.path))
+        except (AuthorizationError, OSError, UnicodeDecodeError) as exc:
+            self._warn(exc)
+            with contextlib.suppress(OSError):
+                self._signature = self._stat()  # warn once per change, not at every poll
+            return False
+        self._signature = signature
+        added, removed = len(keys - self.keys), len(self.keys - keys)
+        self.keys = keys
+        self.reloads += 1
+        log.info(
+            "authorized keys reloaded from %s: %d keys (%d added, %d removed)",
+            self.path,
+            len(keys),
+            added,
+            removed,
+            extra={"keys": len(keys), "added": added, "removed": removed},
+        )
+        return True
+
+    def _warn(self, exc: Exception) -> None:
+        log.warning(
+            "cannot reload the authorized keys from %s, keeping the previous %d keys: %s",
+            self.path,
+            len(self.keys),
+            exc,
+            extra={"path": str(self.path), "error": str(exc)},
+        )
+
+
+class Admission:
+    """Decides Joins against an `AuthorizedKeysFile` and remembers who was admitted how."""
+
+    def __init__(self, keys: AuthorizedKeysFile, clock: Callable[[], float] = time.time) -> None:
+        self.keys = keys
+        self._clock = clock
+        self._granted: dict[bytes, Authorization | None] = {}
+        """Admitted clients: None when listed themselves, else the statement that admitted
+        them."""
+        self.refused = 0
+
+    def admit(self, client: bytes, run_id: str, authorization: bytes | None) -> str | None:
+        """None (and remembered) when `client` may join; else the refusal reason."""
+        reason = check_admission(client, run_id, self.keys.keys, authorization, self._clock())
+        if reason is not None:
+            self.refused += 1
+            return reason
+        listed = client in self.keys.keys
+        self._granted[client] = (
+            None if listed or authorization is None else decode_authorization(authorization)
+        )
+        if not listed:
+            log.info("%s admitted by delegation", short_id(client))
+        return None
+
+    def forget(self, client: bytes) -> None:
+        self._granted.pop(client, None)
+
+    def revoked(self, clients: Iterable[bytes]) -> list[bytes]:
+        """Of `clients` (admitted earlier), those the current list no longer admits: their
+        key was removed, or the authorizer of the statement that admitted them was."""
+        keys = self.keys.keys
+        gone = []
+        for client in clients:
+            if client not in self._granted:
+                continue
+            statement = self._granted[client]
+            if client in keys:
+                continue
+            if statement is None or statement.authorizer not in keys:
+                gone.append(client)
+        return gone
