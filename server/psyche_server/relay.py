@@ -126,6 +126,7 @@ class RelayServer:
         self._closed = True
         if self._server is not None:
             self._server.close()
+        if self.port is not None:  # it served, on its own port or on the coordinator's
             log.info(
                 "relay: forwarded %d bytes through %d pipe(s) in all",
                 self.stats.forwarded,

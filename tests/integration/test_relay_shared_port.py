@@ -5,6 +5,7 @@ keeps serving the same port, and a relay signature never reaches the coordinator
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from psyche_common.protocol import (
     read_frame,
     relay_domain,
 )
+from psyche_server.relay import RelayServer
 
 from tests.support.p2p import dead_address
 from tests.support.protocol_client import ProtocolClient
@@ -101,3 +103,16 @@ async def test_a_relay_signature_of_another_run_is_refused_by_the_handshake(
         assert "handshake with the coordinator" in frame["reason"]
         assert app.connections.rejected_connections == 1
         writer.close()
+
+
+async def test_a_relay_on_the_coordinator_port_logs_its_total_at_close(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """bench/netlab.py reads the relayed bytes from this line; a relay that shares the
+    coordinator port has no listener of its own and once logged nothing."""
+    relay = RelayServer("run", lambda _peer: True)
+    relay.serve_on_shared_port(20000)
+    with caplog.at_level(logging.INFO, logger="psyche.server.relay"):
+        await relay.close()
+    totals = [getattr(r, "relay_forwarded_bytes", None) for r in caplog.records]
+    assert 0 in totals
