@@ -164,8 +164,21 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--grad-accum-in-fp32", action="store_true")
     parser.add_argument("--activation-checkpointing", action="store_true")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="the same measurement on builtin:llama-tiny with short samples (seconds; make test)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.quick:
+        args.model, args.seq_len, args.batch, args.mbs, args.steps = (
+            "builtin:llama-tiny",
+            32,
+            2,
+            1,
+            1,
+        )
     args.passthrough = [] if args.child else _without_dtype(argv)
     return args
 
@@ -204,8 +217,10 @@ def main(argv: list[str]) -> int:
                 "estimate": dict(predicted.memory),
             }
         )
-    setup = {k: v for k, v in vars(args).items() if k not in ("child", "passthrough", "dtype")}
-    print(json.dumps({"setup": setup, "runs": rows}))
+    setup = {
+        k: v for k, v in vars(args).items() if k not in ("child", "passthrough", "dtype", "quick")
+    }
+    print(json.dumps({"benchmark": "memory", "quick": args.quick, "setup": setup, "runs": rows}))
     return 0
 
 

@@ -207,6 +207,8 @@ async def start_server(state_path: Path) -> tuple[asyncio.subprocess.Process, in
         "127.0.0.1",
         "--max-connections-per-ip",  # every bench client connects from loopback
         "100000",
+        "--max-handshakes-per-ip",  # and they all handshake at once
+        "100000",
         "--max-connections",
         "100000",
         stdout=asyncio.subprocess.PIPE,

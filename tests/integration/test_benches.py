@@ -49,6 +49,7 @@ BENCHES = [
     Bench("verification", ("cases", "recompute_seconds_median", "samples"), 180),
     Bench("convictions", ("settings", "false_convictions", "old_rule_false_convictions"), 180),
     Bench("parallel", ("tokens_per_sec", "ratio_2_over_1", "load_average_after"), 180),
+    Bench("memory", ("setup", "runs"), 240),
     Bench("attacks", ("attacks", "clean", "untrained_loss"), 600),
     Bench("netlab", ("median_steps_per_minute", "natted_over_public"), 400),
 ]
