@@ -297,7 +297,9 @@ class ServerApp:
         before = (self.run_state, self.coordinator.progress.epoch)
         result: TickResult | None
         try:
-            result = self.coordinator.tick(list(self.pending), self.now(), secrets.randbits(64))
+            result = self.coordinator.tick(
+                list(self.pending), self.now(), secrets.randbits(64), self.roster.holders()
+            )
         except CoordinatorError as exc:
             if exc.kind != ErrorKind.Halted:
                 self.stats.coordinator_errors += 1
@@ -649,14 +651,19 @@ class ServerApp:
             conn.joined = True  # from now on it gets every state, starting with the current one
             conn.send_frame(self._last_state_frame or self.state_frame())
         self.reachability.check(client_id, message.p2p_address)
-        if self.roster.join(client_id, message.p2p_address):
+        if self.roster.join(client_id, message.p2p_address, message.holds_model):
             log.info(
-                "%s joined run %r (p2p %s, version %r)",
+                "%s joined run %r (p2p %s, version %r%s)",
                 short_id(client_id),
                 self.run_id,
                 message.p2p_address,
                 message.client_version,
-                extra={"client": short_id(client_id), "p2p_address": message.p2p_address},
+                "" if message.holds_model else ", without the run's weights yet",
+                extra={
+                    "client": short_id(client_id),
+                    "p2p_address": message.p2p_address,
+                    "holds_model": message.holds_model,
+                },
             )
 
     def _on_reachability(self, client_id: bytes, address: str, result: ProbeResult) -> None:

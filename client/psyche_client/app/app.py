@@ -91,6 +91,7 @@ class ClientApp:
             self.node.address,
             timeout=timeout,
             authorization=self.options.server.authorization,
+            holds_model=lambda: self.runner is not None and self.runner.backend is not None,
         )
         link.on_weights_mismatch = self._on_weights_mismatch
         link.on_reachability = self.reach.on_notice
