@@ -3,8 +3,12 @@
 `ConnectionManager` accepts sockets (at most `max_connections`, `max_connections_per_ip`
 from one address, and `max_handshakes_per_ip` of those still unauthenticated), runs the
 challenge–response handshake (with a timeout, reading frames of at most
-`HANDSHAKE_FRAME_SIZE` bytes, checked on the length prefix before anything is decoded), refuses a second live connection of an already connected identity, then reads frames, validates
-them with a caller-supplied parser and hands them to a handler. Any protocol violation ends only
+`HANDSHAKE_FRAME_SIZE` bytes, checked on the length prefix before anything is decoded),
+refuses a second live connection of an already connected identity, then reads frames, validates
+them with a caller-supplied parser and hands them to a handler. Until the app marks a
+connection `joined` (the coordinator port, after a valid Join; never on the data-server port,
+whose requests are small) its frames are control frames (`framing.read_control_frame`: a few
+KiB, bounded decode); a joined connection's may reach `max_frame_size`. Any protocol violation ends only
 that connection, with a logged reason; the cleanup (unregister + `on_disconnect`) runs exactly
 once per authenticated connection. Sends never block the caller: each connection's transport
 buffer is bounded, and a peer that stops reading is disconnected when it fills up. Messages
@@ -34,6 +38,7 @@ from psyche_common.protocol import (
     ProtocolError,
     accept_handshake_in,
     encode_frame,
+    read_control_frame,
     read_frame,
     short_id,
 )
@@ -80,7 +85,8 @@ class Connection:
         self.bytes_sent = 0
         self.frames_sent = 0
         self.joined = False
-        """Set by the app once the peer sent a valid Join (only joined peers get states)."""
+        """Set by the app once the peer sent a valid Join (only joined peers get states, and
+        only their frames may be larger than a control frame)."""
         self.max_skipped_states = 0
         """0: never drop states; else how many in a row a slow reader may miss."""
         self.skipped_states = 0
@@ -385,7 +391,10 @@ class ConnectionManager(Generic[MessageT]):
         guard = FloodGuard(limits.messages_per_second, limits.message_burst)
         while not conn.closed:
             try:
-                raw = await read_frame(reader, limits.max_frame_size, timeout=self.idle_timeout)
+                if conn.joined:
+                    raw = await read_frame(reader, limits.max_frame_size, self.idle_timeout)
+                else:
+                    raw = await read_control_frame(reader, self.idle_timeout, limits.max_frame_size)
                 verdict = guard.check()
                 if verdict == Verdict.CLOSE:
                     raise CloseConnection(
