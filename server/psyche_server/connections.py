@@ -8,7 +8,8 @@ refuses a second live connection of an already connected identity, then reads fr
 them with a caller-supplied parser and hands them to a handler. Until the app marks a
 connection `joined` (the coordinator port, after a valid Join; never on the data-server port,
 whose requests are small) its frames are control frames (`framing.read_control_frame`: a few
-KiB, bounded decode); a joined connection's may reach `max_frame_size`. Any protocol violation ends only
+KiB, bounded decode); a joined connection's may reach `max_frame_size`. A frame's rate is
+checked on its bytes, before it is decoded, so a frame over the key's rate costs no decode. Any protocol violation ends only
 that connection, with a logged reason; the cleanup (unregister + `on_disconnect`) runs exactly
 once per authenticated connection. Sends never block the caller: each connection's transport
 buffer is bounded, and a peer that stops reading is disconnected when it fills up. Messages
@@ -32,14 +33,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 from psyche_common.protocol import (
+    CONTROL_DECODE,
+    CONTROL_FRAME_SIZE,
     HANDSHAKE_FRAME_SIZE,
     ConnectionClosed,
     HandshakeError,
     ProtocolError,
     accept_handshake_in,
+    decode_payload,
     encode_frame,
-    read_control_frame,
-    read_frame,
+    read_frame_bytes,
     short_id,
 )
 from psyche_common.protocol.messages import Rejected, already_connected_reason, to_wire
@@ -391,11 +394,14 @@ class ConnectionManager(Generic[MessageT]):
         guard = FloodGuard(limits.messages_per_second, limits.message_burst)
         while not conn.closed:
             try:
-                if conn.joined:
-                    raw = await read_frame(reader, limits.max_frame_size, self.idle_timeout)
-                else:
-                    raw = await read_control_frame(reader, self.idle_timeout, limits.max_frame_size)
-                verdict = guard.check()
+                joined = conn.joined
+                size = (
+                    limits.max_frame_size
+                    if joined
+                    else min(limits.max_frame_size, CONTROL_FRAME_SIZE)
+                )
+                payload = await read_frame_bytes(reader, size, self.idle_timeout)
+                verdict = guard.check()  # before the decode: a dropped frame costs no decoding
                 if verdict == Verdict.CLOSE:
                     raise CloseConnection(
                         f"key {short_id(conn.peer_id)} sent more than "
@@ -405,7 +411,7 @@ class ConnectionManager(Generic[MessageT]):
                 if verdict == Verdict.DROP:
                     self._note_dropped(conn, guard)
                     continue
-                message = self._parse(raw)
+                message = self._parse(decode_payload(payload, None if joined else CONTROL_DECODE))
                 await self._on_message(conn, message)
             except TimeoutError:
                 reason = f"no message for {self.idle_timeout:g}s (idle timeout)"

@@ -21,9 +21,10 @@ from psyche_common.protocol import (
     Identity,
     connect_handshake,
     coordinator_domain,
+    encode_frame,
     read_frame,
 )
-from psyche_server.connections import ConnectionLimits, ConnectionManager
+from psyche_server.connections import Connection, ConnectionLimits, ConnectionManager
 
 from tests.support.protocol_client import ProtocolClient
 from tests.support.server_harness import poll_until, running_server, write_state
@@ -182,3 +183,36 @@ async def test_a_p2p_listener_reads_only_control_frames_in_the_handshake(caplog)
         assert reason_logged(caplog, f"exceeds the maximum of {HANDSHAKE_FRAME_SIZE} bytes")
     finally:
         await node.close()
+
+
+async def test_a_key_over_its_rate_gets_its_frames_dropped_undecoded(caplog) -> None:
+    """The rate limit is checked on a frame's bytes: frames over it are dropped before any
+    decode (here: invalid msgpack, which a decode would refuse as a protocol violation), and
+    the key is closed for its rate, not for its bytes."""
+    caplog.set_level(logging.INFO)
+    handled: list[object] = []
+
+    async def record(_conn: object, message: object) -> None:
+        handled.append(message)
+
+    def joined(conn: Connection) -> None:
+        conn.joined = True  # a member: its frames may be large, decoded without bounds
+
+    limits = ConnectionLimits(messages_per_second=0.01, message_burst=2)
+    manager: ConnectionManager[object] = ConnectionManager(
+        "coordinator", lambda raw: raw, record, limits, domain=b"rate-test", on_connect=joined
+    )
+    port = await manager.start("127.0.0.1", 0)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        await connect_handshake(reader, writer, Identity.generate(), domain=b"rate-test", timeout=5)
+        writer.write(encode_frame({"type": "Hello"}) * 2)  # the burst
+        writer.write((struct.pack(">I", 1) + b"\xc1") * 3)  # never valid msgpack
+        await writer.drain()
+        await assert_closed(reader)
+        writer.close()
+        assert handled == [{"type": "Hello"}] * 2
+        assert manager.dropped_messages == 2 and manager.protocol_violations == 1
+        assert reason_logged(caplog, "messages/s") and not reason_logged(caplog, "msgpack")
+    finally:
+        await manager.close()
