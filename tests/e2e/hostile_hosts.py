@@ -175,17 +175,21 @@ class RelayExhauster(_Host):
         try:
             while not self.members:
                 await asyncio.sleep(0.2)
+            await self._dial_every_member()  # first, while the relay still takes its sockets
             await self._hold_connections()
             while True:
-                for identity in self.keys:
-                    for member in list(self.members):
-                        await self._dial(identity, member)
+                await self._dial_every_member()
                 await asyncio.sleep(0.2)
         finally:
             for task in joined:
                 task.cancel()
             for writer in self._sockets:
                 writer.transport.abort()
+
+    async def _dial_every_member(self) -> None:
+        for identity in self.keys:
+            for member in list(self.members):
+                await self._dial(identity, member)
 
     async def _join(self, identity: Identity) -> None:
         """Join from `source` and follow the states (the members are their `peers`)."""
