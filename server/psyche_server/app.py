@@ -130,7 +130,12 @@ class ServerApp:
         self.relay = (
             None
             if relay_limits is None
-            else RelayServer(coordinator.run_id, self._may_use_relay, relay_limits)
+            else RelayServer(
+                coordinator.run_id,
+                self._may_use_relay,
+                relay_limits,
+                in_epoch=self._in_epoch,
+            )
         )
         self.metrics_board = MetricsBoard(self.metrics_snapshot())
         """The latest metrics snapshot, for exporter threads (`metrics_export`)."""
@@ -546,6 +551,10 @@ class ServerApp:
         """Only clients connected here and joined may open relay pipes (or be reached)."""
         conn = self.connections.connections.get(client_id)
         return conn is not None and conn.joined
+
+    def _in_epoch(self, client_id: bytes) -> bool:
+        """Whether `client_id` is a member of the current epoch (relay pipes join members)."""
+        return any(client.id == client_id for client in self.coordinator.epoch_state.clients)
 
     def _tell_divergent(self, client_id: bytes, step: int, majority: bytes) -> None:
         """Tell a client that its weights at `step` are not the majority's (it resyncs)."""
