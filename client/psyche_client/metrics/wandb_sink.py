@@ -10,7 +10,7 @@ mode is wandb's own (`WANDB_MODE`: online by default, `offline` writes the run u
 as the `step` metric (every metric is charted against it, so figures of an earlier step, an
 eval finished late, still land at their step). A full queue drops the entry and an error of
 wandb is logged, never raised: wandb cannot block or fail a round. `close()` drains the queue
-(for at most `CLOSE_TIMEOUT` seconds) and finishes the run.
+and finishes the run, waiting for each at most `CLOSE_TIMEOUT` seconds.
 """
 
 from __future__ import annotations
@@ -107,6 +107,18 @@ class WandbSink:
         except queue.Full:
             log.warning("wandb: the queued metrics could not all be sent before exit")
         self._worker.join(CLOSE_TIMEOUT)
+        # online, finishing uploads what is left: bounded, so that exiting is too
+        finisher = threading.Thread(target=self._finish, name="wandb-finish", daemon=True)
+        finisher.start()
+        finisher.join(CLOSE_TIMEOUT)
+        if finisher.is_alive():
+            log.warning(
+                "wandb: the run did not finish within %.0f s; `wandb sync` on its directory "
+                "uploads what is left",
+                CLOSE_TIMEOUT,
+            )
+
+    def _finish(self) -> None:
         try:
             self.run.finish()
         except Exception as exc:
