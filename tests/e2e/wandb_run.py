@@ -33,11 +33,12 @@ def assert_offline_wandb_runs(clients: list[Proc], home: Path) -> None:
     of every second step."""
     run_dirs = sorted((home / "wandb").glob("offline-run-*"))
     assert len(run_dirs) == len(clients), list(home.rglob("*"))
-    runs = {run.name: run for run in map(read_run, run_dirs)}
     for proc in clients:
         (started,) = proc.events("wandb run started")
-        run = runs[started["wandb_run"]]
-        assert run.name.startswith("e2e-run-") and (run.project, run.group) == ("e2e", "pair")
+        assert Path(started["wandb_dir"]) in run_dirs  # the log line names the run's folder
+        run = read_run(Path(started["wandb_dir"]))
+        assert run.name == started["wandb_run"] and run.name.startswith("e2e-run-")
+        assert (run.project, run.group) == ("e2e", "pair")
         logged_losses = losses(proc)
         rows = run.rows_with("train/loss")
         assert len(rows) >= 3, run.history

@@ -16,6 +16,7 @@ and finishes the run, waiting for each at most `CLOSE_TIMEOUT` seconds.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections.abc import Mapping
@@ -84,7 +85,12 @@ class WandbSink:
             raise MetricsStartError(f"--wandb-project: wandb could not start: {exc}") from exc
         log.info(
             "wandb run started",
-            extra={"wandb_mode": mode, "wandb_dir": str(run.dir), "wandb_run": run.name},
+            # the run's own directory (what `wandb sync` takes), not its files/ folder
+            extra={
+                "wandb_mode": mode,
+                "wandb_dir": os.path.dirname(run.dir),
+                "wandb_run": run.name,
+            },
         )
         return cls(run)
 
