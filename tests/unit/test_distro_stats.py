@@ -125,3 +125,21 @@ def test_recorder_measures_every_nth_step_and_is_taken_once() -> None:
     assert len(taken) == KEEP_STEPS and taken[0][0] == 5
     with pytest.raises(ValueError):
         OptimStatsRecorder(-1)
+
+
+def test_nothing_is_measured_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `--optim-stats-steps 0` (stats=False) `generate` computes no statistic at all:
+    the round pays nothing for them."""
+    import psyche_client.distro.optimizer as optimizer_module
+
+    def forbidden(*_: object) -> float:
+        raise AssertionError("a statistic was computed")
+
+    monkeypatch.setattr(optimizer_module, "l1_energy", forbidden)
+    monkeypatch.setattr(optimizer_module, "mean_captured_energy", forbidden)
+    model = TinyNet()
+    optimizer = DistroOptimizer(model.named_parameters(), SETTINGS)
+    set_random_grads(model, 1)
+    assert optimizer.generate(0.5, 1, BatchId(0, 0), 0).stats == {}
+    with pytest.raises(AssertionError, match="statistic"):
+        optimizer.generate(0.5, 2, BatchId(0, 0), 1, stats=True)
