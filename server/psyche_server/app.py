@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from psyche_common.config import seconds_to_ms
 from psyche_common.coordinator import Coordinator
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.types import ACTIVE_STATES, ClientState, RunState, TickResult
@@ -67,7 +68,7 @@ def state_timeout_deadline(coordinator: Coordinator) -> float | None:
     duration = durations.get(coordinator.run_state)
     if duration is None:
         return None
-    return (coordinator.run_state_start_ms + max(duration * 1000, 1)) / 1000
+    return (coordinator.run_state_start_ms + max(seconds_to_ms(duration), 1)) / 1000
 
 
 class ServerApp:

@@ -24,7 +24,7 @@ run_state = "WaitingForMembers"
 warmup_time = {warmup_time}
 cooldown_time = {cooldown_time}
 max_round_train_time = {max_round_train_time}
-round_witness_time = 1
+round_witness_time = {round_witness_time}
 epoch_time = {epoch_time}
 waiting_for_members_extra_time = 1
 total_steps = {total_steps}
@@ -68,6 +68,7 @@ def write_state(path: Path, **overrides: Any) -> Path:
         "warmup_time": 60,
         "cooldown_time": 3,
         "max_round_train_time": 20,
+        "round_witness_time": 1,
         "epoch_time": 600,
         "total_steps": 10,
         "init_min_clients": 3,

@@ -115,8 +115,14 @@ async def test_a_dropped_client_joins_again_and_trains_in_a_later_epoch() -> Non
 
 
 @pytest.mark.timeout(120)
-async def test_rounds_prepared_while_witnesses_report_are_adopted() -> None:
-    server = FakeServer(make_coordinator(epoch_time=12, total_steps=8))
+@pytest.mark.parametrize("round_witness_time", [1, 0.2])
+async def test_rounds_prepared_while_witnesses_report_are_adopted(
+    round_witness_time: float,
+) -> None:
+    server = FakeServer(
+        make_coordinator(epoch_time=12, total_steps=8, round_witness_time=round_witness_time)
+    )
+    assert server.coordinator.config.round_witness_time == round_witness_time
     hub = MemoryHub()
     runners = [add_client(server, hub) for _ in range(3)]
     await run_until(server, lambda: server.coordinator.run_state == RunState.Finished)

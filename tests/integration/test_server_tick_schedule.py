@@ -25,6 +25,15 @@ def test_deadline_is_start_plus_duration_never_the_start_itself(tmp_path: Path) 
     assert state_timeout_deadline(coordinator) is None
 
 
+def test_deadline_of_a_fractional_round_witness_time(tmp_path: Path) -> None:
+    coordinator = load_coordinator(write_state(tmp_path / "s.toml", round_witness_time=0.2))
+    coordinator.run_state_start_ms = 1_000_250
+    coordinator.run_state = RunState.RoundWitness
+    assert state_timeout_deadline(coordinator) == 1000.45
+    assert coordinator.check_timeout(1000.45, coordinator.config.round_witness_time)
+    assert not coordinator.check_timeout(1000.449, coordinator.config.round_witness_time)
+
+
 async def test_state_timeout_fires_between_grid_ticks(tmp_path: Path) -> None:
     state = write_state(tmp_path / "s.toml", init_min_clients=2, warmup_time=1)
     # a 30 s grid: after the first tick only the timeout-scheduled ticks can move the state

@@ -57,13 +57,17 @@ PIPELINE_MODEL: dict[str, Any] = {
 
 
 def make_coordinator(
-    epoch_time: int = 12, total_steps: int = 10, min_clients: int = 3, witness_nodes: int = 1
+    epoch_time: int = 12,
+    total_steps: int = 10,
+    min_clients: int = 3,
+    witness_nodes: int = 1,
+    round_witness_time: float = 1,
 ) -> Coordinator:
     """A run waiting for `min_clients` members to start its first epoch."""
     document = state_document(
         run_id="pipeline-test",
         model=PIPELINE_MODEL,
-        **PIPELINE_CONFIG,
+        **{**PIPELINE_CONFIG, "round_witness_time": round_witness_time},
         epoch_time=epoch_time,
         total_steps=total_steps,
         init_min_clients=min_clients,

@@ -32,7 +32,7 @@ def write_state(
     warmup_time: int = 2,
     cooldown_time: int = 1,
     max_round_train_time: int = 3,
-    round_witness_time: int = 1,
+    round_witness_time: float = 1,
     epoch_time: int = 30,
     total_steps: int = 100,
     waiting_for_members_extra_time: int = 1,

@@ -146,7 +146,7 @@ any_configs = st.builds(
     warmup_time=uint(64),
     cooldown_time=uint(64),
     max_round_train_time=uint(64),
-    round_witness_time=uint(64),
+    round_witness_time=uint(64) | st.integers(0, 10**12).map(lambda ms: ms / 1000),
     global_batch_size_warmup_tokens=uint(64),
     epoch_time=uint(64),
     total_steps=uint(32),
@@ -207,7 +207,9 @@ def rule_abiding_configs(draw: st.DrawFn) -> CoordinatorConfig:
         warmup_time=draw(st.integers(0, epoch_time - 1)),
         cooldown_time=draw(st.integers(1, 2**64 - 1)),
         max_round_train_time=draw(st.integers(1, epoch_time - 1)),
-        round_witness_time=draw(st.integers(1, 2**64 - 1)),
+        round_witness_time=draw(
+            st.integers(1, 2**64 - 1) | st.integers(1, 10**12).map(lambda ms: ms / 1000)
+        ),
         global_batch_size_warmup_tokens=draw(uint(64)),
         epoch_time=epoch_time,
         total_steps=draw(st.integers(1, 2**32 - 1)),

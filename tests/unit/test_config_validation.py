@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 from psyche_common.config import (
     ConfigError,
     CoordinatorConfig,
@@ -36,7 +37,7 @@ def example_state(**llm_changes: Any) -> StateFile:
     return parse_state(document)
 
 
-def config_with(**changes: int) -> CoordinatorConfig:
+def config_with(**changes: float) -> CoordinatorConfig:
     return example_state().config.model_copy(update=changes)
 
 
@@ -149,6 +150,42 @@ def test_each_reference_rule(changes: dict[str, int], field: str, rule: str, wor
         validate_coordinator_config(config_with(**changes))
     assert caught.value.problems == [problem]
     assert field in str(caught.value)
+
+
+@pytest.mark.parametrize("seconds", [1, 2, 0.2, 0.05, 1.5, 0.001])
+def test_round_witness_time_takes_whole_seconds_or_milliseconds(seconds: float) -> None:
+    document = example_document()
+    document["config"]["round_witness_time"] = seconds
+    state = parse_state(tomllib.loads(tomli_w.dumps(document)))
+    assert state.config.round_witness_time == seconds
+    assert type(state.config.round_witness_time) is type(seconds)  # an integer stays one
+    assert validate_state(state).ok
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (0.0005, "not a whole number of milliseconds"),
+        (-0.5, "non-negative"),
+        (float("inf"), "finite"),
+        (float("nan"), "finite"),
+        ("0.2", "must be a number of seconds"),
+        (True, "must be a number of seconds"),
+        (-1, "between 0 and"),
+    ],
+)
+def test_round_witness_time_refuses_what_is_not_milliseconds(value: object, words: str) -> None:
+    document = example_document()
+    document["config"]["round_witness_time"] = value
+    with pytest.raises(ConfigError) as caught:
+        parse_state(document)
+    assert "config.round_witness_time" in str(caught.value)
+    assert words in str(caught.value)
+
+
+def test_round_witness_time_zero_breaks_its_rule_as_a_decimal_too() -> None:
+    problem = coordinator_config_problem(config_with(round_witness_time=0.0))
+    assert problem is not None and problem.rule == "RoundWitnessTime"
 
 
 def test_first_failing_rule_wins() -> None:

@@ -47,7 +47,9 @@ def coordinator_configs(draw: st.DrawFn, max_min_clients: int = 5) -> dict:
         "epoch_time": epoch_time,
         "warmup_time": draw(st.integers(1, min(epoch_time - 1, 15))),
         "max_round_train_time": draw(st.integers(1, min(epoch_time - 1, 8))),
-        "round_witness_time": draw(st.integers(1, 4)),
+        "round_witness_time": draw(
+            st.integers(1, 4) | st.integers(1, 4000).map(lambda ms: ms / 1000)
+        ),
         "cooldown_time": draw(st.integers(1, 5)),
         "waiting_for_members_extra_time": draw(st.integers(1, 4)),
         "min_clients": min_clients,

@@ -451,3 +451,17 @@ def test_members_back_without_their_weights_cannot_keep_the_checkpoint_p2p() -> 
         coord.tick([A, B], now + 5 + 3, 5, holders=holders)
         assert coord.run_state == RunState.Warmup
         assert type(coord.model.checkpoint) is expected, holders
+
+
+@pytest.mark.parametrize("witness_time", [0.2, 0.05, 1.5])
+def test_a_fractional_round_witness_time_lasts_its_milliseconds(witness_time: float) -> None:
+    coord = make_coordinator(round_witness_time=witness_time)
+    now = to_round_train(coord, [A, B])
+    entered = now + coord.config.max_round_train_time + 0.25
+    coord.tick([A, B], entered, 0)
+    assert coord.run_state == RunState.RoundWitness
+    coord.tick([A, B], entered + witness_time - 0.001, 0)
+    assert coord.run_state == RunState.RoundWitness
+    coord.tick([A, B], entered + witness_time, 0)
+    assert coord.run_state != RunState.RoundWitness
+    assert coord.run_state_start_ms == int(entered * 1000) + round(witness_time * 1000)

@@ -55,9 +55,9 @@ def test_a_non_member_leaves_an_epoch_it_was_in_and_otherwise_waits() -> None:
     assert action_for(Phase.IDLE, RunState.Warmup, is_member=False) == Action.WAIT
 
 
-def witnessed_round(witness_count: int | None = None) -> Coordinator:
+def witnessed_round(witness_count: int | None = None, round_witness_time: float = 2) -> Coordinator:
     """A 3-client round in RoundWitness with `witness_count` of its 2 witnesses in (all)."""
-    coord = make_coordinator(witness_nodes=2)
+    coord = make_coordinator(witness_nodes=2, round_witness_time=round_witness_time)
     now = to_round_train(coord, [A, B, C])
     elected = round_witnesses(coord)
     for client in elected if witness_count is None else elected[:witness_count]:
@@ -68,8 +68,9 @@ def witnessed_round(witness_count: int | None = None) -> Coordinator:
     return coord
 
 
-def test_the_next_round_is_predicted_once_every_witness_is_in() -> None:
-    coord = witnessed_round()
+@pytest.mark.parametrize("round_witness_time", [2, 0.2])
+def test_the_next_round_is_predicted_once_every_witness_is_in(round_witness_time: float) -> None:
+    coord = witnessed_round(round_witness_time=round_witness_time)
     predicted = predict_next_round(coord)
     assert predicted is not None
     assert predicted.run_state == RunState.RoundTrain
@@ -77,7 +78,11 @@ def test_the_next_round_is_predicted_once_every_witness_is_in() -> None:
     assert predicted.current_round().random_seed == coord.current_round().next_random_seed
     # the real coordinator, ticked at the deadline with any seed, starts the same round
     real = coord.copy()
-    real.tick([A, B, C], round_witness_deadline(coord), 12345)
+    deadline = round_witness_deadline(coord)
+    assert deadline == coord.run_state_start_ms / 1000 + round_witness_time
+    real.tick([A, B, C], deadline - 0.001, 12345)
+    assert real.run_state == RunState.RoundWitness
+    real.tick([A, B, C], deadline, 12345)
     for client in (A, B, C):
         expected = RoundKey.of(derive_round_roles(real, client, True), True)
         assert RoundKey.of(derive_round_roles(predicted, client, True), True) == expected

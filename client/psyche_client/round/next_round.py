@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from psyche_common.batch_id import BatchId
+from psyche_common.config import seconds_to_ms
 from psyche_common.coordinator import Coordinator, RunState, Witness
 from psyche_common.coordinator.committee import CommitteeProof, WitnessProof
 
@@ -27,7 +28,7 @@ from psyche_client.round.roles import RoundRoles
 
 def round_witness_deadline(coordinator: Coordinator) -> float:
     """The moment (unix seconds) at which the current RoundWitness can first time out."""
-    duration_ms = max(int(coordinator.config.round_witness_time) * 1000, 1)
+    duration_ms = max(seconds_to_ms(coordinator.config.round_witness_time), 1)
     return (coordinator.run_state_start_ms + duration_ms) / 1000
 
 

@@ -3,6 +3,7 @@
 Public names are re-exported here; import them from `psyche_common.config`.
 """
 
+from psyche_common.config._types import seconds_to_ms
 from psyche_common.config.checkpoint import (
     CHECKPOINT_VARIANTS,
     AnyCheckpoint,
@@ -138,6 +139,7 @@ __all__ = [
     "parse_state",
     "read_toml",
     "require_data_dir",
+    "seconds_to_ms",
     "summary_lines",
     "validate_coordinator_config",
     "validate_state",

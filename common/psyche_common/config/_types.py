@@ -7,9 +7,10 @@ reference is rejected when the file is loaded, with a message naming the field.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, Strict
 from pydantic_core import PydanticCustomError
 
 U8_MAX = 2**8 - 1
@@ -23,6 +24,47 @@ U32 = Annotated[int, Strict(), Field(ge=0, le=U32_MAX)]
 U64 = Annotated[int, Strict(), Field(ge=0, le=U64_MAX)]
 Float = Annotated[float, Strict(), Field(allow_inf_nan=False)]
 Bool = Annotated[bool, Strict()]
+
+
+def seconds_to_ms(seconds: int | float) -> int:
+    """A duration in seconds (whole or fractional) as whole milliseconds."""
+    if isinstance(seconds, int):
+        return seconds * 1000
+    return round(seconds * 1000)
+
+
+def _ms_seconds(value: object) -> int | float:
+    """A duration in seconds: a u64 (as in the reference) or a finite, non-negative decimal
+    of whole milliseconds (at most 3 decimals)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PydanticCustomError(
+            "seconds_type",
+            "must be a number of seconds (an integer, or a decimal such as 0.25), not {value}",
+            {"value": repr(value)},
+        )
+    if isinstance(value, int):
+        if not 0 <= value <= U64_MAX:
+            raise PydanticCustomError(
+                "seconds_range", "must be between 0 and {max} seconds", {"max": U64_MAX}
+            )
+        return value
+    if not math.isfinite(value) or value < 0 or value > U64_MAX / 1000:
+        raise PydanticCustomError(
+            "seconds_range",
+            "{value} is not a finite, non-negative number of seconds",
+            {"value": value},
+        )
+    if abs(value * 1000 - round(value * 1000)) > 1e-6:
+        raise PydanticCustomError(
+            "seconds_precision",
+            "{value} s is not a whole number of milliseconds (at most 3 decimals)",
+            {"value": value},
+        )
+    return value
+
+
+MsSeconds = Annotated[int | float, PlainValidator(_ms_seconds)]
+"""Seconds: a u64 as in the reference, or a fractional number of whole milliseconds (ours)."""
 
 RUN_ID_MAX_BYTES = 32
 SHORT_STRING_MAX_BYTES = 64

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from psyche_common.config._types import U8, U16, U32, U64, StrictModel
+from psyche_common.config._types import U8, U16, U32, U64, MsSeconds, StrictModel
 
 
 class CoordinatorConfig(StrictModel):
-    """Run timings (seconds), client counts and batch sizes, in serialization order."""
+    """Run timings (seconds; `round_witness_time` may be fractional), client counts and batch sizes, in serialization order."""
 
     warmup_time: U64
     cooldown_time: U64
     max_round_train_time: U64
-    round_witness_time: U64
+    round_witness_time: MsSeconds
+    """Whole seconds as in the reference, or fractional (whole milliseconds, ours)."""
     global_batch_size_warmup_tokens: U64
     epoch_time: U64
     total_steps: U32

@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from psyche_common.batch_id import BatchId
-from psyche_common.config import AnyCheckpoint, CoordinatorConfig, LLMConfig, StateFile
+from psyche_common.config import (
+    AnyCheckpoint,
+    CoordinatorConfig,
+    LLMConfig,
+    StateFile,
+    seconds_to_ms,
+)
 from psyche_common.coordinator import (
     accusations,
     checkpoints,
@@ -226,12 +232,12 @@ class Coordinator:
             return self.config.witness_nodes
         return min(len(self.epoch_state.clients), MAX_WITNESSES)
 
-    def check_timeout(self, now: float, duration: int) -> bool:
-        """True once `duration` seconds have passed in this state (millisecond resolution),
-        never at the very moment it began."""
+    def check_timeout(self, now: float, duration: float) -> bool:
+        """True once `duration` seconds (whole, or whole milliseconds) have passed in this
+        state (millisecond resolution), never at the very moment it began."""
         start = self.run_state_start_ms
         now_ms = to_ms(now)
-        return now_ms != start and now_ms >= start + duration * 1000
+        return now_ms != start and now_ms >= start + seconds_to_ms(duration)
 
     def check_epoch_timeout(self, now: float) -> bool:
         start = self.epoch_state.start_timestamp
