@@ -13,11 +13,13 @@
    median over `--repeats` client runs.
 
    Two step lengths are measured: the long step (batch 64, several seconds of compute on
-   this CPU) and a short one (batch 14, about a second). The round protocol adds a fixed
-   RoundWitness phase (`round_witness_time` = 1 s, millisecond-exact); the client trains the
-   next round's batches during it (the round is prepared while the witnesses report), so
-   what remains per round is the apply, decoding, the Finished/witness exchange and the tick
-   latency.
+   this CPU) and a short one (batch 10, about half a second on a quiet machine;
+   `--short-batch`). The round protocol adds a RoundWitness phase (`round_witness_time`,
+   0.2 s as in the shipped configs, millisecond-exact; `--round-witness-time` sets another,
+   e.g. 1 to see the whole-second floor a Psyche config puts under every round); the client
+   trains the next round's batches during it (the round is prepared while the witnesses
+   report), so what remains per round is the apply, decoding, the Finished/witness exchange
+   and the tick latency, and the window itself when a step is shorter than it.
 
    Every round is broken down (medians over rounds) from timers wrapped around the client's
    own calls, over the window from the start of a round's training to the start of the next
