@@ -6,7 +6,8 @@ the run is Finished and returns the exit code. The model is loaded, checked at e
 shared/saved at each Cooldown by `weights.lifecycle.ModelLifecycle`. When the server
 connection is lost the model, the P2P node and the round runner stay up while
 `session.reconnect.ServerSession` connects again (for up to `server.reconnect_timeout`
-seconds).
+seconds). With `--eval-*` an `evals.scheduler.EvalScheduler` evaluates the model whenever the
+round pipeline is idle.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from psyche_common.protocol.messages import WeightsMismatch
 from psyche_client.app.options import ClientOptions
 from psyche_client.app.parts import Parts
 from psyche_client.app.snapshot import ClientSnapshot, take_snapshot
+from psyche_client.evals.scheduler import EvalScheduler
 from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.phase import Phase
 from psyche_client.round.runner import RoundRunner
@@ -78,6 +80,9 @@ class ClientApp:
             self.server.uplink,
             parts.backends,
         )
+        self.evals: EvalScheduler | None = None
+        if options.evals.enabled:
+            self.evals = EvalScheduler(options.evals, self.stats, self.identity.short_id)
         self.fetcher: SampleFetcher | None = None
         if options.backend.kind != "dummy":  # the dummy backend trains without data
             self.fetcher = parts.fetcher(self._data_source, self.identity, options.data)
@@ -158,12 +163,19 @@ class ClientApp:
                 asyncio.create_task(self.runner.wait_fatal(), name="fatal"),
                 asyncio.create_task(self._tick_forever(self.runner), name="ticker"),
             ]
+            # the evals never end the client: not among the tasks it waits on
+            evals = None
+            if self.evals is not None:
+                evals = asyncio.create_task(
+                    self.evals.run(self.runner, lambda: self.coordinator), name="evals"
+                )
             try:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                for task in tasks:
+                background = tasks if evals is None else [*tasks, evals]
+                for task in background:
                     task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+                await asyncio.gather(*background, return_exceptions=True)
             return _exit_code(next(iter(done)))
         finally:
             if self.runner is not None:
