@@ -9,8 +9,8 @@ A long-lived task of the client app. Every `CHECK_SECONDS` while the round pipel
 The thread reaches the model only through `ModelAccess` (one forward pass at a time, only while
 the pipeline is idle, under its model lock), so an eval never delays a round; an eval whose
 weights changed under it is abandoned and started again on the new weights. Scores go to the
-client's statistics (the dashboard, and every witness report to the server) and to the log,
-one structured `eval scores` line per eval. An eval that cannot run at all (no held-out split,
+client's statistics (the dashboard, and every witness report to the server), to the log, one
+structured `eval scores` line per eval, and to `on_scores` if given. An eval that cannot run at all (no held-out split,
 no tokenizer, an unknown task) is logged once and not tried again.
 """
 
@@ -20,7 +20,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -86,8 +86,11 @@ class EvalScheduler:
         stats: ClientStats,
         client_id: str,
         cache_dir: str | None = None,
+        on_scores: Callable[[int, Mapping[str, float]], None] | None = None,
     ) -> None:
         self.options = options
+        self.on_scores = on_scores
+        """Also told every eval's figures (step, `metrics`): e.g. a metrics sink."""
         self.stats = stats
         self.client_id = client_id
         self.cache_dir = cache_dir
@@ -115,6 +118,8 @@ class EvalScheduler:
             self.stop,
         )
         try:
+            if self.tasks_enabled:  # lm-eval's import and task index: before any model work
+                await self._attempt("lm-eval", access, self._index_tasks)
             while self.heldout_enabled or self.tasks_enabled:
                 await asyncio.sleep(CHECK_SECONDS)
                 coordinator = coordinator_of()
@@ -144,15 +149,10 @@ class EvalScheduler:
                 self.last_heldout_step = step
                 self._record(step, outcome)
             return
-        # the tasks run again only once the weights may have changed: a new state, phase,
-        # applied step or model
-        key = (
-            step,
-            coordinator.run_state,
-            runner.phase,
-            len(self.stats.weights_hashes),
-            id(backend),
-        )
+        # the tasks run again only once the weights may have changed: a new model, epoch or
+        # applied step
+        applied = max(self.stats.weights_hashes, default=None)
+        key = (id(backend), coordinator.progress.epoch, applied)
         if not self.tasks_enabled or key == self._checked_key:
             return
         self._checked_key = key
@@ -223,11 +223,8 @@ class EvalScheduler:
 
         def job(access: ModelAccess) -> EvalOutcome | None:
             tokenizer = tokenizer_for(int(config.get("vocab_size", 0)), files)
-            access.run(lambda _model: None)  # pins the weights the scores will belong to
-            if access.pinned == self.last_scored:
-                return None
             if self._manager is None:
-                self._manager = task_manager(options.tasks, options.tasks_dir)
+                self._index_tasks(access)
             lm = ModelLM(access.run, tokenizer, max_length, options.batch_size)
             scores = run_tasks(
                 lm, options.tasks, options.fewshot, options.seed, options.max_docs, self._manager
@@ -236,10 +233,18 @@ class EvalScheduler:
 
         return job
 
+    def _index_tasks(self, _access: ModelAccess) -> None:
+        """Import lm-eval and index the tasks (no model needed: done once, up front)."""
+        self._manager = task_manager(self.options.tasks, self.options.tasks_dir)
+
     def _record(self, step: int, outcome: EvalOutcome) -> None:
         if outcome.kind == "lm-eval":
+            if outcome.weights_hash == self.last_scored:
+                return  # the same weights scored again (a key changed, the weights did not)
             self.last_scored = outcome.weights_hash
         self.stats.record_evals(step, outcome.scores)
+        if self.on_scores is not None:
+            self.on_scores(step, outcome.metrics)
         log.info(
             "eval scores",
             extra=self._fields(
