@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -229,3 +230,31 @@ def test_witness_report_carries_at_most_eight_short_names() -> None:
     assert all(len(name) <= 32 for name in reported)
     assert "nan_task" not in reported
     assert stats.eval_steps[HELDOUT_LOSS] == 4
+
+
+def test_an_eval_thread_outliving_its_event_loop_ends_quietly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from psyche_client.evals.scheduler import in_daemon_thread
+
+    errors: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    release, finished = threading.Event(), threading.Event()
+
+    def work() -> str:
+        release.wait(5)
+        finished.set()
+        return "late"
+
+    async def start_and_leave() -> None:
+        task = asyncio.ensure_future(in_daemon_thread(work))
+        await asyncio.sleep(0.05)
+        task.cancel()  # the client closes while the eval still runs
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(start_and_leave())
+    loop.close()
+    release.set()
+    assert finished.wait(5)
+    time.sleep(0.2)
+    assert errors == []

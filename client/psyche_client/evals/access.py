@@ -17,6 +17,7 @@ belongs to one set of weights, and clients with equal weights get equal scores.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -76,7 +77,11 @@ class ModelAccess:
     def run(self, work: Callable[[torch.nn.Module], T]) -> T:
         """`work(model)` on the live model once the pipeline is idle, under its model lock
         (call from a worker thread, never from the event loop)."""
-        backend = asyncio.run_coroutine_threadsafe(self._acquire(), self.loop).result()
+        try:
+            waiting = asyncio.run_coroutine_threadsafe(self._acquire(), self.loop)
+        except RuntimeError as exc:  # the event loop is closed: the client is gone
+            raise EvalCancelled("the client is closing") from exc
+        backend = waiting.result()
         try:
             digest = backend.weights_hash()
             if self.pinned is None:
@@ -92,7 +97,8 @@ class ModelAccess:
             finally:
                 model.train(was_training)
         finally:
-            self.loop.call_soon_threadsafe(self.lock.release)
+            with contextlib.suppress(RuntimeError):  # a closed loop holds no lock any more
+                self.loop.call_soon_threadsafe(self.lock.release)
 
     async def _acquire(self) -> TrainingBackend:
         """Wait until idle with the lock free, take the lock; the backend to use."""

@@ -17,6 +17,7 @@ no tokenizer, an unknown task) is logged once and not tried again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -67,11 +68,11 @@ async def in_daemon_thread(work: Callable[[], T]) -> T:
 
     def target() -> None:
         try:
-            result = work()
+            outcome: tuple[Callable[[Any], None], Any] = (future.set_result, work())
         except BaseException as exc:
-            loop.call_soon_threadsafe(settle, future.set_exception, exc)
-        else:
-            loop.call_soon_threadsafe(settle, future.set_result, result)
+            outcome = (future.set_exception, exc)
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, *outcome)
 
     threading.Thread(target=target, name="psyche-eval", daemon=True).start()
     return await future
