@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import click
+from psyche_common.bool_flag import bool_flag
 from psyche_common.protocol import Identity
 
 from psyche_client.app.flags import (
@@ -253,7 +254,7 @@ def _add_file_log(path: Path) -> None:
     show_default=True,
     help="Local ranks (devices) the client will train on.",
 )
-@click.option("--fsdp", is_flag=True, default=False, help="The model will be sharded (--fsdp).")
+@bool_flag("--fsdp", default=False, help="The model will be sharded (--fsdp).")
 @precision_options
 def check(
     state_path: Path,

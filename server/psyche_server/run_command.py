@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import cast
 
 import click
+from psyche_common.bool_flag import bool_flag
 from psyche_common.logs import LOG_LEVELS, LogFormat, setup_logging
 
 from .limits import ConnectionLimits
@@ -54,8 +55,11 @@ def _parse_keys(
     help="coordinator port (default: a random free port, printed on start)",
 )
 @click.option("--host", default="0.0.0.0", show_default=True, help="address to bind")
-@click.option(
-    "--tui/--no-tui", default=None, help="dashboard (default: on when stdout is a terminal)"
+@bool_flag(
+    "--tui",
+    default=None,
+    help="the dashboard, or log lines (--tui false, --no-tui); default: on when stdout is a "
+    "terminal",
 )
 @click.option(
     "--data-config",
@@ -75,8 +79,8 @@ def _parse_keys(
     default=None,
     help="warmup time (s) until the run first becomes active",
 )
-@click.option(
-    "--withdraw-on-disconnect/--no-withdraw-on-disconnect",
+@bool_flag(
+    "--withdraw-on-disconnect",
     default=True,
     show_default=True,
     help="withdraw a client from the epoch when its connection drops (off: it stays a member "
@@ -189,8 +193,8 @@ def _parse_keys(
     "(`psyche-client authorize`) may join; re-read when it changes or on SIGHUP "
     "(default: anyone may join)",
 )
-@click.option(
-    "--relay/--no-relay",
+@bool_flag(
+    "--relay",
     default=True,
     show_default=True,
     help="relay P2P traffic between clients that cannot connect to each other (e.g. both "

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import click
+from psyche_common.bool_flag import BoolFlag
 from psyche_common.logs import LOG_LEVELS
 from psyche_common.pacing import MEGABIT
 
@@ -42,6 +43,7 @@ class Flag:
     type: click.ParamType | None = None
     required: bool = False
     is_flag: bool = False
+    """A boolean option (`psyche_common.bool_flag.BoolFlag`): `--x`, `--x false`, `--no-x`."""
     show_default: bool = False
     short: str | None = None
     convert: Callable[[object], object] | None = None
@@ -59,8 +61,8 @@ class Flag:
     def option(self) -> Callable[[F], F]:
         decls = [self.short, self.name] if self.short else [self.name]
         extra: dict[str, object] = {"show_default": True} if self.show_default else {}
-        if self.is_flag:
-            extra["is_flag"] = True
+        if self.is_flag:  # `--x`, `--x true|false` (the reference's form) and `--no-x`
+            extra["cls"] = BoolFlag
         if self.type is not None:
             extra["type"] = self.type
         return click.option(
