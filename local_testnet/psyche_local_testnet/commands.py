@@ -4,6 +4,7 @@ Contract of the programs:
   psyche-server validate-config --state STATE [--data-config DATA]
   psyche-server run --state STATE --server-port PORT --tui|--no-tui [--data-config DATA]
                     --log-level LEVEL [--log-format json --log-file FILE] [--save-state-dir DIR]
+                    [--checkpointer KEY]
     with --save-state-dir, the server keeps DIR/{run_id}-latest.toml at the run's resume point
     (a state file `run --state` accepts; its [progress] step is the step it resumes at);
   psyche-client train --server-addr 127.0.0.1:PORT --run-id ID --device DEV
@@ -20,7 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from psyche_local_testnet.identities import IDENTITY_ENV, client_secret_hex
+from psyche_local_testnet.identities import IDENTITY_ENV, client_public_hex, client_secret_hex
+
+CHECKPOINTING_CLIENT = 1
+"""The client that saves and uploads checkpoints with --first-client-checkpoint."""
 
 
 def latest_state_name(run_id: str) -> str:
@@ -109,6 +113,8 @@ class TestnetCommands:
             argv += ["--log-file", str(self.log_dir / "server.log")]
         if self.save_state_dir is not None:
             argv += ["--save-state-dir", str(self.save_state_dir)]
+        if self.first_client_checkpoint:  # the server accepts its uploads' Checkpoint reports
+            argv += ["--checkpointer", client_public_hex(self.session, CHECKPOINTING_CLIENT)]
         return ProcessSpec(argv)
 
     def client(self, client_number: int, log_file: Path | None) -> ProcessSpec:
@@ -126,7 +132,7 @@ class TestnetCommands:
         ]
         if log_file is not None:
             argv += ["--write-log", str(log_file)]
-        if client_number == 1 and self.first_client_checkpoint:
+        if client_number == CHECKPOINTING_CLIENT and self.first_client_checkpoint:
             checkpoint_dir = self.checkpoint_dir or Path("checkpoints")
             argv += [
                 "--checkpoint-dir",

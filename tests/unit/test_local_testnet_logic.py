@@ -197,6 +197,12 @@ def test_command_lines_follow_the_contract() -> None:
     assert first.env["RAW_IDENTITY_SECRET_KEY"] == client_secret_hex("sess", 1)
     second = commands.client(2, None)
     assert "--hub-repo" not in second.argv and "--write-log" not in second.argv
+    # the server accepts the Checkpoint reports of client 1, and only its
+    checkpointer = server[server.index("--checkpointer") + 1]
+    secret = bytes.fromhex(first.env["RAW_IDENTITY_SECRET_KEY"])
+    assert checkpointer == Identity.from_secret_bytes(secret).public_key.hex()
+    assert server.count("--checkpointer") == 1
+    assert "--checkpointer" not in make_commands().server().argv
     shell = shlex.split(second.shell_command())
     assert shell[:2] == ["exec", "env"] and shell[2].startswith("RAW_IDENTITY_SECRET_KEY=")
 
