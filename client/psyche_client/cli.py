@@ -40,7 +40,10 @@ def load_identity(path: Path | None) -> Identity:
     """The identity from a 32-byte key file, else ``$RAW_IDENTITY_SECRET_KEY`` (hex), else a
     fresh random one."""
     if path is not None:
-        return Identity.load(path)
+        try:
+            return Identity.load(path)
+        except (OSError, ValueError) as exc:  # missing, unreadable, or not a key
+            raise click.BadParameter(str(exc), param_hint="'-i' / '--identity-secret-key-path'")
     raw = os.environ.get(IDENTITY_ENV)
     if raw:
         try:

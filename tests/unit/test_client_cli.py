@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import pytest
 from click.testing import CliRunner
 from psyche_client.cli import main
 from psyche_client.weights.sharing import prune_checkpoints
@@ -118,6 +119,35 @@ def test_max_upload_mbps_caps_the_nodes_model_share_uploads(monkeypatch) -> None
     assert rates == [None, 1_000_000.0, 312_500.0]  # bytes/s
     refused = runner.invoke(main, [*base, "--max-upload-mbps", "0.5"])
     assert refused.exit_code == 2 and "--max-upload-mbps" in refused.output
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [(None, "No such file"), (b"", "got 0 bytes"), (b"\xb0" * 5, "64 hex characters")],
+    ids=["missing", "empty", "garbage"],
+)
+@pytest.mark.parametrize("command", ["show-identity", "train"])
+def test_a_bad_key_file_is_a_usage_error_naming_the_flag(
+    tmp_path: Path, content: bytes | None, why: str, command: str
+) -> None:
+    """Not a traceback: exit status 2 with the flag and the reason."""
+    key = tmp_path / "client.key"
+    if content is not None:
+        key.write_bytes(content)
+    args = [command, "-i", str(key)]
+    if command == "train":
+        args += [
+            "--server-addr",
+            "127.0.0.1:1",
+            "--run-id",
+            "r",
+            "--dummy-training-delay-secs",
+            "0",
+        ]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "--identity-secret-key-path" in result.output and why in result.output
+    assert "Traceback" not in result.output
 
 
 def test_show_identity_from_file_and_env(tmp_path: Path) -> None:
