@@ -43,7 +43,8 @@ def load_identity(path: Path | None) -> Identity:
         try:
             return Identity.load(path)
         except (OSError, ValueError) as exc:  # missing, unreadable, or not a key
-            raise click.BadParameter(str(exc), param_hint="'-i' / '--identity-secret-key-path'")
+            hint = "'-i' / '--identity-secret-key-path'"
+            raise click.BadParameter(str(exc), param_hint=hint) from exc
     raw = os.environ.get(IDENTITY_ENV)
     if raw:
         try:
