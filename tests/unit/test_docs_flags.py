@@ -31,8 +31,12 @@ PROGRAMS: dict[str, click.Group] = {
     "psyche-data": data_main,
 }
 
-OTHER_PROGRAMS = {"--standalone", "--nproc-per-node"}
-"""torchrun's, in docs/operations.md and docs/client.md."""
+OTHER_PROGRAMS = {
+    *("--standalone", "--nproc-per-node"),  # torchrun (docs/operations.md, docs/client.md)
+    *("--rm", "--network", "--gpus", "--ipc", "--shm-size"),  # podman / docker run
+    *("--variant", "--mode"),  # mmdebstrap (the container image's base)
+}
+"""Other programs' flags the docs quote."""
 
 REFERENCE_ONLY = {
     "--events-dir",
