@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import cast
 
 import click
+from psyche_common.bool_flag import bool_flag
 from psyche_common.logs import LOG_LEVELS, LogFormat, setup_logging
 
 from .limits import ConnectionLimits
 from .options import ServerOptions
-from .relay import RelayLimits
+from .relay_quota import RelayLimits
 from .runner import RunRequest, run_blocking
 
 _existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -54,8 +55,11 @@ def _parse_keys(
     help="coordinator port (default: a random free port, printed on start)",
 )
 @click.option("--host", default="0.0.0.0", show_default=True, help="address to bind")
-@click.option(
-    "--tui/--no-tui", default=None, help="dashboard (default: on when stdout is a terminal)"
+@bool_flag(
+    "--tui",
+    default=None,
+    help="the dashboard, or log lines (--tui false, --no-tui); default: on when stdout is a "
+    "terminal",
 )
 @click.option(
     "--data-config",
@@ -75,8 +79,8 @@ def _parse_keys(
     default=None,
     help="warmup time (s) until the run first becomes active",
 )
-@click.option(
-    "--withdraw-on-disconnect/--no-withdraw-on-disconnect",
+@bool_flag(
+    "--withdraw-on-disconnect",
     default=True,
     show_default=True,
     help="withdraw a client from the epoch when its connection drops (off: it stays a member "
@@ -189,8 +193,8 @@ def _parse_keys(
     "(`psyche-client authorize`) may join; re-read when it changes or on SIGHUP "
     "(default: anyone may join)",
 )
-@click.option(
-    "--relay/--no-relay",
+@bool_flag(
+    "--relay",
     default=True,
     show_default=True,
     help="relay P2P traffic between clients that cannot connect to each other (e.g. both "
@@ -209,6 +213,22 @@ def _parse_keys(
     default=100.0,
     show_default=True,
     help="most the relay forwards, in Mbit/s over all pipes and both directions (0: no cap)",
+)
+@click.option(
+    "--relay-max-pipes-per-ip",
+    type=click.IntRange(1),
+    default=RelayLimits.max_pipes_per_ip,
+    show_default=True,
+    help="relay pipes (open or waiting for their second end) dialed from one IP address, "
+    "whatever the keys (one address also holds at most "
+    f"{RelayLimits.max_pipes_per_ip_to_client} pipes to any one client)",
+)
+@click.option(
+    "--relay-max-connections-per-ip",
+    type=click.IntRange(1),
+    default=RelayLimits.max_connections_per_ip,
+    show_default=True,
+    help="relay connections (listen channels, pipe ends, requests) from one IP address",
 )
 @click.option(
     "--metrics-port",
@@ -287,6 +307,8 @@ def run(
     relay: bool,
     relay_port: int | None,
     relay_max_mbps: float,
+    relay_max_pipes_per_ip: int,
+    relay_max_connections_per_ip: int,
     metrics_port: int | None,
     metrics_host: str,
     otlp_metrics_url: str | None,
@@ -323,7 +345,13 @@ def run(
             idle_timeout=idle_timeout or None,
         ),
         checkpointers=checkpointers,
-        relay=RelayLimits(max_mbps=relay_max_mbps or None) if relay else None,
+        relay=RelayLimits(
+            max_mbps=relay_max_mbps or None,
+            max_pipes_per_ip=relay_max_pipes_per_ip,
+            max_connections_per_ip=relay_max_connections_per_ip,
+        )
+        if relay
+        else None,
         relay_port=relay_port,
         authorized_keys=authorized_keys,
         metrics_host=metrics_host,

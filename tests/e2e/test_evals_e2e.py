@@ -2,7 +2,8 @@
 training `builtin:llama-tiny` with `--eval-tasks` on a tiny local multiple-choice task and
 `--eval-heldout-every`, two short epochs: scores measured in one Cooldown reach the server with
 the next epoch's witness reports): every client logs `eval scores` lines (lm-eval scores and the held-out
-loss), clients with the same weights log the same scores, the training hashes still agree, and
+loss, the tasks scored again once training changed the weights), clients with the same weights
+log the same scores, the training hashes still agree, and
 the server serves the scores the witnesses reported as `psyche_eval` gauges."""
 
 from __future__ import annotations
@@ -73,13 +74,16 @@ def test_eval_scores_reach_the_logs_and_the_server(
         assert seen["heldout_loss"] > 0
         assert c.server is not None and c.server.events("eval scores reported")
 
-        def both_kinds_logged() -> bool:
-            return all(
-                {e["eval_kind"] for e in p.events("eval scores")} == {"lm-eval", "heldout"}
-                for p in clients
-            )
+        def rescored_after_training() -> bool:
+            """Both kinds in every client's log, the tasks scored again on trained weights."""
+            for p in clients:
+                events = p.events("eval scores")
+                scored = {e["weights_hash"] for e in events if e["eval_kind"] == "lm-eval"}
+                if {e["eval_kind"] for e in events} != {"lm-eval", "heldout"} or len(scored) < 2:
+                    return False
+            return True
 
-        wait_for(both_kinds_logged, 60, "both eval kinds in every client's log", c.diagnostics)
+        wait_for(rescored_after_training, 120, "evals on trained weights", c.diagnostics)
         assert all(p.popen.poll() in (None, 0) for p in clients), c.diagnostics()
         by_hash: dict[str, dict[str, float]] = {}
         for proc in clients:

@@ -258,3 +258,31 @@ def test_an_eval_thread_outliving_its_event_loop_ends_quietly(
     assert finished.wait(5)
     time.sleep(0.2)
     assert errors == []
+
+
+def test_eval_scores_reach_the_clients_metrics_sink() -> None:
+    from psyche_client.app import ClientApp, ClientOptions, ServerOptions
+    from psyche_client.evals.options import EvalOptions
+    from psyche_client.evals.scheduler import EvalOutcome
+    from psyche_common.protocol import Identity
+
+    from tests.unit.test_client_metrics import RecordingSink
+
+    app = ClientApp(
+        ClientOptions(
+            ServerOptions("127.0.0.1:1", "run"),
+            Identity.generate(),
+            evals=EvalOptions(tasks=("tiny_mc",), heldout_every=1),
+        )
+    )
+    sink = RecordingSink()
+    app.metrics.sink = sink
+    assert app.evals is not None
+    scores = {"tiny_mc": 0.4}
+    app.evals._record(6, EvalOutcome("lm-eval", scores, {"tiny_mc/acc": 0.2}, b"w" * 32))
+    app.evals._record(7, EvalOutcome("heldout", {HELDOUT_LOSS: 2.0}, {HELDOUT_LOSS: 2.0}, None))
+    assert sink.entries == [
+        (6, {"eval/tiny_mc": 0.4, "eval/tiny_mc/acc": 0.2}),
+        (7, {"eval/heldout_loss": 2.0}),
+    ]
+    assert app.stats.evals == {"tiny_mc": 0.4, HELDOUT_LOSS: 2.0}

@@ -91,7 +91,7 @@ class EvalScheduler:
     ) -> None:
         self.options = options
         self.on_scores = on_scores
-        """Also told every eval's figures (step, `metrics`): e.g. a metrics sink."""
+        """Also told every eval's figures (step, its `scores` and `metrics`): the metrics sink."""
         self.stats = stats
         self.client_id = client_id
         self.cache_dir = cache_dir
@@ -245,7 +245,7 @@ class EvalScheduler:
             self.last_scored = outcome.weights_hash
         self.stats.record_evals(step, outcome.scores)
         if self.on_scores is not None:
-            self.on_scores(step, outcome.metrics)
+            self.on_scores(step, {**outcome.scores, **outcome.metrics})
         log.info(
             "eval scores",
             extra=self._fields(

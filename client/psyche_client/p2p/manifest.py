@@ -99,6 +99,17 @@ class ModelManifest:
         manifests of the same weights whatever step or epoch they are labelled with."""
         return hashlib.sha256(encode_payload([p.to_wire() for p in self.parameters])).digest()
 
+    def content_digest(self) -> bytes:
+        """SHA-256 over what a joiner loads (parameters, config, tokenizer) without the step and
+        epoch labels: two honest peers holding the same model agree on it even when one shared
+        it at a Cooldown and the other at a later Warmup check."""
+        content = [
+            [p.to_wire() for p in self.parameters],
+            self.config_json,
+            self.tokenizer_json,
+        ]
+        return hashlib.sha256(encode_payload(content)).digest()
+
     @classmethod
     def decode(cls, data: bytes) -> ModelManifest:
         try:

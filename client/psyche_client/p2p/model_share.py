@@ -7,8 +7,10 @@
    Cooldown, and after a server restart mid-epoch only once their Warmup weights check has
    run) are asked again every `NOT_SHARED_POLL` seconds for up to `not_shared_wait` seconds
    (a joiner waits `JOINER_NOT_SHARED_WAIT`).
-2. Trust the manifest that a strict majority of the *responding* peers agree on (identical
-   canonical encoding). No majority → `ModelShareError`. With a single responder its manifest
+2. Trust the manifest that a strict majority of the *responding* peers agree on (the same
+   parameters, config and tokenizer: `ModelManifest.content_digest`; the step and epoch a
+   peer labelled its share with do not count, since honest peers share the same weights at
+   different moments: a Cooldown, a later Warmup check). No majority → `ModelShareError`. With a single responder its manifest
    is trusted: the check only protects when several honest peers answer.
 3. Fetch every parameter from the peers that voted for that manifest, at most
    `max_concurrent_parameter_requests` at once, spreading requests over peers. Each
@@ -97,7 +99,7 @@ async def poll_manifests(
         )
     by_digest: dict[bytes, list[bytes]] = {}
     for peer_id, manifest in answers.items():
-        by_digest.setdefault(manifest.digest(), []).append(peer_id)
+        by_digest.setdefault(manifest.content_digest(), []).append(peer_id)
     votes = Counter({digest: len(holders) for digest, holders in by_digest.items()})
     (best_digest, best_count), *_ = votes.most_common(1)
     if 2 * best_count <= len(answers):
