@@ -199,7 +199,7 @@ async def test_joiner_waits_for_a_member_that_shares_its_model_late(swarm: Swarm
     assert loop.time() - started < 1.0
     loop.call_later(0.5, ready.set)
     started = loop.time()
-    download = await download_model(joiner, [member.peer_id], not_shared_wait=10.0)
+    download = await download_model(joiner, [member.peer_id], wait=10.0)
     assert download.manifest == manifest and download.parameters == params
     assert 0.5 <= loop.time() - started < 5.0
 
@@ -210,11 +210,11 @@ async def test_joiner_waits_for_a_late_share_only_so_long(swarm: Swarm) -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()
     with pytest.raises(ModelShareError, match="try joining again"):
-        await poll_manifests(joiner, [empty.peer_id], not_shared_wait=1.5)
+        await poll_manifests(joiner, [empty.peer_id], wait=1.5)
     assert 1.5 <= loop.time() - started < 4.0
     started = loop.time()
     with pytest.raises(ModelShareError, match="try joining again"):  # unreachable: no wait
-        await poll_manifests(joiner, [Identity.generate().public_key], not_shared_wait=30.0)
+        await poll_manifests(joiner, [Identity.generate().public_key], wait=30.0)
     assert loop.time() - started < 5.0
 
 
