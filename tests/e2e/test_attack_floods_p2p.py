@@ -7,8 +7,7 @@ the rate the announcements are answered `deferred` before any check), none of th
 or forwarded (they are beyond the next 2 steps), and the honest clients train in step. The
 slow reader holds at most `max_serving_per_peer` (4) of each peer's 32 serving slots, so
 every fresh result (1 MiB here, several chunks) is still fetched and no honest trainer is
-dropped. Neither attacker is removed: a far-future announcement and a slow read are not
-proofs of anything the coordinator could check (docs/security.md).
+dropped. Neither attacker is removed (docs/security.md, "Cheap floods", says why).
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ SLOW_READER = [sys.executable, str(HERE / "slow_reader_client.py")]
 def test_an_early_flood_is_rated_and_kept_by_nobody(tmp_path: Path) -> None:
     state = write_state(
         tmp_path / "state.toml",
-        total_steps=10,
+        total_steps=8,
         init_min_clients=4,
         min_clients=3,
         witness_nodes=0,
@@ -45,7 +44,7 @@ def test_an_early_flood_is_rated_and_kept_by_nobody(tmp_path: Path) -> None:
         rated = ("--p2p-announcement-rate", "5")
         honest = [c.start_client(*rated, dummy_delay=0.3) for _ in range(3)]
         attacker = c.start_client(dummy_delay=0.3, program=EARLY_FLOOD)
-        finish_in_agreement(c, honest, min_common=6)
+        finish_in_agreement(c, honest, min_common=5)
         floods = attacker.events("early_flood: pushed")
         assert floods, c.diagnostics()
         statuses = [f["flood_statuses"] for f in floods]
@@ -59,10 +58,12 @@ def test_an_early_flood_is_rated_and_kept_by_nobody(tmp_path: Path) -> None:
         c.stop()
 
 
+@pytest.mark.slow  # 35-50 s on a loaded 2-core machine (1 MiB results); the mechanism runs in
+# make test too: tests/integration/test_p2p_serving_slots.py
 def test_a_slow_reader_cannot_keep_fresh_results_from_being_fetched(tmp_path: Path) -> None:
     state = write_state(
         tmp_path / "state.toml",
-        total_steps=10,
+        total_steps=9,
         init_min_clients=4,
         min_clients=3,
         witness_nodes=0,

@@ -233,3 +233,43 @@ async def test_benchmark_function_runs() -> None:
     assert figures["ratio_p2p_over_raw"] == pytest.approx(
         figures["p2p_seconds"] / figures["raw_loopback_seconds"], rel=0.05
     )
+
+
+async def test_peers_that_disagree_at_first_are_asked_again(swarm: Swarm) -> None:
+    """After a server restart honest members may hold different steps until their Warmup
+    weights check brings them back to one model: a joiner asks again instead of failing."""
+    model, behind = make_model(count=2), make_model(count=2)
+    a = await swarm.add(model=model)
+    b = await swarm.add(model=behind)
+    joiner = await swarm.add()
+    asyncio.get_running_loop().call_later(
+        0.5, setattr, b._requests, "_get_manifest", lambda: model[0]
+    )
+    b._requests._get_parameter_bytes = model[1].get
+    vote = await poll_manifests(joiner, [a.peer_id, b.peer_id], wait=10.0)
+    assert vote.manifest == model[0] and sorted(vote.holders) == sorted([a.peer_id, b.peer_id])
+
+
+async def test_the_same_weights_labelled_with_other_steps_agree(swarm: Swarm) -> None:
+    manifest, params = make_model(count=2, step=41)
+    relabelled = dataclasses.replace(manifest, step=42, epoch=3)
+    a = await swarm.add(model=(manifest, params))
+    b = await swarm.add(model=(relabelled, params))
+    joiner = await swarm.add()
+    result = await download_model(joiner, [a.peer_id, b.peer_id])
+    assert result.parameters == params and len(result.holders) == 2
+
+
+async def test_a_lone_answer_out_of_several_peers_is_not_trusted(swarm: Swarm) -> None:
+    liar = await swarm.add(model=make_model(count=2))
+    silent = await swarm.add()  # shares no model
+    joiner = await swarm.add()
+    with pytest.raises(ModelShareError, match="only 1 of 2 peers vouch"):
+        await poll_manifests(joiner, [liar.peer_id, silent.peer_id])
+
+
+async def test_a_model_over_the_size_bound_does_not_vote(swarm: Swarm) -> None:
+    big = await swarm.add(model=make_model(count=2, size=10_000))
+    joiner = await swarm.add(max_model_size=5_000)
+    with pytest.raises(ModelShareError, match="max_model_size 5000"):
+        await poll_manifests(joiner, [big.peer_id])
