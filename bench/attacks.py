@@ -7,7 +7,9 @@ attack of `--only` (default all of `tests.e2e.attack_run.ATTACKS`), one run of r
 steps, global batch max(6, N) × 32 tokens, every member a witness, max round time 10 s) with N − M honest clients and M
 attackers, and one clean run of N honest clients per distinct setting of the selected
 attacks at that size (1-bit values with 25% verifiers; bf16 values without verifiers for the
-huge-values trainer). Floods are hosts, not members: their runs have N − M member clients.
+huge-values trainer). Floods (idle sockets, decode bombs, relay exhaustion) are hosts, and
+intruders are clients a permissioned run refuses (an unlisted key, an expired or forged
+delegation), not members: their runs have N − M member clients.
 
 Per attack (key `"NAME M/N"`):
 
@@ -19,8 +21,10 @@ Per attack (key `"NAME M/N"`):
 - `honest_hashes_agree`: the honest clients' weights hashes are identical at every step they
   all applied (`common_steps` of them), and `honest_exit_ok` whether they all exited 0;
 - `attacker_removed`: every attacker was convicted by the verifiers or dropped by a health
-  check (as the coordinator recorded it); for the floods, every flooding host had sockets
-  closed by its target (caps at accept, handshake or pre-join timeouts). False is an
+  check (as the coordinator recorded it); for the floods, every flooding host was shed by its
+  target (idle sockets: some closed by caps at accept, handshake or pre-join timeouts; decode
+  bombs: every one refused and its socket closed; relay exhaustion: no dial granted); for the
+  intruders, each was refused at its Join and exited 1. False is an
   observation, not a failure: a lying witness is refused, not removed, and a free rider
   cannot be told from an honest trainer.
 

@@ -109,6 +109,12 @@ def train(**flags: object) -> None:
     server_addr = str(values["server_addr"])
     if values["hub_repo"] and values["checkpoint_dir"] is None:
         raise click.UsageError("--hub-repo needs --checkpoint-dir")
+    if values["wandb_project"] is None:
+        given = [
+            f"--wandb-{name}" for name in ("run", "group", "entity") if values[f"wandb_{name}"]
+        ]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} needs --wandb-project")
     dummy = values["dummy_training_delay_secs"] is not None
     values["data_parallelism"] = _parallel_rank_setup(
         cast("int | None", values["data_parallelism"]),

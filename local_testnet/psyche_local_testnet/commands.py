@@ -8,6 +8,8 @@ Contract of the programs:
     (a state file `run --state` accepts; its [progress] step is the step it resumes at);
   psyche-client train --server-addr 127.0.0.1:PORT --run-id ID --device DEV
                       --logs tui|json [--write-log FILE] [--checkpoint-dir D --hub-repo R]
+                      [--wandb-project P [--wandb-run R-N] [--wandb-group G]
+                       [--wandb-entity E]] [--optim-stats-steps S]
   with RAW_IDENTITY_SECRET_KEY=<64 hex chars> in the client's environment.
 """
 
@@ -56,6 +58,48 @@ class ProcessSpec:
 
 
 @dataclass(frozen=True)
+class ClientMetrics:
+    """The metrics flags every client is started with (`psyche-client train`'s)."""
+
+    wandb_project: str | None = None
+    wandb_run: str | None = None
+    """A prefix: client N's run is `{wandb_run}-{N}` (default: the client's own name)."""
+    wandb_group: str | None = None
+    wandb_entity: str | None = None
+    optim_stats_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if self.wandb_project is None:
+            given = [
+                f"--wandb-{name}"
+                for name, value in (
+                    ("run", self.wandb_run),
+                    ("group", self.wandb_group),
+                    ("entity", self.wandb_entity),
+                )
+                if value
+            ]
+            if given:
+                raise ValueError(f"{', '.join(given)} needs --wandb-project")
+        if self.optim_stats_steps < 0:
+            raise ValueError(f"--optim-stats-steps must be >= 0, got {self.optim_stats_steps}")
+
+    def argv(self, client_number: int) -> list[str]:
+        argv: list[str] = []
+        if self.wandb_project:
+            argv += ["--wandb-project", self.wandb_project]
+        if self.wandb_run:
+            argv += ["--wandb-run", f"{self.wandb_run}-{client_number}"]
+        if self.wandb_group:
+            argv += ["--wandb-group", self.wandb_group]
+        if self.wandb_entity:
+            argv += ["--wandb-entity", self.wandb_entity]
+        if self.optim_stats_steps:
+            argv += ["--optim-stats-steps", str(self.optim_stats_steps)]
+        return argv
+
+
+@dataclass(frozen=True)
 class TestnetCommands:
     """Builds the server, validation and client commands of one testnet."""
 
@@ -74,6 +118,7 @@ class TestnetCommands:
     first_client_checkpoint: str | None = None
     checkpoint_dir: Path | None = None
     save_state_dir: Path | None = None  # the server's --save-state-dir (needed to restart it)
+    metrics: ClientMetrics = field(default_factory=ClientMetrics)
 
     def validate(self) -> list[str]:
         argv = [*self.server_program, "validate-config", "--state", str(self.state_path)]
@@ -134,5 +179,6 @@ class TestnetCommands:
                 "--hub-repo",
                 self.first_client_checkpoint,
             ]
+        argv += self.metrics.argv(client_number)
         env = {IDENTITY_ENV: client_secret_hex(self.session, client_number)}
         return ProcessSpec(argv, env)

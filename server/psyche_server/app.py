@@ -130,7 +130,12 @@ class ServerApp:
         self.relay = (
             None
             if relay_limits is None
-            else RelayServer(coordinator.run_id, self._may_use_relay, relay_limits)
+            else RelayServer(
+                coordinator.run_id,
+                self._may_use_relay,
+                relay_limits,
+                in_epoch=self._in_epoch,
+            )
         )
         self.metrics_board = MetricsBoard(self.metrics_snapshot())
         """The latest metrics snapshot, for exporter threads (`metrics_export`)."""
@@ -297,7 +302,9 @@ class ServerApp:
         before = (self.run_state, self.coordinator.progress.epoch)
         result: TickResult | None
         try:
-            result = self.coordinator.tick(list(self.pending), self.now(), secrets.randbits(64))
+            result = self.coordinator.tick(
+                list(self.pending), self.now(), secrets.randbits(64), self.roster.holders()
+            )
         except CoordinatorError as exc:
             if exc.kind != ErrorKind.Halted:
                 self.stats.coordinator_errors += 1
@@ -545,6 +552,10 @@ class ServerApp:
         conn = self.connections.connections.get(client_id)
         return conn is not None and conn.joined
 
+    def _in_epoch(self, client_id: bytes) -> bool:
+        """Whether `client_id` is a member of the current epoch (relay pipes join members)."""
+        return any(client.id == client_id for client in self.coordinator.epoch_state.clients)
+
     def _tell_divergent(self, client_id: bytes, step: int, majority: bytes) -> None:
         """Tell a client that its weights at `step` are not the majority's (it resyncs)."""
         conn = self.connections.connections.get(client_id)
@@ -649,14 +660,19 @@ class ServerApp:
             conn.joined = True  # from now on it gets every state, starting with the current one
             conn.send_frame(self._last_state_frame or self.state_frame())
         self.reachability.check(client_id, message.p2p_address)
-        if self.roster.join(client_id, message.p2p_address):
+        if self.roster.join(client_id, message.p2p_address, message.holds_model):
             log.info(
-                "%s joined run %r (p2p %s, version %r)",
+                "%s joined run %r (p2p %s, version %r%s)",
                 short_id(client_id),
                 self.run_id,
                 message.p2p_address,
                 message.client_version,
-                extra={"client": short_id(client_id), "p2p_address": message.p2p_address},
+                "" if message.holds_model else ", without the run's weights yet",
+                extra={
+                    "client": short_id(client_id),
+                    "p2p_address": message.p2p_address,
+                    "holds_model": message.holds_model,
+                },
             )
 
     def _on_reachability(self, client_id: bytes, address: str, result: ProbeResult) -> None:

@@ -3,8 +3,13 @@
 `ConnectionManager` accepts sockets (at most `max_connections`, `max_connections_per_ip`
 from one address, and `max_handshakes_per_ip` of those still unauthenticated), runs the
 challenge–response handshake (with a timeout, reading frames of at most
-`HANDSHAKE_FRAME_SIZE` bytes, checked on the length prefix before anything is decoded), refuses a second live connection of an already connected identity, then reads frames, validates
-them with a caller-supplied parser and hands them to a handler. Any protocol violation ends only
+`HANDSHAKE_FRAME_SIZE` bytes, checked on the length prefix before anything is decoded),
+refuses a second live connection of an already connected identity, then reads frames, validates
+them with a caller-supplied parser and hands them to a handler. Until the app marks a
+connection `joined` (the coordinator port, after a valid Join; never on the data-server port,
+whose requests are small) its frames are control frames (`framing.read_control_frame`: a few
+KiB, bounded decode); a joined connection's may reach `max_frame_size`. A frame's rate is
+checked on its bytes, before it is decoded, so a frame over the key's rate costs no decode. Any protocol violation ends only
 that connection, with a logged reason; the cleanup (unregister + `on_disconnect`) runs exactly
 once per authenticated connection. Sends never block the caller: each connection's transport
 buffer is bounded, and a peer that stops reading is disconnected when it fills up. Messages
@@ -28,13 +33,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 from psyche_common.protocol import (
+    CONTROL_DECODE,
+    CONTROL_FRAME_SIZE,
     HANDSHAKE_FRAME_SIZE,
     ConnectionClosed,
     HandshakeError,
     ProtocolError,
     accept_handshake_in,
+    decode_payload,
     encode_frame,
-    read_frame,
+    read_frame_bytes,
     short_id,
 )
 from psyche_common.protocol.messages import Rejected, already_connected_reason, to_wire
@@ -80,7 +88,8 @@ class Connection:
         self.bytes_sent = 0
         self.frames_sent = 0
         self.joined = False
-        """Set by the app once the peer sent a valid Join (only joined peers get states)."""
+        """Set by the app once the peer sent a valid Join (only joined peers get states, and
+        only their frames may be larger than a control frame)."""
         self.max_skipped_states = 0
         """0: never drop states; else how many in a row a slow reader may miss."""
         self.skipped_states = 0
@@ -385,8 +394,14 @@ class ConnectionManager(Generic[MessageT]):
         guard = FloodGuard(limits.messages_per_second, limits.message_burst)
         while not conn.closed:
             try:
-                raw = await read_frame(reader, limits.max_frame_size, timeout=self.idle_timeout)
-                verdict = guard.check()
+                joined = conn.joined
+                size = (
+                    limits.max_frame_size
+                    if joined
+                    else min(limits.max_frame_size, CONTROL_FRAME_SIZE)
+                )
+                payload = await read_frame_bytes(reader, size, self.idle_timeout)
+                verdict = guard.check()  # before the decode: a dropped frame costs no decoding
                 if verdict == Verdict.CLOSE:
                     raise CloseConnection(
                         f"key {short_id(conn.peer_id)} sent more than "
@@ -396,7 +411,7 @@ class ConnectionManager(Generic[MessageT]):
                 if verdict == Verdict.DROP:
                     self._note_dropped(conn, guard)
                     continue
-                message = self._parse(raw)
+                message = self._parse(decode_payload(payload, None if joined else CONTROL_DECODE))
                 await self._on_message(conn, message)
             except TimeoutError:
                 reason = f"no message for {self.idle_timeout:g}s (idle timeout)"

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .limits import ConnectionLimits
-from .relay import RelayLimits
+from .relay_quota import RelayLimits
 
 
 @dataclass

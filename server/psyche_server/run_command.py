@@ -12,7 +12,7 @@ from psyche_common.logs import LOG_LEVELS, LogFormat, setup_logging
 
 from .limits import ConnectionLimits
 from .options import ServerOptions
-from .relay import RelayLimits
+from .relay_quota import RelayLimits
 from .runner import RunRequest, run_blocking
 
 _existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -211,6 +211,22 @@ def _parse_keys(
     help="most the relay forwards, in Mbit/s over all pipes and both directions (0: no cap)",
 )
 @click.option(
+    "--relay-max-pipes-per-ip",
+    type=click.IntRange(1),
+    default=RelayLimits.max_pipes_per_ip,
+    show_default=True,
+    help="relay pipes (open or waiting for their second end) dialed from one IP address, "
+    "whatever the keys (one address also holds at most "
+    f"{RelayLimits.max_pipes_per_ip_to_client} pipes to any one client)",
+)
+@click.option(
+    "--relay-max-connections-per-ip",
+    type=click.IntRange(1),
+    default=RelayLimits.max_connections_per_ip,
+    show_default=True,
+    help="relay connections (listen channels, pipe ends, requests) from one IP address",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
     default=None,
@@ -287,6 +303,8 @@ def run(
     relay: bool,
     relay_port: int | None,
     relay_max_mbps: float,
+    relay_max_pipes_per_ip: int,
+    relay_max_connections_per_ip: int,
     metrics_port: int | None,
     metrics_host: str,
     otlp_metrics_url: str | None,
@@ -323,7 +341,13 @@ def run(
             idle_timeout=idle_timeout or None,
         ),
         checkpointers=checkpointers,
-        relay=RelayLimits(max_mbps=relay_max_mbps or None) if relay else None,
+        relay=RelayLimits(
+            max_mbps=relay_max_mbps or None,
+            max_pipes_per_ip=relay_max_pipes_per_ip,
+            max_connections_per_ip=relay_max_connections_per_ip,
+        )
+        if relay
+        else None,
         relay_port=relay_port,
         authorized_keys=authorized_keys,
         metrics_host=metrics_host,

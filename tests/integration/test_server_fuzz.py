@@ -172,9 +172,11 @@ async def test_fuzzed_server_still_completes_rounds(tmp_path: Path) -> None:
             assert counter[0] >= WORKERS * FRAMES_PER_WORKER
             assert app.pending == {}, "no fuzzer may have joined"
             # the fuzz reached the server: many connections ended by a protocol violation
-            # or a failed handshake, and some mutated frames were valid messages
+            # or a failed handshake, and some mutated frames were valid messages (before a
+            # Join only control frames are decoded, flat maps of scalars: the nested
+            # templates, Witness and HealthCheck with checks, are refused before parsing)
             assert app.connections.protocol_violations + app.connections.rejected_connections > 500
-            assert app.stats.messages > 100
+            assert app.stats.messages > 30
             honest = await start_clients(2, app.port, app.run_id)
             await poll_until(lambda: app.run_state == RunState.RoundTrain, timeout=15)
             await poll_until(lambda: app.coordinator.progress.epoch == 1, timeout=40)

@@ -33,6 +33,11 @@ TRAIN_FLAGS = [
     "--max-upload-mbps",
     "--dummy-result-size",
     "--dummy-model-size",
+    "--wandb-project",
+    "--wandb-run",
+    "--wandb-group",
+    "--wandb-entity",
+    "--optim-stats-steps",
 ]
 
 
@@ -59,6 +64,37 @@ def test_server_reconnect_timeout_reaches_the_client_options(monkeypatch) -> Non
     assert [o.server.reconnect_timeout for o in seen] == [600.0, 0.0, 45.5]
     refused = runner.invoke(main, [*base, "--server-reconnect-timeout", "-1"])
     assert refused.exit_code == 2 and "--server-reconnect-timeout" in refused.output
+
+
+def test_wandb_and_optim_stats_flags_reach_the_client_options(monkeypatch) -> None:
+    import psyche_client.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_run", lambda options, *_: seen.append(options) or 0)
+    base = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
+    runner = CliRunner()
+    assert runner.invoke(main, base).exit_code == 0
+    wandb = ["--wandb-project", "p", "--wandb-run", "r", "--wandb-group", "g"]
+    assert runner.invoke(main, [*base, *wandb, "--optim-stats-steps", "5"]).exit_code == 0
+    env = {"WANDB_PROJECT": "q", "WANDB_ENTITY": "team", "OPTIM_STATS_STEPS": "2"}
+    assert runner.invoke(main, base, env=env).exit_code == 0
+    metrics = [
+        (
+            o.metrics.wandb_project,
+            o.metrics.wandb_run,
+            o.metrics.wandb_group,
+            o.metrics.wandb_entity,
+        )
+        for o in seen
+    ]
+    assert metrics == [(None, None, None, None), ("p", "r", "g", None), ("q", None, None, "team")]
+    assert [o.backend.optim_stats_steps for o in seen] == [0, 5, 2]
+    assert seen[0].metrics.run_name("x", "ab12") == "x-ab12"
+    refused = runner.invoke(main, [*base, "--wandb-group", "g", "--wandb-run", "r"])
+    assert refused.exit_code == 2
+    assert "--wandb-run, --wandb-group needs --wandb-project" in refused.output
+    refused = runner.invoke(main, [*base, "--optim-stats-steps", "-1"])
+    assert refused.exit_code == 2 and "--optim-stats-steps" in refused.output
 
 
 def test_advertise_addr_reaches_the_p2p_address(monkeypatch) -> None:

@@ -65,6 +65,28 @@ async def test_join_dedup_and_messages() -> None:
     assert received[3].checkpoint == {"Hub": {"repo_id": "a/b", "revision": "r"}}
 
 
+async def test_every_join_says_whether_the_client_holds_the_weights_now() -> None:
+    async def script(reader, writer, received):
+        received.append(parse_client_message(await read_frame(reader, timeout=5)))
+        writer.close()
+
+    server, port, received = await scripted_server(script)
+    holds = [False]
+    async with server:
+        link = await ServerLink.connect(
+            f"127.0.0.1:{port}",
+            Identity.generate(),
+            "r",
+            "127.0.0.1:9",
+            holds_model=lambda: holds[0],
+        )
+        holds[0] = True
+        await link.send_join()  # once the model is loaded
+        await asyncio.sleep(0.1)
+        await link.close()
+    assert [m.holds_model for m in received[1:]] == [False, True]
+
+
 async def test_rejection_is_reported_with_its_reason() -> None:
     async def script(reader, writer, received):
         await write_frame(writer, {"type": "Rejected", "reason": "wrong run id"})

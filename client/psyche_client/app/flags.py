@@ -229,6 +229,41 @@ FLAGS: tuple[Flag, ...] = (
         type=click.Path(dir_okay=False, path_type=Path),
     ),
     Flag(
+        "--wandb-project",
+        "Log this client's metrics to this Weights & Biases project: per step the loss, "
+        "learning rate, tokens/s, P2P bytes up/down and results applied, plus optimizer "
+        "statistics and eval scores when there are any. Online (the default) needs "
+        "WANDB_API_KEY or `wandb login`; WANDB_MODE=offline keeps the run on disk "
+        "(docs/operations.md).",
+        "metrics.wandb_project",
+    ),
+    Flag(
+        "--wandb-run",
+        "Name of the wandb run (with --wandb-project). Default: RUN_ID-<client short id>.",
+        "metrics.wandb_run",
+    ),
+    Flag(
+        "--wandb-group",
+        "Group of the wandb run (with --wandb-project), e.g. one per training run.",
+        "metrics.wandb_group",
+    ),
+    Flag(
+        "--wandb-entity",
+        "wandb entity (user or team) owning the project (with --wandb-project). Default: "
+        "the credentials' own.",
+        "metrics.wandb_entity",
+    ),
+    Flag(
+        "--optim-stats-steps",
+        "Every N steps measure the DisTrO optimizer per parameter: gradient and momentum L1 "
+        "energy, the share of each tile's energy the top-k keeps, and how much the indices "
+        "chosen by the results applied agree; logged and sent to wandb. 0: never (no cost).",
+        "backend.optim_stats_steps",
+        0,
+        _int(0),
+        show_default=True,
+    ),
+    Flag(
         "--write-gradients-dir",
         "Write every result this client transmits to this directory "
         "(result-{id}-step{S}-batch{start}-{end}.bin).",

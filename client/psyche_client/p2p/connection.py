@@ -14,6 +14,14 @@ dialer_challenge, listener_key, dialer_key)`):
    `Proof{public_key, signature}` over the "dialer" transcript.
 5. The listener checks the key is the one claimed in `Hello` and the signature.
 
+Instead of a `Hello`, the server's reachability probe sends `Probe{challenge}`: the listener
+answers `Proof{public_key, signature}` over `handshake.probe_transcript` (its key at this
+address, nothing else) and closes the stream (`ProbeAnswered`).
+
+Every handshake frame, either side, is a control frame: at most `HANDSHAKE_FRAME_SIZE` bytes,
+checked on the length prefix, and decoded within `CONTROL_DECODE`; only an authenticated
+link's frames may reach `max_frame_size`.
+
 The dialer signs nothing before the listener proved its key, and what it signs names both keys
 and both nonces, so no signature of a handshake can be relayed to log in anywhere else (another
 peer, the coordinator or the data server, whose domains differ anyway).
@@ -33,6 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from psyche_common.protocol import (
+    CONTROL_DECODE,
+    HANDSHAKE_FRAME_SIZE,
     BadFrame,
     ConnectionClosed,
     FrameTooLarge,
@@ -50,6 +60,7 @@ from psyche_common.protocol.handshake import (
     challenge_message,
     mutual_transcript,
     new_challenge,
+    probe_transcript,
     read_challenge,
     signed_key,
 )
@@ -62,6 +73,10 @@ LENGTH_PREFIX_SIZE = 4
 
 class PeerRefused(ProtocolError):
     """The remote node refused to serve us (e.g. we are not a member of its epoch)."""
+
+
+class ProbeAnswered(Exception):
+    """The stream was the server's reachability probe: it got its proof and ends here."""
 
 
 class PeerUnavailable(ProtocolError):
@@ -93,6 +108,11 @@ class PeerConnection:
         payload = await read_frame_bytes(self.reader, self.max_frame_size, timeout)
         return self._decode(payload)
 
+    async def receive_handshake(self) -> dict[str, Any]:
+        """The next handshake frame: a control frame (see the module docstring)."""
+        payload = await read_frame_bytes(self.reader, HANDSHAKE_FRAME_SIZE)
+        return self._decode(payload, control=True)
+
     async def receive_next(self, idle: float, timeout: float) -> dict[str, Any] | None:
         """The next frame, or None when none starts within `idle` s (nothing is consumed
         then, so the stream stays aligned); a started frame must arrive within `timeout` s."""
@@ -115,9 +135,9 @@ class PeerConnection:
             ) from exc
         return self._decode(payload)
 
-    def _decode(self, payload: bytes) -> dict[str, Any]:
+    def _decode(self, payload: bytes, control: bool = False) -> dict[str, Any]:
         self.stats.record_received(self.peer_id or None, len(payload) + LENGTH_PREFIX_SIZE)
-        message = decode_payload(payload)
+        message = decode_payload(payload, CONTROL_DECODE if control else None)
         if not isinstance(message, dict) or not isinstance(message.get("type"), str):
             raise BadFrame("P2P frame must be a map with a string 'type'")
         return message
@@ -139,11 +159,18 @@ async def accept_peer(
     is_member: Callable[[bytes], bool],
     timeout: float,
 ) -> bytes:
-    """Listener side of the mutual handshake; returns the authenticated dialer id."""
+    """Listener side of the mutual handshake; returns the authenticated dialer id. Raises
+    `ProbeAnswered` after answering the server's reachability probe."""
     async with asyncio.timeout(timeout):
         challenge = new_challenge()
         await conn.send(challenge_message(challenge))
-        theirs, claimed = read_hello(await conn.receive(None))
+        first = await conn.receive_handshake()
+        if first.get("type") == "Probe":
+            prober = read_probe(first)
+            signed = probe_transcript(challenge, prober, identity.public_key)
+            await conn.send(proof_message(identity, signed))
+            raise ProbeAnswered()
+        theirs, claimed = read_hello(first)
         conn.peer_id = claimed
         if not is_member(claimed):
             reason = f"peer {short_id(claimed)} is not a member of the current epoch"
@@ -151,7 +178,7 @@ async def accept_peer(
             raise PeerRefused(reason)
         mine = mutual_transcript("listener", challenge, theirs, identity.public_key, claimed)
         await conn.send(proof_message(identity, mine))
-        dialer_id, signature = signed_key(await conn.receive(None), "Proof")
+        dialer_id, signature = signed_key(await conn.receive_handshake(), "Proof")
         if dialer_id != claimed:
             raise HandshakeError(
                 f"the dialer claimed {short_id(claimed)} but proved {short_id(dialer_id)}"
@@ -210,7 +237,7 @@ async def dial_over(
     conn = PeerConnection(peer_id, reader, writer, stats, max_frame_size, handshake_timeout)
     try:
         async with asyncio.timeout(handshake_timeout):
-            first = await conn.receive(None)
+            first = await conn.receive_handshake()
             raise_if_rejected(first, where)
             try:
                 theirs = read_challenge(first)
@@ -218,7 +245,7 @@ async def dial_over(
                 raise HandshakeError(f"{where} did not open with a Challenge: {exc}") from exc
             mine = new_challenge()
             await conn.send({"type": "Hello", "challenge": mine, "public_key": identity.public_key})
-            reply = await conn.receive(None)
+            reply = await conn.receive_handshake()
             raise_if_rejected(reply, where)
             actual, signature = signed_key(reply, "Proof")
             if actual != peer_id:
@@ -247,6 +274,16 @@ def read_hello(message: dict[str, Any]) -> tuple[bytes, bytes]:
     if set(message) - {"type", "challenge", "public_key"}:
         raise HandshakeError("Hello has unknown fields")
     return challenge, public_key
+
+
+def read_probe(message: dict[str, Any]) -> bytes:
+    """The prober's challenge of a `Probe` frame."""
+    challenge = message.get("challenge")
+    if not isinstance(challenge, bytes) or len(challenge) != CHALLENGE_SIZE:
+        raise HandshakeError(f"Probe.challenge must be {CHALLENGE_SIZE} bytes")
+    if set(message) - {"type", "challenge"}:
+        raise HandshakeError("Probe has unknown fields")
+    return challenge
 
 
 def proof_message(identity: Identity, transcript: bytes) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from psyche_common.protocol import (
     ProtocolError,
     connect_handshake,
     encode_frame,
-    read_frame,
+    read_control_frame,
     relay_domain,
     short_id,
 )
@@ -96,8 +96,8 @@ class RelayClient:
         where = f"{short_id(peer_id)} through the relay at {self.address}"
         reader, writer = await self._connect({"type": "RelayDial", "peer": peer_id}, where)
         try:
-            frame = await read_frame(
-                reader, CONTROL_FRAME_SIZE, timeout=self._accept_timeout + self._connect_timeout
+            frame = await read_control_frame(
+                reader, self._accept_timeout + self._connect_timeout, CONTROL_FRAME_SIZE
             )
             connected = expect(frame, "RelayConnected")
             if connected.get("peer") != peer_id:
@@ -150,7 +150,7 @@ class RelayClient:
         reader, writer = await self._connect({"type": "RelayListen"}, f"relay {self.address}")
         try:
             expect(
-                await read_frame(reader, CONTROL_FRAME_SIZE, self._connect_timeout),
+                await read_control_frame(reader, self._connect_timeout, CONTROL_FRAME_SIZE),
                 "RelayListening",
             )
             self.listening = True
@@ -158,7 +158,9 @@ class RelayClient:
             pinger = asyncio.ensure_future(self._ping(writer))
             try:
                 while True:
-                    peer, token = parse_incoming(await read_frame(reader, CONTROL_FRAME_SIZE))
+                    peer, token = parse_incoming(
+                        await read_control_frame(reader, None, CONTROL_FRAME_SIZE)
+                    )
                     self._spawn(self._take_pipe(peer, token))
             finally:
                 pinger.cancel()
@@ -179,7 +181,7 @@ class RelayClient:
             log.info("%s", exc)
             return
         try:
-            frame = await read_frame(reader, CONTROL_FRAME_SIZE, self._connect_timeout)
+            frame = await read_control_frame(reader, self._connect_timeout, CONTROL_FRAME_SIZE)
             connected = expect(frame, "RelayConnected")
             if connected.get("peer") != peer_id:
                 raise ProtocolError("the relay connected us to another peer")

@@ -128,6 +128,7 @@ class ServerLink:
         self._write_lock = asyncio.Lock()
         self._last_digest: bytes | None = None
         self._join: Join | None = None
+        self._holds_model: Callable[[], bool] = lambda: True
         self.states_received = 0
         self.on_weights_mismatch: Callable[[WeightsMismatch], None] | None = None
         """Called when the server says our weights differ from the majority's."""
@@ -143,7 +144,10 @@ class ServerLink:
         p2p_address: str,
         timeout: float = CONNECT_TIMEOUT,
         authorization: bytes | None = None,
+        holds_model: Callable[[], bool] = lambda: True,
     ) -> ServerLink:
+        """Connect, handshake and send our Join; `holds_model` is asked at every Join (the
+        server keeps a run's peer-to-peer checkpoint only while someone holds the weights)."""
         host, port = parse_server_addr(server_addr)
         try:
             async with asyncio.timeout(timeout):
@@ -151,6 +155,7 @@ class ServerLink:
         except (OSError, TimeoutError) as exc:
             raise ServerLinkError(f"cannot connect to server {server_addr}: {exc}") from exc
         link = cls(reader, writer, identity)
+        link._holds_model = holds_model
         link._join = Join(
             run_id=run_id,
             p2p_address=p2p_address,
@@ -224,9 +229,10 @@ class ServerLink:
     # ---- the Uplink protocol of the round runner --------------------------------------
 
     async def send_join(self) -> None:
-        """(Re)send the Join of this connection: once at connect, again after being dropped."""
+        """(Re)send the Join of this connection: once at connect, again after being dropped
+        or once the model is loaded (saying whether we hold the weights now)."""
         assert self._join is not None, "send_join before connect"
-        await self._send(self._join)
+        await self._send(self._join.model_copy(update={"holds_model": self._holds_model()}))
 
     async def send_witness(self, witness: WitnessReport, metadata: WitnessMetadata) -> None:
         await self._send(Witness(witness=witness.to_wire(), metadata=metadata))

@@ -30,7 +30,7 @@ from psyche_client.p2p.model_share import (
     poll_manifests,
 )
 from psyche_client.p2p.node import P2PNode
-from psyche_client.round.ports import Uplink
+from psyche_client.round.ports import ModelUnavailable, Uplink
 from psyche_client.round.stats import ClientStats
 from psyche_client.training.backend import TrainingBackend
 from psyche_client.weights.backends import (
@@ -91,7 +91,22 @@ class ModelLifecycle:
     async def load_backend(self, coordinator: Coordinator) -> TrainingBackend:
         me = self.identity.public_key
         peers = [peer for peer in self.members() if peer != me]
-        from_peers = coordinator.model.checkpoint.is_p2p and bool(peers)
+        from_peers = coordinator.model.checkpoint.is_p2p
+        if from_peers and not peers:
+            # the coordinator keeps a peer-to-peer checkpoint only while a member holding the
+            # weights is back; it may not be in our latest state yet (or has just left: the
+            # next Warmup then falls back to the stored checkpoint)
+            raise ModelUnavailable(
+                "the run's weights are peer-to-peer and no other member is known"
+            )
+        try:
+            return await self._load(coordinator, peers, from_peers)
+        except ModelShareError as exc:
+            raise ModelUnavailable(f"fetching it from {len(peers)} peer(s): {exc}") from exc
+
+    async def _load(
+        self, coordinator: Coordinator, peers: list[bytes], from_peers: bool
+    ) -> TrainingBackend:
         entry = self.backends[self.backend_options.kind]
         # one manifest poll decides both the config and the weights: several peers must
         # vouch for it (`model_share.choose_manifest`); peers that share no model yet, or

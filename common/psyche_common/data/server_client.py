@@ -108,7 +108,6 @@ class DataServerProvider:
                     self.identity,
                     domain=data_server_domain(self.run_id),
                     timeout=self.timeout,
-                    max_frame_size=self.max_frame_size,
                 )
             except BaseException:
                 writer.transport.abort()

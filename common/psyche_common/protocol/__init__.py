@@ -9,14 +9,18 @@
 from psyche_common.client_id import short_id
 
 from .framing import (
+    CONTROL_DECODE,
+    CONTROL_FRAME_SIZE,
     DEFAULT_MAX_FRAME_SIZE,
     BadFrame,
     ConnectionClosed,
+    DecodeBounds,
     FrameTooLarge,
     ProtocolError,
     decode_payload,
     encode_frame,
     encode_payload,
+    read_control_frame,
     read_frame,
     read_frame_bytes,
     write_frame,
@@ -52,6 +56,8 @@ from .messages import (
 )
 
 __all__ = [
+    "CONTROL_DECODE",
+    "CONTROL_FRAME_SIZE",
     "DEFAULT_MAX_FRAME_SIZE",
     "HANDSHAKE_FRAME_SIZE",
     "P2P_DOMAIN",
@@ -59,6 +65,7 @@ __all__ = [
     "Checkpoint",
     "ConnectionClosed",
     "CoordinatorState",
+    "DecodeBounds",
     "FrameTooLarge",
     "HandshakeError",
     "HealthCheck",
@@ -81,6 +88,7 @@ __all__ = [
     "encode_payload",
     "parse_client_message",
     "parse_server_message",
+    "read_control_frame",
     "read_frame",
     "read_frame_bytes",
     "relay_domain",

@@ -19,7 +19,8 @@ One-way handshake (the coordinator, data-server and relay ports; the server has 
 Mutual handshake (P2P; `mutual_transcript`): both sides sign a transcript naming the role,
 both challenges and both keys, and the listener signs first, so a dialer never signs anything
 before the listener proved its key, and a signature relayed to any other listener is useless
-(the wire steps are in `psyche_client.p2p.connection`).
+(the wire steps are in `psyche_client.p2p.connection`). The server's reachability probe asks a
+listener to prove its key only (`probe_transcript`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import asyncio
 import secrets
 from collections.abc import Sequence
 
-from .framing import DEFAULT_MAX_FRAME_SIZE, ProtocolError, read_frame, write_frame
+from .framing import CONTROL_DECODE, ProtocolError, read_frame, write_frame
 from .identity import PUBLIC_KEY_SIZE, SIGNATURE_SIZE, Identity, verify_signature
 
 CHALLENGE_SIZE = 32
@@ -38,9 +39,10 @@ RELAY_SERVICE = b"psyche-py/relay/v1"
 P2P_DOMAIN = b"psyche-py/p2p/v3\x00"  # v3: streams in both directions on every link
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
 HANDSHAKE_FRAME_SIZE = 4096
-"""The largest handshake frame a server port reads (a ChallengeResponse is about 150 bytes):
-checked on the length prefix, before anything is read or decoded, so an unauthenticated
-peer cannot make the server buffer or decode more than this."""
+"""The largest handshake frame either side reads (a ChallengeResponse is about 150 bytes):
+checked on the length prefix, before anything is read or decoded, and decoded within
+`framing.CONTROL_DECODE`, so an unauthenticated peer cannot make the other side buffer or
+decode more than this."""
 
 
 class HandshakeError(ProtocolError):
@@ -139,6 +141,15 @@ def mutual_transcript(
     )
 
 
+def probe_transcript(
+    listener_challenge: bytes, prober_challenge: bytes, listener_key: bytes
+) -> bytes:
+    """What a P2P listener signs for the server's reachability probe (a `Probe` instead of a
+    `Hello`): it proves the listener's key at the probed address, and it names no dialer, so
+    it is no use in any handshake."""
+    return P2P_DOMAIN + b"probe\x00" + listener_challenge + prober_challenge + listener_key
+
+
 def read_challenge(message: object) -> bytes:
     """The nonce of a decoded Challenge message (a `Rejected` names the server's reason)."""
     if not isinstance(message, dict) or message.get("type") != "Challenge":
@@ -181,7 +192,7 @@ async def accept_handshake_in(
     challenge = new_challenge()
     async with asyncio.timeout(timeout):
         await write_frame(writer, challenge_message(challenge))
-        reply = await read_frame(reader, max_frame_size)
+        reply = await read_frame(reader, max_frame_size, bounds=CONTROL_DECODE)
     return verify_challenge_response_in(challenge, reply, domains)
 
 
@@ -192,9 +203,9 @@ async def connect_handshake(
     *,
     domain: bytes,
     timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
-    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    max_frame_size: int = HANDSHAKE_FRAME_SIZE,
 ) -> None:
     """Client side: wait for the challenge and answer it with `identity` in `domain`."""
     async with asyncio.timeout(timeout):
-        challenge = read_challenge(await read_frame(reader, max_frame_size))
+        challenge = read_challenge(await read_frame(reader, max_frame_size, bounds=CONTROL_DECODE))
         await write_frame(writer, sign_challenge(identity, challenge, domain))
