@@ -110,6 +110,22 @@ ATTACKS: dict[str, Attack] = {
             "trainer pushing two signed commitments per batch to two halves of the members",
             program="equivocator_client.py",
         ),
+        Attack(
+            "early_flood",
+            "member pushing 1200 far-future announcements to each peer after every Finished",
+            program="early_flood_client.py",
+        ),
+        Attack(
+            "slow_reader",
+            "member holding 64 requests for old blobs open at each peer, reading about 1 MB/s",
+            program="slow_reader_client.py",
+        ),
+        Attack(
+            "manifest_liar",
+            "member serving other weights in its manifest and parameters (to joiners and to "
+            "the Warmup weights checks)",
+            program="manifest_liar_client.py",
+        ),
         Attack("flood_server", "300 idle sockets per attacker at the server", flood="server"),
         Attack("flood_peer", "300 idle sockets per attacker at one honest peer", flood="peer"),
         Attack(

@@ -323,6 +323,24 @@ FLAGS: tuple[Flag, ...] = (
         show_default=True,
     ),
     Flag(
+        "--p2p-max-serving-per-peer",
+        "Of those, requests of one peer served at once (its others wait): a peer reading "
+        "slowly cannot hold every slot.",
+        "p2p.max_serving_per_peer",
+        4,
+        _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--p2p-announcement-rate",
+        "New (not duplicate) announcements per second accepted from one pushing peer, after "
+        "a burst of 512; more are answered 'deferred' before any signature check.",
+        "p2p.announcement_rate",
+        64.0,
+        click.FloatRange(min=0.1),
+        show_default=True,
+    ),
+    Flag(
         "--p2p-max-result-size",
         "Bytes beyond which a peer's result announcement is refused before any download.",
         "p2p.max_result_size",
