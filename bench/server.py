@@ -49,11 +49,11 @@ from psyche_common.protocol import (
     connect_handshake,
     coordinator_domain,
     decode_payload,
-    read_frame_bytes,
     write_frame,
 )
-from psyche_common.protocol.handshake import challenge_message, new_challenge
+from psyche_common.protocol.handshake import new_challenge
 from psyche_common.protocol.messages import Join, WarmupWitness, to_wire
+from psyche_common.protocol.secure_channel import TAG_SIZE
 
 BASELINE_CLIENTS = 16
 MAX_MEMBERS = 256  # the coordinator's cap on an epoch's clients
@@ -116,7 +116,8 @@ async def start_p2p_stub() -> tuple[asyncio.Server, str]:
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await write_frame(writer, challenge_message(new_challenge()))
+            challenge = {"type": "Challenge", "challenge": new_challenge()}
+            await write_frame(writer, {**challenge, "ephemeral": new_challenge()})
             await reader.read()  # until the probe closes
         except OSError:
             pass
@@ -148,9 +149,9 @@ class BenchClient:
         self.settled = False
 
     async def connect_and_join(self) -> None:
-        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
-        await connect_handshake(
-            self.reader, self.writer, self.identity, domain=coordinator_domain("bench"), timeout=30
+        reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self.channel = await connect_handshake(
+            reader, self.writer, self.identity, domain=coordinator_domain("bench"), timeout=30
         )
         self.task = asyncio.create_task(self.read_loop())
         await self.send(Join(run_id="bench", p2p_address=self.p2p_address))
@@ -170,14 +171,14 @@ class BenchClient:
     async def read_loop(self) -> None:
         try:
             while True:
-                frame = await read_frame_bytes(self.reader, 1 << 26)
+                frame = await self.channel.read_payload(1 << 26)
                 now = time.perf_counter()
                 self.frames += 1
                 if not self.settled:
                     if not self.is_settled_state(frame):
                         continue
                     self.settled = True
-                self.bytes_last = len(frame) + 4
+                self.bytes_last = len(frame) + 4 + TAG_SIZE
                 if frame != self.last:
                     self.last = frame
                     self.changed_at.append(now)
@@ -185,7 +186,7 @@ class BenchClient:
             return
 
     async def send(self, message: Any) -> None:
-        await write_frame(self.writer, to_wire(message))
+        await self.channel.send(to_wire(message))
 
     def close(self) -> None:
         self.writer.transport.abort()

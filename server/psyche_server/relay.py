@@ -4,8 +4,9 @@ By default the relay shares the coordinator port: a client that signs the port's
 handshake in `relay_domain(run_id)` rather than the coordinator's domain is handed to the
 relay (`serve_authenticated`; `ConnectionManager.share_port`), so an operator opens one port
 and the relay never collides with another service's. `psyche-server run --relay-port PORT`
-gives it a port of its own instead (`start`), with the same handshake. The frames are in
-`psyche_common.protocol.relay_messages`. Only joined
+gives it a port of its own instead (`start`), with the same handshake (signed with the
+server's identity) and the same encrypted link (`SecureChannel`) for every control frame. The
+frames are in `psyche_common.protocol.relay_messages`. Only joined
 clients may use it (`is_member`, asked at every request). A client that may be dialed keeps a
 listen channel open; a client that wants a pipe sends `RelayDial{peer}`, the server pushes
 `RelayIncoming{peer, token}` on the peer's listen channel, the peer connects with
@@ -31,10 +32,10 @@ from dataclasses import dataclass, field
 
 from psyche_common.pacing import BytePacer
 from psyche_common.protocol import (
+    Identity,
     ProtocolError,
+    SecureChannel,
     accept_handshake,
-    encode_frame,
-    read_frame,
     relay_domain,
     short_id,
 )
@@ -71,8 +72,7 @@ class _AcceptedEnd:
     """The second end of a pipe, handed to the dialer's task, which sets `finished` when the
     pipe is over (the accepting connection's task waits for it)."""
 
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
+    channel: SecureChannel
     finished: asyncio.Future[None]
 
 
@@ -88,15 +88,22 @@ class RelayServer:
     """The relay port of a server (see the module docstring)."""
 
     def __init__(
-        self, run_id: str, is_member: Callable[[bytes], bool], limits: RelayLimits | None = None
+        self,
+        run_id: str,
+        is_member: Callable[[bytes], bool],
+        limits: RelayLimits | None = None,
+        *,
+        identity: Identity | None = None,
     ) -> None:
         self.run_id = run_id
+        self.identity = identity or Identity.generate()
+        """The server's identity (it signs the handshakes on the relay's own port)."""
         self.limits = limits or RelayLimits()
         self.stats = RelayStats()
         self._is_member = is_member
         self._domain = relay_domain(run_id)
         self._pacer = BytePacer.from_mbps(self.limits.max_mbps)
-        self._listeners: dict[bytes, asyncio.StreamWriter] = {}
+        self._listeners: dict[bytes, SecureChannel] = {}
         self._pending: dict[bytes, _PendingDial] = {}
         self._pipes: set[Pipe] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -146,9 +153,9 @@ class RelayServer:
 
     def forget(self, client_id: bytes) -> None:
         """`client_id` left the run: close its listen channel and every pipe it is an end of."""
-        writer = self._listeners.pop(client_id, None)
-        if writer is not None:
-            writer.transport.abort()
+        channel = self._listeners.pop(client_id, None)
+        if channel is not None:
+            channel.abort()
         for pipe in list(self._pipes):
             if client_id in pipe.ends:
                 pipe.close()
@@ -168,22 +175,24 @@ class RelayServer:
             return
         try:
             async with asyncio.timeout(self.limits.handshake_timeout):
-                client = await accept_handshake(
-                    reader, writer, domain=self._domain, max_frame_size=CONTROL_FRAME_SIZE
+                accepted = await accept_handshake(
+                    reader,
+                    writer,
+                    self.identity,
+                    domain=self._domain,
+                    max_frame_size=CONTROL_FRAME_SIZE,
                 )
         except (ProtocolError, OSError, TimeoutError) as exc:
             log.info("relay: handshake failed: %s: %s", type(exc).__name__, exc)
             self._writers.discard(writer)
             writer.close()
             return
-        await self._serve(client, reader, writer)
+        await self._serve(accepted.peer_key, accepted.channel)
 
-    async def serve_authenticated(
-        self, client: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def serve_authenticated(self, client: bytes, channel: SecureChannel) -> None:
         """A socket whose handshake `client` signed in the relay's domain on a shared port."""
-        if self._admit(writer):
-            await self._serve(client, reader, writer)
+        if self._admit(channel.writer):
+            await self._serve(client, channel)
 
     def _admit(self, writer: asyncio.StreamWriter) -> bool:
         if self._closed or len(self._writers) >= self.limits.max_connections:
@@ -193,26 +202,25 @@ class RelayServer:
         self._writers.add(writer)
         return True
 
-    async def _serve(
-        self, client: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _serve(self, client: bytes, channel: SecureChannel) -> None:
         """One authenticated relay connection: its request, then what the request asks."""
+        writer = channel.writer
         try:
             async with asyncio.timeout(self.limits.handshake_timeout):
-                kind, argument = parse_request(await read_frame(reader, CONTROL_FRAME_SIZE))
+                kind, argument = parse_request(await channel.read(CONTROL_FRAME_SIZE))
             if not self._is_member(client):
                 raise _Refusal(f"{short_id(client)} is not a joined client of this run")
             if kind == "RelayListen":
-                await self._listen(client, reader, writer)
+                await self._listen(client, channel)
             elif kind == "RelayDial":
-                await self._dial(client, argument, reader, writer)
+                await self._dial(client, argument, channel)
             else:
-                await self._accept_pipe(client, argument, reader, writer)
+                await self._accept_pipe(client, argument, channel)
         except _Refusal as exc:
             self.stats.refused += 1
             log.info("relay: refused %s: %s", short_id(client), exc)
             with contextlib.suppress(Exception):
-                writer.write(encode_frame({"type": "Rejected", "reason": str(exc)}))
+                channel.write({"type": "Rejected", "reason": str(exc)})
         except (ProtocolError, OSError, TimeoutError) as exc:
             log.info(
                 "relay: connection of %s ended: %s: %s", short_id(client), type(exc).__name__, exc
@@ -221,45 +229,37 @@ class RelayServer:
             self._writers.discard(writer)
             writer.close()
 
-    async def _listen(
-        self, client: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _listen(self, client: bytes, channel: SecureChannel) -> None:
         old = self._listeners.get(client)
         if old is not None:
-            old.transport.abort()
-        self._listeners[client] = writer
-        writer.write(encode_frame({"type": "RelayListening"}))
+            old.abort()
+        self._listeners[client] = channel
+        channel.write({"type": "RelayListening"})
         try:
             while True:
-                frame = await read_frame(
-                    reader, CONTROL_FRAME_SIZE, timeout=self.limits.listen_idle_timeout
+                frame = await channel.read(
+                    CONTROL_FRAME_SIZE, timeout=self.limits.listen_idle_timeout
                 )
                 if not isinstance(frame, dict) or frame.get("type") != "Ping":
                     raise ProtocolError("a listen channel carries only Ping frames")
         finally:
-            if self._listeners.get(client) is writer:
+            if self._listeners.get(client) is channel:
                 del self._listeners[client]
 
-    async def _dial(
-        self,
-        client: bytes,
-        target: bytes,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
+    async def _dial(self, client: bytes, target: bytes, link: SecureChannel) -> None:
         if target == client:
             raise _Refusal("a client cannot dial itself")
         if not self._is_member(target):
             raise _Refusal(f"{short_id(target)} is not a joined client of this run")
         channel = self._listeners.get(target)
-        if channel is None or channel.is_closing():
+        if channel is None or channel.writer.is_closing():
             raise _Refusal(f"{short_id(target)} has no listen channel open at the relay")
         self._check_capacity(client, target)
         token = secrets.token_bytes(TOKEN_SIZE)
         pending = _PendingDial(target)
         self._pending[token] = pending
         try:
-            channel.write(encode_frame({"type": "RelayIncoming", "peer": client, "token": token}))
+            channel.write({"type": "RelayIncoming", "peer": client, "token": token})
             try:
                 async with asyncio.timeout(self.limits.accept_timeout):
                     end = await asyncio.shield(pending.arrived)
@@ -273,8 +273,8 @@ class RelayServer:
             if not pending.arrived.done():
                 pending.arrived.cancel()
         pipe = Pipe(
-            (client, reader, writer),
-            (target, end.reader, end.writer),
+            (client, link),
+            (target, end.channel),
             self._pacer,
             self.stats,
             idle_timeout=self.limits.pipe_idle_timeout,
@@ -296,20 +296,14 @@ class RelayServer:
                 pipe.forwarded,
             )
 
-    async def _accept_pipe(
-        self,
-        client: bytes,
-        token: bytes,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
+    async def _accept_pipe(self, client: bytes, token: bytes, channel: SecureChannel) -> None:
         pending = self._pending.get(token)
         if pending is None or pending.arrived.done():
             raise _Refusal("unknown or expired relay token")
         if pending.target != client:
             raise _Refusal("the relay token was issued to another client")
         finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        pending.arrived.set_result(_AcceptedEnd(reader, writer, finished))
+        pending.arrived.set_result(_AcceptedEnd(channel, finished))
         await finished  # the dialer's task runs the pipe; this end only waits for it to end
 
     def _check_capacity(self, client: bytes, target: bytes) -> None:

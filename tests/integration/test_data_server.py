@@ -20,6 +20,7 @@ from psyche_common.data.retry import RetryPolicy
 from psyche_common.data.server_client import DataServerProvider, data_server_provider_factory
 from psyche_common.protocol import (
     ConnectionClosed,
+    HandshakeError,
     Identity,
     connect_handshake,
     coordinator_domain,
@@ -215,11 +216,20 @@ async def test_a_relayed_p2p_handshake_cannot_log_in_to_the_data_server(
 
         async def relaying_listener(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
             ds_reader, ds_writer = await asyncio.open_connection("127.0.0.1", data_server.port)
-            challenge = (await read_frame(ds_reader, timeout=5))["challenge"]
-            await write_frame(writer, {"type": "Challenge", "challenge": challenge})
+            server_hello = await read_frame(ds_reader, timeout=5)
+            challenge, ephemeral = server_hello["challenge"], server_hello["ephemeral"]
+            await write_frame(
+                writer, {"type": "Challenge", "challenge": challenge, "ephemeral": ephemeral}
+            )
             hello = await read_frame(reader, timeout=5)
             mine = mutual_transcript(
-                "listener", challenge, hello["challenge"], relay.id, hello["public_key"]
+                "listener",
+                challenge,
+                hello["challenge"],
+                relay.id,
+                hello["public_key"],
+                ephemeral,
+                hello["ephemeral"],
             )
             proof = {
                 "type": "Proof",
@@ -228,7 +238,12 @@ async def test_a_relayed_p2p_handshake_cannot_log_in_to_the_data_server(
             }
             await write_frame(writer, proof)
             dialer_proof = await read_frame(reader, timeout=5)
-            await write_frame(ds_writer, {**dialer_proof, "type": "ChallengeResponse"})
+            forwarded = {
+                **dialer_proof,
+                "type": "ChallengeResponse",
+                "ephemeral": hello["ephemeral"],
+            }
+            await write_frame(ds_writer, forwarded)
             with contextlib.suppress(ConnectionClosed):
                 while True:
                     refusals.append(await read_frame(ds_reader, timeout=5))
@@ -273,9 +288,10 @@ async def test_a_coordinator_signature_is_refused_by_the_data_server(
     async with running_server(state, data_server=data_server) as app:
         reader, writer = await asyncio.open_connection("127.0.0.1", data_server.port)
         domain = coordinator_domain(app.run_id)
-        await connect_handshake(reader, writer, Identity.generate(), domain=domain, timeout=5)
-        reply = await read_frame(reader, timeout=5)
-        assert reply["type"] == "Rejected" and "does not verify" in reply["reason"]
+        with pytest.raises(
+            HandshakeError, match=r"server rejected the connection.*does not verify"
+        ):
+            await connect_handshake(reader, writer, Identity.generate(), domain=domain, timeout=5)
         with pytest.raises(ConnectionClosed):
             await read_frame(reader, timeout=5)
         assert data_server.connections.connections == {}

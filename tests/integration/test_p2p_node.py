@@ -357,7 +357,8 @@ async def test_dialer_signs_nothing_before_the_listener_proves_its_key(cluster: 
     received: list[object] = []
 
     async def bogus_listener(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await write_frame(writer, {"type": "Challenge", "challenge": os.urandom(32)})
+        challenge = {"type": "Challenge", "challenge": os.urandom(32), "ephemeral": os.urandom(32)}
+        await write_frame(writer, challenge)
         received.append(await read_frame(reader, timeout=5))  # the dialer's Hello
         wrong = Identity.generate().sign(b"not the transcript")
         await write_frame(

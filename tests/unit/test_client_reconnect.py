@@ -16,10 +16,9 @@ from psyche_common.coordinator.committee import WitnessProof
 from psyche_common.coordinator.types import Witness
 from psyche_common.protocol import (
     Identity,
+    SecureChannel,
     accept_handshake,
     coordinator_domain,
-    read_frame,
-    write_frame,
 )
 from psyche_common.protocol.messages import (
     WitnessMetadata,
@@ -29,7 +28,7 @@ from psyche_common.protocol.messages import (
 
 FAST = Backoff(initial=0.05, factor=2.0, cap=0.2, jitter=0.2)
 
-Script = Callable[[int, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+Script = Callable[[int, SecureChannel, asyncio.StreamWriter], Awaitable[None]]
 
 
 def state(n: int) -> dict:
@@ -65,10 +64,13 @@ class ScriptedServer:
         assert task is not None
         self._handlers.add(task)
         try:
-            peer = await accept_handshake(reader, writer, domain=coordinator_domain("run"))
-            join = parse_client_message(await read_frame(reader, timeout=5))
-            self.joins.append((peer, join.p2p_address))
-            await self.script(len(self.joins), reader, writer)
+            accepted = await accept_handshake(
+                reader, writer, Identity.generate(), domain=coordinator_domain("run")
+            )
+            channel = accepted.channel
+            join = parse_client_message(await channel.read(timeout=5))
+            self.joins.append((accepted.peer_key, join.p2p_address))
+            await self.script(len(self.joins), channel, writer)
         finally:
             writer.close()
 
@@ -107,8 +109,8 @@ def test_status_describes_the_reconnection() -> None:
 async def test_reconnects_with_the_same_identity_after_the_server_closes(caplog) -> None:
     caplog.set_level(logging.INFO)
 
-    async def script(number: int, reader, writer) -> None:
-        await write_frame(writer, state(number))
+    async def script(number: int, channel, writer) -> None:
+        await channel.send(state(number))
         if number > 1:
             await server.release.wait()
         # the first connection closes after one state: the server went away
@@ -137,8 +139,8 @@ async def test_reconnects_with_the_same_identity_after_the_server_closes(caplog)
 
 
 async def test_gives_up_after_the_configured_time() -> None:
-    async def script(number: int, reader, writer) -> None:
-        await write_frame(writer, state(number))
+    async def script(number: int, channel, writer) -> None:
+        await channel.send(state(number))
         writer.close()
 
     server = await ScriptedServer(script).start()
@@ -160,8 +162,8 @@ async def test_gives_up_after_the_configured_time() -> None:
 async def test_zero_give_up_time_ends_at_once_like_before(caplog) -> None:
     caplog.set_level(logging.INFO)
 
-    async def script(number: int, reader, writer) -> None:
-        await write_frame(writer, state(number))
+    async def script(number: int, channel, writer) -> None:
+        await channel.send(state(number))
         writer.close()
 
     server = await ScriptedServer(script).start()
@@ -178,8 +180,8 @@ async def test_zero_give_up_time_ends_at_once_like_before(caplog) -> None:
 
 
 async def test_a_wrong_run_id_is_final() -> None:
-    async def script(number: int, reader, writer) -> None:
-        await write_frame(writer, {"type": "Rejected", "reason": "unknown run id 'run'"})
+    async def script(number: int, channel, writer) -> None:
+        await channel.send({"type": "Rejected", "reason": "unknown run id 'run'"})
         writer.close()
 
     server = await ScriptedServer(script).start()
@@ -196,13 +198,13 @@ async def test_a_wrong_run_id_is_final() -> None:
 async def test_already_connected_is_retried() -> None:
     identity = Identity.generate()
 
-    async def script(number: int, reader, writer) -> None:
+    async def script(number: int, channel, writer) -> None:
         if number == 1:  # the server still holds our previous, dead connection
             reason = already_connected_reason(identity.short_id)
-            await write_frame(writer, {"type": "Rejected", "reason": reason})
+            await channel.send({"type": "Rejected", "reason": reason})
             writer.close()
         else:
-            await write_frame(writer, state(number))
+            await channel.send(state(number))
             await server.release.wait()
 
     server = ScriptedServer(script)
@@ -224,7 +226,7 @@ async def test_the_uplink_drops_messages_without_a_connection(caplog) -> None:
     assert uplink.dropped == 2
     assert any("Witness not sent: no server connection" in r.getMessage() for r in caplog.records)
 
-    async def script(number: int, reader, writer) -> None:
+    async def script(number: int, channel, writer) -> None:
         writer.transport.abort()  # a reset: the client's next write fails
 
     server = await ScriptedServer(script).start()
