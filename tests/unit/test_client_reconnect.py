@@ -10,7 +10,12 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 from psyche_client.session.reconnect import Backoff, ServerSession, SessionStatus
-from psyche_client.session.server_link import ServerLink, ServerLinkError, ServerRejected
+from psyche_client.session.server_link import (
+    ServerLink,
+    ServerLinkError,
+    ServerRejected,
+    WrongServerKey,
+)
 from psyche_client.session.uplink import SwitchableUplink
 from psyche_common.coordinator.committee import WitnessProof
 from psyche_common.coordinator.types import Witness
@@ -38,8 +43,10 @@ def state(n: int) -> dict:
 class ScriptedServer:
     """Accepts connections, records who joined, and plays `script(connection_number, ...)`."""
 
-    def __init__(self, script: Script) -> None:
+    def __init__(self, script: Script, identity: Identity | None = None) -> None:
         self.script = script
+        self.identity = identity or Identity.generate()
+        """The server's key (a test may change it between connections)."""
         self.joins: list[tuple[bytes, str]] = []
         self.server: asyncio.Server | None = None
         self.port = 0
@@ -65,7 +72,7 @@ class ScriptedServer:
         self._handlers.add(task)
         try:
             accepted = await accept_handshake(
-                reader, writer, Identity.generate(), domain=coordinator_domain("run")
+                reader, writer, self.identity, domain=coordinator_domain("run")
             )
             channel = accepted.channel
             join = parse_client_message(await channel.read(timeout=5))
@@ -75,10 +82,20 @@ class ScriptedServer:
             writer.close()
 
 
-def session_for(server: ScriptedServer, identity: Identity, give_up_after: float) -> ServerSession:
+def session_for(
+    server: ScriptedServer,
+    identity: Identity,
+    give_up_after: float,
+    server_key: bytes | None = None,
+) -> ServerSession:
     async def connect(timeout: float) -> ServerLink:
         return await ServerLink.connect(
-            f"127.0.0.1:{server.port}", identity, "run", "127.0.0.1:7000", timeout=timeout
+            f"127.0.0.1:{server.port}",
+            identity,
+            "run",
+            "127.0.0.1:7000",
+            timeout=timeout,
+            server_key=server_key,
         )
 
     return ServerSession(connect, give_up_after, FAST)
@@ -239,4 +256,31 @@ async def test_the_uplink_drops_messages_without_a_connection(caplog) -> None:
             await uplink.send_join()
             await asyncio.sleep(0.05)
     assert uplink.dropped == 3
+    await server.stop()
+
+
+async def test_a_server_with_another_key_is_refused_and_not_retried() -> None:
+    """`--server-key`: the first connection to another server fails at once; a server that
+    comes back with another key after a loss ends the session instead of being retried."""
+    expected = Identity.generate()
+
+    async def script(number: int, channel, writer) -> None:
+        await channel.send(state(number))
+        server.identity = Identity.generate()  # "restarted" with another key
+        writer.close()
+
+    server = await ScriptedServer(script, identity=Identity.generate()).start()
+    with pytest.raises(WrongServerKey, match="not the expected"):
+        await session_for(server, Identity.generate(), 60, expected.public_key).open()
+    assert server.joins == []  # refused before the client signed anything for it
+    server.identity = expected
+    session = session_for(server, Identity.generate(), 60, expected.public_key)
+    await session.open()
+    updates = session.updates()
+    await anext(updates)
+    started = time.monotonic()
+    with pytest.raises(WrongServerKey, match=expected.public_key.hex()):
+        await anext(updates)
+    assert time.monotonic() - started < 5  # not retried until the 60 s give-up time
+    assert len(server.joins) == 1
     await server.stop()
