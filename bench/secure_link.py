@@ -6,7 +6,10 @@ measures that against the same link without it, on loopback, both ends in this p
 
 - `model_share`: MB/s of a blob streamed the way a late joiner fetches the model's
   parameters (a `PeerLink` stream on each side, `transfer.send_bytes` / `receive_bytes` in
-  the P2P's default 256 KiB chunks);
+  the P2P's default 256 KiB chunks), per second of wall clock (`mb_per_s`) and per second of
+  this process's CPU time (`mb_per_cpu_s`: both ends run here, so this is what the sending
+  and the receiving side cost together; on a loaded machine the wall clock mostly measures
+  waiting for a CPU, the CPU time does not);
 - `round_latency`: the request/answer round trip of one announcement-sized message (about
   1 KiB, like a result announcement and its `Ack`, which every round carries to every peer),
   p50 and p99 in microseconds;
@@ -109,19 +112,20 @@ class LinkPair:
             self._server.close()
 
 
-async def share_seconds(encrypted: bool, blob: bytes) -> float:
+async def share_seconds(encrypted: bool, blob: bytes) -> tuple[float, float]:
+    """(wall-clock seconds, CPU seconds of this process) to stream `blob` over a link."""
     pair = LinkPair(encrypted)
     pair.blob = blob
     dialer, _listener = await pair.open()
     try:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         stream = dialer.open_stream()
         await stream.send({"type": "Get"})
         received = await receive_bytes(stream, max_size=len(blob), read_timeout=30.0)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         stream.close()
         assert received.data == blob
-        return elapsed
+        return elapsed, cpu
     finally:
         await pair.close()
 
@@ -173,17 +177,21 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     blob = os.urandom(args.blob_mib * 1024 * 1024)
     load_before = os.getloadavg()[0]
     share: dict[bool, list[float]] = {False: [], True: []}
+    share_cpu: dict[bool, list[float]] = {False: [], True: []}
     latency: dict[bool, list[float]] = {False: [], True: []}
     await share_seconds(True, blob[: 1024 * 1024])  # warm up both code paths
     await share_seconds(False, blob[: 1024 * 1024])
     for _ in range(args.repeats):
         for encrypted in (False, True):  # alternating: drifting load hits both alike
-            share[encrypted].append(len(blob) / 1e6 / await share_seconds(encrypted, blob))
+            wall, cpu = await share_seconds(encrypted, blob)
+            share[encrypted].append(len(blob) / 1e6 / wall)
+            share_cpu[encrypted].append(len(blob) / 1e6 / max(cpu, 1e-6))
             latency[encrypted].extend(await round_trips_us(encrypted, args.round_trips))
 
     def side(encrypted: bool) -> dict[str, float]:
         return {
             "mb_per_s": round(statistics.median(share[encrypted]), 1),
+            "mb_per_cpu_s": round(statistics.median(share_cpu[encrypted]), 1),
             "round_trip_p50_us": round(percentile(latency[encrypted], 0.5), 1),
             "round_trip_p99_us": round(percentile(latency[encrypted], 0.99), 1),
         }
@@ -205,7 +213,10 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "plain": plain,
         "encrypted": secure,
         "model_share": {
-            "slowdown_percent": round(100 * (1 - secure["mb_per_s"] / plain["mb_per_s"]), 1)
+            "slowdown_percent": round(100 * (1 - secure["mb_per_s"] / plain["mb_per_s"]), 1),
+            "cpu_cost_percent": round(
+                100 * (plain["mb_per_cpu_s"] / secure["mb_per_cpu_s"] - 1), 1
+            ),
         },
         "round_latency": {
             "added_p50_us": round(secure["round_trip_p50_us"] - plain["round_trip_p50_us"], 1),
