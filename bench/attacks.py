@@ -8,6 +8,8 @@ steps, global batch max(6, N) × 32 tokens, every member a witness, max round ti
 attackers, and one clean run of N honest clients per distinct setting of the selected
 attacks at that size (1-bit values with 25% verifiers; bf16 values without verifiers for the
 huge-values trainer). Floods are hosts, not members: their runs have N − M member clients.
+`tamper` is a man in the middle, not a member: its runs have N honest clients, M of which
+reach the server through a proxy that flips one byte of their link after the handshake.
 
 Per attack (key `"NAME M/N"`):
 
@@ -20,7 +22,8 @@ Per attack (key `"NAME M/N"`):
   all applied (`common_steps` of them), and `honest_exit_ok` whether they all exited 0;
 - `attacker_removed`: every attacker was convicted by the verifiers or dropped by a health
   check (as the coordinator recorded it); for the floods, every flooding host had sockets
-  closed by its target (caps at accept, handshake or pre-join timeouts). False is an
+  closed by its target (caps at accept, handshake or pre-join timeouts); for `tamper`, every
+  altered frame failed authentication at the side that read it. False is an
   observation, not a failure: a lying witness is refused, not removed, and a free rider
   cannot be told from an honest trainer.
 

@@ -5,7 +5,9 @@ A run is a `psyche-server` and `clients` processes training `builtin:llama-tiny`
 `steps` steps (global batch max(6, clients) × 32 tokens); `malicious` of them are attackers:
 a test-only client program of tests/e2e (one behaviour changed), or, for the floods, hosts
 that hold idle sockets against the server or against honest clients' P2P ports (then only
-the honest clients are members). The first
+the honest clients are members), or, for `tamper`, a man in the middle: `malicious` of the
+(all honest) clients reach the server through a proxy that flips one byte of their `Join`
+and then one of a state on their next connection (`tests.support.tamper_proxy`). The first
 honest client writes a checkpoint at the end; its loss on a fixed held-out slice of the
 training corpus (`eval_loss`) is what "loss vs clean" compares, so the attacked run and its
 clean twin are judged on the same tokens whatever batches each trainer happened to get.
@@ -28,24 +30,31 @@ import numpy as np
 
 from tests.e2e.client_run import Cluster, Proc, applied_hashes, losses, write_state
 from tests.e2e.flood import Flood
+from tests.support.tamper_proxy import DOWN, UP, Flip, TamperProxy
 
 HERE = Path(__file__).resolve().parent
 EVAL_SEQUENCES = 64
 EVAL_SEQ_LEN = 32
 FLOOD_SOCKETS = 300
 DROPPED_LINE = "dropped from the epoch by a health check: joining again for the next epoch"
+TAMPER_FLIPS = (Flip(0, UP, 1), Flip(1, DOWN, 3))
+"""A tampering proxy's flips: the first connection's Join (client → server), then the fourth
+frame the server sends on the second connection (a state or the reachability notice)."""
+AUTHENTICATION_FAILED = "failed authentication"
 
 
 @dataclass(frozen=True)
 class Attack:
-    """An attack: `program`, a client script in tests/e2e run by each attacker, or `flood`,
-    where the attackers flood the `server` or honest `peer`s with idle connections.
+    """An attack: `program`, a client script in tests/e2e run by each attacker, `flood`,
+    where the attackers flood the `server` or honest `peer`s with idle connections, or
+    `tamper`, where each attacker alters one honest client's coordinator link in flight.
     `quantize_1bit` and `verification_percent` are the run's settings (its clean twin's too)."""
 
     name: str
     description: str
     program: str | None = None
     flood: str | None = None
+    tamper: bool = False
     quantize_1bit: bool = True
     verification_percent: int = 25
 
@@ -89,6 +98,12 @@ ATTACKS: dict[str, Attack] = {
         ),
         Attack("flood_server", "300 idle sockets per attacker at the server", flood="server"),
         Attack("flood_peer", "300 idle sockets per attacker at one honest peer", flood="peer"),
+        Attack(
+            "tamper",
+            "man in the middle flipping one byte per connection of an honest client's "
+            "coordinator link, after the handshake",
+            tamper=True,
+        ),
     )
 }
 
@@ -212,7 +227,8 @@ def run_attack(
     else:
         quantize_1bit = attack.quantize_1bit
         verification_percent = attack.verification_percent
-    honest_count = clients - malicious
+    tamper = attack is not None and attack.tamper
+    honest_count = clients if tamper else clients - malicious
     members = honest_count if attack is not None and attack.flood else clients
     state = write_state(
         tmp / "state.toml",
@@ -230,6 +246,7 @@ def run_attack(
     cluster = Cluster(tmp, state)
     checkpoints = tmp / "checkpoints"
     floods: list[Flood] = []
+    proxies: list[TamperProxy] = []
     attackers: list[Proc] = []
     started = time.monotonic()
     try:
@@ -242,6 +259,10 @@ def run_attack(
         honest = []
         for i in range(honest_count):
             extra = ["--checkpoint-dir", str(checkpoints)] if i == 0 else []
+            if tamper and i >= honest_count - malicious:  # the last `malicious` clients
+                proxy = TamperProxy(cluster.port, TAMPER_FLIPS).start()
+                proxies.append(proxy)
+                extra += ["--server-addr", f"127.0.0.1:{proxy.port}"]
             client = cluster.start_client(*extra)
             honest.append(client)
             if attack is not None and attack.flood == "peer" and i < malicious:
@@ -264,12 +285,23 @@ def run_attack(
         for flood in floods:
             flood.stop()
         cluster.stop()
+        for proxy in proxies:
+            proxy.stop()
     tables = [applied_hashes(p) for p in honest]
     common = sorted(set.intersection(*(set(t) for t in tables))) if tables else []
     agree = bool(common) and all(len({t[s] for t in tables}) == 1 for s in common)
     finite = all(math.isfinite(v) for p in honest for v in losses(p).values())
     if attack is not None and attack.flood:
         removed = [flood.closed_by_target > 0 for flood in floods]
+    elif tamper:  # every altered frame was refused: the server and the client each said so
+        server_log = cluster.server.log_path.read_text() if cluster.server else ""
+        tampered = honest[honest_count - malicious :]
+        removed = [
+            proxy.flipped == list(TAMPER_FLIPS)
+            and AUTHENTICATION_FAILED in client.log_path.read_text()
+            and AUTHENTICATION_FAILED in server_log
+            for proxy, client in zip(proxies, tampered, strict=True)
+        ]
     else:
         convicted = convicted_ids(cluster.server) if cluster.server else set()
         removed = [client_id(p) in convicted or bool(p.events(DROPPED_LINE)) for p in attackers]
