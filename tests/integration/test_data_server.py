@@ -321,3 +321,34 @@ async def test_a_data_server_signature_for_another_run_is_refused(
             await member.get_samples(BatchId(0, 0)), local.read(BatchId(0, 0))
         )
         await asyncio.gather(elsewhere.aclose(), member.aclose(), clients[0].close())
+
+
+async def test_with_the_server_key_only_that_server_serves(tmp_path: Path, token_dir: Path) -> None:
+    """`--server-key` reaches the data server too: the server's own key is accepted, another
+    one is a final (not retried) error naming both keys."""
+    local = LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN)
+    server_identity = Identity.generate()
+    data_server = DataServer(local, "127.0.0.1", 0, run_id=RUN, identity=server_identity)
+    state = write_state(tmp_path / "s.toml", run_id=RUN, init_min_clients=1, warmup_time=30)
+    async with running_server(state, data_server=data_server) as app:
+        clients = await start_clients(1, app.port, app.run_id, auto=False)
+        await poll_until(lambda: app.run_state == RunState.Warmup)
+        location = {"Server": f"127.0.0.1:{data_server.port}"}
+        provider = await make_provider(
+            location,
+            SEQ_LEN,
+            identity=clients[0].identity,
+            run_id=RUN,
+            server_key=server_identity.public_key,
+        )
+        np.testing.assert_array_equal(
+            await provider.get_samples(BatchId(0, 1)), local.read(BatchId(0, 1))
+        )
+        expected = Identity.generate().public_key
+        impostor = await make_provider(
+            location, SEQ_LEN, identity=clients[0].identity, run_id=RUN, server_key=expected
+        )
+        with pytest.raises(DataFetchError, match=f"not the expected {expected.hex()}") as raised:
+            await impostor.get_samples(BatchId(0, 1))
+        assert not raised.value.retryable
+        await asyncio.gather(provider.aclose(), impostor.aclose(), clients[0].close())
