@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import cast
 
 import click
+from psyche_common.bool_flag import bool_flag
 from psyche_common.logs import LOG_LEVELS, LogFormat, setup_logging
 from psyche_common.protocol import Identity
 
@@ -75,8 +76,11 @@ def load_server_identity(path: Path | None) -> Identity:
     help="coordinator port (default: a random free port, printed on start)",
 )
 @click.option("--host", default="0.0.0.0", show_default=True, help="address to bind")
-@click.option(
-    "--tui/--no-tui", default=None, help="dashboard (default: on when stdout is a terminal)"
+@bool_flag(
+    "--tui",
+    default=None,
+    help="the dashboard, or log lines (--tui false, --no-tui); default: on when stdout is a "
+    "terminal",
 )
 @click.option(
     "--data-config",
@@ -96,8 +100,8 @@ def load_server_identity(path: Path | None) -> Identity:
     default=None,
     help="warmup time (s) until the run first becomes active",
 )
-@click.option(
-    "--withdraw-on-disconnect/--no-withdraw-on-disconnect",
+@bool_flag(
+    "--withdraw-on-disconnect",
     default=True,
     show_default=True,
     help="withdraw a client from the epoch when its connection drops (off: it stays a member "
@@ -219,8 +223,8 @@ def load_server_identity(path: Path | None) -> Identity:
     "Its public key, printed at start, is what clients check with `train --server-key` "
     "(default: a new key at every start)",
 )
-@click.option(
-    "--relay/--no-relay",
+@bool_flag(
+    "--relay",
     default=True,
     show_default=True,
     help="relay P2P traffic between clients that cannot connect to each other (e.g. both "

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import click
+from psyche_common.bool_flag import BoolFlag
 from psyche_common.logs import LOG_LEVELS
 from psyche_common.pacing import MEGABIT
 
@@ -42,6 +43,7 @@ class Flag:
     type: click.ParamType | None = None
     required: bool = False
     is_flag: bool = False
+    """A boolean option (`psyche_common.bool_flag.BoolFlag`): `--x`, `--x false`, `--no-x`."""
     show_default: bool = False
     short: str | None = None
     convert: Callable[[object], object] | None = None
@@ -59,8 +61,8 @@ class Flag:
     def option(self) -> Callable[[F], F]:
         decls = [self.short, self.name] if self.short else [self.name]
         extra: dict[str, object] = {"show_default": True} if self.show_default else {}
-        if self.is_flag:
-            extra["is_flag"] = True
+        if self.is_flag:  # `--x`, `--x true|false` (the reference's form) and `--no-x`
+            extra["cls"] = BoolFlag
         if self.type is not None:
             extra["type"] = self.type
         return click.option(
@@ -260,6 +262,41 @@ FLAGS: tuple[Flag, ...] = (
         "--write-log",
         "Also append the logs (JSON lines) to this file.",
         type=click.Path(dir_okay=False, path_type=Path),
+    ),
+    Flag(
+        "--wandb-project",
+        "Log this client's metrics to this Weights & Biases project: per step the loss, "
+        "learning rate, tokens/s, P2P bytes up/down and results applied, plus optimizer "
+        "statistics and eval scores when there are any. Online (the default) needs "
+        "WANDB_API_KEY or `wandb login`; WANDB_MODE=offline keeps the run on disk "
+        "(docs/operations.md).",
+        "metrics.wandb_project",
+    ),
+    Flag(
+        "--wandb-run",
+        "Name of the wandb run (with --wandb-project). Default: RUN_ID-<client short id>.",
+        "metrics.wandb_run",
+    ),
+    Flag(
+        "--wandb-group",
+        "Group of the wandb run (with --wandb-project), e.g. one per training run.",
+        "metrics.wandb_group",
+    ),
+    Flag(
+        "--wandb-entity",
+        "wandb entity (user or team) owning the project (with --wandb-project). Default: "
+        "the credentials' own.",
+        "metrics.wandb_entity",
+    ),
+    Flag(
+        "--optim-stats-steps",
+        "Every N steps measure the DisTrO optimizer per parameter: gradient and momentum L1 "
+        "energy, the share of each tile's energy the top-k keeps, and how much the indices "
+        "chosen by the results applied agree; logged and sent to wandb. 0: never (no cost).",
+        "backend.optim_stats_steps",
+        0,
+        _int(0),
+        show_default=True,
     ),
     Flag(
         "--write-gradients-dir",
