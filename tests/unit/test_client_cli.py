@@ -366,3 +366,20 @@ def test_tensor_parallelism_other_than_1_is_refused_pointing_to_fsdp(monkeypatch
     assert "--data-parallelism 4 --fsdp" in refused.output
     from_env = runner.invoke(main, base, env={"TENSOR_PARALLELISM": "2"})
     assert from_env.exit_code == 2 and "--data-parallelism 2 --fsdp" in from_env.output
+
+
+def test_server_key_reaches_the_server_options(monkeypatch) -> None:
+    import psyche_client.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_run", lambda options, *_: seen.append(options) or 0)
+    base = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
+    key = bytes(range(32))
+    runner = CliRunner()
+    assert runner.invoke(main, base).exit_code == 0
+    assert runner.invoke(main, [*base, "--server-key", key.hex()]).exit_code == 0
+    assert runner.invoke(main, base, env={"SERVER_KEY": "0x" + key.hex()}).exit_code == 0
+    assert [o.server.server_key for o in seen] == [None, key, key]
+    refused = runner.invoke(main, [*base, "--server-key", "abcd"])
+    assert refused.exit_code == 2 and "Invalid value for '--server-key'" in refused.output
+    assert "64 hex characters" in refused.output
