@@ -9,7 +9,9 @@ attackers, and one clean run of N honest clients per distinct setting of the sel
 attacks at that size (1-bit values with 25% verifiers; bf16 values without verifiers for the
 huge-values trainer). Floods (idle sockets, decode bombs, relay exhaustion) are hosts, and
 intruders are clients a permissioned run refuses (an unlisted key, an expired or forged
-delegation), not members: their runs have N − M member clients.
+delegation), not members: their runs have N − M member clients. `tamper` is a man in the
+middle, not a member: its runs have N honest clients, M of which reach the server through a
+proxy that flips one byte of their link after the handshake.
 
 Per attack (key `"NAME M/N"`):
 
@@ -24,7 +26,8 @@ Per attack (key `"NAME M/N"`):
   check (as the coordinator recorded it); for the floods, every flooding host was shed by its
   target (idle sockets: some closed by caps at accept, handshake or pre-join timeouts; decode
   bombs: every one refused and its socket closed; relay exhaustion: no dial granted); for the
-  intruders, each was refused at its Join and exited 1. False is an
+  intruders, each was refused at its Join and exited 1; for `tamper`, every altered frame
+  failed authentication at the side that read it. False is an
   observation, not a failure: a lying witness is refused, not removed, and a free rider
   cannot be told from an honest trainer.
 

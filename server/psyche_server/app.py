@@ -21,7 +21,7 @@ from typing import Any
 from psyche_common.coordinator import Coordinator
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.types import ACTIVE_STATES, ClientState, RunState, TickResult
-from psyche_common.protocol import coordinator_domain, encode_frame, short_id
+from psyche_common.protocol import coordinator_domain, encode_payload, short_id
 from psyche_common.protocol.messages import (
     AnyClientMessage,
     Join,
@@ -114,6 +114,7 @@ class ServerApp:
             parse_client_message,
             self._on_message,
             self.options.limits,
+            identity=self.options.identity,
             domain=coordinator_domain(coordinator.run_id),
             service=f"the coordinator of run {coordinator.run_id!r}",
             on_connect=self._on_connect,
@@ -138,6 +139,7 @@ class ServerApp:
                 self._may_use_relay,
                 relay_limits,
                 in_epoch=self._in_epoch,
+                identity=self.options.identity,
             )
         )
         self.metrics_board = MetricsBoard(self.metrics_snapshot())
@@ -415,8 +417,9 @@ class ServerApp:
         return {cid: addr for cid, addr in self.roster.peers(members).items() if cid in checked}
 
     def state_frame(self, wire: dict[str, Any] | None = None) -> bytes:
+        """The msgpack payload of a `CoordinatorState` (each link seals it for itself)."""
         peers = self.peers()
-        return encode_frame(
+        return encode_payload(
             {
                 "type": "CoordinatorState",
                 "coordinator": self.coordinator.to_wire() if wire is None else wire,

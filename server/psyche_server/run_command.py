@@ -10,6 +10,7 @@ from typing import cast
 import click
 from psyche_common.bool_flag import bool_flag
 from psyche_common.logs import LOG_LEVELS, LogFormat, setup_logging
+from psyche_common.protocol import Identity
 
 from .limits import ConnectionLimits
 from .options import ServerOptions
@@ -37,6 +38,26 @@ def _parse_keys(
             )
         keys.add(key)
     return frozenset(keys)
+
+
+def load_server_identity(path: Path | None) -> Identity:
+    """The server's identity: from `path` (made there first when it does not exist), else a
+    new one for this process."""
+    if path is None:
+        return Identity.generate()
+    if not path.exists():
+        identity = Identity.generate()
+        try:
+            identity.save(path)
+        except OSError as exc:
+            raise click.BadParameter(
+                f"cannot write a new key to {path}: {exc}", param_hint="--identity-secret-key-path"
+            ) from exc
+        return identity
+    try:
+        return Identity.load(path)
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--identity-secret-key-path") from exc
 
 
 @click.command("run")
@@ -193,6 +214,15 @@ def _parse_keys(
     "(`psyche-client authorize`) may join; re-read when it changes or on SIGHUP "
     "(default: anyone may join)",
 )
+@click.option(
+    "--identity-secret-key-path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="the server's ed25519 secret key (32 raw bytes or 64 hex characters); made and "
+    "saved there (mode 0600) when the file does not exist yet, so the key outlives restarts. "
+    "Its public key, printed at start, is what clients check with `train --server-key` "
+    "(default: a new key at every start)",
+)
 @bool_flag(
     "--relay",
     default=True,
@@ -304,6 +334,7 @@ def run(
     idle_timeout: float,
     checkpointers: frozenset[bytes],
     authorized_keys: Path | None,
+    identity_secret_key_path: Path | None,
     relay: bool,
     relay_port: int | None,
     relay_max_mbps: float,
@@ -325,6 +356,7 @@ def run(
     else:
         setup_logging(cast(LogFormat, log_format), log_level, file=log_file)
     options = ServerOptions(
+        identity=load_server_identity(identity_secret_key_path),
         host=host,
         port=server_port,
         save_state_dir=save_state_dir,

@@ -396,3 +396,20 @@ def test_eval_flags_reach_the_client_options(monkeypatch, tmp_path: Path) -> Non
     assert dummy.exit_code != 0 and "--eval-*" in dummy.output
     missing = runner.invoke(main, [*base, "--eval-tasks-dir", str(tmp_path / "nope")])
     assert missing.exit_code != 0 and "--eval-tasks-dir" in missing.output
+
+
+def test_server_key_reaches_the_server_options(monkeypatch) -> None:
+    import psyche_client.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_run", lambda options, *_: seen.append(options) or 0)
+    base = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
+    key = bytes(range(32))
+    runner = CliRunner()
+    assert runner.invoke(main, base).exit_code == 0
+    assert runner.invoke(main, [*base, "--server-key", key.hex()]).exit_code == 0
+    assert runner.invoke(main, base, env={"SERVER_KEY": "0x" + key.hex()}).exit_code == 0
+    assert [o.server.server_key for o in seen] == [None, key, key]
+    refused = runner.invoke(main, [*base, "--server-key", "abcd"])
+    assert refused.exit_code == 2 and "Invalid value for '--server-key'" in refused.output
+    assert "64 hex characters" in refused.output

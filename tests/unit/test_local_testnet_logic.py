@@ -482,3 +482,17 @@ def test_steps_trained_again_after_a_server_restart_are_not_a_disagreement() -> 
     assert summary.server_resume_steps == [35]
     diverged = summarize(client(1, "again") + client(2, "other"), server_restarts=[restart])
     assert diverged.hash_mismatches == ["step 36 epoch 0 (step applied) after server restart 1"]
+
+
+def test_with_a_server_key_file_the_clients_check_the_servers_key(tmp_path: Path) -> None:
+    commands = make_commands(server_key_path=tmp_path / "server.key", session="sess")
+    commands.write_server_key()
+    server = commands.server().argv
+    assert server[server.index("--identity-secret-key-path") + 1] == str(tmp_path / "server.key")
+    expected = Identity.load(tmp_path / "server.key").public_key
+    assert commands.server_public_key() == expected
+    client = commands.client(1, None).argv
+    assert client[client.index("--server-key") + 1] == expected.hex()
+    other = make_commands(server_key_path=tmp_path / "other.key", session="other")
+    assert other.server_public_key() != expected  # another session, another server key
+    assert "--server-key" not in make_commands().client(1, None).argv

@@ -69,7 +69,11 @@ class ClientApp:
         )
         self.network = parts.network(self.node)
         self.reach = PeerReachability(
-            self.node, self.identity, options.server.addr, options.server.run_id
+            self.node,
+            self.identity,
+            options.server.addr,
+            options.server.run_id,
+            server_key=options.server.server_key,
         )
         self.runner: RoundRunner | None = None
         self.server = ServerSession(
@@ -107,6 +111,7 @@ class ClientApp:
             timeout=timeout,
             authorization=self.options.server.authorization,
             holds_model=lambda: self.runner is not None and self.runner.backend is not None,
+            server_key=self.options.server.server_key,
         )
         link.on_weights_mismatch = self._on_weights_mismatch
         link.on_reachability = self.reach.on_notice
@@ -259,7 +264,12 @@ class ClientApp:
         if self.coordinator is None:
             raise RuntimeError("no coordinator state yet: the run's data_location is unknown")
         model = self.coordinator.model
-        return DataSource(model.data_location, int(model.max_seq_len), self.options.server.run_id)
+        return DataSource(
+            model.data_location,
+            int(model.max_seq_len),
+            self.options.server.run_id,
+            self.options.server.server_key,
+        )
 
 
 def _exit_code(first: asyncio.Task[object]) -> int:

@@ -105,6 +105,31 @@ class TensorParallelismType(click.ParamType):
         return number
 
 
+class PublicKeyType(click.ParamType):
+    """A 32-byte ed25519 public key as 64 hex characters (`--server-key`)."""
+
+    name = "HEX"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> bytes:
+        if isinstance(value, bytes):
+            return value
+        text = str(value).strip().removeprefix("0x")
+        try:
+            key = bytes.fromhex(text)
+        except ValueError:
+            key = b""
+        if len(key) != 32:
+            self.fail(
+                f"{value!r} is not a public key: 64 hex characters, as `psyche-server run` "
+                "prints it (`psyche-server key ...`)",
+                param,
+                ctx,
+            )
+        return key
+
+
 IDENTITY_FLAG = Flag(
     "--identity-secret-key-path",
     "File with the 32 raw bytes of this client's ed25519 secret key. Without it the key "
@@ -122,6 +147,14 @@ FLAGS: tuple[Flag, ...] = (
         required=True,
     ),
     IDENTITY_FLAG,
+    Flag(
+        "--server-key",
+        "The coordinator server's public key (64 hex characters; the server prints it at "
+        "start). The client then talks only to a server that proves this key, on the "
+        "coordinator, data-server and relay ports, and exits with an error otherwise.",
+        "server.server_key",
+        type=PublicKeyType(),
+    ),
     Flag(
         "--authorization",
         "A signed authorization file (`psyche-client authorize`) that lets this client's key "
@@ -321,6 +354,24 @@ FLAGS: tuple[Flag, ...] = (
         "p2p.max_concurrent_serving",
         32,
         _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--p2p-max-serving-per-peer",
+        "Of those, requests of one peer served at once (its others wait): a peer reading "
+        "slowly cannot hold every slot.",
+        "p2p.max_serving_per_peer",
+        4,
+        _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--p2p-announcement-rate",
+        "New (not duplicate) announcements per second accepted from one pushing peer, after "
+        "a burst of 512; more are answered 'deferred' before any signature check.",
+        "p2p.announcement_rate",
+        64.0,
+        click.FloatRange(min=0.1),
         show_default=True,
     ),
     Flag(

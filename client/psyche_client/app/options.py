@@ -42,6 +42,8 @@ class ServerOptions:
     exit_when_finished: bool = True
     authorization: bytes | None = None
     """A signed authorization statement sent with the Join (`--authorization`)."""
+    server_key: bytes | None = None
+    """The server's identity key (`--server-key`): any other server is refused."""
 
 
 def section_values(section: str, values: Mapping[str, object] | None = None) -> dict[str, object]:
