@@ -286,3 +286,14 @@ def test_eval_scores_reach_the_clients_metrics_sink() -> None:
         (7, {"eval/heldout_loss": 2.0}),
     ]
     assert app.stats.evals == {"tiny_mc": 0.4, HELDOUT_LOSS: 2.0}
+
+
+def test_a_client_without_evals_never_imports_lm_eval() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, psyche_client.cli, psyche_client.app.app; print('lm_eval' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout.strip() == "False", result.stderr

@@ -28,6 +28,9 @@ from psyche_client.training.backend import TrainingBackend
 
 T = TypeVar("T")
 
+Run = Callable[[Callable[[torch.nn.Module], T]], T]
+"""`ModelAccess.run`: `work(model)` on the live model, one piece at a time."""
+
 POLL_SECONDS = 0.05
 """How often a waiting piece checks whether the pipeline is idle."""
 

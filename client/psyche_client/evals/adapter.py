@@ -15,19 +15,15 @@ supported: they raise `UnsupportedRequest` naming the request type.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from lm_eval.api.model import LM
 
+from psyche_client.evals.access import Run
 from psyche_client.evals.tokenizer import Tokenizer
-
-T = TypeVar("T")
-
-Run = Callable[[Callable[[torch.nn.Module], T]], T]
-"""`ModelAccess.run`: `work(model)` on the live model, one piece at a time."""
 
 
 class UnsupportedRequest(NotImplementedError):

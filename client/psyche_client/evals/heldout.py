@@ -17,7 +17,7 @@ import torch
 from psyche_common.config import AnyDataLocation, BuiltinData
 from psyche_common.data.builtin import python_stdlib_splits
 
-from psyche_client.evals.adapter import Run
+from psyche_client.evals.access import Run
 
 
 class NoHeldOutSplit(ValueError):

@@ -29,8 +29,6 @@ from typing import Any, TypeVar
 from psyche_common.coordinator import Coordinator
 
 from psyche_client.evals.access import EvalCancelled, ModelAccess, WeightsChanged
-from psyche_client.evals.adapter import ModelLM, UnsupportedRequest
-from psyche_client.evals.harness import run_tasks, task_manager
 from psyche_client.evals.heldout import NoHeldOutSplit, heldout_loss, heldout_sequences
 from psyche_client.evals.options import EvalOptions
 from psyche_client.evals.tokenizer import NoTokenizer, tokenizer_for
@@ -176,7 +174,7 @@ class EvalScheduler:
             return None
         except EvalCancelled:
             raise
-        except (NoHeldOutSplit, NoTokenizer, UnsupportedRequest, ValueError, OSError) as exc:
+        except (NoHeldOutSplit, NoTokenizer, NotImplementedError, ValueError, OSError) as exc:
             log.error("%s evals disabled: %s", kind, exc, extra=self._fields())
             self._disable(kind)
             return None
@@ -223,6 +221,9 @@ class EvalScheduler:
             max_length = min(max_length, positions)
 
         def job(access: ModelAccess) -> EvalOutcome | None:
+            from psyche_client.evals.adapter import ModelLM
+            from psyche_client.evals.harness import run_tasks
+
             tokenizer = tokenizer_for(int(config.get("vocab_size", 0)), files)
             if self._manager is None:
                 self._index_tasks(access)
@@ -235,7 +236,10 @@ class EvalScheduler:
         return job
 
     def _index_tasks(self, _access: ModelAccess) -> None:
-        """Import lm-eval and index the tasks (no model needed: done once, up front)."""
+        """Import lm-eval and index the tasks (no model needed: done once, up front; lm-eval
+        is imported only here, in the eval thread, so a client without evals never loads it)."""
+        from psyche_client.evals.harness import task_manager
+
         self._manager = task_manager(self.options.tasks, self.options.tasks_dir)
 
     def _record(self, step: int, outcome: EvalOutcome) -> None:
