@@ -11,6 +11,20 @@ peer's result is compared with it (`psyche_client.verify.agreement`) as:
 - `free_rider`: the next peer's result (another batch) re-announced for this batch;
 - `random`: random signs at random positions (k per chunk).
 
+Two more measures for the detectors of docs/verification.md ("Copiers and free riders"):
+
+- `overlap`: top-k index overlap (`psyche_client.verify.copying.index_overlap`) of each honest
+  result with every other peer's result of the same step (`overlap_honest`: the largest per
+  result, what a verifier comparing a result with all others of its round sees), and of a
+  copy with a result of the step before (`overlap_previous_step`: how much one peer's picks
+  persist between steps, the overlap a copier of an old result would show); a copy of a
+  result of the same step overlaps it by 1.0 by construction;
+- `margin`: weighted agreement with the result's own batch minus with another batch of the
+  same step (the verifier's second sample), for `honest`, a `copy` measured against its
+  source's batch (`copy_vs_source`) or a third batch (`copy_vs_third`), and a `stale` result
+  (the peer's own result of the previous step, re-announced: a free rider that trained on
+  other data).
+
 Prints one JSON object: per case the unweighted (`fraction`) and |coefficient|-weighted
 (`weighted`) agreements, each as min / mean / max over all (step, peer) pairs, every sample,
 and the median seconds of a verifier's recompute (forward/backward + DCT) and score, and of a
@@ -45,6 +59,7 @@ from psyche_client.verify.agreement import (  # noqa: E402
     gradient_coefficients,
     sign_agreement,
 )
+from psyche_client.verify.copying import index_overlap  # noqa: E402
 from psyche_client.verify.recompute import recompute_gradient  # noqa: E402
 from psyche_common.batch_id import BatchId  # noqa: E402
 
@@ -56,6 +71,12 @@ from tests.support.simulation import (  # noqa: E402
 )
 
 CASES = ("honest", "sign_flip", "free_rider", "random")
+MARGINS = ("honest", "copy_vs_source", "copy_vs_third", "stale")
+OVERLAPS = ("overlap_honest", "overlap_previous_step")
+
+
+def indices(result: DistroResult) -> list[np.ndarray]:
+    return [payload.indices() for payload in result.tensors]
 
 
 def flipped(agreement: Agreement) -> Agreement:
@@ -120,6 +141,7 @@ def main() -> None:
     rng = np.random.default_rng(1234 + args.seed)
     noise = np.random.default_rng(99)
     in_flight: dict[int, list[DistroResult]] = {}
+    previous: list[DistroResult] = []
     samples: list[dict[str, object]] = []
     started = time.perf_counter()
     recompute_seconds: list[float] = []
@@ -153,7 +175,7 @@ def main() -> None:
             train_seconds.append(out.forward_backward_seconds + out.optimizer_seconds)
             produced.append(trainer.decode_result(out.result.encode()))
         in_flight[step] = produced
-        if step in measure_at:
+        if step in measure_at and previous:
             for r in range(args.peers):
                 t0 = time.perf_counter()
                 honest = sign_agreement(produced[r], coefficients[r])
@@ -165,6 +187,26 @@ def main() -> None:
                     "free_rider": sign_agreement(other, coefficients[r]),
                     "random": random_agreement(produced[r], coefficients[r], noise),
                 }
+                third = coefficients[(r + 2) % args.peers]
+                source = coefficients[(r + 1) % args.peers]
+                copy_own = cases["free_rider"].weighted
+                stale = previous[r]
+                margins = {
+                    "honest": honest.weighted - sign_agreement(produced[r], third).weighted,
+                    "copy_vs_source": copy_own - sign_agreement(other, source).weighted,
+                    "copy_vs_third": copy_own - sign_agreement(other, third).weighted,
+                    "stale": sign_agreement(stale, coefficients[r]).weighted
+                    - sign_agreement(stale, third).weighted,
+                }
+                mine = indices(produced[r])
+                overlaps = {
+                    "overlap_honest": max(
+                        index_overlap(mine, indices(produced[q]))
+                        for q in range(args.peers)
+                        if q != r
+                    ),
+                    "overlap_previous_step": index_overlap(mine, indices(previous[r])),
+                }
                 samples.append(
                     {
                         "step": step,
@@ -174,8 +216,11 @@ def main() -> None:
                             name: [round(a.fraction, 4), round(a.weighted, 4)]
                             for name, a in cases.items()
                         },
+                        "margin": {name: round(v, 4) for name, v in margins.items()},
+                        **{name: round(v, 4) for name, v in overlaps.items()},
                     }
                 )
+        previous = produced
     report = {
         "benchmark": "verification",
         "quick": quick,
@@ -196,6 +241,11 @@ def main() -> None:
             }
             for name in CASES
         },
+        "margins": {
+            name: summary([s["margin"][name] for s in samples])  # type: ignore[index]
+            for name in MARGINS
+        },
+        "overlaps": {name: summary([s[name] for s in samples]) for name in OVERLAPS},  # type: ignore[misc]
         "recompute_seconds_median": round(float(np.median(recompute_seconds)), 4),
         "score_seconds_median": round(float(np.median(score_seconds)), 4),
         "train_seconds_median": round(float(np.median(train_seconds)), 4),
