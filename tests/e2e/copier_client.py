@@ -1,14 +1,14 @@
-"""A test-only free rider: it announces another trainer's result as its own.
+"""A test-only copier: it announces another trainer's result as its own.
 
 It is `psyche-client` with one change: when it publishes the result of one of its batches it
 waits (up to `COPY_WAIT` seconds) for a verified result of another trainer of the same
 round, relabels that result's values and indices with its own step, batch and nonce (so the
 strict decode and the signed commitment check pass: the commitment covers the step and the
 batch), and publishes that instead of its own. It still trains, so its timing looks ordinary;
-it only throws its own work away. Every copy is logged as `free rider: copied a result`
+it only throws its own work away. Every copy is logged as `copier: copied a result`
 (fields `copied_from`, `batch`). When no peer result arrives in time it publishes its own.
 Run it with `psyche-client`'s arguments:
-`python tests/e2e/freerider_client.py train --server-addr ...`.
+`python tests/e2e/copier_client.py train --server-addr ...`.
 """
 
 from __future__ import annotations
@@ -62,13 +62,13 @@ async def copy_a_peer_result(
     sender, copied = found
     backend = ctx.require_backend()
     if not isinstance(backend, DistroBackend):
-        raise SystemExit("freerider_client needs a DisTrO run on one device (the distro backend)")
+        raise SystemExit("copier_client needs a DisTrO run on one device (the distro backend)")
     mine = DistroResult.decode(output.payload, backend.trainer.layout)
     relabelled = DistroResult(
         round_.step, batch, mine.trainer_nonce, copied.value_kind, copied.tensors
     )
     log.info(
-        "free rider: copied a result",
+        "copier: copied a result",
         extra=ctx.fields(copied_from=short_id(sender), batch=str(batch)),
     )
     return TrainedResult(
