@@ -22,8 +22,13 @@ Two more measures for the detectors of docs/verification.md ("Copiers and free r
 - `margin`: weighted agreement with the result's own batch minus with another batch of the
   same step (the verifier's second sample), for `honest`, a `copy` measured against its
   source's batch (`copy_vs_source`) or a third batch (`copy_vs_third`), and a `stale` result
-  (the peer's own result of the previous step, re-announced: a free rider that trained on
-  other data).
+  (the peer's own result of the previous step it trained, re-announced: a free rider that
+  trained on other data).
+
+`--train-every 2`: each peer trains only every other step (peer r at steps where step + r is
+even), as a trainer does when half of the clients verify each round; its momentum then holds
+gradients of weights two steps older. The "third" batch of a margin is then a batch of the
+step that nobody trained on.
 
 Prints one JSON object: per case the unweighted (`fraction`) and |coefficient|-weighted
 (`weighted`) agreements, each as min / mean / max over all (step, peer) pairs, every sample,
@@ -112,6 +117,12 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (256)")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--train-every",
+        type=int,
+        default=1,
+        help="each peer trains every Nth step (2: half train each step, as with 50%% verifiers)",
+    )
     parser.add_argument("--quick", action="store_true", help="3 short steps (seconds)")
     args = parser.parse_args()
     quick = args.quick
@@ -141,7 +152,7 @@ def main() -> None:
     rng = np.random.default_rng(1234 + args.seed)
     noise = np.random.default_rng(99)
     in_flight: dict[int, list[DistroResult]] = {}
-    previous: list[DistroResult] = []
+    previous: dict[int, DistroResult] = {}
     samples: list[dict[str, object]] = []
     started = time.perf_counter()
     recompute_seconds: list[float] = []
@@ -162,9 +173,10 @@ def main() -> None:
                 grads = recompute_gradient(verifier_model, share, per_peer, torch.device("cpu"))
                 coefficients.append(gradient_coefficients(compressor, grads))
                 recompute_seconds.append(time.perf_counter() - t0)
-        produced = []
-        for r, trainer in enumerate(trainers):
-            out = trainer.train(
+        active = [r for r in range(args.peers) if (step + r) % args.train_every == 0]
+        produced: dict[int, DistroResult] = {}
+        for r in active:
+            out = trainers[r].train(
                 BatchId(r * per_peer, (r + 1) * per_peer - 1),
                 shares[r],
                 step,
@@ -173,22 +185,28 @@ def main() -> None:
             )
             assert out.result is not None
             train_seconds.append(out.forward_backward_seconds + out.optimizer_seconds)
-            produced.append(trainer.decode_result(out.result.encode()))
-        in_flight[step] = produced
-        if step in measure_at and previous:
-            for r in range(args.peers):
+            produced[r] = trainers[r].decode_result(out.result.encode())
+        in_flight[step] = list(produced.values())
+        if step in measure_at:
+            for r in active:
+                others = [q for q in active[active.index(r) + 1 :] + active if q != r]
+                if r not in previous or not others:
+                    continue
                 t0 = time.perf_counter()
                 honest = sign_agreement(produced[r], coefficients[r])
                 score_seconds.append(time.perf_counter() - t0)
-                other = produced[(r + 1) % args.peers]
+                other = produced[others[0]]
                 cases = {
                     "honest": honest,
                     "sign_flip": flipped(honest),
                     "free_rider": sign_agreement(other, coefficients[r]),
                     "random": random_agreement(produced[r], coefficients[r], noise),
                 }
-                third = coefficients[(r + 2) % args.peers]
-                source = coefficients[(r + 1) % args.peers]
+                source = coefficients[others[0]]
+                third = coefficients[
+                    next(q for q in range(r + 2, r + 2 + args.peers) if q % args.peers
+                         not in (r, others[0])) % args.peers
+                ]  # fmt: skip
                 copy_own = cases["free_rider"].weighted
                 stale = previous[r]
                 margins = {
@@ -201,9 +219,7 @@ def main() -> None:
                 mine = indices(produced[r])
                 overlaps = {
                     "overlap_honest": max(
-                        index_overlap(mine, indices(produced[q]))
-                        for q in range(args.peers)
-                        if q != r
+                        index_overlap(mine, indices(produced[q])) for q in others
                     ),
                     "overlap_previous_step": index_overlap(mine, indices(previous[r])),
                 }
@@ -220,7 +236,7 @@ def main() -> None:
                         **{name: round(v, 4) for name, v in overlaps.items()},
                     }
                 )
-        previous = produced
+        previous.update(produced)
     report = {
         "benchmark": "verification",
         "quick": quick,
@@ -233,6 +249,7 @@ def main() -> None:
             "topk": 8,
             "quantize_1bit": True,
             "decay": 0.999,
+            "train_every": args.train_every,
         },
         "cases": {
             name: {

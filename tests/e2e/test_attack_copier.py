@@ -4,7 +4,7 @@ trainer's result of the same round as its result for its own batch
 
 The copy carries its own valid commitment, and its signs agree with the copier's batch about as
 well as an honest result's do; what gives it away is that its top-k positions are the
-original's (overlap 1.0; honest results of one round overlap by at most about 0.2,
+original's (overlap 1.0; honest results of one round overlap by at most about 0.4,
 docs/verification.md). Every verifier holds both results (every client downloads all of them)
 and accuses the one announced later, the copy; at 50 % of four clients both verifiers check
 both batches, so the copier is convicted by two verifiers in the first round it copies. The

@@ -221,13 +221,15 @@ async def test_a_backend_without_checks_verifies_nothing() -> None:
 
 
 def test_each_check_fails_on_its_own() -> None:
-    thresholds = Thresholds(agreement=0.6, margin=-0.1, overlap=0.9)
+    thresholds = Thresholds(agreement=0.6, margin=-0.25, overlap=0.7)
     assert failure(Score(0.9, 0.05, 0.1, b"x" * 32), thresholds) is None
     assert failure(Score(0.5, 0.05), thresholds) == "disagrees"
     assert failure(Score(float("nan")), thresholds) == "disagrees"
     assert failure(Score(0.9, 0.05, 0.95, b"x" * 32), thresholds) == "copy"
+    assert failure(Score(0.9, 0.05, 0.4, b"x" * 32), thresholds) is None  # honest overlap
     assert failure(Score(0.9, None, 1.0, None), thresholds) is None  # nothing it copied
-    assert failure(Score(0.9, -0.2), thresholds) == "other_data"
+    assert failure(Score(0.9, -0.3), thresholds) == "other_data"
+    assert failure(Score(0.9, -0.2), thresholds) is None  # within the honest spread
     assert failure(Score(0.9, None), thresholds) is None  # one batch: no margin
 
 
@@ -282,7 +284,7 @@ async def test_a_result_that_follows_another_batch_better_than_its_own_is_accuse
     # references are the batches' first sample values (FakeVerifyingBackend.recompute)
     own, other = first.start, second.start
     round_.downloads[b"s" * 32] = verified_result(
-        first, 0.7, b"s", frozenset({1}), {own: 0.7, other: 0.95}
+        first, 0.65, b"s", frozenset({1}), {own: 0.65, other: 0.95}
     )
     round_.downloads[b"h" * 32] = verified_result(
         second, 0.9, b"h", frozenset({2}), {other: 0.9, own: 0.85}
@@ -290,5 +292,5 @@ async def test_a_result_that_follows_another_batch_better_than_its_own_is_accuse
     verifier.check_rounds()
     await settle(round_.checks, 2)
     await ctx.tasks.aclose()
-    assert uplink.accusations == [(7, OWNERS[first], first, 700)]
+    assert uplink.accusations == [(7, OWNERS[first], first, 650)]  # margin -0.30
     assert uplink.attestations == [(7, OWNERS[second], second, 900, b"h" * 32)]
