@@ -7,7 +7,7 @@ with its own batch against another batch of the verifier's sample, docs/verifica
 catches a stale result only in some rounds, so it may or may not be convicted in a short run.
 What is checked is what must hold either way: the honest clients' weights hashes are
 identical at every applied step, its stale results were really sent, no honest client is
-convicted, and the held-out loss after the run is within 5% of a clean run's (four honest
+convicted, and the held-out loss after the run is at most 5% above a clean run's (four honest
 clients, the same settings, measured in the same session).
 """
 
@@ -44,4 +44,6 @@ def test_a_free_rider_cannot_split_honest_clients_or_move_the_loss(
         f"eval loss: clean {clean.eval_loss:.4f}, attacked {run.eval_loss:.4f} ({ratio:.4f}); "
         f"stale results {len(stale)}, removed {run.attackers_removed} at {run.removal_steps}"
     )
-    assert abs(ratio - 1.0) <= LOSS_TOLERANCE, (clean.eval_loss, run.eval_loss)
+    # one-sided: the attack must not cost more than 5 %; an attacked run that ends below its
+    # clean twin (a loaded machine can cost the clean run applied steps) is no harm
+    assert ratio <= 1.0 + LOSS_TOLERANCE, (clean.eval_loss, run.eval_loss)
