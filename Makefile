@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-all lint format bench demo demo-headless tmux netlab-tools clean
+.PHONY: install test test-all lint format bench demo demo-headless tmux netlab-tools image clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PY_SYS) -m venv $(VENV)
@@ -30,6 +30,12 @@ netlab-tools:
 	  echo "ip/iptables/tc not found: installing iproute2 and iptables with apt-get" >&2; \
 	  apt-get update -qq && apt-get install -y -qq iproute2 iptables >/dev/null; } || { \
 	  echo "could not install iproute2/iptables: the network-lab tests will skip" >&2; }
+
+# The container image localhost/psyche:latest, built with podman from a Debian base made here (no
+# registry): container/build.sh installs podman, runc and mmdebstrap with apt-get if absent (as
+# root, through sudo otherwise), reuses build/image/base.tar and podman's layer cache.
+image:
+	container/build.sh
 
 test: $(STAMP) tmux netlab-tools
 	$(PY) -m pytest -m "not slow" -q --durations=30

@@ -7,7 +7,11 @@ attack of `--only` (default all of `tests.e2e.attack_run.ATTACKS`), one run of r
 steps (default 30), global batch max(6, N) × 32 tokens, every member a witness, max round time 10 s) with N − M honest clients and M
 attackers, and one clean run of N honest clients per distinct setting of the selected
 attacks at that size (1-bit values with 25% verifiers; bf16 values without verifiers for the
-huge-values trainer). Floods are hosts, not members: their runs have N − M member clients.
+huge-values trainer). Floods (idle sockets, decode bombs, relay exhaustion) are hosts, and
+intruders are clients a permissioned run refuses (an unlisted key, an expired or forged
+delegation), not members: their runs have N − M member clients. `tamper` is a man in the
+middle, not a member: its runs have N honest clients, M of which reach the server through a
+proxy that flips one byte of their link after the handshake.
 
 Per attack (key `"NAME M/N"`):
 
@@ -19,10 +23,12 @@ Per attack (key `"NAME M/N"`):
 - `honest_hashes_agree`: the honest clients' weights hashes are identical at every step they
   all applied (`common_steps` of them), and `honest_exit_ok` whether they all exited 0;
 - `attacker_removed`: every attacker was convicted by the verifiers or dropped by a health
-  check (as the coordinator recorded it); for the floods, every flooding host had sockets
-  closed by its target (caps at accept, handshake or pre-join timeouts). False is an
-  observation, not a failure: docs/security.md says which attackers the protocol cannot
-  remove and bounds their harm;
+  check (as the coordinator recorded it); for the floods, every flooding host was shed by its
+  target (idle sockets: some closed by caps at accept, handshake or pre-join timeouts; decode
+  bombs: every one refused and its socket closed; relay exhaustion: no dial granted); for the
+  intruders, each was refused at its Join and exited 1; for `tamper`, every altered frame
+  failed authentication at the side that read it. False is an observation, not a failure:
+  docs/security.md says which attackers the protocol cannot remove and bounds their harm;
 - `steps_to_removal`: per attacker, the step of its conviction or drop (None: not removed);
   `honest_convicted`: honest clients convicted in the attacked run, `honest_dropped`: honest
   clients dropped (by a health check, or for false reports).

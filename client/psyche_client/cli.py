@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import click
+from psyche_common.bool_flag import bool_flag
 from psyche_common.protocol import Identity
 
 from psyche_client.app.flags import (
@@ -39,7 +40,11 @@ def load_identity(path: Path | None) -> Identity:
     """The identity from a 32-byte key file, else ``$RAW_IDENTITY_SECRET_KEY`` (hex), else a
     fresh random one."""
     if path is not None:
-        return Identity.load(path)
+        try:
+            return Identity.load(path)
+        except (OSError, ValueError) as exc:  # missing, unreadable, or not a key
+            hint = "'-i' / '--identity-secret-key-path'"
+            raise click.BadParameter(str(exc), param_hint=hint) from exc
     raw = os.environ.get(IDENTITY_ENV)
     if raw:
         try:
@@ -109,6 +114,12 @@ def train(**flags: object) -> None:
     server_addr = str(values["server_addr"])
     if values["hub_repo"] and values["checkpoint_dir"] is None:
         raise click.UsageError("--hub-repo needs --checkpoint-dir")
+    if values["wandb_project"] is None:
+        given = [
+            f"--wandb-{name}" for name in ("run", "group", "entity") if values[f"wandb_{name}"]
+        ]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} needs --wandb-project")
     dummy = values["dummy_training_delay_secs"] is not None
     values["data_parallelism"] = _parallel_rank_setup(
         cast("int | None", values["data_parallelism"]),
@@ -253,7 +264,7 @@ def _add_file_log(path: Path) -> None:
     show_default=True,
     help="Local ranks (devices) the client will train on.",
 )
-@click.option("--fsdp", is_flag=True, default=False, help="The model will be sharded (--fsdp).")
+@bool_flag("--fsdp", default=False, help="The model will be sharded (--fsdp).")
 @precision_options
 def check(
     state_path: Path,

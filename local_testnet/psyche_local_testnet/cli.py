@@ -6,7 +6,9 @@ import shlex
 from pathlib import Path
 
 import click
+from psyche_common.bool_flag import bool_flag
 
+from psyche_local_testnet.commands import ClientMetrics
 from psyche_local_testnet.kills import KILL_SIGNALS
 from psyche_local_testnet.testnet import Testnet, TestnetError, TestnetOptions
 
@@ -52,11 +54,11 @@ def main() -> None:
     help="TCP port the coordinator server listens on; the clients connect to 127.0.0.1:PORT. "
     "It must be free (the server's relay shares it).",
 )
-@click.option(
-    "--tui/--no-tui",
+@bool_flag(
+    "--tui",
     default=True,
     show_default=True,
-    help="show the server and client dashboards in tmux (--no-tui: JSON log lines)",
+    help="show the server and client dashboards in tmux (--tui false or --no-tui: JSON log lines)",
 )
 @click.option(
     "--random-kill-num",
@@ -115,6 +117,44 @@ def main() -> None:
     help="client 1 saves a checkpoint every epoch and uploads it to this Hugging Face repo",
 )
 @click.option(
+    "--wandb-project",
+    envvar="WANDB_PROJECT",
+    default=None,
+    help="every client logs its metrics (loss, learning rate, tokens/s, P2P bytes, results "
+    "applied, optimizer statistics) to this Weights & Biases project (the clients' "
+    "--wandb-project). Online they need WANDB_API_KEY or `wandb login`; WANDB_MODE=offline "
+    "keeps the runs on disk (docs/operations.md)",
+)
+@click.option(
+    "--wandb-run",
+    envvar="WANDB_RUN",
+    default=None,
+    help="with --wandb-project: client N's wandb run is named RUN-N (default: each client's "
+    "RUN_ID-<short id>)",
+)
+@click.option(
+    "--wandb-group",
+    envvar="WANDB_GROUP",
+    default=None,
+    help="with --wandb-project: the clients' wandb group (e.g. one per testnet)",
+)
+@click.option(
+    "--wandb-entity",
+    envvar="WANDB_ENTITY",
+    default=None,
+    help="with --wandb-project: the wandb user or team that owns the project",
+)
+@click.option(
+    "--optim-stats-steps",
+    envvar="OPTIM_STATS_STEPS",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="every client measures its DisTrO optimizer every N steps (per parameter: gradient "
+    "and momentum energy, the tile energy top-k keeps, index overlap of the results applied) "
+    "and logs it, to wandb too with --wandb-project; 0: never",
+)
+@click.option(
     "--headless",
     is_flag=True,
     help="do not attach to tmux; stop after --duration or when the run ends",
@@ -171,6 +211,11 @@ def start(
     log_level: str,
     write_log: bool,
     first_client_checkpoint: str | None,
+    wandb_project: str | None,
+    wandb_run: str | None,
+    wandb_group: str | None,
+    wandb_entity: str | None,
+    optim_stats_steps: int,
     headless: bool,
     duration: float | None,
     device: str,
@@ -180,6 +225,12 @@ def start(
     client_command: list[str] | None,
 ) -> None:
     """Start the server and --num-clients clients in tmux; the summary is the last line."""
+    try:
+        metrics = ClientMetrics(
+            wandb_project, wandb_run, wandb_group, wandb_entity, optim_stats_steps
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     options = TestnetOptions(
         num_clients=num_clients,
         config_path=config_path,
@@ -193,6 +244,7 @@ def start(
         log_level=log_level,
         write_log=write_log,
         first_client_checkpoint=first_client_checkpoint,
+        metrics=metrics,
         headless=headless,
         duration=duration,
         run_dir=run_dir,

@@ -4,10 +4,14 @@ Contract of the programs:
   psyche-server validate-config --state STATE [--data-config DATA]
   psyche-server run --state STATE --server-port PORT --tui|--no-tui [--data-config DATA]
                     --log-level LEVEL [--log-format json --log-file FILE] [--save-state-dir DIR]
+                    [--identity-secret-key-path FILE] [--checkpointer KEY]
     with --save-state-dir, the server keeps DIR/{run_id}-latest.toml at the run's resume point
     (a state file `run --state` accepts; its [progress] step is the step it resumes at);
   psyche-client train --server-addr 127.0.0.1:PORT --run-id ID --device DEV
                       --logs tui|json [--write-log FILE] [--checkpoint-dir D --hub-repo R]
+                      [--server-key HEX]
+                      [--wandb-project P [--wandb-run R-N] [--wandb-group G]
+                       [--wandb-entity E]] [--optim-stats-steps S]
   with RAW_IDENTITY_SECRET_KEY=<64 hex chars> in the client's environment.
 """
 
@@ -20,7 +24,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from psyche_local_testnet.identities import IDENTITY_ENV, client_secret_hex
+from psyche_common.protocol import Identity
+
+from psyche_local_testnet.identities import (
+    IDENTITY_ENV,
+    client_public_hex,
+    client_secret_hex,
+    server_secret_key,
+)
+
+CHECKPOINTING_CLIENT = 1
+"""The client that saves and uploads checkpoints with --first-client-checkpoint."""
 
 
 def latest_state_name(run_id: str) -> str:
@@ -56,6 +70,48 @@ class ProcessSpec:
 
 
 @dataclass(frozen=True)
+class ClientMetrics:
+    """The metrics flags every client is started with (`psyche-client train`'s)."""
+
+    wandb_project: str | None = None
+    wandb_run: str | None = None
+    """A prefix: client N's run is `{wandb_run}-{N}` (default: the client's own name)."""
+    wandb_group: str | None = None
+    wandb_entity: str | None = None
+    optim_stats_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if self.wandb_project is None:
+            given = [
+                f"--wandb-{name}"
+                for name, value in (
+                    ("run", self.wandb_run),
+                    ("group", self.wandb_group),
+                    ("entity", self.wandb_entity),
+                )
+                if value
+            ]
+            if given:
+                raise ValueError(f"{', '.join(given)} needs --wandb-project")
+        if self.optim_stats_steps < 0:
+            raise ValueError(f"--optim-stats-steps must be >= 0, got {self.optim_stats_steps}")
+
+    def argv(self, client_number: int) -> list[str]:
+        argv: list[str] = []
+        if self.wandb_project:
+            argv += ["--wandb-project", self.wandb_project]
+        if self.wandb_run:
+            argv += ["--wandb-run", f"{self.wandb_run}-{client_number}"]
+        if self.wandb_group:
+            argv += ["--wandb-group", self.wandb_group]
+        if self.wandb_entity:
+            argv += ["--wandb-entity", self.wandb_entity]
+        if self.optim_stats_steps:
+            argv += ["--optim-stats-steps", str(self.optim_stats_steps)]
+        return argv
+
+
+@dataclass(frozen=True)
 class TestnetCommands:
     """Builds the server, validation and client commands of one testnet."""
 
@@ -74,6 +130,10 @@ class TestnetCommands:
     first_client_checkpoint: str | None = None
     checkpoint_dir: Path | None = None
     save_state_dir: Path | None = None  # the server's --save-state-dir (needed to restart it)
+    server_key_path: Path | None = None
+    """The server's key file (`--identity-secret-key-path`), holding `server_secret_key`;
+    the clients then pass its public key as `--server-key`."""
+    metrics: ClientMetrics = field(default_factory=ClientMetrics)
 
     def validate(self) -> list[str]:
         argv = [*self.server_program, "validate-config", "--state", str(self.state_path)]
@@ -109,7 +169,20 @@ class TestnetCommands:
             argv += ["--log-file", str(self.log_dir / "server.log")]
         if self.save_state_dir is not None:
             argv += ["--save-state-dir", str(self.save_state_dir)]
+        if self.server_key_path is not None:
+            argv += ["--identity-secret-key-path", str(self.server_key_path)]
+        if self.first_client_checkpoint:  # the server accepts its uploads' Checkpoint reports
+            argv += ["--checkpointer", client_public_hex(self.session, CHECKPOINTING_CLIENT)]
         return ProcessSpec(argv)
+
+    def server_public_key(self) -> bytes:
+        """The public key of the server's identity in this session."""
+        return Identity.from_secret_bytes(server_secret_key(self.session)).public_key
+
+    def write_server_key(self) -> None:
+        """Write the server's key file (mode 0600), when the testnet uses one."""
+        if self.server_key_path is not None:
+            Identity.from_secret_bytes(server_secret_key(self.session)).save(self.server_key_path)
 
     def client(self, client_number: int, log_file: Path | None) -> ProcessSpec:
         argv = [
@@ -126,7 +199,7 @@ class TestnetCommands:
         ]
         if log_file is not None:
             argv += ["--write-log", str(log_file)]
-        if client_number == 1 and self.first_client_checkpoint:
+        if client_number == CHECKPOINTING_CLIENT and self.first_client_checkpoint:
             checkpoint_dir = self.checkpoint_dir or Path("checkpoints")
             argv += [
                 "--checkpoint-dir",
@@ -134,5 +207,8 @@ class TestnetCommands:
                 "--hub-repo",
                 self.first_client_checkpoint,
             ]
+        if self.server_key_path is not None:
+            argv += ["--server-key", self.server_public_key().hex()]
+        argv += self.metrics.argv(client_number)
         env = {IDENTITY_ENV: client_secret_hex(self.session, client_number)}
         return ProcessSpec(argv, env)

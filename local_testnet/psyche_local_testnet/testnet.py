@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from psyche_local_testnet.commands import TestnetCommands, default_program
+from psyche_local_testnet.commands import ClientMetrics, TestnetCommands, default_program
 from psyche_local_testnet.default_config import write_default_state
 from psyche_local_testnet.kills import (
     KILL_SIGNALS,
@@ -73,6 +73,7 @@ class TestnetOptions:
     log_level: str = "info"
     write_log: bool = False
     first_client_checkpoint: str | None = None
+    metrics: ClientMetrics = field(default_factory=ClientMetrics)
     headless: bool = False
     duration: float | None = None
     run_dir: Path | None = None
@@ -158,8 +159,10 @@ class Testnet:
             tui=self.options.tui and not self.options.headless,
             device=self.options.device,
             first_client_checkpoint=self.options.first_client_checkpoint,
+            metrics=self.options.metrics,
             checkpoint_dir=self.run_dir / "checkpoints",
             save_state_dir=self.run_dir / "saved-states",  # what a server restart resumes from
+            server_key_path=self.run_dir / "server.key",  # clients check it with --server-key
         )
 
     def _validate(self, commands: TestnetCommands) -> None:
@@ -307,6 +310,7 @@ class Testnet:
         self._validate(commands)
         if commands.log_dir is not None:
             commands.log_dir.mkdir(parents=True, exist_ok=True)
+        commands.write_server_key()
         self.tmux = TmuxTestnetSession(self.session, "psyche", self.run_dir)
         summary: Summary | None = None
         try:

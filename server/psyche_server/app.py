@@ -21,7 +21,7 @@ from typing import Any
 from psyche_common.coordinator import Coordinator
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.types import ACTIVE_STATES, ClientState, RunState, TickResult
-from psyche_common.protocol import coordinator_domain, encode_frame, short_id
+from psyche_common.protocol import coordinator_domain, encode_payload, short_id
 from psyche_common.protocol.messages import (
     AnyClientMessage,
     Join,
@@ -111,6 +111,7 @@ class ServerApp:
             parse_client_message,
             self._on_message,
             self.options.limits,
+            identity=self.options.identity,
             domain=coordinator_domain(coordinator.run_id),
             service=f"the coordinator of run {coordinator.run_id!r}",
             on_connect=self._on_connect,
@@ -130,7 +131,13 @@ class ServerApp:
         self.relay = (
             None
             if relay_limits is None
-            else RelayServer(coordinator.run_id, self._may_use_relay, relay_limits)
+            else RelayServer(
+                coordinator.run_id,
+                self._may_use_relay,
+                relay_limits,
+                in_epoch=self._in_epoch,
+                identity=self.options.identity,
+            )
         )
         self.metrics_board = MetricsBoard(self.metrics_snapshot())
         """The latest metrics snapshot, for exporter threads (`metrics_export`)."""
@@ -297,7 +304,9 @@ class ServerApp:
         before = (self.run_state, self.coordinator.progress.epoch)
         result: TickResult | None
         try:
-            result = self.coordinator.tick(list(self.pending), self.now(), secrets.randbits(64))
+            result = self.coordinator.tick(
+                list(self.pending), self.now(), secrets.randbits(64), self.roster.holders()
+            )
         except CoordinatorError as exc:
             if exc.kind != ErrorKind.Halted:
                 self.stats.coordinator_errors += 1
@@ -405,8 +414,9 @@ class ServerApp:
         return {cid: addr for cid, addr in self.roster.peers(members).items() if cid in checked}
 
     def state_frame(self, wire: dict[str, Any] | None = None) -> bytes:
+        """The msgpack payload of a `CoordinatorState` (each link seals it for itself)."""
         peers = self.peers()
-        return encode_frame(
+        return encode_payload(
             {
                 "type": "CoordinatorState",
                 "coordinator": self.coordinator.to_wire() if wire is None else wire,
@@ -545,6 +555,10 @@ class ServerApp:
         conn = self.connections.connections.get(client_id)
         return conn is not None and conn.joined
 
+    def _in_epoch(self, client_id: bytes) -> bool:
+        """Whether `client_id` is a member of the current epoch (relay pipes join members)."""
+        return any(client.id == client_id for client in self.coordinator.epoch_state.clients)
+
     def _tell_divergent(self, client_id: bytes, step: int, majority: bytes) -> None:
         """Tell a client that its weights at `step` are not the majority's (it resyncs)."""
         conn = self.connections.connections.get(client_id)
@@ -649,14 +663,19 @@ class ServerApp:
             conn.joined = True  # from now on it gets every state, starting with the current one
             conn.send_frame(self._last_state_frame or self.state_frame())
         self.reachability.check(client_id, message.p2p_address)
-        if self.roster.join(client_id, message.p2p_address):
+        if self.roster.join(client_id, message.p2p_address, message.holds_model):
             log.info(
-                "%s joined run %r (p2p %s, version %r)",
+                "%s joined run %r (p2p %s, version %r%s)",
                 short_id(client_id),
                 self.run_id,
                 message.p2p_address,
                 message.client_version,
-                extra={"client": short_id(client_id), "p2p_address": message.p2p_address},
+                "" if message.holds_model else ", without the run's weights yet",
+                extra={
+                    "client": short_id(client_id),
+                    "p2p_address": message.p2p_address,
+                    "holds_model": message.holds_model,
+                },
             )
 
     def _on_reachability(self, client_id: bytes, address: str, result: ProbeResult) -> None:

@@ -1,38 +1,82 @@
 """Is a joining client reachable by its peers? The server connects back and finds out.
 
-After each `Join` the server dials the client's advertised P2P address and waits for the
-first frame of the P2P handshake (`Challenge`: a P2P listener answers there). It then sends
-nothing and closes: it has no P2P identity and needs none. The verdict goes into every state
-broadcast (`CoordinatorState.unreachable`: peers do not dial those clients, which are served
-over the connections they open themselves) and back to the client (`Reachability`, with the
-address its connection comes from), so the client knows whether to act as outbound-only.
+After each `Join` the server dials the client's advertised P2P address and speaks only this
+project's P2P handshake there: it waits for the listener's `Challenge`, sends a `Probe` with a
+nonce of its own and checks the `Proof` that comes back (`handshake.probe_transcript`), which
+must be signed by the joining client's key. The verdict is a yes or a no and nothing else:
+"reachable" (the handshake succeeded with the right key) or "not reachable"; nothing the far
+end sent is echoed anywhere (not to the client, not in the logs), and the server sends nothing
+but the `Probe` frame, and that only to a P2P listener that opened with a valid `Challenge`. A
+joiner that advertises another host's address therefore learns nothing about what listens
+there. The server's own log says which step failed (connect, timeout, handshake, key), for
+the operator only.
 
-A probe is bounded by `timeout` (connect and first frame each); a Join while an earlier probe
-of the same client runs replaces that probe.
+The verdict goes into every state broadcast (`CoordinatorState.unreachable`: peers do not dial
+those clients, which are served over the connections they open themselves) and back to the
+client (`Reachability`, with the address its connection comes from), so the client knows
+whether to act as outbound-only.
+
+A probe is bounded by `timeout` (connect and the handshake each) and reads control frames only
+(`HANDSHAKE_FRAME_SIZE` bytes, bounded decode); a Join while an earlier probe of the same
+client runs replaces that probe.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
-from psyche_common.protocol import ProtocolError, read_frame, short_id
+from psyche_common.protocol import (
+    CONTROL_DECODE,
+    HANDSHAKE_FRAME_SIZE,
+    ProtocolError,
+    encode_frame,
+    read_frame,
+    short_id,
+    verify_signature,
+)
+from psyche_common.protocol.handshake import (
+    new_challenge,
+    probe_transcript,
+    read_challenge,
+    signed_key,
+)
 
 log = logging.getLogger("psyche.server")
 
 PROBE_TIMEOUT = 5.0
-PROBE_MAX_FRAME = 4096
+
+REACHABLE_DETAIL = "a P2P listener proved this client's key at the address"
+UNREACHABLE_DETAIL = "no P2P listener proved this client's key at the address"
+"""The only texts a client is told (`Reachability.detail`)."""
+
+
+class ProbeFailure(enum.Enum):
+    """Which step of a probe failed (for the server's log only)."""
+
+    ADDRESS = "the address is not host:port"
+    CONNECT = "could not connect"
+    TIMEOUT = "timed out"
+    HANDSHAKE = "no P2P handshake"
+    WRONG_KEY = "a P2P listener of another key answered"
 
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """Whether a P2P listener answered at an address, and what happened (for the logs)."""
+    """Whether the client's own P2P listener answered at an address (`failure`: which step
+    failed when not; never anything the far end sent)."""
 
     reachable: bool
-    detail: str
+    failure: ProbeFailure | None = None
+
+    @property
+    def detail(self) -> str:
+        """What the client is told: one of two fixed texts."""
+        return REACHABLE_DETAIL if self.reachable else UNREACHABLE_DETAIL
 
 
 def split_host_port(address: str) -> tuple[str, int]:
@@ -43,36 +87,52 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def probe_p2p(address: str, timeout: float = PROBE_TIMEOUT) -> ProbeResult:
-    """Connect to `address` and wait for a P2P `Challenge` (each step within `timeout`)."""
+async def probe_p2p(client_id: bytes, address: str, timeout: float = PROBE_TIMEOUT) -> ProbeResult:
+    """Whether the P2P listener at `address` proves `client_id`'s key (each step within
+    `timeout`)."""
     try:
         host, port = split_host_port(address)
-    except ValueError as exc:
-        return ProbeResult(False, str(exc))
+    except ValueError:
+        return ProbeResult(False, ProbeFailure.ADDRESS)
     try:
         async with asyncio.timeout(timeout):
             reader, writer = await asyncio.open_connection(host, port)
     except TimeoutError:
-        return ProbeResult(False, f"connecting to {address} timed out after {timeout:g}s")
-    except OSError as exc:
-        return ProbeResult(False, f"cannot connect to {address}: {exc}")
+        return ProbeResult(False, ProbeFailure.TIMEOUT)
+    except OSError:
+        return ProbeResult(False, ProbeFailure.CONNECT)
     try:
-        frame = await read_frame(reader, max_size=PROBE_MAX_FRAME, timeout=timeout)
+        async with asyncio.timeout(timeout):
+            return await _handshake(client_id, reader, writer)
     except TimeoutError:
-        return ProbeResult(False, f"{address} accepted but sent nothing within {timeout:g}s")
-    except (ProtocolError, OSError) as exc:
-        return ProbeResult(False, f"{address} did not answer as a P2P listener: {exc}")
+        return ProbeResult(False, ProbeFailure.TIMEOUT)
+    except (ProtocolError, OSError):
+        return ProbeResult(False, ProbeFailure.HANDSHAKE)
     finally:
         writer.close()
         with contextlib.suppress(OSError, TimeoutError):
             async with asyncio.timeout(1.0):
                 await writer.wait_closed()
-    if isinstance(frame, dict) and frame.get("type") == "Challenge":
-        return ProbeResult(True, f"a P2P listener answered at {address}")
-    return ProbeResult(False, f"{address} did not answer as a P2P listener")
 
 
-Probe = Callable[[str], Awaitable[ProbeResult]]
+async def _handshake(
+    client_id: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> ProbeResult:
+    challenge = read_challenge(await read_frame(reader, HANDSHAKE_FRAME_SIZE, None, CONTROL_DECODE))
+    mine = new_challenge()
+    writer.write(encode_frame({"type": "Probe", "challenge": mine}))
+    await writer.drain()
+    reply = await read_frame(reader, HANDSHAKE_FRAME_SIZE, None, CONTROL_DECODE)
+    key, signature = signed_key(reply, "Proof")
+    if not verify_signature(key, probe_transcript(challenge, mine, key), signature):
+        return ProbeResult(False, ProbeFailure.HANDSHAKE)
+    if key != client_id:
+        return ProbeResult(False, ProbeFailure.WRONG_KEY)
+    return ProbeResult(True)
+
+
+Probe = Callable[[bytes, str], Awaitable[ProbeResult]]
+"""`(client id, address) -> verdict`."""
 Report = Callable[[bytes, str, ProbeResult], None]
 
 
@@ -99,13 +159,15 @@ class ReachabilityChecker:
             del self._probes[client_id]
 
     async def _run(self, client_id: bytes, address: str) -> None:
-        result = await self._probe(address)
+        result = await self._probe(client_id, address)
         self.reachable[client_id] = result.reachable
+        verdict = "reachable" if result.reachable else "NOT reachable"
+        if result.failure is not None:
+            verdict += f" ({result.failure.value})"
         log.info(
-            "p2p address of %s: %s (%s)",
+            "p2p address of %s: %s",
             short_id(client_id),
-            "reachable" if result.reachable else "NOT reachable",
-            result.detail,
+            verdict,
             extra={
                 "client": short_id(client_id),
                 "p2p_address": address,

@@ -1,23 +1,30 @@
 """`RelayServer`: pipes between clients that cannot connect to each other (both behind NAT).
 
-By default the relay shares the coordinator port: a client that signs the port's one-way
+By default the relay shares the coordinator port: a client that signs the port's
 handshake in `relay_domain(run_id)` rather than the coordinator's domain is handed to the
 relay (`serve_authenticated`; `ConnectionManager.share_port`), so an operator opens one port
 and the relay never collides with another service's. `psyche-server run --relay-port PORT`
-gives it a port of its own instead (`start`), with the same handshake. The frames are in
-`psyche_common.protocol.relay_messages`. Only joined
-clients may use it (`is_member`, asked at every request). A client that may be dialed keeps a
-listen channel open; a client that wants a pipe sends `RelayDial{peer}`, the server pushes
+gives it a port of its own instead (`start`), with the same handshake (signed with the
+server's identity) and the same encrypted link (`SecureChannel`) for every control frame. The
+frames are in `psyche_common.protocol.relay_messages`. Only joined clients may use it
+(`is_member`, asked at every request), and a pipe joins two members of the current epoch only
+(`in_epoch`: their P2P listeners refuse anyone else anyway, so a pipe from a client that only
+joined would be useless, and would count against its target's quota). A client that may be
+dialed keeps a listen channel open; a client that wants a pipe sends `RelayDial{peer}`, the
+server pushes
 `RelayIncoming{peer, token}` on the peer's listen channel, the peer connects with
 `RelayAccept{token}`, and the server copies bytes between the two sockets (`relay_pipe`),
 paced to `max_mbps` over all pipes together and counted per client. The two clients then run
-the end-to-end authenticated P2P protocol through the pipe, so the relay cannot read keys it
+the end-to-end authenticated and encrypted P2P protocol through the pipe, so the relay cannot read keys it
 could misuse nor impersonate a client.
 
-Bounds: `max_pipes` open pipes, `max_pipes_per_client` per client (as either end),
-`max_connections` sockets, a handshake and a request within `handshake_timeout`, the second end
-within `accept_timeout`, and listen channels closed after `listen_idle_timeout` without a
-`Ping`. `forget(client)` (the client left the coordinator) closes its channel and pipes.
+Bounds (`relay_quota`): pipes, open or still waiting for their second end, per key, per
+dialing address, per address and target and in all; `max_connections` sockets and
+`max_connections_per_ip` from one address; a handshake and a request within
+`handshake_timeout` (control frames: a few KiB, bounded decode), the second end within
+`accept_timeout`, and listen channels closed after `listen_idle_timeout` without a `Ping`.
+Every refusal is logged with the reason and the limit's flag. `forget(client)` (the client
+left the coordinator) closes its channel and pipes.
 """
 
 from __future__ import annotations
@@ -26,44 +33,29 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from psyche_common.pacing import BytePacer
 from psyche_common.protocol import (
+    Identity,
     ProtocolError,
+    SecureChannel,
     accept_handshake,
-    encode_frame,
-    read_frame,
     relay_domain,
     short_id,
 )
 from psyche_common.protocol.relay_messages import TOKEN_SIZE, parse_request
 
 from .relay_pipe import Pipe, RelayStats
+from .relay_quota import PipeQuota, RelayLimits
+
+__all__ = ["RelayLimits", "RelayServer"]
 
 log = logging.getLogger("psyche.server.relay")
 
 CONTROL_FRAME_SIZE = 4096
-
-
-@dataclass(frozen=True)
-class RelayLimits:
-    """Bounds of the relay port (`psyche-server run --relay-*` sets some of them)."""
-
-    max_mbps: float | None = 100.0
-    """Bytes forwarded per second over all pipes, both directions together, in Mbit/s
-    (None: no cap)."""
-    max_pipes: int = 1024
-    max_pipes_per_client: int = 64
-    max_connections: int = 4096
-    handshake_timeout: float = 10.0
-    accept_timeout: float = 10.0
-    """Longest a dialer waits for the peer's end of the pipe."""
-    listen_idle_timeout: float = 90.0
-    """A listen channel with no frame this long is closed (clients ping every 20 s)."""
-    pipe_idle_timeout: float = 300.0
-    """A pipe with no byte in either direction this long is closed."""
 
 
 @dataclass
@@ -71,8 +63,7 @@ class _AcceptedEnd:
     """The second end of a pipe, handed to the dialer's task, which sets `finished` when the
     pipe is over (the accepting connection's task waits for it)."""
 
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
+    channel: SecureChannel
     finished: asyncio.Future[None]
 
 
@@ -88,15 +79,26 @@ class RelayServer:
     """The relay port of a server (see the module docstring)."""
 
     def __init__(
-        self, run_id: str, is_member: Callable[[bytes], bool], limits: RelayLimits | None = None
+        self,
+        run_id: str,
+        is_member: Callable[[bytes], bool],
+        limits: RelayLimits | None = None,
+        *,
+        in_epoch: Callable[[bytes], bool] | None = None,
+        identity: Identity | None = None,
     ) -> None:
         self.run_id = run_id
+        self.identity = identity or Identity.generate()
+        """The server's identity (it signs the handshakes on the relay's own port)."""
         self.limits = limits or RelayLimits()
         self.stats = RelayStats()
         self._is_member = is_member
+        self._in_epoch = in_epoch or is_member
+        self.quota = PipeQuota(self.limits)
+        self._per_ip: Counter[str] = Counter()
         self._domain = relay_domain(run_id)
         self._pacer = BytePacer.from_mbps(self.limits.max_mbps)
-        self._listeners: dict[bytes, asyncio.StreamWriter] = {}
+        self._listeners: dict[bytes, SecureChannel] = {}
         self._pending: dict[bytes, _PendingDial] = {}
         self._pipes: set[Pipe] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -146,15 +148,16 @@ class RelayServer:
 
     def forget(self, client_id: bytes) -> None:
         """`client_id` left the run: close its listen channel and every pipe it is an end of."""
-        writer = self._listeners.pop(client_id, None)
-        if writer is not None:
-            writer.transport.abort()
+        channel = self._listeners.pop(client_id, None)
+        if channel is not None:
+            channel.abort()
         for pipe in list(self._pipes):
             if client_id in pipe.ends:
                 pipe.close()
 
     def pipes_of(self, client_id: bytes) -> int:
-        return sum(client_id in pipe.ends for pipe in self._pipes)
+        """Pipes `client_id` is an end of, open or pending."""
+        return self.quota.of_key(client_id)
 
     @property
     def open_pipes(self) -> int:
@@ -164,102 +167,153 @@ class RelayServer:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """A socket on the relay's own port: the handshake, then `serve_authenticated`."""
-        if not self._admit(writer):
+        ip = self._admit(writer)
+        if ip is None:
             return
         try:
             async with asyncio.timeout(self.limits.handshake_timeout):
-                client = await accept_handshake(
-                    reader, writer, domain=self._domain, max_frame_size=CONTROL_FRAME_SIZE
+                accepted = await accept_handshake(
+                    reader,
+                    writer,
+                    self.identity,
+                    domain=self._domain,
+                    max_frame_size=CONTROL_FRAME_SIZE,
                 )
         except (ProtocolError, OSError, TimeoutError) as exc:
-            log.info("relay: handshake failed: %s: %s", type(exc).__name__, exc)
-            self._writers.discard(writer)
+            log.info("relay: handshake from %s failed: %s: %s", ip, type(exc).__name__, exc)
+            self._release(writer, ip)
             writer.close()
             return
-        await self._serve(client, reader, writer)
+        await self._serve(accepted.peer_key, ip, accepted.channel)
 
-    async def serve_authenticated(
-        self, client: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def serve_authenticated(self, client: bytes, channel: SecureChannel) -> None:
         """A socket whose handshake `client` signed in the relay's domain on a shared port."""
-        if self._admit(writer):
-            await self._serve(client, reader, writer)
+        ip = self._admit(channel.writer)
+        if ip is not None:
+            await self._serve(client, ip, channel)
 
-    def _admit(self, writer: asyncio.StreamWriter) -> bool:
-        if self._closed or len(self._writers) >= self.limits.max_connections:
+    def _admit(self, writer: asyncio.StreamWriter) -> str | None:
+        """The socket's address, or None when it is over a connection cap (then closed)."""
+        peer = writer.get_extra_info("peername")
+        ip = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+        limits = self.limits
+        refusal = None
+        if self._closed:
+            refusal = "the relay is closing"
+        elif len(self._writers) >= limits.max_connections:
+            refusal = f"{len(self._writers)} relay connections open (the server's limit)"
+        elif self._per_ip[ip] >= limits.max_connections_per_ip:
+            refusal = (
+                f"{self._per_ip[ip]} relay connections open from {ip} "
+                f"(--relay-max-connections-per-ip {limits.max_connections_per_ip})"
+            )
+        if refusal is not None:
             self.stats.refused += 1
+            log.warning(
+                "relay: refusing a connection from %s: %s",
+                ip,
+                refusal,
+                extra={"remote": ip, "reason": refusal},
+            )
             writer.transport.abort()
-            return False
+            return None
         self._writers.add(writer)
-        return True
+        self._per_ip[ip] += 1
+        return ip
 
-    async def _serve(
-        self, client: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    def _release(self, writer: asyncio.StreamWriter, ip: str) -> None:
+        self._writers.discard(writer)
+        self._per_ip[ip] -= 1
+        if self._per_ip[ip] <= 0:
+            del self._per_ip[ip]
+
+    async def _serve(self, client: bytes, ip: str, channel: SecureChannel) -> None:
         """One authenticated relay connection: its request, then what the request asks."""
+        writer = channel.writer
         try:
-            async with asyncio.timeout(self.limits.handshake_timeout):
-                kind, argument = parse_request(await read_frame(reader, CONTROL_FRAME_SIZE))
+            kind, argument = parse_request(
+                await channel.read_control(self.limits.handshake_timeout, CONTROL_FRAME_SIZE)
+            )
             if not self._is_member(client):
                 raise _Refusal(f"{short_id(client)} is not a joined client of this run")
             if kind == "RelayListen":
-                await self._listen(client, reader, writer)
+                await self._listen(client, channel)
             elif kind == "RelayDial":
-                await self._dial(client, argument, reader, writer)
+                await self._dial(client, ip, argument, channel)
             else:
-                await self._accept_pipe(client, argument, reader, writer)
+                await self._accept_pipe(client, argument, channel)
         except _Refusal as exc:
             self.stats.refused += 1
-            log.info("relay: refused %s: %s", short_id(client), exc)
+            log.warning(
+                "relay: refused %s (from %s): %s",
+                short_id(client),
+                ip,
+                exc,
+                extra={"client": short_id(client), "remote": ip, "reason": str(exc)},
+            )
             with contextlib.suppress(Exception):
-                writer.write(encode_frame({"type": "Rejected", "reason": str(exc)}))
+                channel.write({"type": "Rejected", "reason": str(exc)})
         except (ProtocolError, OSError, TimeoutError) as exc:
             log.info(
                 "relay: connection of %s ended: %s: %s", short_id(client), type(exc).__name__, exc
             )
         finally:
-            self._writers.discard(writer)
+            self._release(writer, ip)
             writer.close()
 
-    async def _listen(
-        self, client: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _listen(self, client: bytes, channel: SecureChannel) -> None:
         old = self._listeners.get(client)
         if old is not None:
-            old.transport.abort()
-        self._listeners[client] = writer
-        writer.write(encode_frame({"type": "RelayListening"}))
+            old.abort()
+        self._listeners[client] = channel
+        channel.write({"type": "RelayListening"})
         try:
             while True:
-                frame = await read_frame(
-                    reader, CONTROL_FRAME_SIZE, timeout=self.limits.listen_idle_timeout
+                frame = await channel.read_control(
+                    self.limits.listen_idle_timeout, CONTROL_FRAME_SIZE
                 )
                 if not isinstance(frame, dict) or frame.get("type") != "Ping":
                     raise ProtocolError("a listen channel carries only Ping frames")
         finally:
-            if self._listeners.get(client) is writer:
+            if self._listeners.get(client) is channel:
                 del self._listeners[client]
 
-    async def _dial(
-        self,
-        client: bytes,
-        target: bytes,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
+    async def _dial(self, client: bytes, ip: str, target: bytes, link: SecureChannel) -> None:
         if target == client:
             raise _Refusal("a client cannot dial itself")
         if not self._is_member(target):
             raise _Refusal(f"{short_id(target)} is not a joined client of this run")
+        if not self._in_epoch(client):
+            raise _Refusal(
+                f"{short_id(client)} is not a member of the current epoch (pipes join members)"
+            )
+        if not self._in_epoch(target):
+            raise _Refusal(f"{short_id(target)} is not a member of the current epoch")
         channel = self._listeners.get(target)
-        if channel is None or channel.is_closing():
+        if channel is None or channel.writer.is_closing():
             raise _Refusal(f"{short_id(target)} has no listen channel open at the relay")
-        self._check_capacity(client, target)
+        refusal = self.quota.refusal(client, target, ip)
+        if refusal is not None:
+            raise _Refusal(refusal)
+        claim = self.quota.claim(client, target, ip)  # a pending dial holds its slot
+        try:
+            await self._connect(client, target, channel, link)
+        finally:
+            self.quota.release(claim)
+
+    async def _connect(
+        self,
+        client: bytes,
+        target: bytes,
+        channel: SecureChannel,
+        link: SecureChannel,
+    ) -> None:
+        """Announce the pipe on the target's listen channel, wait for its end, run the pipe."""
         token = secrets.token_bytes(TOKEN_SIZE)
         pending = _PendingDial(target)
         self._pending[token] = pending
         try:
-            channel.write(encode_frame({"type": "RelayIncoming", "peer": client, "token": token}))
+            channel.write({"type": "RelayIncoming", "peer": client, "token": token})
             try:
                 async with asyncio.timeout(self.limits.accept_timeout):
                     end = await asyncio.shield(pending.arrived)
@@ -273,14 +327,13 @@ class RelayServer:
             if not pending.arrived.done():
                 pending.arrived.cancel()
         pipe = Pipe(
-            (client, reader, writer),
-            (target, end.reader, end.writer),
+            (client, link),
+            (target, end.channel),
             self._pacer,
             self.stats,
             idle_timeout=self.limits.pipe_idle_timeout,
         )
         try:
-            self._check_capacity(client, target)  # other pipes may have opened meanwhile
             self._pipes.add(pipe)
             self.stats.pipes_total += 1
             log.info("relay: pipe %s ↔ %s open", short_id(client), short_id(target))
@@ -296,31 +349,15 @@ class RelayServer:
                 pipe.forwarded,
             )
 
-    async def _accept_pipe(
-        self,
-        client: bytes,
-        token: bytes,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
+    async def _accept_pipe(self, client: bytes, token: bytes, channel: SecureChannel) -> None:
         pending = self._pending.get(token)
         if pending is None or pending.arrived.done():
             raise _Refusal("unknown or expired relay token")
         if pending.target != client:
             raise _Refusal("the relay token was issued to another client")
         finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        pending.arrived.set_result(_AcceptedEnd(reader, writer, finished))
+        pending.arrived.set_result(_AcceptedEnd(channel, finished))
         await finished  # the dialer's task runs the pipe; this end only waits for it to end
-
-    def _check_capacity(self, client: bytes, target: bytes) -> None:
-        if len(self._pipes) >= self.limits.max_pipes:
-            raise _Refusal(f"{len(self._pipes)} relay pipes open (the server's limit)")
-        for end in (client, target):
-            if self.pipes_of(end) >= self.limits.max_pipes_per_client:
-                raise _Refusal(
-                    f"{short_id(end)} has {self.limits.max_pipes_per_client} relay pipes open "
-                    "(the per-client limit)"
-                )
 
 
 class _Refusal(Exception):

@@ -17,20 +17,33 @@ class ClientRoster:
         self.pending: dict[bytes, None] = {}
         """Joined and not kicked; insertion order = join order."""
         self.p2p_addresses: dict[bytes, str] = {}
+        self.without_model: set[bytes] = set()
+        """Connected clients whose latest Join said they hold no weights (a restarted
+        process): a P2P checkpoint cannot count on them."""
         self._kicked: set[bytes] = set()
         """Dropped records already kicked once: a later re-Join of theirs is honoured."""
 
-    def join(self, client_id: bytes, p2p_address: str) -> bool:
-        """Record a Join (a repeated Join updates the address); True the first time."""
+    def join(self, client_id: bytes, p2p_address: str, holds_model: bool = True) -> bool:
+        """Record a Join (a repeated Join updates the address and whether the client holds
+        the weights); True the first time."""
         first = client_id not in self.pending
         self.pending[client_id] = None
         self.p2p_addresses[client_id] = p2p_address
+        if holds_model:
+            self.without_model.discard(client_id)
+        else:
+            self.without_model.add(client_id)
         return first
+
+    def holders(self) -> list[bytes]:
+        """The pending clients that hold the run's weights (as their latest Join said)."""
+        return [client_id for client_id in self.pending if client_id not in self.without_model]
 
     def leave(self, client_id: bytes) -> None:
         """Forget a client that disconnected."""
         self.pending.pop(client_id, None)
         self.p2p_addresses.pop(client_id, None)
+        self.without_model.discard(client_id)
 
     def kick(self, client_ids: Iterable[bytes]) -> list[bytes]:
         """Remove these clients from the pending set (their address stays while they are

@@ -3,9 +3,15 @@ attack tests and for bench/attacks.py.
 
 A run is a `psyche-server` and `clients` processes training `builtin:llama-tiny` on CPU for
 `steps` steps (global batch max(6, clients) × 32 tokens); `malicious` of them are attackers:
-a test-only client program of tests/e2e (one behaviour changed), or, for the floods, hosts
-that hold idle sockets against the server or against honest clients' P2P ports (then only
-the honest clients are members). The first
+a test-only client program of tests/e2e (one behaviour changed); or, for the floods, hosts
+that hold idle sockets against the server or against honest clients' P2P ports, send decode
+bombs at the server's and the clients' ports, or ask the relay for pipes with many keys while
+the honest clients reach each other only through it (`hostile_hosts`); or, for the intruders,
+clients of a permissioned run (`--authorized-keys` lists the honest clients' keys) whose key is
+not listed, or whose delegation expired or is forged. Flooding hosts and intruders are no
+members: only the honest clients are. Or, for `tamper`, a man in the middle: `malicious` of
+the (all honest) clients reach the server through a proxy that flips one byte of their `Join`
+and then one of a state on their next connection (`tests.support.tamper_proxy`). The first
 honest client writes a checkpoint at the end; its loss on a fixed held-out slice of the
 training corpus (`eval_loss`) is what "loss vs clean" compares, so the attacked run and its
 clean twin are judged on the same tokens whatever batches each trainer happened to get.
@@ -17,6 +23,7 @@ training loss was finite, whether each attacker was removed) for the caller to j
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -25,27 +32,52 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from psyche_common.protocol import Identity, coordinator_domain
+from psyche_common.protocol.authorization import encode_authorization, sign_authorization
 
-from tests.e2e.client_run import Cluster, Proc, applied_hashes, losses, write_state
+from tests.e2e.client_run import (
+    Cluster,
+    Proc,
+    applied_hashes,
+    free_port,
+    losses,
+    wait_for,
+    write_state,
+)
 from tests.e2e.flood import Flood
+from tests.e2e.hostile_hosts import DecodeBomber, RelayExhauster
+from tests.support.tamper_proxy import DOWN, UP, Flip, TamperProxy
+
+Host = Flood | DecodeBomber | RelayExhauster
 
 HERE = Path(__file__).resolve().parent
 EVAL_SEQUENCES = 64
 EVAL_SEQ_LEN = 32
 FLOOD_SOCKETS = 300
 DROPPED_LINE = "dropped from the epoch by a health check: joining again for the next epoch"
+REFUSED_LINE = "server rejected this client: not authorized"
+TAMPER_FLIPS = (Flip(0, UP, 1), Flip(1, DOWN, 3))
+"""A tampering proxy's flips: the first connection's Join (client → server), then the fourth
+frame the server sends on the second connection (a state or the reachability notice)."""
+AUTHENTICATION_FAILED = "failed authentication"
 
 
 @dataclass(frozen=True)
 class Attack:
-    """An attack: `program`, a client script in tests/e2e run by each attacker, or `flood`,
-    where the attackers flood the `server` or honest `peer`s with idle connections.
+    """An attack: `program`, a client script in tests/e2e run by each attacker; `flood`, where
+    each attacker is a host that floods the `server` or honest `peer`s with idle connections,
+    sends `decode_bomb`s to the server's and the peers' ports, or asks the `relay` for pipes
+    with many keys; `intruder`, a client of a permissioned run presenting an `unlisted` key,
+    an `expired` delegation or a `forged` one (`bad_delegation`: the two alternate); or
+    `tamper`, where each attacker alters one honest client's coordinator link in flight.
     `quantize_1bit` and `verification_percent` are the run's settings (its clean twin's too)."""
 
     name: str
     description: str
     program: str | None = None
     flood: str | None = None
+    intruder: str | None = None
+    tamper: bool = False
     quantize_1bit: bool = True
     verification_percent: int = 25
 
@@ -105,8 +137,51 @@ ATTACKS: dict[str, Attack] = {
             "peer serving junk bytes for its blobs to half of the members",
             program="junk_blob_client.py",
         ),
+        Attack(
+            "early_flood",
+            "member pushing 1200 far-future announcements to each peer after every Finished",
+            program="early_flood_client.py",
+        ),
+        Attack(
+            "slow_reader",
+            "member holding 64 requests for old blobs open at each peer, reading about 1 MB/s",
+            program="slow_reader_client.py",
+        ),
+        Attack(
+            "manifest_liar",
+            "member serving other weights in its manifest and parameters (to joiners and to "
+            "the Warmup weights checks)",
+            program="manifest_liar_client.py",
+        ),
         Attack("flood_server", "300 idle sockets per attacker at the server", flood="server"),
         Attack("flood_peer", "300 idle sockets per attacker at one honest peer", flood="peer"),
+        Attack(
+            "decode_bomb",
+            "host sending nested-array frames at the coordinator port and every peer's P2P port",
+            flood="decode_bomb",
+        ),
+        Attack(
+            "relay_exhaustion",
+            "host with 16 joined keys dialing every member through the relay (all honest "
+            "clients relayed)",
+            flood="relay",
+        ),
+        Attack(
+            "unlisted_key",
+            "client of a permissioned run whose key is not listed",
+            intruder="unlisted",
+        ),
+        Attack(
+            "bad_delegation",
+            "client of a permissioned run with an expired or a forged delegation",
+            intruder="bad_delegation",
+        ),
+        Attack(
+            "tamper",
+            "man in the middle flipping one byte per connection of an honest client's "
+            "coordinator link, after the handshake",
+            tamper=True,
+        ),
     )
 }
 
@@ -127,7 +202,7 @@ class RunOutcome:
     honest: list[Proc] = field(repr=False)
     attackers: list[Proc] = field(repr=False)
     server: Proc | None = field(repr=False)
-    floods: list[Flood] = field(repr=False)
+    floods: list[Host] = field(repr=False)
     diagnostics: str = field(repr=False)
     removal_steps: list[int | None] = field(default_factory=list)
     """Per attacker, the step at which it was convicted or dropped (None: not removed)."""
@@ -253,8 +328,10 @@ def run_attack(
     else:
         quantize_1bit = attack.quantize_1bit
         verification_percent = attack.verification_percent
-    honest_count = clients - malicious
-    members = honest_count if attack is not None and attack.flood else clients
+    tamper = attack is not None and attack.tamper
+    honest_count = clients if tamper else clients - malicious
+    outsiders = attack is not None and (attack.flood or attack.intruder)
+    members = honest_count if outsiders else clients
     state = write_state(
         tmp / "state.toml",
         total_steps=steps,
@@ -270,24 +347,49 @@ def run_attack(
     )
     cluster = Cluster(tmp, state)
     checkpoints = tmp / "checkpoints"
-    floods: list[Flood] = []
+    floods: list[Host] = []
+    proxies: list[TamperProxy] = []
     attackers: list[Proc] = []
+    flood = attack.flood if attack is not None else None
+    keys = _Keys(tmp, honest_count, malicious) if attack is not None and attack.intruder else None
     started = time.monotonic()
     try:
-        if attack is not None and attack.flood == "server":
+        if flood == "server":
             cluster.start_server("--pre-join-timeout", "2")
             for i in range(malicious):
                 floods.append(Flood(cluster.port, f"127.0.0.{2 + i}", FLOOD_SOCKETS).start())
+        elif keys is not None:
+            cluster.start_server("--authorized-keys", str(keys.authorized))
         else:
             cluster.start_server()
         honest = []
+        relayed = ["--advertise-addr", f"127.0.0.1:{free_port()}"] if flood == "relay" else []
         for i in range(honest_count):
             extra = ["--checkpoint-dir", str(checkpoints)] if i == 0 else []
-            client = cluster.start_client(*extra)
+            identity = [] if keys is None else ["-i", str(keys.honest[i])]
+            if tamper and i >= honest_count - malicious:  # the last `malicious` clients
+                proxy = TamperProxy(cluster.port, TAMPER_FLIPS).start()
+                proxies.append(proxy)
+                extra += ["--server-addr", f"127.0.0.1:{proxy.port}"]
+            client = cluster.start_client(*extra, *identity, *relayed)
             honest.append(client)
-            if attack is not None and attack.flood == "peer" and i < malicious:
-                flood = Flood(client.p2p_port(), f"127.0.0.{2 + i}", FLOOD_SOCKETS)
-                floods.append(flood.start())
+            if flood == "peer" and i < malicious:
+                peer_flood = Flood(client.p2p_port(), f"127.0.0.{2 + i}", FLOOD_SOCKETS)
+                floods.append(peer_flood.start())
+        if flood == "decode_bomb":
+            targets: list[tuple[int, bytes | None]] = [
+                (cluster.port, coordinator_domain("e2e-run")),
+                *((client.p2p_port(), None) for client in honest),
+            ]
+            for i in range(malicious):
+                floods.append(DecodeBomber(targets, f"127.0.0.{2 + i}").start())
+        if flood == "relay":  # once the epoch's members are fixed: the keys stay pending
+            wait_for(lambda: applied_hashes(honest[0]), timeout, "a first applied step")
+            for i in range(malicious):
+                floods.append(RelayExhauster(cluster.port, "e2e-run", f"127.0.0.{2 + i}").start())
+        if keys is not None and attack is not None:
+            for i in range(malicious):
+                attackers.append(cluster.start_client(*keys.intruder(i, attack.intruder)))
         if attack is not None and attack.program is not None:
             gradients = tmp / "attacker-results"
             for _ in range(malicious):
@@ -305,12 +407,25 @@ def run_attack(
         for flood in floods:
             flood.stop()
         cluster.stop()
+        for proxy in proxies:
+            proxy.stop()
     tables = [applied_hashes(p) for p in honest]
     common = sorted(set.intersection(*(set(t) for t in tables))) if tables else []
     agree = bool(common) and all(len({t[s] for t in tables}) == 1 for s in common)
     finite = all(math.isfinite(v) for p in honest for v in losses(p).values())
     if attack is not None and attack.flood:
-        removed = [flood.closed_by_target > 0 for flood in floods]
+        removed = [host.shed for host in floods]
+    elif attack is not None and attack.intruder:
+        removed = [p.popen.returncode == 1 and _refused(p) for p in attackers]
+    elif tamper:  # every altered frame was refused: the server and the client each said so
+        server_log = cluster.server.log_path.read_text() if cluster.server else ""
+        tampered = honest[honest_count - malicious :]
+        removed = [
+            proxy.flipped == list(TAMPER_FLIPS)
+            and AUTHENTICATION_FAILED in client.log_path.read_text()
+            and AUTHENTICATION_FAILED in server_log
+            for proxy, client in zip(proxies, tampered, strict=True)
+        ]
     else:
         convicted = convicted_ids(cluster.server) if cluster.server else set()
         removed = [client_id(p) in convicted or bool(p.events(DROPPED_LINE)) for p in attackers]
@@ -339,3 +454,53 @@ def run_attack(
         honest_convicted=honest_convicted,
         honest_dropped=sum(1 for p in honest if p.events(DROPPED_LINE)),
     )
+
+
+def _refused(proc: Proc) -> bool:
+    """Whether a client process printed the server's refusal of its Join."""
+    return REFUSED_LINE in proc.log_path.read_text(errors="replace")
+
+
+class _Keys:
+    """The key files of a permissioned run: the honest clients' keys and an authorizer's are
+    listed in `authorized`; intruders hold keys of their own (see `intruder`)."""
+
+    def __init__(self, tmp: Path, honest: int, intruders: int) -> None:
+        self.tmp = tmp
+        self.honest = [self._write(f"honest{i}.key")[0] for i in range(honest)]
+        _, self.authorizer = self._write("authorizer.key")
+        listed = [Identity.load(path).public_key for path in self.honest]
+        self.authorized = tmp / "authorized_keys"
+        self.authorized.write_text(
+            "".join(f"{key.hex()}\n" for key in (*listed, self.authorizer.public_key))
+        )
+        self.intruders = intruders
+
+    def _write(self, name: str) -> tuple[Path, Identity]:
+        identity = Identity.generate()
+        path = self.tmp / name
+        path.write_bytes(identity.secret_bytes())
+        return path, identity
+
+    def intruder(self, index: int, kind: str | None) -> list[str]:
+        """`psyche-client train` flags of intruder `index`: an `unlisted` key, or (for
+        `bad_delegation`) an expired delegation at even indices and a forged one at odd ones
+        (a genuine statement with the intruder's key added, so its signature fails)."""
+        path, identity = self._write(f"intruder{index}.key")
+        if kind == "unlisted":
+            return ["-i", str(path)]
+        now = int(time.time())
+        if index % 2 == 0:
+            statement = sign_authorization(
+                self.authorizer, "e2e-run", [identity.public_key], now - 60
+            )
+        else:
+            genuine = sign_authorization(
+                self.authorizer, "e2e-run", [Identity.generate().public_key], now + 3600
+            )
+            statement = dataclasses.replace(
+                genuine, delegates=(*genuine.delegates, identity.public_key)
+            )
+        auth = self.tmp / f"intruder{index}.auth"
+        auth.write_bytes(encode_authorization(statement))
+        return ["-i", str(path), "--authorization", str(auth)]

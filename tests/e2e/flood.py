@@ -26,6 +26,11 @@ class Flood:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"flood-{port}", daemon=True)
 
+    @property
+    def shed(self) -> bool:
+        """Whether the target shed the flood (closed sockets of it)."""
+        return self.closed_by_target > 0
+
     def start(self) -> Flood:
         self._thread.start()
         return self

@@ -12,8 +12,10 @@ from the launcher's final `summary: {...}` line, the clients' JSON log files
   than a limit (which covers the server restart), right up to the end;
 - the server was restarted once; the clients that ran across the restart reconnected to the
   new server within a few seconds, and the run trained past the step the restart resumed at;
-- the clients really were killed, and killed clients rejoin (a restarted incarnation trains)
-  after fetching the model peer-to-peer;
+- the clients really were killed, and killed clients rejoin (a restarted incarnation trains);
+- within one Warmup every client that loads the model loads it from the same place: from peers
+  while a member of the previous epoch that holds the weights is back, else from the stored
+  checkpoint;
 - every client reports the same weights hash at the same step (`hashes_agree`);
 - the loss at the end is below the loss at the start.
 
@@ -31,6 +33,7 @@ import socket
 import subprocess
 import sys
 import time
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,7 +47,6 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is no
 
 TESTNET = Path(sys.executable).parent / "psyche-local-testnet"
 LOG_NAME = re.compile(r"^client-(\d+)\.(\d+)\.jsonl$")
-P2P_FETCH_MSG = "model fetched peer-to-peer"
 # Launcher teardown (signal, wait, SIGKILL) after the run's duration, at most.
 TEARDOWN_SLACK = 40.0
 # From the restarted server's start to a client's reconnection, at most (reconnect attempts are
@@ -268,31 +270,35 @@ def rejoined_incarnations(lines: list[LogLine]) -> dict[tuple[int, int], set[str
     return seen
 
 
-def warmup_step(lines: list[LogLine], key: tuple[int, int]) -> int | None:
-    """The step of the Warmup at which incarnation `key` loaded its model."""
-    for line in lines:
-        if (line.client, line.incarnation) == key and line.fields.get("msg") == "model ready":
-            return int(line.fields.get("step", -1))
-    return None
+def warmup_starts(server_lines: list[dict[str, Any]]) -> list[float]:
+    """When each Warmup began, by the server's `run state X -> Warmup` lines (a Warmup that
+    fails is followed by another at the same step: they are told apart by time)."""
+    return sorted(
+        timestamp(fields)
+        for fields in server_lines
+        if str(fields.get("msg", "")).startswith("run state ")
+        and str(fields.get("msg", "")).split(" (")[0].endswith("-> Warmup")
+    )
 
 
-def model_loads(lines: list[LogLine]) -> dict[int, list[set[str]]]:
-    """Warmup step -> for each incarnation that loaded its model there, the messages it logged
-    about it ("model ready", and P2P_FETCH_MSG when it fetched from peers)."""
-    by_incarnation: dict[tuple[int, int], set[str]] = defaultdict(set)
-    steps: dict[tuple[int, int], int] = {}
+def model_sources_by_warmup(
+    lines: list[LogLine], starts: list[float]
+) -> dict[int, dict[tuple[int, int], str]]:
+    """Warmup (index into `starts`) -> for each incarnation that loaded its model then, where
+    from (`model ready`'s `model_source`). The Warmup is the one in which the incarnation's
+    last load attempt began (`loading the model for this run`; a load retries while no peer
+    can serve the model)."""
+    began: dict[tuple[int, int], float] = {}
+    sources: dict[int, dict[tuple[int, int], str]] = defaultdict(dict)
     for line in lines:
+        key = (line.client, line.incarnation)
         msg = line.fields.get("msg")
-        if msg in ("model ready", P2P_FETCH_MSG):
-            key = (line.client, line.incarnation)
-            by_incarnation[key].add(str(msg))
-            if msg == "model ready":
-                steps[key] = int(line.fields.get("step", -1))
-    loads: dict[int, list[set[str]]] = defaultdict(list)
-    for key, msgs in by_incarnation.items():
-        if key in steps:
-            loads[steps[key]].append(msgs)
-    return loads
+        if msg == "loading the model for this run":
+            began[key] = line.ts
+        elif msg == "model ready" and key in began:
+            warmup = bisect_right(starts, began[key]) - 1
+            sources[warmup][key] = str(line.fields.get("model_source"))
+    return sources
 
 
 def check_server_restart(run: ChaosRun, plan: ChaosPlan) -> None:
@@ -391,18 +397,18 @@ def check_chaos(run: ChaosRun, plan: ChaosPlan) -> None:
     rejoined = rejoined_incarnations(run.lines)
     trained = {key for key, msgs in rejoined.items() if "trained step" in msgs}
     assert summary["rejoins"] >= 1 and trained, "no killed client trained again" + where
-    # The exception: a Warmup at which no member of the previous epoch remained (a kill took
-    # the last one) hands out the Hub checkpoint to everyone; then nobody fetched peer-to-peer.
-    loaded_at = model_loads(run.lines)
-    without_p2p = sorted(
-        key
-        for key in trained
-        if P2P_FETCH_MSG not in rejoined[key]
-        and any(P2P_FETCH_MSG in how for how in loaded_at.get(warmup_step(run.lines, key), []))
-    )
-    assert not without_p2p, (
-        f"restarted (client, incarnation) {without_p2p} trained without '{P2P_FETCH_MSG}' "
-        "although others fetched the model peer-to-peer at the same Warmup" + where
+    # Within one Warmup everybody loads the model from the same place: from peers while a
+    # member of the previous epoch holding the weights is back, else from the stored
+    # checkpoint (a kill took the last holder).
+    by_warmup = model_sources_by_warmup(run.lines, warmup_starts(run.server_lines))
+    mixed = {
+        warmup: sources
+        for warmup, sources in by_warmup.items()
+        if "p2p" in sources.values() and len(set(sources.values())) > 1
+    }
+    assert not mixed, (
+        f"within one Warmup some clients loaded the model from peers, others from the stored "
+        f"checkpoint (Warmup index -> (client, incarnation) -> source): {mixed}" + where
     )
 
     # Every client holds the same weights at the same step.

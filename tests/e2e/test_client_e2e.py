@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.client_run import Cluster, applied_hashes, losses, wait_for, write_state
+from tests.e2e.wandb_run import WANDB_FLAGS, assert_offline_wandb_runs, wandb_env
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -71,16 +72,20 @@ def test_real_training_three_clients_loss_decreases_identical_weights(cluster) -
     assert weights_digest(model).hex() == applied_hashes(clients[0])[common[-1]]
 
 
-def test_two_bf16_clients_hold_identical_weights(cluster) -> None:
+def test_two_bf16_clients_hold_identical_weights(cluster, monkeypatch) -> None:
     """`--dtype bf16` (with fp32 gradient accumulation over two micro-batches): two real
     clients apply the same results to bf16 weights bit-identically, and the checkpoint holds
-    those bf16 bytes."""
+    those bf16 bytes. The same run checks `--wandb-project` and `--optim-stats-steps` (offline
+    wandb runs: tests/e2e/wandb_run.py)."""
     import torch
 
     c = cluster(total_steps=7, init_min_clients=2, batch=4, epoch_time=600)
+    home = c.tmp / "wandb-home"
+    home.mkdir()
+    wandb_env(monkeypatch, home, "offline")
     c.start_server()
     checkpoints = c.tmp / "checkpoints"
-    flags = ("--dtype", "bf16", "--grad-accum-in-fp32", "--micro-batch-size", "1")
+    flags = ("--dtype", "bf16", "--grad-accum-in-fp32", "--micro-batch-size", "1", *WANDB_FLAGS)
     clients = [
         c.start_client(*flags, "--checkpoint-dir", str(checkpoints)),
         c.start_client(*flags),
@@ -102,6 +107,7 @@ def test_two_bf16_clients_hold_identical_weights(cluster) -> None:
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     # the hash covers the dtype: equal hashes mean the clients trained bf16 weights
     assert weights_digest(model).hex() == applied_hashes(clients[0])[common[-1]]
+    assert_offline_wandb_runs(clients, home)
 
 
 def test_sigkill_mid_round_does_not_stall_the_run(cluster) -> None:

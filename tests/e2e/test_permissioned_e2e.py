@@ -2,17 +2,22 @@
 
 Two dummy clients train the run to its end with identical weights: one whose key is listed,
 one admitted by a delegation that a listed authorizer signed with `psyche-client authorize`.
-A client whose key is not listed is refused at its Join and exits non-zero at once (no
-reconnecting), printing the server's reason.
+Three intruders are refused at their Join and exit non-zero at once (no reconnecting),
+printing the server's reason: a key that is not listed, a delegate whose authorization
+expired, and a key that presents a forged authorization (a listed authorizer's statement with
+its own key put among the delegates, so the signature no longer verifies).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from psyche_common.protocol import Identity
+from psyche_common.protocol.authorization import encode_authorization, sign_authorization
 
 from tests.e2e.client_run import BIN, Cluster, applied_hashes, wait_for, write_state
 
@@ -54,6 +59,16 @@ def test_listed_and_delegated_clients_train_an_unlisted_one_is_refused(tmp_path:
         timeout=60,
     )
     assert signed.returncode == 0, signed.stderr
+    expired_key, forger = (_key_file(tmp_path / name) for name in ("expired.key", "forger.key"))
+    expired = sign_authorization(
+        authorizer, "e2e-run", [expired_key.public_key], int(time.time()) - 60
+    )
+    (tmp_path / "expired.auth").write_bytes(encode_authorization(expired))
+    genuine = sign_authorization(
+        authorizer, "e2e-run", [delegate.public_key], int(time.time()) + 3600
+    )
+    forged = dataclasses.replace(genuine, delegates=(*genuine.delegates, forger.public_key))
+    (tmp_path / "forged.auth").write_bytes(encode_authorization(forged))
     cluster = Cluster(
         tmp_path,
         write_state(
@@ -68,6 +83,22 @@ def test_listed_and_delegated_clients_train_an_unlisted_one_is_refused(tmp_path:
     try:
         cluster.start_server("--authorized-keys", str(keys))
         stranger = cluster.start_client(dummy_delay=0.2)
+        intruders = {
+            "authorization expired at": cluster.start_client(
+                "-i",
+                str(tmp_path / "expired.key"),
+                "--authorization",
+                str(tmp_path / "expired.auth"),
+                dummy_delay=0.2,
+            ),
+            "authorization signature does not verify": cluster.start_client(
+                "-i",
+                str(tmp_path / "forger.key"),
+                "--authorization",
+                str(tmp_path / "forged.auth"),
+                dummy_delay=0.2,
+            ),
+        }
         members = [
             cluster.start_client("-i", str(tmp_path / "listed.key"), dummy_delay=0.2),
             cluster.start_client(
@@ -83,6 +114,13 @@ def test_listed_and_delegated_clients_train_an_unlisted_one_is_refused(tmp_path:
         output = stranger.log_path.read_text()
         assert "server rejected this client: not authorized" in output, output[-2000:]
         assert "reconnecting" not in output
+        for reason, intruder in intruders.items():
+            wait_for(lambda p=intruder: p.popen.poll() is not None, 60, reason, cluster.diagnostics)
+            assert intruder.popen.returncode == 1, cluster.diagnostics()
+            output = intruder.log_path.read_text()
+            assert "server rejected this client: not authorized" in output, output[-2000:]
+            assert reason in output, output[-2000:]
+            assert "reconnecting" not in output
         wait_for(
             lambda: all(p.popen.poll() is not None for p in members),
             200,

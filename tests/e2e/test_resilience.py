@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from psyche_common.protocol import Identity
 
 from tests.e2e.client_run import Cluster, applied_hashes, wait_for, write_state
 
@@ -93,5 +94,62 @@ def test_a_frozen_client_resyncs_and_then_matches_its_peers(tmp_path: Path) -> N
                     assert table[step] == mine[step], f"weights differ at step {step}"
                     compared += 1
         assert compared >= 4, f"only {compared} comparisons after the resync"
+    finally:
+        c.stop()
+
+
+def test_a_redeployed_run_goes_on_from_the_stored_checkpoint(tmp_path: Path) -> None:
+    """The server and every client are killed mid-epoch and started again (a redeploy, a power
+    cut): the server from its saved state, whose checkpoint is peer-to-peer, the clients with
+    their keys but no weights. Their Joins say they hold none, so the next epoch loads the
+    stored checkpoint instead of waiting for ever for peers that hold nothing (each joiner used
+    to fail 'no peer answered with a model manifest' and exit, epoch after epoch)."""
+    state = write_state(
+        tmp_path / "state.toml",
+        total_steps=100,
+        epoch_time=300,
+        max_round_train_time=3,
+        init_min_clients=2,
+        min_clients=2,
+    )
+    keys = []
+    for index in range(2):
+        key = tmp_path / f"client{index}.key"
+        key.write_bytes(Identity.generate().secret_bytes())
+        keys.append(str(key))
+    saved = tmp_path / "saved"
+    c = Cluster(tmp_path, state)
+    try:
+        c.start_server("--save-state-dir", str(saved))
+        first = [c.start_client("--identity-secret-key-path", k, dummy_delay=0.3) for k in keys]
+        wait_for(
+            lambda: all(len(applied_hashes(p)) >= 3 for p in first),
+            90,
+            "a few applied steps",
+            c.diagnostics,
+        )
+        assert c.server is not None
+        for proc in [c.server, *first]:
+            proc.kill(signal.SIGKILL)
+            proc.popen.wait(10)
+        latest = saved / "e2e-run-latest.toml"
+        assert "[model.LLM.checkpoint.P2P]" in latest.read_text()
+        trained_before = max(max(applied_hashes(p)) for p in first)
+        server = c.start_server("--save-state-dir", str(saved), state=latest, name="restarted")
+        again = [c.start_client("--identity-secret-key-path", k, dummy_delay=0.3) for k in keys]
+        wait_for(
+            lambda: all(any(step > trained_before for step in applied_hashes(p)) for p in again),
+            90,
+            "both restarted clients to train again",
+            c.diagnostics,
+        )
+        for proc in again:
+            assert proc.popen.poll() is None, proc.tail()
+        joins = [
+            line
+            for line in server.lines()
+            if str(line.get("msg", "")).endswith("without the run's weights yet)")
+        ]
+        assert len(joins) >= 2, "the restarted clients' Joins say they hold no weights"
     finally:
         c.stop()

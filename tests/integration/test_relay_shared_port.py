@@ -9,13 +9,13 @@ import logging
 from pathlib import Path
 
 import pytest
+from psyche_client.p2p.connection import PeerUnavailable
 from psyche_client.p2p.relay import RelayClient
 from psyche_common.protocol import (
     ConnectionClosed,
+    HandshakeError,
     Identity,
     connect_handshake,
-    encode_frame,
-    read_frame,
     relay_domain,
 )
 from psyche_server.relay import RelayServer
@@ -27,8 +27,14 @@ from tests.support.server_harness import poll_until, running_server, write_state
 pytestmark = pytest.mark.timeout(60)
 
 
+def _members(app: object) -> set[bytes]:
+    return {client.id for client in app.coordinator.epoch_state.clients}  # type: ignore[attr-defined]
+
+
 async def test_joined_clients_pipe_through_the_coordinator_port(tmp_path: Path) -> None:
-    state = write_state(tmp_path / "state.toml", init_min_clients=3)
+    """Members pipe to each other; a client that only joined (not an epoch member) can keep a
+    listen channel but open no pipe to a member."""
+    state = write_state(tmp_path / "state.toml", init_min_clients=2, warmup_time=30)
     async with running_server(state) as app:
         assert app.relay is not None and app.relay.port == app.port
         a = ProtocolClient(app.port, app.run_id, p2p_address=dead_address(), auto=False)
@@ -37,6 +43,10 @@ async def test_joined_clients_pipe_through_the_coordinator_port(tmp_path: Path) 
         await b.connect()
         await poll_until(lambda: a.reachability and b.reachability, timeout=15)
         assert a.reachability[0].relay_port == app.port
+        await poll_until(lambda: _members(app) == {a.id, b.id}, timeout=15)
+        late = ProtocolClient(app.port, app.run_id, p2p_address=dead_address(), auto=False)
+        await late.connect()
+        await poll_until(lambda: late.reachability, timeout=15)
 
         piped: asyncio.Queue[bytes] = asyncio.Queue()
 
@@ -58,12 +68,18 @@ async def test_joined_clients_pipe_through_the_coordinator_port(tmp_path: Path) 
             writer.close()
             assert app.relay.stats.pipes_total == 1
             # the coordinator connections of both clients are untouched by their relay sockets
-            assert set(app.connections.connections) == {a.id, b.id}
+            assert set(app.connections.connections) == {a.id, b.id, late.id}
+            relay_late = RelayClient(late.identity, "127.0.0.1", app.port, app.run_id, on_incoming)
+            with pytest.raises(PeerUnavailable, match="not a member of the current epoch"):
+                await relay_late.open_pipe(b.id)
+            await relay_late.close()
+            assert app.relay.pipes_of(b.id) == 0
         finally:
             await relay_a.close()
             await relay_b.close()
             await a.close()
             await b.close()
+            await late.close()
 
 
 async def test_a_relay_signature_is_refused_unless_joined(tmp_path: Path) -> None:
@@ -74,12 +90,12 @@ async def test_a_relay_signature_is_refused_unless_joined(tmp_path: Path) -> Non
         assert app.relay is not None
         reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
         stranger = Identity.generate()
-        await connect_handshake(
+        channel = await connect_handshake(
             reader, writer, stranger, domain=relay_domain(app.run_id), timeout=5
         )
-        writer.write(encode_frame({"type": "RelayListen"}))
+        channel.write({"type": "RelayListen"})
         try:
-            frame = await read_frame(reader, 4096, timeout=5)
+            frame = await channel.read(4096, timeout=5)
         except ConnectionClosed:
             frame = None
         assert isinstance(frame, dict) and frame["type"] == "Rejected", frame
@@ -95,12 +111,10 @@ async def test_a_relay_signature_of_another_run_is_refused_by_the_handshake(
     state = write_state(tmp_path / "state.toml", init_min_clients=3)
     async with running_server(state) as app:
         reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
-        await connect_handshake(
-            reader, writer, Identity.generate(), domain=relay_domain("another-run"), timeout=5
-        )
-        frame = await read_frame(reader, 4096, timeout=5)
-        assert isinstance(frame, dict) and frame["type"] == "Rejected", frame
-        assert "handshake with the coordinator" in frame["reason"]
+        with pytest.raises(HandshakeError, match="handshake with the coordinator"):
+            await connect_handshake(
+                reader, writer, Identity.generate(), domain=relay_domain("another-run"), timeout=5
+            )
         assert app.connections.rejected_connections == 1
         writer.close()
 

@@ -133,7 +133,7 @@ async def fuzz_worker(port: int, run_id: str, seed: int, counter: list[int]) -> 
                     sent += 1
                     await writer.drain()
                     continue
-                await connect_handshake(
+                channel = await connect_handshake(
                     reader,
                     writer,
                     Identity.generate(),
@@ -141,7 +141,12 @@ async def fuzz_worker(port: int, run_id: str, seed: int, counter: list[int]) -> 
                     timeout=5,
                 )
                 for _ in range(rng.randrange(1, 40)):
-                    writer.write(random_frame(rng))
+                    frame = random_frame(rng)
+                    # mostly authenticated garbage (what a member could send: it reaches the
+                    # decoder), sometimes raw bytes (what a man in the middle could: refused
+                    # by the link's authentication)
+                    sealed = rng.random() < 0.9 and len(frame) > 4
+                    writer.write(channel.seal_payload(frame[4:]) if sealed else frame)
                     sent += 1
                     await writer.drain()
                     if writer.transport.is_closing() or reader.at_eof():
@@ -172,9 +177,11 @@ async def test_fuzzed_server_still_completes_rounds(tmp_path: Path) -> None:
             assert counter[0] >= WORKERS * FRAMES_PER_WORKER
             assert app.pending == {}, "no fuzzer may have joined"
             # the fuzz reached the server: many connections ended by a protocol violation
-            # or a failed handshake, and some mutated frames were valid messages
+            # or a failed handshake, and some mutated frames were valid messages (before a
+            # Join only control frames are decoded, flat maps of scalars: the nested
+            # templates, Witness and HealthCheck with checks, are refused before parsing)
             assert app.connections.protocol_violations + app.connections.rejected_connections > 500
-            assert app.stats.messages > 100
+            assert app.stats.messages > 30
             honest = await start_clients(2, app.port, app.run_id)
             await poll_until(lambda: app.run_state == RunState.RoundTrain, timeout=15)
             await poll_until(lambda: app.coordinator.progress.epoch == 1, timeout=40)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from psyche_client.p2p import P2PConfig, P2PNode
 from psyche_common.protocol import Identity
+from psyche_server.reachability import UNREACHABLE_DETAIL
 
 from tests.support.p2p import dead_address
 from tests.support.protocol_client import ProtocolClient
@@ -39,7 +40,7 @@ async def test_reachable_and_unreachable_clients(tmp_path: Path) -> None:
             assert app.relay is not None and mine.relay_port == app.relay.port
             assert mine.observed_host == "127.0.0.1"
             (theirs,) = natted.reachability
-            assert not theirs.reachable and "cannot connect" in theirs.detail, theirs
+            assert not theirs.reachable and theirs.detail == UNREACHABLE_DETAIL, theirs
             # once both are members (the run's Warmup), peers learn the dead one is unreachable
             await poll_until(lambda: public.unreachable == [natted.id], timeout=10)
             assert public.peers.keys() == {public.id, natted.id}

@@ -35,6 +35,8 @@ def sample_view() -> ClientView:
         peers=(
             PeerRow("ffee0011", "127.0.0.1:4000", 0.002, 27000, 9000),
             PeerRow("77aa0022", "10.0.0.9:4000", None, 100, 50, False, "they dialed"),
+            PeerRow("5e1a7e00", "10.0.0.7:4000", 0.09, 300, 200, False, "we dialed (relayed)"),
+            PeerRow("0ff11e00", "10.0.0.8:4000", None, 0, 0, True, "none"),
         ),
         reachability="reachable at 127.0.0.1:4001 (seen from 127.0.0.1)",
         downloads=(DownloadRow("model parameters", 5, 20),),
@@ -74,6 +76,8 @@ async def test_tabs_show_the_view_and_switch_with_keys() -> None:
         assert "P2P: reachable at 127.0.0.1:4001 (seen from 127.0.0.1)" in network
         assert "Link speed: TOO SLOW: step 11 results at 0.50 Mbit/s (30.0 s of 20 s" in network
         assert "77aa0022 (10.0.0.9:4000) outbound only, direct, they dialed" in network
+        assert "5e1a7e00 (10.0.0.7:4000) outbound only, relayed, we dialed: down" in network
+        assert "0ff11e00 (10.0.0.8:4000) reachable, no connection" in network
         lines.emit(logging.LogRecord("psyche.client", logging.INFO, "x", 1, "hello log", (), None))
         app.refresh_view()
         await pilot.press("4")

@@ -103,3 +103,32 @@ async def test_the_publish_hook_given_in_parts_replaces_our_result() -> None:
     [announcement] = network.announced
     assert announcement.data_hash == replaced.data_hash
     assert network.hub.blobs[identity.public_key][announcement.blob_hash] == other
+
+
+async def test_the_metrics_sink_given_in_parts_is_opened_and_closed() -> None:
+    """`Parts.metrics` builds the sink with the options, run id and short id; a sink that
+    cannot start stops the client at once (exit 1) before it connects anywhere."""
+    from psyche_client.metrics.options import MetricsOptions
+    from psyche_client.metrics.sink import MetricsStartError, NullSink
+
+    asked: list[tuple[MetricsOptions, str, str]] = []
+
+    class ClosingSink(NullSink):
+        closed = False
+
+        def close(self) -> None:
+            ClosingSink.closed = True
+
+    def refuse(options: MetricsOptions, run_id: str, client: str) -> NullSink:
+        asked.append((options, run_id, client))
+        raise MetricsStartError("no credentials")
+
+    identity = Identity.generate()
+    app = make_app(Parts(metrics=refuse), identity)
+    assert await app.run() == 1
+    assert asked == [(MetricsOptions(), "run", identity.short_id)]
+    assert app.runner is None  # never connected
+
+    app = make_app(Parts(metrics=lambda *_: ClosingSink()), identity)
+    assert await app.run() == 1  # nothing listens at 127.0.0.1:1
+    assert isinstance(app.metrics.sink, ClosingSink) and ClosingSink.closed

@@ -433,3 +433,21 @@ def test_round_timeouts_have_millisecond_resolution() -> None:
     coord.tick([A, B], entered + witness_time, 0)
     assert coord.run_state != RunState.RoundWitness  # (nobody witnessed: on to Cooldown)
     assert coord.run_state_start_ms == int((entered + witness_time) * 1000)
+
+
+def test_members_back_without_their_weights_cannot_keep_the_checkpoint_p2p() -> None:
+    """Every member of the last epoch restarted its process (same keys, no weights: their
+    Joins say so): nobody can serve the model peer-to-peer, so the next epoch loads the
+    stored checkpoint instead of waiting for ever for peers that hold nothing. One of them
+    back with its weights keeps it peer-to-peer."""
+    for holders, expected in (([], HubCheckpoint), ([B], P2PCheckpoint), (None, P2PCheckpoint)):
+        coord = make_coordinator(epoch_time=20)
+        now = to_round_train(coord, [A, B])
+        while coord.run_state == RunState.RoundTrain:
+            now = witness_round(coord, now)
+        coord.tick([A, B], now + 4, 0)
+        assert coord.tick([A, B], now + 5, 0) == TickResult.epoch_end(True)
+        assert isinstance(coord.model.checkpoint, P2PCheckpoint)
+        coord.tick([A, B], now + 5 + 3, 5, holders=holders)
+        assert coord.run_state == RunState.Warmup
+        assert type(coord.model.checkpoint) is expected, holders

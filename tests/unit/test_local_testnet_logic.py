@@ -197,8 +197,57 @@ def test_command_lines_follow_the_contract() -> None:
     assert first.env["RAW_IDENTITY_SECRET_KEY"] == client_secret_hex("sess", 1)
     second = commands.client(2, None)
     assert "--hub-repo" not in second.argv and "--write-log" not in second.argv
+    # the server accepts the Checkpoint reports of client 1, and only its
+    checkpointer = server[server.index("--checkpointer") + 1]
+    secret = bytes.fromhex(first.env["RAW_IDENTITY_SECRET_KEY"])
+    assert checkpointer == Identity.from_secret_bytes(secret).public_key.hex()
+    assert server.count("--checkpointer") == 1
+    assert "--checkpointer" not in make_commands().server().argv
     shell = shlex.split(second.shell_command())
     assert shell[:2] == ["exec", "env"] and shell[2].startswith("RAW_IDENTITY_SECRET_KEY=")
+
+
+def test_clients_get_the_metrics_flags() -> None:
+    from psyche_client.app.flags import FLAGS
+    from psyche_local_testnet.commands import ClientMetrics
+
+    metrics = ClientMetrics("proj", "demo", "grp", "team", 5)
+    commands = make_commands(metrics=metrics)
+    second = commands.client(2, None).argv
+    forwarded = second[second.index("--wandb-project") :]
+    pairs = dict(zip(forwarded[::2], forwarded[1::2], strict=True))
+    assert pairs == {
+        "--wandb-project": "proj",
+        "--wandb-run": "demo-2",
+        "--wandb-group": "grp",
+        "--wandb-entity": "team",
+        "--optim-stats-steps": "5",
+    }
+    # every forwarded flag is one psyche-client train takes (the reference's testnet forwarded
+    # an --optim-stats its client does not know)
+    assert set(pairs) <= {flag.name for flag in FLAGS}
+    assert "--wandb-project" not in make_commands().client(1, None).argv
+    assert ClientMetrics(optim_stats_steps=2).argv(1) == ["--optim-stats-steps", "2"]
+    with pytest.raises(ValueError, match="--wandb-group needs --wandb-project"):
+        ClientMetrics(wandb_group="g")
+
+
+def test_start_forwards_the_metrics_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+    from psyche_local_testnet.cli import main
+
+    seen: list[testnet_module.TestnetOptions] = []
+
+    def run(self: testnet_module.Testnet) -> int:
+        seen.append(self.options)
+        return 0
+
+    monkeypatch.setattr(testnet_module.Testnet, "run", run)
+    args = ["start", "--num-clients", "2", "--wandb-project", "p", "--optim-stats-steps", "3"]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    assert seen[0].metrics.argv(1) == ["--wandb-project", "p", "--optim-stats-steps", "3"]
+    refused = CliRunner().invoke(main, ["start", "--num-clients", "2", "--wandb-entity", "e"])
+    assert refused.exit_code == 2 and "--wandb-entity needs --wandb-project" in refused.output
 
 
 def test_tui_and_data_config_flags() -> None:
@@ -433,3 +482,17 @@ def test_steps_trained_again_after_a_server_restart_are_not_a_disagreement() -> 
     assert summary.server_resume_steps == [35]
     diverged = summarize(client(1, "again") + client(2, "other"), server_restarts=[restart])
     assert diverged.hash_mismatches == ["step 36 epoch 0 (step applied) after server restart 1"]
+
+
+def test_with_a_server_key_file_the_clients_check_the_servers_key(tmp_path: Path) -> None:
+    commands = make_commands(server_key_path=tmp_path / "server.key", session="sess")
+    commands.write_server_key()
+    server = commands.server().argv
+    assert server[server.index("--identity-secret-key-path") + 1] == str(tmp_path / "server.key")
+    expected = Identity.load(tmp_path / "server.key").public_key
+    assert commands.server_public_key() == expected
+    client = commands.client(1, None).argv
+    assert client[client.index("--server-key") + 1] == expected.hex()
+    other = make_commands(server_key_path=tmp_path / "other.key", session="other")
+    assert other.server_public_key() != expected  # another session, another server key
+    assert "--server-key" not in make_commands().client(1, None).argv

@@ -347,3 +347,28 @@ def test_activation_checkpointing_and_attention_kernel_keep_the_result() -> None
         configure_model(
             tiny_llama(), Precision(attn_implementation="flash_attention_2"), torch.device("cpu")
         )
+
+
+def test_optim_stats_every_n_steps_from_train_and_apply() -> None:
+    """`--optim-stats-steps 2`: step 2's training and apply are measured, step 1's are not;
+    the statistics change no result and no weight."""
+    measured = make_trainer(optim_stats_steps=2)
+    plain = make_trainer()
+    outputs = {}
+    for step in (1, 2):
+        for trainer in (measured, plain):
+            first = trainer.train(BatchId(0, 3), tokens(step), step, 1e-3, 1e-3)
+            second = trainer.train(BatchId(4, 7), tokens(step + 10), step, 1e-3, 1e-3)
+            assert first.result is not None and second.result is not None
+            outputs[trainer] = (first.result, second.result)
+            trainer.apply(list(outputs[trainer]), step, 1e-3)
+        assert [r.encode() for r in outputs[measured]] == [r.encode() for r in outputs[plain]]
+    assert measured.weights_digest() == plain.weights_digest()
+    assert plain.optim_stats.take() == []
+    taken = measured.optim_stats.take()
+    assert [step for step, _ in taken] == [2]
+    stats = taken[0][1]
+    names = {name for name, _ in measured.model.named_parameters()}
+    kinds = ("grad_energy", "delta_energy", "captured_energy", "index_overlap")
+    assert set(stats) == {f"{name}.{kind}" for name in names for kind in kinds}
+    assert all(0.0 <= stats[f"{name}.index_overlap"] <= 1.0 for name in names)

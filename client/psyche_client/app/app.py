@@ -6,7 +6,8 @@ the run is Finished and returns the exit code. The model is loaded, checked at e
 shared/saved at each Cooldown by `weights.lifecycle.ModelLifecycle`. When the server
 connection is lost the model, the P2P node and the round runner stay up while
 `session.reconnect.ServerSession` connects again (for up to `server.reconnect_timeout`
-seconds).
+seconds). Before any of it the metrics sink opens (`Parts.metrics`; wandb with
+`--wandb-project`): `metrics.reporter.StepReporter` hands it each finished step.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from dataclasses import replace
 
 from psyche_common.coordinator import Coordinator, RunState
@@ -23,6 +25,8 @@ from psyche_common.protocol.messages import WeightsMismatch
 from psyche_client.app.options import ClientOptions
 from psyche_client.app.parts import Parts
 from psyche_client.app.snapshot import ClientSnapshot, take_snapshot
+from psyche_client.metrics.reporter import StepReporter
+from psyche_client.metrics.sink import MetricsStartError, NullSink
 from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.phase import Phase
 from psyche_client.round.runner import RoundRunner
@@ -31,6 +35,7 @@ from psyche_client.round.tasks import EndOfRun
 from psyche_client.session.reachability import PeerReachability
 from psyche_client.session.reconnect import ServerSession
 from psyche_client.session.server_link import ServerLink, ServerLinkError
+from psyche_client.training.backend import OptimStatsSource
 from psyche_client.weights.lifecycle import ModelLifecycle
 
 log = logging.getLogger("psyche.client")
@@ -61,7 +66,11 @@ class ClientApp:
         )
         self.network = parts.network(self.node)
         self.reach = PeerReachability(
-            self.node, self.identity, options.server.addr, options.server.run_id
+            self.node,
+            self.identity,
+            options.server.addr,
+            options.server.run_id,
+            server_key=options.server.server_key,
         )
         self.runner: RoundRunner | None = None
         self.server = ServerSession(
@@ -78,6 +87,8 @@ class ClientApp:
             self.server.uplink,
             parts.backends,
         )
+        self.metrics = StepReporter(NullSink(), self.stats, self.node.stats, self._optim_stats)
+        """Hands each finished step's figures to the metrics sink (`run` opens it)."""
         self.fetcher: SampleFetcher | None = None
         if options.backend.kind != "dummy":  # the dummy backend trains without data
             self.fetcher = parts.fetcher(self._data_source, self.identity, options.data)
@@ -91,6 +102,8 @@ class ClientApp:
             self.node.address,
             timeout=timeout,
             authorization=self.options.server.authorization,
+            holds_model=lambda: self.runner is not None and self.runner.backend is not None,
+            server_key=self.options.server.server_key,
         )
         link.on_weights_mismatch = self._on_weights_mismatch
         link.on_reachability = self.reach.on_notice
@@ -111,6 +124,17 @@ class ClientApp:
         if self.runner is None:
             return False
         return self.runner.on_announcement(announcement)
+
+    def _optim_stats(self) -> list[tuple[int, dict[str, float]]]:
+        """The backend's optimizer statistics measured since the last call."""
+        backend = self.runner.backend if self.runner is not None else None
+        if isinstance(backend, OptimStatsSource):
+            return backend.take_optim_stats()
+        return []
+
+    def log_metrics(self, step: int, values: Mapping[str, float]) -> None:
+        """Send other figures of `step` (e.g. `eval/<task>` scores) to the metrics sink."""
+        self.metrics.extra(step, values)
 
     def snapshot(self) -> ClientSnapshot:
         """The client as the dashboard shows it, now."""
@@ -145,6 +169,20 @@ class ClientApp:
     # ------------------------------------------------------------------ main loop
 
     async def run(self) -> int:
+        options = self.options
+        try:
+            self.metrics.sink = await asyncio.to_thread(
+                self.parts.metrics, options.metrics, options.server.run_id, self.identity.short_id
+            )
+        except MetricsStartError as exc:
+            log.error("%s", exc)
+            return 1
+        try:
+            return await self._run()
+        finally:
+            await asyncio.to_thread(self.metrics.sink.close)
+
+    async def _run(self) -> int:
         await self.node.start()
         try:
             try:
@@ -189,6 +227,7 @@ class ClientApp:
             if coordinator.run_state == RunState.RoundTrain and runner.phase != Phase.TRAINING:
                 self.lifecycle.shared.clear()
             await runner.on_state(coordinator)
+            self.metrics.observe(coordinator)
             if (
                 coordinator.run_state == RunState.Finished
                 and self.options.server.exit_when_finished
@@ -206,7 +245,12 @@ class ClientApp:
         if self.coordinator is None:
             raise RuntimeError("no coordinator state yet: the run's data_location is unknown")
         model = self.coordinator.model
-        return DataSource(model.data_location, int(model.max_seq_len), self.options.server.run_id)
+        return DataSource(
+            model.data_location,
+            int(model.max_seq_len),
+            self.options.server.run_id,
+            self.options.server.server_key,
+        )
 
 
 def _exit_code(first: asyncio.Task[object]) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import click
+from psyche_common.bool_flag import BoolFlag
 from psyche_common.logs import LOG_LEVELS
 from psyche_common.pacing import MEGABIT
 
@@ -42,6 +43,7 @@ class Flag:
     type: click.ParamType | None = None
     required: bool = False
     is_flag: bool = False
+    """A boolean option (`psyche_common.bool_flag.BoolFlag`): `--x`, `--x false`, `--no-x`."""
     show_default: bool = False
     short: str | None = None
     convert: Callable[[object], object] | None = None
@@ -59,8 +61,8 @@ class Flag:
     def option(self) -> Callable[[F], F]:
         decls = [self.short, self.name] if self.short else [self.name]
         extra: dict[str, object] = {"show_default": True} if self.show_default else {}
-        if self.is_flag:
-            extra["is_flag"] = True
+        if self.is_flag:  # `--x`, `--x true|false` (the reference's form) and `--no-x`
+            extra["cls"] = BoolFlag
         if self.type is not None:
             extra["type"] = self.type
         return click.option(
@@ -102,6 +104,31 @@ class TensorParallelismType(click.ParamType):
         return number
 
 
+class PublicKeyType(click.ParamType):
+    """A 32-byte ed25519 public key as 64 hex characters (`--server-key`)."""
+
+    name = "HEX"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> bytes:
+        if isinstance(value, bytes):
+            return value
+        text = str(value).strip().removeprefix("0x")
+        try:
+            key = bytes.fromhex(text)
+        except ValueError:
+            key = b""
+        if len(key) != 32:
+            self.fail(
+                f"{value!r} is not a public key: 64 hex characters, as `psyche-server run` "
+                "prints it (`psyche-server key ...`)",
+                param,
+                ctx,
+            )
+        return key
+
+
 IDENTITY_FLAG = Flag(
     "--identity-secret-key-path",
     "File with the 32 raw bytes of this client's ed25519 secret key. Without it the key "
@@ -119,6 +146,14 @@ FLAGS: tuple[Flag, ...] = (
         required=True,
     ),
     IDENTITY_FLAG,
+    Flag(
+        "--server-key",
+        "The coordinator server's public key (64 hex characters; the server prints it at "
+        "start). The client then talks only to a server that proves this key, on the "
+        "coordinator, data-server and relay ports, and exits with an error otherwise.",
+        "server.server_key",
+        type=PublicKeyType(),
+    ),
     Flag(
         "--authorization",
         "A signed authorization file (`psyche-client authorize`) that lets this client's key "
@@ -229,6 +264,41 @@ FLAGS: tuple[Flag, ...] = (
         type=click.Path(dir_okay=False, path_type=Path),
     ),
     Flag(
+        "--wandb-project",
+        "Log this client's metrics to this Weights & Biases project: per step the loss, "
+        "learning rate, tokens/s, P2P bytes up/down and results applied, plus optimizer "
+        "statistics and eval scores when there are any. Online (the default) needs "
+        "WANDB_API_KEY or `wandb login`; WANDB_MODE=offline keeps the run on disk "
+        "(docs/operations.md).",
+        "metrics.wandb_project",
+    ),
+    Flag(
+        "--wandb-run",
+        "Name of the wandb run (with --wandb-project). Default: RUN_ID-<client short id>.",
+        "metrics.wandb_run",
+    ),
+    Flag(
+        "--wandb-group",
+        "Group of the wandb run (with --wandb-project), e.g. one per training run.",
+        "metrics.wandb_group",
+    ),
+    Flag(
+        "--wandb-entity",
+        "wandb entity (user or team) owning the project (with --wandb-project). Default: "
+        "the credentials' own.",
+        "metrics.wandb_entity",
+    ),
+    Flag(
+        "--optim-stats-steps",
+        "Every N steps measure the DisTrO optimizer per parameter: gradient and momentum L1 "
+        "energy, the share of each tile's energy the top-k keeps, and how much the indices "
+        "chosen by the results applied agree; logged and sent to wandb. 0: never (no cost).",
+        "backend.optim_stats_steps",
+        0,
+        _int(0),
+        show_default=True,
+    ),
+    Flag(
         "--write-gradients-dir",
         "Write every result this client transmits to this directory "
         "(result-{id}-step{S}-batch{start}-{end}.bin).",
@@ -283,6 +353,24 @@ FLAGS: tuple[Flag, ...] = (
         "p2p.max_concurrent_serving",
         32,
         _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--p2p-max-serving-per-peer",
+        "Of those, requests of one peer served at once (its others wait): a peer reading "
+        "slowly cannot hold every slot.",
+        "p2p.max_serving_per_peer",
+        4,
+        _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--p2p-announcement-rate",
+        "New (not duplicate) announcements per second accepted from one pushing peer, after "
+        "a burst of 512; more are answered 'deferred' before any signature check.",
+        "p2p.announcement_rate",
+        64.0,
+        click.FloatRange(min=0.1),
         show_default=True,
     ),
     Flag(

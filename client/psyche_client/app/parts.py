@@ -1,9 +1,9 @@
 """The parts a client is composed of, as factories with defaults: `Parts`.
 
 `ClientApp` builds its P2P node, the round pipeline's view of it (the network), the uplink,
-the training backend (a registry entry) and the data fetcher only through a `Parts`, and hands
-the round pipeline its policies from it: which trainers a witness accuses (`accusation`) and
-what replaces our own result before it is published (`before_publish`). This is the one place
+the training backend (a registry entry), the data fetcher and the metrics sink only through a
+`Parts`, and hands the round pipeline its policies from it: which trainers a witness accuses
+(`accusation`) and what replaces our own result before it is published (`before_publish`). This is the one place
 a test or an attack client (tests/e2e/*_client.py) swaps a part:
 `ClientApp(options, parts=Parts(network=MyNetwork))`, or
 `psyche_client.cli.main(obj=Parts(...))` for a whole `psyche-client` process. A result's
@@ -20,6 +20,9 @@ from psyche_common.data.fetcher import DataSource, SampleFetcher
 from psyche_common.data.retry import RetryPolicy
 from psyche_common.protocol import Identity
 
+from psyche_client.metrics.factory import open_metrics_sink
+from psyche_client.metrics.options import MetricsOptions
+from psyche_client.metrics.sink import ClientMetricsSink
 from psyche_client.p2p.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_client.p2p.node import P2PNode
 from psyche_client.round.exchange import PublishHook
@@ -70,3 +73,6 @@ class Parts:
     )
     accusation: AccusationPolicy = clients_to_accuse
     before_publish: PublishHook | None = None
+    metrics: Callable[[MetricsOptions, str, str], ClientMetricsSink] = open_metrics_sink
+    """(options, run id, client short id) → where the client's metrics go (blocking: run
+    off the event loop; raises `metrics.sink.MetricsStartError` when it cannot start)."""

@@ -92,6 +92,12 @@ class Compressor:
         ]
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
+    def coefficients(self, i: int, buffer: torch.Tensor) -> torch.Tensor:
+        """Parameter i's buffer through the tiled DCT, one tile per row: `[chunks, totalk]`
+        (the statistics of `--optim-stats-steps` only; `compress` does not keep them)."""
+        expected = self.layout.tensors[i]
+        return self.transform.encode(buffer).reshape(-1, expected.totalk)
+
     def densify(
         self, i: int, idx: torch.Tensor, val: torch.Tensor, like: torch.Tensor
     ) -> torch.Tensor:

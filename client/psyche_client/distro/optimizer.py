@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from psyche_common.batch_id import BatchId
@@ -38,6 +38,7 @@ from psyche_common.config import DistroOptimizer as DistroConfig
 
 from psyche_client.distro.compressor import Compressor, canonical_order
 from psyche_client.distro.result import DistroResult, ResultLayout
+from psyche_client.distro.stats import l1_energy, mean_captured_energy
 from psyche_client.distro.values import ValueKind
 
 STATE_DTYPE = torch.float32
@@ -97,6 +98,10 @@ class OwnResult:
 class Generated:
     transmit: DistroResult
     own: OwnResult
+    stats: dict[str, float] = field(default_factory=dict)
+    """With `generate(..., stats=True)`: per parameter `{name}.grad_energy` (L1 of the
+    gradient), `{name}.delta_energy` (L1 of the momentum after the gradient was folded in) and
+    `{name}.captured_energy` (the mean over tiles of the DCT energy share top-k kept)."""
 
 
 class DistroOptimizer:
@@ -156,9 +161,13 @@ class DistroOptimizer:
         batch_id: BatchId,
         trainer_nonce: int,
         own_previous: Sequence[OwnResult] = (),
+        *,
+        stats: bool = False,
     ) -> Generated:
-        """Fold the gradients in `p.grad` into the momentum and compress it (spec 1.5)."""
+        """Fold the gradients in `p.grad` into the momentum and compress it (spec 1.5);
+        `stats`: also measure each parameter (`Generated.stats`, extra work on this call)."""
         beta = self.settings.compression_decay
+        measured: dict[str, float] = {}
         payloads = []
         own: list[tuple[torch.Tensor, torch.Tensor]] = []
         for i, (name, p) in enumerate(self._params):
@@ -173,10 +182,16 @@ class DistroOptimizer:
             compressed = self.compressor.compress(i, delta)
             own.append((compressed.idx, compressed.val))
             payloads.append(compressed.payload)
+            if stats:
+                measured[f"{name}.grad_energy"] = 0.0 if p.grad is None else l1_energy(p.grad)
+                measured[f"{name}.delta_energy"] = l1_energy(delta)
+                measured[f"{name}.captured_energy"] = mean_captured_energy(
+                    self.compressor.coefficients(i, delta), compressed.val
+                )
         transmit = DistroResult(
             step, batch_id, trainer_nonce, self.compressor.kind, tuple(payloads)
         )
-        return Generated(transmit, OwnResult(tuple(own)))
+        return Generated(transmit, OwnResult(tuple(own)), measured)
 
     # ---- apply -------------------------------------------------------------------------
     @torch.no_grad()

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from psyche_common.protocol import ConnectionClosed, Identity, ProtocolError, short_id
 
 from .config import P2PConfig
-from .connection import PeerConnection, PeerRefused, accept_peer
+from .connection import PeerConnection, PeerRefused, ProbeAnswered, accept_peer
 from .fetch import PeerHealth
 from .link import PeerLink
 from .links import LinkTable
@@ -146,10 +146,12 @@ class InboundAcceptor:
             link = self._new_link(conn, expected_peer is not None)
             self._pool.add(link)
             await link.start()
+        except ProbeAnswered:
+            log.debug("answered the server's reachability probe from %s", remote)
         except PeerRefused as exc:
             log.info("refused P2P connection from %s: %s", remote, exc)
         except ConnectionClosed as exc:
-            if link is None:  # e.g. the server's reachability probe, which only connects
+            if link is None:
                 log.debug("P2P connection from %s closed during the handshake: %s", remote, exc)
             else:
                 log.info("P2P connection from %s closed: %s", remote, exc)

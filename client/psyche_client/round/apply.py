@@ -156,6 +156,7 @@ class ApplyStep:
                 await asyncio.to_thread(backend.apply, step, results)
         else:
             log.warning("no results to apply for step %d", source.step, extra=self.ctx.fields())
+        self.ctx.stats.results_applied(step, len(results))
         weights = backend.weights_hash()
         log.info(
             "applied step",

@@ -86,9 +86,15 @@ class Uplink(Protocol):
         ...
 
 
+class ModelUnavailable(Exception):
+    """A `BackendLoader` could not get the model now, but may later (no peer answered with a
+    model, or the peers disagree on it): the pipeline logs it and tries again."""
+
+
 DataFetcher = Callable[[BatchId], Awaitable[np.ndarray]]
 """Samples of a batch; raises once it gives up (the batch is then not trained)."""
 BackendLoader = Callable[[Coordinator], Awaitable[TrainingBackend]]
+"""Builds the training backend for the run; raises `ModelUnavailable` when it may succeed later."""
 CooldownHook = Callable[[Coordinator, TrainingBackend], Awaitable[None]]
 WeightsCheck = Callable[[Coordinator, TrainingBackend], Awaitable[str]]
 """At a Warmup with a peer-to-peer checkpoint: make our weights the members' majority's;
@@ -107,6 +113,10 @@ class RunnerOptions:
     prepare_next_round: bool = True
     verify_threshold: float = ACCUSE_BELOW
     """As a verifier, report results whose agreement is below this (docs/verification.md)."""
+    load_retry_first: float = 2.0
+    load_retry_max: float = 16.0
+    """Seconds before the first retry of a model load that raised `ModelUnavailable`,
+    doubling up to `load_retry_max`."""
 
 
 def empty_witness(proof: WitnessProof) -> Witness:

@@ -19,6 +19,7 @@ results, announce Finished, witness; at Cooldown share and save the model. docs/
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 
@@ -37,6 +38,7 @@ from psyche_client.round.ports import (
     BackendLoader,
     CooldownHook,
     DataFetcher,
+    ModelUnavailable,
     PeerNetwork,
     RunnerOptions,
     Uplink,
@@ -77,6 +79,7 @@ class RoundRunner:
         self.uplink = uplink
         self.network = network
         self.load_backend = load_backend
+        self.options = options
         self.exchange = ResultExchange(
             self.ctx, network, options, self._poke, uplink, before_publish
         )
@@ -208,9 +211,26 @@ class RoundRunner:
             await self._do(action_for(Phase.WARMUP, coordinator.run_state, is_member), coordinator)
 
     async def _initialize(self, coordinator: Coordinator) -> None:
-        log.info("loading the model for this run", extra=self.ctx.fields())
-        backend = await self.load_backend(coordinator)
+        """Load the model (retrying, with the latest state, while it is unavailable), then
+        act on the latest state."""
+        for attempt in itertools.count():
+            log.info("loading the model for this run", extra=self.ctx.fields())
+            try:
+                backend = await self.load_backend(coordinator)
+                break
+            except ModelUnavailable as exc:
+                delay = min(self.options.load_retry_max, self.options.load_retry_first * 2**attempt)
+                log.warning(
+                    "could not load the model: %s; trying again in %.0f s",
+                    exc,
+                    delay,
+                    extra=self.ctx.fields(),
+                )
+                await asyncio.sleep(delay)
+                coordinator = self.ctx.coordinator or coordinator
         self.ctx.backend = backend
+        # we joined without weights (a new or restarted process): say that we hold them now
+        await self.uplink.send_join()
         self.ctx.phase = Phase.WARMUP
         self.warmup.loaded_for(coordinator)
         log.info(

@@ -27,6 +27,8 @@ class ClientStats:
     losses: list[tuple[int, float]] = field(default_factory=list)
     weights_hashes: dict[int, bytes] = field(default_factory=dict)
     applied_senders: set[bytes] = field(default_factory=set)
+    applied_results: dict[int, int] = field(default_factory=dict)
+    """How many results were applied to the weights at each step (the last 1000 steps)."""
     trained_rounds: list[tuple[int, float, float, int]] = field(default_factory=list)
     """(step, round start, training end, tokens) of every round this client trained in
     (monotonic seconds; the last 1000)."""
@@ -99,6 +101,20 @@ class ClientStats:
         if path is not None:
             self.last_checkpoint = path if revision is None else f"{path}@{revision}"
         self.checkpoint_error = error
+
+    def results_applied(self, step: int, count: int) -> None:
+        self.applied_results[step] = count
+        for old in sorted(self.applied_results)[:-1000]:
+            del self.applied_results[old]
+
+    def loss_at(self, step: int) -> float | None:
+        """This client's mean loss at `step` (None: it trained nothing then)."""
+        for at, loss in reversed(self.losses):
+            if at == step:
+                return loss
+            if at < step:
+                return None
+        return None
 
     def applied(self, step: int, weights_hash: bytes) -> None:
         self.weights_hashes[step] = weights_hash

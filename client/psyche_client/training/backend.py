@@ -129,6 +129,16 @@ class VerifyingBackend(Protocol):
         ...
 
 
+@runtime_checkable
+class OptimStatsSource(Protocol):
+    """A backend that measures its optimizer every N steps (`--optim-stats-steps`)."""
+
+    def take_optim_stats(self) -> list[tuple[int, dict[str, float]]]:
+        """The statistics measured since the last call, per step, oldest first (callable
+        from any thread)."""
+        ...
+
+
 PADDING_PARAMETER = 1 << 20
 """Bytes per `dummy.padding.N` parameter of a `DummyBackend` with a `model_size`."""
 

@@ -165,12 +165,14 @@ class DistroBackend:
         peer_config: dict[str, Any] | None = None,
         precision: Precision | None = None,
         wrap_generate: GenerateHook | None = None,
+        optim_stats_steps: int = 0,
     ) -> DistroBackend:
         """Build the model for the coordinator's run. With ``peer_config`` (the config a peer
         majority shared) the model is built from it and its weights come later from
         `load_parameters`; otherwise it is loaded from the checkpoint's repository (and, when
         ``from_peers``, its weights are replaced by the peers' afterwards). ``wrap_generate``
-        is the trainer's (test and attack clients only)."""
+        is the trainer's (test and attack clients only); ``optim_stats_steps`` N > 0 measures
+        the optimizer every N steps (`take_optim_stats`)."""
         torch.manual_seed(RNG_SEED)
         llm = coordinator.model
         checkpoint = llm.checkpoint
@@ -193,6 +195,7 @@ class DistroBackend:
             micro_batch_size=micro_batch_size,
             grad_accum_in_fp32=(precision or Precision()).grad_accum_in_fp32,
             wrap_generate=wrap_generate,
+            optim_stats_steps=optim_stats_steps,
         )
         bounds = coordinator.get_cold_start_warmup_bounds()
         return cls(trainer, info, llm.lr_schedule, bounds)
@@ -225,6 +228,10 @@ class DistroBackend:
             data_hash=output.result.data_hash(),
             tokens=int(tokens.size),
         )
+
+    def take_optim_stats(self) -> list[tuple[int, dict[str, float]]]:
+        """The optimizer statistics measured since the last call (`--optim-stats-steps`)."""
+        return self.trainer.optim_stats.take()
 
     def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> DistroResult:
         return decode_checked(payload, self.trainer.layout, step, batch, data_hash)

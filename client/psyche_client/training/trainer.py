@@ -67,6 +67,7 @@ from psyche_client.distro import (
 )
 from psyche_client.distro.sparseloco import SparseLocoOptimizer, SparseLocoSettings
 from psyche_client.training.model.loading import weights_hash
+from psyche_client.training.optim_stats import OptimStatsRecorder, results_index_overlap
 from psyche_client.training.optimizer_settings import AdamWSettings, Settings, optimizer_settings
 
 __all__ = [
@@ -196,6 +197,7 @@ class Trainer:
         dtype: torch.dtype | str | None = None,
         grad_accum_in_fp32: bool = False,
         wrap_generate: GenerateHook | None = None,
+        optim_stats_steps: int = 0,
     ) -> None:
         if micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
@@ -207,6 +209,7 @@ class Trainer:
         self.settings = optimizer_settings(optimizer)
         self.trainer_nonce = 0
         self.wrap_generate = wrap_generate
+        self.optim_stats = OptimStatsRecorder(optim_stats_steps)
         self._params = sorted(self.model.named_parameters(), key=lambda item: item[0])
         self._pending_own: list[OwnResult] = []
         self._pending_step = 0  # the step `_pending_own` was trained for
@@ -287,14 +290,21 @@ class Trainer:
         grad_norm = self._clip()
         result = None
         if isinstance(self._distro, DistroOptimizer):
+            generate = partial(
+                self._distro.generate,
+                lr,
+                step,
+                batch_id,
+                nonce,
+                self._pending_own,
+                stats=self.optim_stats.due(step),
+            )
             if self.wrap_generate is None:
-                generated = self._distro.generate(lr, step, batch_id, nonce, self._pending_own)
+                generated = generate()
             else:
-                generate = partial(
-                    self._distro.generate, lr, step, batch_id, nonce, self._pending_own
-                )
                 generated = self.wrap_generate(generate, self._params)
             self._pending_own = [generated.own]
+            self.optim_stats.record(step, generated.stats)
             result = generated.transmit
         else:
             assert self._adamw is not None
@@ -434,6 +444,11 @@ class Trainer:
         if not results:
             logger.warning("step %d: no DisTrO results to apply, weights unchanged", step)
             return 0
+        if self.optim_stats.due(step):
+            try:
+                self.optim_stats.record(step, results_index_overlap(distro.layout, results))
+            except (ValueError, IndexError) as exc:  # statistics never stop an apply
+                logger.warning("step %d: no index overlap statistics: %s", step, exc)
         return distro.apply(results, lr)
 
     def decode_result(self, data: bytes) -> DistroResult:

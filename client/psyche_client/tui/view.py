@@ -25,6 +25,10 @@ class DownloadRow:
     total: int
 
 
+RELAYED = " (relayed)"
+"""The suffix of a link through the server's relay (`P2PNode.link_state`)."""
+
+
 @dataclass(frozen=True)
 class PeerRow:
     short_id: str
@@ -35,7 +39,8 @@ class PeerRow:
     reachable: bool = True
     """False: the peer accepts no connections (outbound-only; the server's check)."""
     link: str = ""
-    """The connection in use: "we dialed", "they dialed", or "none"."""
+    """The connection in use: "we dialed", "they dialed" (either with " (relayed)" for a pipe
+    through the server's relay), or "none"."""
 
 
 @dataclass(frozen=True)

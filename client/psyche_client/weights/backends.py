@@ -14,6 +14,7 @@ before it is encoded (`Parts(backends=with_generate_hook(hook))`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -27,6 +28,8 @@ from psyche_client.training.parallel.plan import ParallelSpec
 
 if TYPE_CHECKING:
     from psyche_client.training.trainer import GenerateHook
+
+log = logging.getLogger("psyche.client")
 
 BackendKind = Literal["dummy", "distro", "parallel"]
 PeerConfig = dict[str, object]
@@ -48,6 +51,8 @@ class BackendOptions:
     parallel: ParallelSpec = field(default_factory=ParallelSpec)
     parallel_timeout: float = 300.0
     """Seconds a rank may keep the others waiting before the client gives up on it."""
+    optim_stats_steps: int = 0
+    """N > 0: measure the DisTrO optimizer every N steps (`training.optim_stats`)."""
     dummy_delay_secs: float | None = None
     """Not None: the dummy backend (no model), every batch sleeping this long."""
     dummy_result_size: int = DummyBackend.PAYLOAD_SIZE
@@ -104,6 +109,7 @@ def load_distro(
         peer_config=peer_config,
         precision=options.precision,
         wrap_generate=wrap_generate,
+        optim_stats_steps=options.optim_stats_steps,
     )
 
 
@@ -115,6 +121,12 @@ def load_parallel(
 ) -> TrainingBackend:
     """Like `load_distro`, over several local ranks (torch imported here too)."""
     from psyche_client.training.parallel.backend import ParallelBackend
+
+    if options.optim_stats_steps:
+        log.warning(
+            "--optim-stats-steps: a client training on several ranks measures no optimizer "
+            "statistics"
+        )
 
     return ParallelBackend.load(
         coordinator,

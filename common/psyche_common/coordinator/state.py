@@ -112,8 +112,16 @@ class Coordinator:
 
     # ----- inputs (see `transitions`, `witnesses`, `checkpoints`) -----
 
-    def tick(self, pending: Sequence[bytes] | None, now: float, seed: int) -> TickResult:
-        return transitions.tick(self, pending, now, seed)
+    def tick(
+        self,
+        pending: Sequence[bytes] | None,
+        now: float,
+        seed: int,
+        holders: Collection[bytes] | None = None,
+    ) -> TickResult:
+        """Advance for the clock `now` (`transitions.tick`): `pending` the joined clients,
+        `holders` those of them holding the run's weights (None: all)."""
+        return transitions.tick(self, pending, now, seed, holders)
 
     def warmup_witness(self, from_id: bytes, witness: Witness, now: float, seed: int) -> None:
         witnesses.warmup_witness(self, from_id, witness, now, seed)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from psyche_common.client_id import CLIENT_ID_LEN
@@ -34,13 +34,20 @@ def derive_seed(seed: int) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
-def tick(coord: Coordinator, pending: Sequence[bytes] | None, now: float, seed: int) -> TickResult:
-    """Advance the state machine for the clock `now`; `pending` are the joined client ids."""
+def tick(
+    coord: Coordinator,
+    pending: Sequence[bytes] | None,
+    now: float,
+    seed: int,
+    holders: Collection[bytes] | None = None,
+) -> TickResult:
+    """Advance the state machine for the clock `now`; `pending` are the joined client ids,
+    `holders` those of them that hold the run's weights (None: all of them)."""
     state = coord.run_state
     if coord.halted():
         raise CoordinatorError(ErrorKind.Halted, f"run is {state.name}")
     if state == RunState.WaitingForMembers:
-        return tick_waiting_for_members(coord, pending, now)
+        return tick_waiting_for_members(coord, pending, now, holders)
     if state == RunState.Warmup:
         return tick_warmup(coord, now, seed)
     if state == RunState.RoundTrain:
@@ -59,7 +66,10 @@ def _unique_pending(pending: Sequence[bytes]) -> list[bytes]:
 
 
 def tick_waiting_for_members(
-    coord: Coordinator, pending: Sequence[bytes] | None, now: float
+    coord: Coordinator,
+    pending: Sequence[bytes] | None,
+    now: float,
+    holders: Collection[bytes] | None = None,
 ) -> TickResult:
     if pending is None:
         return TickResult.ticked()
@@ -74,9 +84,11 @@ def tick_waiting_for_members(
         now, config.waiting_for_members_extra_time
     ):
         return TickResult.ticked()
-    pending_set = set(unique)
+    # the P2P checkpoint stays only when a member of the previous epoch is back *with* the
+    # weights: one whose process restarted (same key, no model) cannot serve them
+    serving = set(unique) if holders is None else set(unique) & set(holders)
     previous_members_present = any(
-        client.state == ClientState.Healthy and client.id in pending_set
+        client.state == ClientState.Healthy and client.id in serving
         for client in coord.epoch_state.clients
     )
     if not previous_members_present:

@@ -2,21 +2,26 @@
 
 - `framing`: 4-byte big-endian length + msgpack frames, size limits, typed errors.
 - `identity`: ed25519 identities (client id = raw 32-byte public key).
-- `handshake`: challenge–response authentication of a stream's peer.
+- `handshake`: challenge–response authentication of a stream's peers and its link keys.
+- `secure_channel`: the encrypted, authenticated frames every link carries after its handshake.
 - `messages`: validated client↔server messages (see docs/protocol.md).
 """
 
 from psyche_common.client_id import short_id
 
 from .framing import (
+    CONTROL_DECODE,
+    CONTROL_FRAME_SIZE,
     DEFAULT_MAX_FRAME_SIZE,
     BadFrame,
     ConnectionClosed,
+    DecodeBounds,
     FrameTooLarge,
     ProtocolError,
     decode_payload,
     encode_frame,
     encode_payload,
+    read_control_frame,
     read_frame,
     read_frame_bytes,
     write_frame,
@@ -24,7 +29,9 @@ from .framing import (
 from .handshake import (
     HANDSHAKE_FRAME_SIZE,
     P2P_DOMAIN,
+    Accepted,
     HandshakeError,
+    ServerKeyMismatch,
     accept_handshake,
     accept_handshake_in,
     connect_handshake,
@@ -32,7 +39,6 @@ from .handshake import (
     data_server_domain,
     relay_domain,
     sign_challenge,
-    verify_challenge_response,
 )
 from .identity import Identity, verify_signature
 from .messages import (
@@ -50,15 +56,21 @@ from .messages import (
     parse_server_message,
     to_wire,
 )
+from .secure_channel import FrameAuthenticationError, SecureChannel
 
 __all__ = [
+    "CONTROL_DECODE",
+    "CONTROL_FRAME_SIZE",
     "DEFAULT_MAX_FRAME_SIZE",
     "HANDSHAKE_FRAME_SIZE",
     "P2P_DOMAIN",
+    "Accepted",
     "BadFrame",
     "Checkpoint",
     "ConnectionClosed",
     "CoordinatorState",
+    "DecodeBounds",
+    "FrameAuthenticationError",
     "FrameTooLarge",
     "HandshakeError",
     "HealthCheck",
@@ -68,6 +80,8 @@ __all__ = [
     "Join",
     "ProtocolError",
     "Rejected",
+    "SecureChannel",
+    "ServerKeyMismatch",
     "WarmupWitness",
     "Witness",
     "WitnessMetadata",
@@ -81,13 +95,13 @@ __all__ = [
     "encode_payload",
     "parse_client_message",
     "parse_server_message",
+    "read_control_frame",
     "read_frame",
     "read_frame_bytes",
     "relay_domain",
     "short_id",
     "sign_challenge",
     "to_wire",
-    "verify_challenge_response",
     "verify_signature",
     "write_frame",
 ]

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 
 import msgpack
 
-from .framing import BadFrame, decode_payload, encode_payload
+from .framing import BadFrame, DecodeBounds, decode_payload, encode_payload
 from .identity import PUBLIC_KEY_SIZE, SIGNATURE_SIZE, Identity, verify_signature
 
 AUTHORIZATION_VERSION = 1
@@ -98,7 +98,7 @@ def decode_authorization(data: bytes) -> Authorization:
             f"authorization is {len(data)} bytes (at most {MAX_AUTHORIZATION_BYTES})"
         )
     try:
-        obj = decode_payload(data)
+        obj = decode_payload(data, _STATEMENT_BOUNDS)
     except BadFrame as exc:
         raise AuthorizationError(f"authorization is not msgpack: {exc}") from exc
     if not isinstance(obj, dict):
@@ -128,6 +128,11 @@ def decode_authorization(data: bytes) -> Authorization:
             f"authorization.signature: {len(signature)} bytes (expected {SIGNATURE_SIZE})"
         )
     return authorization
+
+
+_STATEMENT_BOUNDS = DecodeBounds(max_entries=MAX_DELEGATES, max_depth=2)
+"""A statement is a map of six fields, one of them a list of keys: an unauthenticated joiner's
+statement is decoded within these bounds."""
 
 
 def _check_fields(authorization: Authorization) -> None:

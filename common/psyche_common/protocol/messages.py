@@ -43,7 +43,9 @@ class _Message(BaseModel):
 class Join(_Message):
     """Ask to take part in `run_id`; `p2p_address` is where other clients reach this one;
     `authorization`: a signed delegation (`protocol.authorization`) for a permissioned run,
-    left out of the wire form when None (servers without the field still read the Join)."""
+    left out of the wire form when None (servers without the field still read the Join);
+    `holds_model`: whether this process holds the run's weights (False for a client that
+    started, or restarted, and has not loaded them yet; it joins again once it has)."""
 
     type: Literal["Join"] = "Join"
     run_id: Annotated[
@@ -54,6 +56,7 @@ class Join(_Message):
     authorization: (
         Annotated[bytes, Field(strict=True, max_length=MAX_AUTHORIZATION_BYTES)] | None
     ) = None
+    holds_model: Annotated[bool, Field(strict=True)] = True
 
 
 class WitnessMetadata(_Message):

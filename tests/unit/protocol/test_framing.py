@@ -8,10 +8,15 @@ import struct
 import msgpack
 import pytest
 from psyche_common.protocol import (
+    CONTROL_DECODE,
+    CONTROL_FRAME_SIZE,
     BadFrame,
     ConnectionClosed,
     FrameTooLarge,
+    decode_payload,
     encode_frame,
+    encode_payload,
+    read_control_frame,
     read_frame,
 )
 
@@ -69,3 +74,42 @@ async def test_timeout() -> None:
     reader = reader_with(b"", eof=False)
     with pytest.raises(TimeoutError):
         await read_frame(reader, timeout=0.05)
+
+
+def nested_arrays(depth: int) -> bytes:
+    """`depth` arrays nested in each other, the innermost empty (one byte each)."""
+    return b"\x91" * (depth - 1) + b"\x90"
+
+
+def many_empty_arrays(count: int) -> bytes:
+    """One array of `count` empty arrays: about 64 bytes of memory per byte when decoded."""
+    return b"\xdd" + count.to_bytes(4, "big") + b"\x90" * count
+
+
+@pytest.mark.parametrize(
+    "payload, reason",
+    [
+        (many_empty_arrays(17), "exceeds max_array_len"),
+        (many_empty_arrays(1 << 20), "exceeds max_array_len"),
+        (nested_arrays(3), "nested deeper than 2"),
+        (nested_arrays(1000), "nested deeper than 2"),
+        (b"\xdf" + (1 << 20).to_bytes(4, "big"), "exceeds max_map_len"),
+    ],
+)
+def test_control_decode_refuses_wide_or_deep_values(payload: bytes, reason: str) -> None:
+    with pytest.raises(BadFrame, match=reason):
+        decode_payload(payload, CONTROL_DECODE)
+
+
+def test_control_decode_takes_every_control_message() -> None:
+    message = {"type": "Join", "run_id": "r", "p2p_address": "1.2.3.4:5", "authorization": b"x"}
+    assert decode_payload(encode_payload(message), CONTROL_DECODE) == message
+    assert decode_payload(encode_payload({"batch": [1, 2]}), CONTROL_DECODE) == {"batch": [1, 2]}
+    assert decode_payload(nested_arrays(2), CONTROL_DECODE) == [[]]
+
+
+async def test_a_control_frame_over_its_size_is_refused_on_the_prefix() -> None:
+    reader = asyncio.StreamReader()
+    reader.feed_data(struct.pack(">I", CONTROL_FRAME_SIZE + 1))
+    with pytest.raises(FrameTooLarge):
+        await read_control_frame(reader, timeout=1, max_size=1 << 20)

@@ -51,3 +51,18 @@ def test_a_dropped_record_is_kicked_once_so_a_rejoin_counts() -> None:
     assert list(roster.pending) == [b, a]
     assert roster.kick_once([]) == []  # next epoch: the record is gone
     assert roster.kick_once([a]) == [a]  # dropped again in a later epoch: kicked again
+
+
+def test_holders_are_the_pending_clients_whose_latest_join_said_they_hold_the_weights() -> None:
+    roster = ClientRoster()
+    roster.join(A, "10.0.0.1:1", holds_model=False)  # a restarted process: no weights yet
+    roster.join(B, "10.0.0.2:1")
+    assert roster.holders() == [B]
+    roster.join(A, "10.0.0.1:1", holds_model=True)  # it loaded them and joined again
+    assert roster.holders() == [A, B]
+    roster.join(A, "10.0.0.1:1", holds_model=False)
+    roster.leave(A)
+    roster.join(A, "10.0.0.1:2")  # a new connection that holds them
+    assert sorted(roster.holders()) == [A, B]
+    roster.kick([B])
+    assert roster.holders() == [A]

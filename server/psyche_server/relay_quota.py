@@ -1,0 +1,127 @@
+"""The relay's bounds (`RelayLimits`) and its pipe quota (`PipeQuota`), pure bookkeeping.
+
+A pipe counts from the moment it is asked for (`RelayDial`), not from the moment both ends
+are there: a dial waiting for its second end holds a slot like an open pipe, so a host cannot
+hold thousands of dials that never complete. Each pipe (open or pending) counts
+
+- once in the total (`max_pipes`),
+- for each of its two keys (`max_pipes_per_client`, as either end),
+- for the address its dialer connects from (`max_pipes_per_ip`), and
+- for that address and its target together (`max_pipes_per_ip_to_client`),
+
+so one host, whatever number of keys it holds, can neither fill the relay nor a victim's
+per-key quota: it holds at most `max_pipes_per_ip` of the relay's pipes and at most
+`max_pipes_per_ip_to_client` of any one client's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from psyche_common.protocol import short_id
+
+
+@dataclass(frozen=True)
+class RelayLimits:
+    """Bounds of the relay port (`psyche-server run --relay-*` sets some of them)."""
+
+    max_mbps: float | None = 100.0
+    """Bytes forwarded per second over all pipes, both directions together, in Mbit/s
+    (None: no cap)."""
+    max_pipes: int = 1024
+    max_pipes_per_client: int = 64
+    max_pipes_per_ip: int = 128
+    """Pipes (open or pending) whose dialer connects from one address (`--relay-max-pipes-per-ip`)."""
+    max_pipes_per_ip_to_client: int = 16
+    """Pipes (open or pending) from one address to one client."""
+    max_connections: int = 4096
+    max_connections_per_ip: int = 256
+    """Relay sockets from one address, whatever they are for (`--relay-max-connections-per-ip`)."""
+    handshake_timeout: float = 10.0
+    accept_timeout: float = 10.0
+    """Longest a dialer waits for the peer's end of the pipe."""
+    listen_idle_timeout: float = 90.0
+    """A listen channel with no frame this long is closed (clients ping every 20 s)."""
+    pipe_idle_timeout: float = 300.0
+    """A pipe with no byte in either direction this long is closed."""
+
+
+@dataclass(frozen=True)
+class PipeClaim:
+    """One pipe's slot in the quota: who dials whom, from which address."""
+
+    dialer: bytes
+    target: bytes
+    ip: str
+
+
+class PipeQuota:
+    """Counts the relay's pipes, open or pending (see the module docstring)."""
+
+    def __init__(self, limits: RelayLimits) -> None:
+        self.limits = limits
+        self.total = 0
+        self._per_key: Counter[bytes] = Counter()
+        self._per_ip: Counter[str] = Counter()
+        self._per_ip_target: Counter[tuple[str, bytes]] = Counter()
+
+    def of_key(self, key: bytes) -> int:
+        """Pipes `key` is an end of (open or pending)."""
+        return self._per_key[key]
+
+    def of_ip(self, ip: str) -> int:
+        """Pipes dialed from `ip` (open or pending)."""
+        return self._per_ip[ip]
+
+    def refusal(self, dialer: bytes, target: bytes, ip: str) -> str | None:
+        """Why one more pipe from `dialer` at `ip` to `target` does not fit (None: it fits);
+        the reason names the limit and the flag that sets it."""
+        limits = self.limits
+        if self.total >= limits.max_pipes:
+            return f"{self.total} relay pipes open or pending (the server's limit)"
+        if self._per_ip[ip] >= limits.max_pipes_per_ip:
+            return (
+                f"{self._per_ip[ip]} relay pipes open or pending from {ip} "
+                f"(--relay-max-pipes-per-ip {limits.max_pipes_per_ip})"
+            )
+        if self._per_ip_target[ip, target] >= limits.max_pipes_per_ip_to_client:
+            return (
+                f"{self._per_ip_target[ip, target]} relay pipes open or pending from {ip} to "
+                f"{short_id(target)} (at most {limits.max_pipes_per_ip_to_client} from one "
+                "address to one client)"
+            )
+        for end in (dialer, target):
+            if self._per_key[end] >= limits.max_pipes_per_client:
+                return (
+                    f"{short_id(end)} has {self._per_key[end]} relay pipes open or pending "
+                    f"(the per-client limit of {limits.max_pipes_per_client})"
+                )
+        return None
+
+    def claim(self, dialer: bytes, target: bytes, ip: str) -> PipeClaim:
+        """Take a slot (after `refusal` said it fits)."""
+        self.total += 1
+        self._per_key[dialer] += 1
+        self._per_key[target] += 1
+        self._per_ip[ip] += 1
+        self._per_ip_target[ip, target] += 1
+        return PipeClaim(dialer, target, ip)
+
+    def release(self, claim: PipeClaim) -> None:
+        """Give a slot back (the dial failed or the pipe closed)."""
+        self.total -= 1
+        for counter, key in (
+            (self._per_key, claim.dialer),
+            (self._per_key, claim.target),
+        ):
+            counter[key] -= 1
+            if counter[key] <= 0:
+                del counter[key]
+        self._per_ip[claim.ip] -= 1
+        if self._per_ip[claim.ip] <= 0:
+            del self._per_ip[claim.ip]
+        pair = (claim.ip, claim.target)
+        self._per_ip_target[pair] -= 1
+        if self._per_ip_target[pair] <= 0:
+            del self._per_ip_target[pair]
