@@ -133,6 +133,7 @@ def train(**flags: object) -> None:
     interface = values["bind_p2p_interface"]
     values["bind_p2p_interface"] = _interface_address(str(interface)) if interface else "0.0.0.0"
     options = ClientOptions.from_flags(values, identity)
+    _check_evals(options, dummy)
     authorization_path = cast("Path | None", values["authorization"])
     if authorization_path is not None:
         statement = load_authorization(authorization_path, identity, str(values["run_id"]))
@@ -151,6 +152,21 @@ def train(**flags: object) -> None:
     log_file = cast("Path | None", values["write_log"])
     parts = click.get_current_context().find_object(Parts)  # an attack client's, in tests
     sys.exit(_run(options, str(values["logs"]), log_file, str(values["log_level"]), parts))
+
+
+def _check_evals(options: ClientOptions, dummy: bool) -> None:
+    """The `--eval-*` flags make sense together and with the backend (UsageError if not)."""
+    evals = options.evals
+    try:
+        evals.check()
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if not evals.enabled:
+        return
+    if dummy:
+        raise click.UsageError("--eval-* needs a model: not with --dummy-training-delay-secs")
+    if options.backend.parallel.data_parallelism > 1:
+        raise click.UsageError("--eval-* runs on a single-device client (--data-parallelism 1)")
 
 
 def _parallel_rank_setup(

@@ -15,7 +15,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from psyche_common.coordinator import Coordinator
@@ -49,6 +49,8 @@ from .run_metrics import MetricsBoard, MetricsSnapshot, RunMetrics
 
 log = logging.getLogger("psyche.server")
 
+MAX_REPORTED_EVALS = 4096
+"""Clients whose last reported eval scores are remembered (to log only new ones)."""
 TIMEOUT_TICK_MARGIN = 0.002
 """Seconds after a state's deadline that the extra tick runs (clock jitter)."""
 
@@ -101,6 +103,7 @@ class ServerApp:
         self.convictions = ConvictionLog(coordinator.verification)
         self.metrics = RunMetrics()
         """Per-step medians of witness reports and the server's counters (`run_metrics`)."""
+        self._reported_evals: dict[bytes, dict[str, float]] = {}
         self.original_warmup_time = coordinator.config.warmup_time
         save_dir = self.options.save_state_dir
         self.saver = None if save_dir is None else StateSaver(save_dir, self.original_warmup_time)
@@ -609,8 +612,23 @@ class ServerApp:
                         metadata.loss,
                         metadata.tokens_per_sec,
                         metadata.bandwidth_per_sec,
+                        metadata.evals,
                     )
+                    self._log_new_evals(client_id, step, metadata.evals)
         self._schedule_message_tick()
+
+    def _log_new_evals(self, client_id: bytes, step: int, evals: Mapping[str, float]) -> None:
+        """Log a witness's eval scores when they differ from the last ones it reported (each
+        report repeats the client's latest scores)."""
+        if not evals or self._reported_evals.get(client_id) == evals:
+            return
+        if len(self._reported_evals) >= MAX_REPORTED_EVALS:
+            self._reported_evals.clear()
+        self._reported_evals[client_id] = dict(evals)
+        log.info(
+            "eval scores reported",
+            extra={"client": short_id(client_id), "step": step, "evals": dict(evals)},
+        )
 
     def _schedule_message_tick(self) -> None:
         """Tick once after the messages that are ready now (a burst of N messages, from one

@@ -46,6 +46,7 @@ def sample_view() -> ClientView:
         checkpoint_error="could not upload checkpoints/run-step12 to the Hub repo me/model: 503",
         link_status="TOO SLOW: step 11 results at 0.50 Mbit/s (30.0 s of 20 s round time; "
         "needs 0.75 Mbit/s)",
+        evals=("heldout_loss: 2.5000 (step 10)", "arc_easy: 0.3100 (step 8)"),
     )
 
 
@@ -65,6 +66,8 @@ async def test_tabs_show_the_view_and_switch_with_keys() -> None:
         assert "Last checkpoint: checkpoints/run-step8" in text
         assert "Checkpoint error: could not upload checkpoints/run-step12" in text
         assert "Link: TOO SLOW: step 11 results at 0.50 Mbit/s" in text
+        assert "Eval heldout_loss: 2.5000 (step 10)" in text
+        assert "Eval arc_easy: 0.3100 (step 8)" in text
         await pilot.press("2")
         assert app.query_one(TabbedContent).active == "coordinator"
         coordinator = static_text(app, "#coordinator-text")

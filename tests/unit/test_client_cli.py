@@ -34,6 +34,12 @@ TRAIN_FLAGS = [
     "--max-upload-mbps",
     "--dummy-result-size",
     "--dummy-model-size",
+    "--eval-tasks",
+    "--eval-tasks-dir",
+    "--eval-fewshot",
+    "--eval-seed",
+    "--eval-task-max-docs",
+    "--eval-heldout-every",
     "--wandb-project",
     "--wandb-run",
     "--wandb-group",
@@ -366,6 +372,30 @@ def test_tensor_parallelism_other_than_1_is_refused_pointing_to_fsdp(monkeypatch
     assert "--data-parallelism 4 --fsdp" in refused.output
     from_env = runner.invoke(main, base, env={"TENSOR_PARALLELISM": "2"})
     assert from_env.exit_code == 2 and "--data-parallelism 2 --fsdp" in from_env.output
+
+
+def test_eval_flags_reach_the_client_options(monkeypatch, tmp_path: Path) -> None:
+    import psyche_client.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_run", lambda options, *_: seen.append(options) or 0)
+    base = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
+    runner = CliRunner()
+    assert runner.invoke(main, base).exit_code == 0
+    flags = [
+        *("--eval-tasks", "arc_easy, piqa", "--eval-fewshot", "5", "--eval-seed", "7"),
+        *("--eval-task-max-docs", "100", "--eval-tasks-dir", str(tmp_path)),
+        *("--eval-heldout-every", "10"),
+    ]
+    assert runner.invoke(main, [*base, *flags]).exit_code == 0
+    off, on = (o.evals for o in seen)
+    assert not off.enabled and off.seed == 42 and off.max_docs is None
+    assert (on.tasks, on.fewshot, on.seed, on.max_docs) == (("arc_easy", "piqa"), 5, 7, 100)
+    assert (on.tasks_dir, on.heldout_every) == (tmp_path, 10)
+    dummy = runner.invoke(main, [*base, *flags, "--dummy-training-delay-secs", "0.1"])
+    assert dummy.exit_code != 0 and "--eval-*" in dummy.output
+    missing = runner.invoke(main, [*base, "--eval-tasks-dir", str(tmp_path / "nope")])
+    assert missing.exit_code != 0 and "--eval-tasks-dir" in missing.output
 
 
 def test_server_key_reaches_the_server_options(monkeypatch) -> None:

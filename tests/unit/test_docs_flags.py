@@ -49,6 +49,7 @@ REFERENCE_ONLY = {
     "--optim-stats-steps",
     "--write-distro-data",
     "--eval-tasks",
+    "--prompt-task",
 }
 """The reference's flags that docs/deviations.md names as missing or not forwarded here."""
 

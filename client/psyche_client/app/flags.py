@@ -20,6 +20,7 @@ from psyche_common.bool_flag import BoolFlag
 from psyche_common.logs import LOG_LEVELS
 from psyche_common.pacing import MEGABIT
 
+from psyche_client.evals.options import DEFAULT_EVAL_SEED, parse_task_list
 from psyche_client.training.model.precision import ATTN_IMPLEMENTATIONS, DTYPE_NAMES
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -482,6 +483,70 @@ FLAGS: tuple[Flag, ...] = (
         "backend.dummy_model_size",
         0,
         _int(0),
+        show_default=True,
+    ),
+    Flag(
+        "--eval-tasks",
+        "Comma-separated lm-evaluation-harness tasks (e.g. arc_easy,hellaswag, or the names in "
+        "--eval-tasks-dir) evaluated on the live model while the client would otherwise wait "
+        "(Cooldown, spare time after training in a round); multiple-choice tasks only. Their "
+        'datasets are read locally (docs/client.md, "Evals").',
+        "evals.tasks",
+        convert=parse_task_list,
+    ),
+    Flag(
+        "--eval-tasks-dir",
+        "A folder of lm-eval task YAML files (e.g. tasks reading downloaded data with "
+        "dataset_path: json), read before lm-eval's own tasks.",
+        "evals.tasks_dir",
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+    ),
+    Flag(
+        "--eval-fewshot",
+        "Few-shot examples per eval prompt.",
+        "evals.fewshot",
+        0,
+        _int(0),
+        show_default=True,
+    ),
+    Flag(
+        "--eval-seed",
+        "Seed of the choice of few-shot examples.",
+        "evals.seed",
+        DEFAULT_EVAL_SEED,
+        _int(0),
+        show_default=True,
+    ),
+    Flag(
+        "--eval-task-max-docs",
+        "Documents of each eval task evaluated (default: all).",
+        "evals.max_docs",
+        type=_int(1),
+    ),
+    Flag(
+        "--eval-heldout-every",
+        "Measure the loss on the run data's held-out split every this many steps (0: never; "
+        "the built-in corpus has one), while the client would otherwise wait.",
+        "evals.heldout_every",
+        0,
+        _int(0),
+        show_default=True,
+    ),
+    Flag(
+        "--eval-heldout-sequences",
+        "Held-out sequences the held-out loss averages over.",
+        "evals.heldout_sequences",
+        16,
+        _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--eval-batch-size",
+        "Sequences per eval forward pass: the most an eval holds the model before training "
+        "can take it back.",
+        "evals.batch_size",
+        4,
+        _int(1),
         show_default=True,
     ),
 )

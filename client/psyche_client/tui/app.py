@@ -70,6 +70,7 @@ def client_tab_text(view: ClientView) -> str:
         f"Last checkpoint: {view.last_checkpoint or '-'}"
         + (f"\nCheckpoint error: {view.checkpoint_error}" if view.checkpoint_error else "")
         + (f"\nLink: {view.link_status}" if view.link_status.startswith("TOO SLOW") else "")
+        + "".join(f"\nEval {line}" for line in view.evals)
     )
 
 

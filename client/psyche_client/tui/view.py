@@ -76,6 +76,8 @@ class ClientView:
     last_checkpoint: str = ""
     checkpoint_error: str = ""
     link_status: str = ""
+    evals: tuple[str, ...] = ()
+    """`name: score (step N)` of each latest eval score."""
 
 
 @dataclass
@@ -195,6 +197,7 @@ def build_view(snapshot: ClientSnapshot, bandwidth: BandwidthMeter) -> ClientVie
         last_checkpoint=snapshot.last_checkpoint,
         checkpoint_error=snapshot.checkpoint_error or "",
         link_status=snapshot.link_status,
+        evals=tuple(f"{name}: {value:.4f} (step {step})" for name, step, value in snapshot.evals),
     )
 
 
