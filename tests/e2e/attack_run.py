@@ -93,7 +93,7 @@ ATTACKS: dict[str, Attack] = {
         Attack("signflip", "trainer negating its gradients", program="signflip_client.py"),
         Attack(
             "freerider",
-            "trainer re-announcing another trainer's result for its own batch",
+            "trainer re-sending its first result, relabelled, for every later batch",
             program="freerider_client.py",
         ),
         Attack(
@@ -118,6 +118,24 @@ ATTACKS: dict[str, Attack] = {
             "equivocator",
             "trainer pushing two signed commitments per batch to two halves of the members",
             program="equivocator_client.py",
+        ),
+        # detection attacks (issue 18 items 5, 6 and 8): copies, lying verifiers, junk blobs
+        Attack(
+            "copier",
+            "trainer re-announcing another trainer's result of the same round as its own",
+            program="copier_client.py",
+            verification_percent=50,
+        ),
+        Attack(
+            "lying_verifier",
+            "verifier reporting every result it checks as failed",
+            program="lying_verifier_client.py",
+            verification_percent=50,
+        ),
+        Attack(
+            "junk_blob",
+            "peer serving junk bytes for its blobs to half of the members",
+            program="junk_blob_client.py",
         ),
         Attack(
             "early_flood",
@@ -186,6 +204,12 @@ class RunOutcome:
     server: Proc | None = field(repr=False)
     floods: list[Host] = field(repr=False)
     diagnostics: str = field(repr=False)
+    removal_steps: list[int | None] = field(default_factory=list)
+    """Per attacker, the step at which it was convicted or dropped (None: not removed)."""
+    honest_convicted: list[str] = field(default_factory=list)
+    """Honest clients the coordinator convicted (false convictions)."""
+    honest_dropped: int = 0
+    """Honest clients dropped from the epoch by a health check or a false report."""
 
     @property
     def honest_ok(self) -> bool:
@@ -265,6 +289,23 @@ def convicted_ids(server: Proc) -> set[str]:
         if str(line.get("msg", "")).startswith(("conviction:", "equivocation:"))
         and "client" in line
     }
+
+
+def removal_step(server: Proc | None, attacker: Proc) -> int | None:
+    """The first step at which `attacker` was convicted (the server's record) or dropped by a
+    health check (its own log line); None when neither happened."""
+    me = client_id(attacker)
+    steps = [
+        int(line["convicted_step"])
+        for line in (server.lines() if server is not None else [])
+        if str(line.get("msg", "")).startswith("conviction:")
+        and line.get("client") == me
+        and "convicted_step" in line
+    ]
+    steps += [int(line["step"]) for line in attacker.events(DROPPED_LINE) if "step" in line]
+    if not steps and server is not None and me in convicted_ids(server):
+        steps = [0]  # an equivocation line names no step: removed, step unknown
+    return min(steps) if steps else None
 
 
 def run_attack(
@@ -388,6 +429,10 @@ def run_attack(
     else:
         convicted = convicted_ids(cluster.server) if cluster.server else set()
         removed = [client_id(p) in convicted or bool(p.events(DROPPED_LINE)) for p in attackers]
+    convicted_all = convicted_ids(cluster.server) if cluster.server else set()
+    honest_convicted = sorted(
+        str(i) for i in (client_id(p) for p in honest) if i is not None and i in convicted_all
+    )
     return RunOutcome(
         attack=attack.name if attack is not None else "clean",
         clients=clients,
@@ -405,6 +450,9 @@ def run_attack(
         server=cluster.server,
         floods=floods,
         diagnostics=diagnostics,
+        removal_steps=[removal_step(cluster.server, p) for p in attackers],
+        honest_convicted=honest_convicted,
+        honest_dropped=sum(1 for p in honest if p.events(DROPPED_LINE)),
     )
 
 
