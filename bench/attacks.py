@@ -4,12 +4,14 @@ one JSON object.
 For each size `M/N` of `--sizes` (default 1/4 and 2/8: M of N clients malicious) and each
 attack of `--only` (default all of `tests.e2e.attack_run.ATTACKS`), one run of real processes
 (`psyche-server` and `psyche-client`s on loopback, `builtin:llama-tiny` on CPU, `--steps`
-steps, global batch max(6, N) × 32 tokens, every member a witness, max round time 10 s) with N − M honest clients and M
+steps (default 30), global batch max(6, N) × 32 tokens, every member a witness, max round time 10 s) with N − M honest clients and M
 attackers, and one clean run of N honest clients per distinct setting of the selected
 attacks at that size (1-bit values with 25% verifiers; bf16 values without verifiers for the
 huge-values trainer). Floods (idle sockets, decode bombs, relay exhaustion) are hosts, and
 intruders are clients a permissioned run refuses (an unlisted key, an expired or forged
-delegation), not members: their runs have N − M member clients.
+delegation), not members: their runs have N − M member clients. `tamper` is a man in the
+middle, not a member: its runs have N honest clients, M of which reach the server through a
+proxy that flips one byte of their link after the handshake.
 
 Per attack (key `"NAME M/N"`):
 
@@ -24,9 +26,17 @@ Per attack (key `"NAME M/N"`):
   check (as the coordinator recorded it); for the floods, every flooding host was shed by its
   target (idle sockets: some closed by caps at accept, handshake or pre-join timeouts; decode
   bombs: every one refused and its socket closed; relay exhaustion: no dial granted); for the
-  intruders, each was refused at its Join and exited 1. False is an
-  observation, not a failure: a lying witness is refused, not removed, and a free rider
-  cannot be told from an honest trainer.
+  intruders, each was refused at its Join and exited 1; for `tamper`, every altered frame
+  failed authentication at the side that read it. False is an observation, not a failure:
+  docs/security.md says which attackers the protocol cannot remove and bounds their harm;
+- `steps_to_removal`: per attacker, the step of its conviction or drop (None: not removed);
+  `honest_convicted`: honest clients convicted in the attacked run, `honest_dropped`: honest
+  clients dropped (by a health check, or for false reports).
+
+Per clean run (key `"clean M/N ..."`): `loss_drop`, the untrained loss minus the run's (the
+default 30 steps at the e2e settings, constant LR 3e-3, are meant to move it by more than
+1.0), and `false_convictions`, honest clients the coordinator convicted; their sum over every
+clean run is the top-level `false_convictions`.
 
 The runs are sequential; each is seconds of real training and the protocol's timeouts, so
 the whole table takes a long time (several minutes per row on a loaded 2-core machine). The
@@ -37,7 +47,7 @@ clean run and one attacked run, the whole path from the processes to the table. 
 on a loaded 2-core machine (every run is a server and 3 client processes), so its test is
 `slow` (`make test-all`).
 
-Usage: .venv/bin/python bench/attacks.py [--steps 8] [--only signflip,huge] [--sizes 1/4]
+Usage: .venv/bin/python bench/attacks.py [--steps 30] [--only signflip,huge] [--sizes 1/4]
 [--keep DIR] [--quick]; progress goes to stderr.
 """
 
@@ -83,6 +93,16 @@ def progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def removal(run: RunOutcome) -> dict[str, Any]:
+    """`steps_to_removal`: per attacker, the step it was convicted or dropped at (None: never);
+    `honest_convicted`: honest clients the coordinator convicted in this run."""
+    return {
+        "steps_to_removal": run.removal_steps,
+        "honest_convicted": len(run.honest_convicted),
+        "honest_dropped": run.honest_dropped,
+    }
+
+
 def summary(run: RunOutcome) -> dict[str, Any]:
     return {
         "eval_loss": None if run.eval_loss is None else round(run.eval_loss, 4),
@@ -96,7 +116,7 @@ def summary(run: RunOutcome) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=None, help="training steps per run (8)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps per run (30)")
     parser.add_argument(
         "--only",
         default=None,
@@ -113,7 +133,7 @@ def main() -> None:
     args = parser.parse_args()
     quick = args.quick
     only = args.only or ("signflip" if quick else ",".join(ATTACKS))
-    args.steps = args.steps or (4 if quick else 8)
+    args.steps = args.steps or (4 if quick else 30)
     names = [name for name in only.split(",") if name]
     unknown = [name for name in names if name not in ATTACKS]
     if unknown:
@@ -145,7 +165,14 @@ def main() -> None:
                     timeout=600,
                 )
                 clean[setting] = run
-                clean_table[label] = summary(run)
+                clean_table[label] = {
+                    "false_convictions": len(run.honest_convicted),
+                    "honest_dropped": run.honest_dropped,
+                    "loss_drop": None
+                    if run.eval_loss is None
+                    else round(untrained - run.eval_loss, 4),
+                    **summary(run),
+                }
                 progress(f"{label}: {clean_table[label]}")
             for attack in attacks:
                 name = f"{attack.name} {size}"
@@ -177,6 +204,7 @@ def main() -> None:
                     "gain_vs_clean": gain,
                     "honest_hashes_agree": run.hashes_agree,
                     "attacker_removed": bool(run.attackers_removed) and all(run.attackers_removed),
+                    **removal(run),
                     "description": attack.description,
                     **summary(run),
                 }
@@ -186,6 +214,7 @@ def main() -> None:
             "quick": quick,
             "attacks": table,
             "clean": clean_table,
+            "false_convictions": sum(row["false_convictions"] for row in clean_table.values()),
             "model": "builtin:llama-tiny",
             "steps": args.steps,
             "loss": "held-out cross-entropy of the final checkpoint, 64 x 32 tokens",

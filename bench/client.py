@@ -34,6 +34,11 @@
    (`psyche_client.p2p.benchmark`, 3 serving peers, hash-checked parameters) vs a raw
    loopback socket copy of the same bytes.
 
+`--evals`: the long step is measured twice, without and with evals during training (the
+client evaluates a tiny local multiple-choice task with lm-eval, all its documents, and the
+held-out loss every step, whenever it would otherwise wait): "client ÷ bare" should not move
+beyond the noise. `evals_completed` says how many evals finished in the measured runs.
+
 `--quick` (what `make test` runs): both parts at their smallest, in seconds: the tiny preset
 (`builtin:llama-tiny`), one client run of 6 steps of 4 × 32 tokens next to the bare loop (the
 long step only), and the fetch of the tiny preset's bytes. Its ratios mean nothing: the
@@ -298,13 +303,17 @@ def round_breakdown(
 # ---------------------------------------------------------------------------- client run
 
 
-def client_run(tmp: Path, shape: Shape, steps: int, witness_time: float) -> dict[str, Any]:
+def client_run(
+    tmp: Path, shape: Shape, steps: int, witness_time: float, evals: bool = False
+) -> dict[str, Any]:
     from psyche_client.app import ClientApp, ClientOptions, ServerOptions
     from psyche_client.app.options import client_p2p_config
+    from psyche_client.evals.options import EvalOptions
     from psyche_client.weights.backends import BackendOptions
     from psyche_common.protocol import Identity
 
     from tests.e2e.client_run import Cluster, write_state
+    from tests.support.eval_tasks import write_tasks
 
     state = write_state(
         tmp / "state.toml",
@@ -331,6 +340,14 @@ def client_run(tmp: Path, shape: Shape, steps: int, witness_time: float) -> dict
                 Identity.generate(),
                 p2p=client_p2p_config(bind_host="127.0.0.1", advertise_host="127.0.0.1"),
                 backend=BackendOptions(device="cpu", micro_batch_size=shape.micro_batch),
+                evals=EvalOptions(
+                    tasks=("tiny_mc",),
+                    tasks_dir=write_tasks(tmp / "tasks"),
+                    heldout_every=1,
+                    heldout_sequences=8,
+                )
+                if evals
+                else EvalOptions(),
             )
         )
         code = asyncio.run(app.run())
@@ -353,6 +370,7 @@ def client_run(tmp: Path, shape: Shape, steps: int, witness_time: float) -> dict
         "tokens_per_sec": tokens / wall,
         "window": (rounds[0][1], end),
         "rounds": len(rounds),
+        "evals_completed": len(app.stats.eval_history),
         "breakdown": round_breakdown(probe, rounds, {r[0]: r[1] for r in trained}),
     }
 
@@ -375,7 +393,12 @@ def joiner_fetch(preset: str) -> dict[str, float]:
 
 
 def measure_case(
-    shape: Shape, steps: int, repeats_count: int, threads: int, witness_time: float
+    shape: Shape,
+    steps: int,
+    repeats_count: int,
+    threads: int,
+    witness_time: float,
+    evals: bool = False,
 ) -> dict[str, Any]:
     """The client next to the bare loop, `repeats_count` times; the median ratio and the
     breakdown of the most typical repeat."""
@@ -390,7 +413,7 @@ def measure_case(
             worker = start_bare_worker(shape, threads, out)
             try:
                 wait_for_first_bare_step(worker, out)
-                client = client_run(Path(tmp), shape, steps, witness_time)
+                client = client_run(Path(tmp), shape, steps, witness_time, evals)
             finally:
                 worker.terminate()
                 worker.wait(30)
@@ -411,6 +434,7 @@ def measure_case(
                     bare["step_seconds"] / breakdown["forward_backward"], 3
                 ),
                 "client_rounds_measured": client["rounds"],
+                "evals_completed": client["evals_completed"],
                 "client_round_breakdown_seconds": breakdown,
             }
         )
@@ -425,6 +449,8 @@ def measure_case(
         "tokens_per_step": shape.batch * shape.seq_len,
         "client_over_bare": median,
         "client_over_bare_per_repeat": [r["client_over_bare"] for r in repeats],
+        "evals": evals,
+        "evals_completed": sum(r["evals_completed"] for r in repeats),
         "bare_step_seconds": typical["bare_step_seconds"],
         "step_compute_seconds": breakdown["forward_backward"],
         "protocol_overhead_seconds_per_step": breakdown["protocol_overhead"],
@@ -446,6 +472,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="everything at its smallest")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each side")
     parser.add_argument("--skip-fetch", action="store_true", help="skip the joiner fetch")
+    parser.add_argument(
+        "--evals", action="store_true", help="also measure the long step with evals on"
+    )
     parser.add_argument("--skip-short", action="store_true", help="skip the short-step case")
     parser.add_argument("--skip-long", action="store_true", help="skip the long-step case")
     parser.add_argument(
@@ -477,10 +506,17 @@ def main() -> None:
         return
     logging.disable(logging.WARNING)
     load_before = os.getloadavg()
+    if args.evals:  # the eval task's data is a local file: never the Hub
+        os.environ["HF_DATASETS_OFFLINE"] = "1"
+        os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="bench-datasets-"))
     witness_time = args.round_witness_time
     cases: dict[str, dict[str, Any]] = {}
     if not args.skip_long:
         cases["long_step"] = measure_case(shape, steps, repeats, args.threads, witness_time)
+    if args.evals:
+        cases["long_step_with_evals"] = measure_case(
+            shape, steps, repeats, args.threads, witness_time, True
+        )
     if not (args.skip_short or quick):
         short = Shape(
             model, args.short_batch, shape.seq_len, min(shape.micro_batch, args.short_batch)
@@ -506,6 +542,9 @@ def main() -> None:
         ),
         "client_over_bare_long_step": cases.get("long_step", {}).get("client_over_bare"),
         "client_over_bare_short_step": cases.get("short_step", {}).get("client_over_bare"),
+        "client_over_bare_long_step_with_evals": cases.get("long_step_with_evals", {}).get(
+            "client_over_bare"
+        ),
         "cases": cases,
     }
     if not args.skip_fetch:

@@ -5,8 +5,9 @@ protocol clients in this process. The server sends states only to connections th
 (and closes the others after `--pre-join-timeout`), so every client joins, right after its
 handshake; the run enters a long Warmup with the first `min(N, 256)` of them as members (an
 epoch holds at most 256), and the others stay pending: they get every state and are listed
-in its peers. Every client advertises the P2P address of one stub listener in this process
-that answers the server's reachability probe as a P2P listener would, so the states carry no
+in its peers. Every client advertises the P2P address of a stub listener of its own in this
+process that answers the server's reachability probe as that client's P2P listener would (a
+`Challenge`, then a `Proof` of the client's key for the `Probe`), so the states carry no
 unreachable list. Measured per N, once every client holds a state that lists all N peers as
 probed and all members in Warmup:
 - `bytes_per_broadcast`: size of one state frame as received;
@@ -45,15 +46,19 @@ from psyche_common.coordinator import RunState
 from psyche_common.coordinator.committee import WitnessProof
 from psyche_common.coordinator.types import Witness
 from psyche_common.protocol import (
+    CONTROL_DECODE,
+    HANDSHAKE_FRAME_SIZE,
     Identity,
+    ProtocolError,
     connect_handshake,
     coordinator_domain,
     decode_payload,
-    read_frame_bytes,
+    read_frame,
     write_frame,
 )
-from psyche_common.protocol.handshake import challenge_message, new_challenge
+from psyche_common.protocol.handshake import new_challenge, probe_transcript
 from psyche_common.protocol.messages import Join, WarmupWitness, to_wire
+from psyche_common.protocol.secure_channel import TAG_SIZE
 
 BASELINE_CLIENTS = 16
 MAX_MEMBERS = 256  # the coordinator's cap on an epoch's clients
@@ -110,15 +115,23 @@ def process_cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-async def start_p2p_stub() -> tuple[asyncio.Server, str]:
-    """A listener that answers every connection as a P2P listener's first frame does (a
-    `Challenge`), which is all the server's reachability probe waits for."""
+async def start_p2p_stub(identity: Identity) -> tuple[asyncio.Server, str]:
+    """A listener that answers the server's reachability probe as the P2P listener of
+    `identity` does: a `Challenge`, then, for the `Probe`, a `Proof` of the key."""
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await write_frame(writer, challenge_message(new_challenge()))
+            mine = new_challenge()
+            await write_frame(
+                writer, {"type": "Challenge", "challenge": mine, "ephemeral": new_challenge()}
+            )
+            probe = await read_frame(reader, HANDSHAKE_FRAME_SIZE, 30, CONTROL_DECODE)
+            theirs = probe["challenge"]
+            signed = probe_transcript(mine, theirs, identity.public_key)
+            proof = {"type": "Proof", "public_key": identity.public_key}
+            await write_frame(writer, {**proof, "signature": identity.sign(signed)})
             await reader.read()  # until the probe closes
-        except OSError:
+        except (OSError, ProtocolError, TimeoutError, KeyError, TypeError):
             pass
         finally:
             writer.close()
@@ -135,12 +148,13 @@ class BenchClient:
     `members` clients, all `n_clients` peers probed and reachable); after that it only
     timestamps frames (decoding them would delay reading the other sockets)."""
 
-    def __init__(self, port: int, p2p_address: str, n_clients: int, members: int) -> None:
+    def __init__(self, port: int, n_clients: int, members: int) -> None:
         self.port = port
-        self.p2p_address = p2p_address
+        self.p2p_address = ""
         self.n_clients = n_clients
         self.members = members
         self.identity = Identity.generate()
+        self.stub: asyncio.Server | None = None
         self.frames = 0
         self.last: bytes = b""
         self.changed_at: list[float] = []  # receipt times of frames that differ from the last
@@ -148,9 +162,10 @@ class BenchClient:
         self.settled = False
 
     async def connect_and_join(self) -> None:
-        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
-        await connect_handshake(
-            self.reader, self.writer, self.identity, domain=coordinator_domain("bench"), timeout=30
+        self.stub, self.p2p_address = await start_p2p_stub(self.identity)
+        reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self.channel = await connect_handshake(
+            reader, self.writer, self.identity, domain=coordinator_domain("bench"), timeout=30
         )
         self.task = asyncio.create_task(self.read_loop())
         await self.send(Join(run_id="bench", p2p_address=self.p2p_address))
@@ -170,14 +185,14 @@ class BenchClient:
     async def read_loop(self) -> None:
         try:
             while True:
-                frame = await read_frame_bytes(self.reader, 1 << 26)
+                frame = await self.channel.read_payload(1 << 26)
                 now = time.perf_counter()
                 self.frames += 1
                 if not self.settled:
                     if not self.is_settled_state(frame):
                         continue
                     self.settled = True
-                self.bytes_last = len(frame) + 4
+                self.bytes_last = len(frame) + 4 + TAG_SIZE
                 if frame != self.last:
                     self.last = frame
                     self.changed_at.append(now)
@@ -185,11 +200,13 @@ class BenchClient:
             return
 
     async def send(self, message: Any) -> None:
-        await write_frame(self.writer, to_wire(message))
+        await self.channel.send(to_wire(message))
 
     def close(self) -> None:
         self.writer.transport.abort()
         self.task.cancel()
+        if self.stub is not None:
+            self.stub.close()
 
 
 async def start_server(state_path: Path) -> tuple[asyncio.subprocess.Process, int]:
@@ -240,12 +257,11 @@ async def measure(n_clients: int, probes: int, idle_window: float, workdir: Path
     state_path = workdir / f"state-{n_clients}.toml"
     state_path.write_text(tomli_w.dumps(state_document(members)))
     process, port = await start_server(state_path)
-    stub, p2p_address = await start_p2p_stub()
     clients: list[BenchClient] = []
     try:
         for start in range(0, n_clients, 100):
             batch = [
-                BenchClient(port, p2p_address, n_clients, members)
+                BenchClient(port, n_clients, members)
                 for _ in range(start, min(n_clients, start + 100))
             ]
             await asyncio.gather(*(c.connect_and_join() for c in batch))
@@ -308,7 +324,6 @@ async def measure(n_clients: int, probes: int, idle_window: float, workdir: Path
     finally:
         for client in clients:
             client.close()
-        stub.close()
         process.terminate()
         await asyncio.wait_for(process.wait(), 30)
 

@@ -11,6 +11,25 @@ peer's result is compared with it (`psyche_client.verify.agreement`) as:
 - `free_rider`: the next peer's result (another batch) re-announced for this batch;
 - `random`: random signs at random positions (k per chunk).
 
+Two more measures for the detectors of docs/verification.md ("Copiers and free riders"):
+
+- `overlap`: top-k index overlap (`psyche_client.verify.copying.index_overlap`) of each honest
+  result with every other peer's result of the same step (`overlap_honest`: the largest per
+  result, what a verifier comparing a result with all others of its round sees), and of a
+  copy with a result of the step before (`overlap_previous_step`: how much one peer's picks
+  persist between steps, the overlap a copier of an old result would show); a copy of a
+  result of the same step overlaps it by 1.0 by construction;
+- `margin`: weighted agreement with the result's own batch minus with another batch of the
+  same step (the verifier's second sample), for `honest`, a `copy` measured against its
+  source's batch (`copy_vs_source`) or a third batch (`copy_vs_third`), and a `stale` result
+  (the peer's own result of the previous step it trained, re-announced: a free rider that
+  trained on other data).
+
+`--train-every 2`: each peer trains only every other step (peer r at steps where step + r is
+even), as a trainer does when half of the clients verify each round; its momentum then holds
+gradients of weights two steps older. The "third" batch of a margin is then a batch of the
+step that nobody trained on.
+
 Prints one JSON object: per case the unweighted (`fraction`) and |coefficient|-weighted
 (`weighted`) agreements, each as min / mean / max over all (step, peer) pairs, every sample,
 and the median seconds of a verifier's recompute (forward/backward + DCT) and score, and of a
@@ -45,6 +64,7 @@ from psyche_client.verify.agreement import (  # noqa: E402
     gradient_coefficients,
     sign_agreement,
 )
+from psyche_client.verify.copying import index_overlap  # noqa: E402
 from psyche_client.verify.recompute import recompute_gradient  # noqa: E402
 from psyche_common.batch_id import BatchId  # noqa: E402
 
@@ -56,6 +76,12 @@ from tests.support.simulation import (  # noqa: E402
 )
 
 CASES = ("honest", "sign_flip", "free_rider", "random")
+MARGINS = ("honest", "copy_vs_source", "copy_vs_third", "stale")
+OVERLAPS = ("overlap_honest", "overlap_previous_step")
+
+
+def indices(result: DistroResult) -> list[np.ndarray]:
+    return [payload.indices() for payload in result.tensors]
 
 
 def flipped(agreement: Agreement) -> Agreement:
@@ -91,6 +117,12 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (256)")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--train-every",
+        type=int,
+        default=1,
+        help="each peer trains every Nth step (2: half train each step, as with 50%% verifiers)",
+    )
     parser.add_argument("--quick", action="store_true", help="3 short steps (seconds)")
     args = parser.parse_args()
     quick = args.quick
@@ -120,6 +152,7 @@ def main() -> None:
     rng = np.random.default_rng(1234 + args.seed)
     noise = np.random.default_rng(99)
     in_flight: dict[int, list[DistroResult]] = {}
+    previous: dict[int, DistroResult] = {}
     samples: list[dict[str, object]] = []
     started = time.perf_counter()
     recompute_seconds: list[float] = []
@@ -140,9 +173,10 @@ def main() -> None:
                 grads = recompute_gradient(verifier_model, share, per_peer, torch.device("cpu"))
                 coefficients.append(gradient_coefficients(compressor, grads))
                 recompute_seconds.append(time.perf_counter() - t0)
-        produced = []
-        for r, trainer in enumerate(trainers):
-            out = trainer.train(
+        active = [r for r in range(args.peers) if (step + r) % args.train_every == 0]
+        produced: dict[int, DistroResult] = {}
+        for r in active:
+            out = trainers[r].train(
                 BatchId(r * per_peer, (r + 1) * per_peer - 1),
                 shares[r],
                 step,
@@ -151,19 +185,43 @@ def main() -> None:
             )
             assert out.result is not None
             train_seconds.append(out.forward_backward_seconds + out.optimizer_seconds)
-            produced.append(trainer.decode_result(out.result.encode()))
-        in_flight[step] = produced
+            produced[r] = trainers[r].decode_result(out.result.encode())
+        in_flight[step] = list(produced.values())
         if step in measure_at:
-            for r in range(args.peers):
+            for r in active:
+                others = [q for q in active[active.index(r) + 1 :] + active if q != r]
+                if r not in previous or not others:
+                    continue
                 t0 = time.perf_counter()
                 honest = sign_agreement(produced[r], coefficients[r])
                 score_seconds.append(time.perf_counter() - t0)
-                other = produced[(r + 1) % args.peers]
+                other = produced[others[0]]
                 cases = {
                     "honest": honest,
                     "sign_flip": flipped(honest),
                     "free_rider": sign_agreement(other, coefficients[r]),
                     "random": random_agreement(produced[r], coefficients[r], noise),
+                }
+                source = coefficients[others[0]]
+                third = coefficients[
+                    next(q for q in range(r + 2, r + 2 + args.peers) if q % args.peers
+                         not in (r, others[0])) % args.peers
+                ]  # fmt: skip
+                copy_own = cases["free_rider"].weighted
+                stale = previous[r]
+                margins = {
+                    "honest": honest.weighted - sign_agreement(produced[r], third).weighted,
+                    "copy_vs_source": copy_own - sign_agreement(other, source).weighted,
+                    "copy_vs_third": copy_own - sign_agreement(other, third).weighted,
+                    "stale": sign_agreement(stale, coefficients[r]).weighted
+                    - sign_agreement(stale, third).weighted,
+                }
+                mine = indices(produced[r])
+                overlaps = {
+                    "overlap_honest": max(
+                        index_overlap(mine, indices(produced[q])) for q in others
+                    ),
+                    "overlap_previous_step": index_overlap(mine, indices(previous[r])),
                 }
                 samples.append(
                     {
@@ -174,8 +232,11 @@ def main() -> None:
                             name: [round(a.fraction, 4), round(a.weighted, 4)]
                             for name, a in cases.items()
                         },
+                        "margin": {name: round(v, 4) for name, v in margins.items()},
+                        **{name: round(v, 4) for name, v in overlaps.items()},
                     }
                 )
+        previous.update(produced)
     report = {
         "benchmark": "verification",
         "quick": quick,
@@ -188,6 +249,7 @@ def main() -> None:
             "topk": 8,
             "quantize_1bit": True,
             "decay": 0.999,
+            "train_every": args.train_every,
         },
         "cases": {
             name: {
@@ -196,6 +258,11 @@ def main() -> None:
             }
             for name in CASES
         },
+        "margins": {
+            name: summary([s["margin"][name] for s in samples])  # type: ignore[index]
+            for name in MARGINS
+        },
+        "overlaps": {name: summary([s[name] for s in samples]) for name in OVERLAPS},  # type: ignore[misc]
         "recompute_seconds_median": round(float(np.median(recompute_seconds)), 4),
         "score_seconds_median": round(float(np.median(score_seconds)), 4),
         "train_seconds_median": round(float(np.median(train_seconds)), 4),

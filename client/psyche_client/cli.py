@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import click
+from psyche_common.bool_flag import bool_flag
 from psyche_common.protocol import Identity
 
 from psyche_client.app.flags import (
@@ -39,7 +40,11 @@ def load_identity(path: Path | None) -> Identity:
     """The identity from a 32-byte key file, else ``$RAW_IDENTITY_SECRET_KEY`` (hex), else a
     fresh random one."""
     if path is not None:
-        return Identity.load(path)
+        try:
+            return Identity.load(path)
+        except (OSError, ValueError) as exc:  # missing, unreadable, or not a key
+            hint = "'-i' / '--identity-secret-key-path'"
+            raise click.BadParameter(str(exc), param_hint=hint) from exc
     raw = os.environ.get(IDENTITY_ENV)
     if raw:
         try:
@@ -128,6 +133,7 @@ def train(**flags: object) -> None:
     interface = values["bind_p2p_interface"]
     values["bind_p2p_interface"] = _interface_address(str(interface)) if interface else "0.0.0.0"
     options = ClientOptions.from_flags(values, identity)
+    _check_evals(options, dummy)
     authorization_path = cast("Path | None", values["authorization"])
     if authorization_path is not None:
         statement = load_authorization(authorization_path, identity, str(values["run_id"]))
@@ -146,6 +152,21 @@ def train(**flags: object) -> None:
     log_file = cast("Path | None", values["write_log"])
     parts = click.get_current_context().find_object(Parts)  # an attack client's, in tests
     sys.exit(_run(options, str(values["logs"]), log_file, str(values["log_level"]), parts))
+
+
+def _check_evals(options: ClientOptions, dummy: bool) -> None:
+    """The `--eval-*` flags make sense together and with the backend (UsageError if not)."""
+    evals = options.evals
+    try:
+        evals.check()
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if not evals.enabled:
+        return
+    if dummy:
+        raise click.UsageError("--eval-* needs a model: not with --dummy-training-delay-secs")
+    if options.backend.parallel.data_parallelism > 1:
+        raise click.UsageError("--eval-* runs on a single-device client (--data-parallelism 1)")
 
 
 def _parallel_rank_setup(
@@ -259,7 +280,7 @@ def _add_file_log(path: Path) -> None:
     show_default=True,
     help="Local ranks (devices) the client will train on.",
 )
-@click.option("--fsdp", is_flag=True, default=False, help="The model will be sharded (--fsdp).")
+@bool_flag("--fsdp", default=False, help="The model will be sharded (--fsdp).")
 @precision_options
 def check(
     state_path: Path,

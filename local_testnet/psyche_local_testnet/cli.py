@@ -6,6 +6,7 @@ import shlex
 from pathlib import Path
 
 import click
+from psyche_common.bool_flag import bool_flag
 
 from psyche_local_testnet.commands import ClientMetrics
 from psyche_local_testnet.kills import KILL_SIGNALS
@@ -53,11 +54,11 @@ def main() -> None:
     help="TCP port the coordinator server listens on; the clients connect to 127.0.0.1:PORT. "
     "It must be free (the server's relay shares it).",
 )
-@click.option(
-    "--tui/--no-tui",
+@bool_flag(
+    "--tui",
     default=True,
     show_default=True,
-    help="show the server and client dashboards in tmux (--no-tui: JSON log lines)",
+    help="show the server and client dashboards in tmux (--tui false or --no-tui: JSON log lines)",
 )
 @click.option(
     "--random-kill-num",

@@ -4,10 +4,12 @@ Contract of the programs:
   psyche-server validate-config --state STATE [--data-config DATA]
   psyche-server run --state STATE --server-port PORT --tui|--no-tui [--data-config DATA]
                     --log-level LEVEL [--log-format json --log-file FILE] [--save-state-dir DIR]
+                    [--identity-secret-key-path FILE] [--checkpointer KEY]
     with --save-state-dir, the server keeps DIR/{run_id}-latest.toml at the run's resume point
     (a state file `run --state` accepts; its [progress] step is the step it resumes at);
   psyche-client train --server-addr 127.0.0.1:PORT --run-id ID --device DEV
                       --logs tui|json [--write-log FILE] [--checkpoint-dir D --hub-repo R]
+                      [--server-key HEX]
                       [--wandb-project P [--wandb-run R-N] [--wandb-group G]
                        [--wandb-entity E]] [--optim-stats-steps S]
   with RAW_IDENTITY_SECRET_KEY=<64 hex chars> in the client's environment.
@@ -22,7 +24,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from psyche_local_testnet.identities import IDENTITY_ENV, client_secret_hex
+from psyche_common.protocol import Identity
+
+from psyche_local_testnet.identities import (
+    IDENTITY_ENV,
+    client_public_hex,
+    client_secret_hex,
+    server_secret_key,
+)
+
+CHECKPOINTING_CLIENT = 1
+"""The client that saves and uploads checkpoints with --first-client-checkpoint."""
 
 
 def latest_state_name(run_id: str) -> str:
@@ -118,6 +130,9 @@ class TestnetCommands:
     first_client_checkpoint: str | None = None
     checkpoint_dir: Path | None = None
     save_state_dir: Path | None = None  # the server's --save-state-dir (needed to restart it)
+    server_key_path: Path | None = None
+    """The server's key file (`--identity-secret-key-path`), holding `server_secret_key`;
+    the clients then pass its public key as `--server-key`."""
     metrics: ClientMetrics = field(default_factory=ClientMetrics)
 
     def validate(self) -> list[str]:
@@ -154,7 +169,20 @@ class TestnetCommands:
             argv += ["--log-file", str(self.log_dir / "server.log")]
         if self.save_state_dir is not None:
             argv += ["--save-state-dir", str(self.save_state_dir)]
+        if self.server_key_path is not None:
+            argv += ["--identity-secret-key-path", str(self.server_key_path)]
+        if self.first_client_checkpoint:  # the server accepts its uploads' Checkpoint reports
+            argv += ["--checkpointer", client_public_hex(self.session, CHECKPOINTING_CLIENT)]
         return ProcessSpec(argv)
+
+    def server_public_key(self) -> bytes:
+        """The public key of the server's identity in this session."""
+        return Identity.from_secret_bytes(server_secret_key(self.session)).public_key
+
+    def write_server_key(self) -> None:
+        """Write the server's key file (mode 0600), when the testnet uses one."""
+        if self.server_key_path is not None:
+            Identity.from_secret_bytes(server_secret_key(self.session)).save(self.server_key_path)
 
     def client(self, client_number: int, log_file: Path | None) -> ProcessSpec:
         argv = [
@@ -171,7 +199,7 @@ class TestnetCommands:
         ]
         if log_file is not None:
             argv += ["--write-log", str(log_file)]
-        if client_number == 1 and self.first_client_checkpoint:
+        if client_number == CHECKPOINTING_CLIENT and self.first_client_checkpoint:
             checkpoint_dir = self.checkpoint_dir or Path("checkpoints")
             argv += [
                 "--checkpoint-dir",
@@ -179,6 +207,8 @@ class TestnetCommands:
                 "--hub-repo",
                 self.first_client_checkpoint,
             ]
+        if self.server_key_path is not None:
+            argv += ["--server-key", self.server_public_key().hex()]
         argv += self.metrics.argv(client_number)
         env = {IDENTITY_ENV: client_secret_hex(self.session, client_number)}
         return ProcessSpec(argv, env)

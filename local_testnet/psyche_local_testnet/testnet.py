@@ -162,6 +162,7 @@ class Testnet:
             metrics=self.options.metrics,
             checkpoint_dir=self.run_dir / "checkpoints",
             save_state_dir=self.run_dir / "saved-states",  # what a server restart resumes from
+            server_key_path=self.run_dir / "server.key",  # clients check it with --server-key
         )
 
     def _validate(self, commands: TestnetCommands) -> None:
@@ -309,6 +310,7 @@ class Testnet:
         self._validate(commands)
         if commands.log_dir is not None:
             commands.log_dir.mkdir(parents=True, exist_ok=True)
+        commands.write_server_key()
         self.tmux = TmuxTestnetSession(self.session, "psyche", self.run_dir)
         summary: Summary | None = None
         try:

@@ -15,14 +15,14 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from psyche_common.config import seconds_to_ms
 from psyche_common.coordinator import Coordinator
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.types import ACTIVE_STATES, ClientState, RunState, TickResult
-from psyche_common.protocol import coordinator_domain, encode_frame, short_id
+from psyche_common.protocol import coordinator_domain, encode_payload, short_id
 from psyche_common.protocol.messages import (
     AnyClientMessage,
     Join,
@@ -50,6 +50,8 @@ from .run_metrics import MetricsBoard, MetricsSnapshot, RunMetrics
 
 log = logging.getLogger("psyche.server")
 
+MAX_REPORTED_EVALS = 4096
+"""Clients whose last reported eval scores are remembered (to log only new ones)."""
 TIMEOUT_TICK_MARGIN = 0.002
 """Seconds after a state's deadline that the extra tick runs (clock jitter)."""
 
@@ -102,6 +104,7 @@ class ServerApp:
         self.convictions = ConvictionLog(coordinator.verification)
         self.metrics = RunMetrics()
         """Per-step medians of witness reports and the server's counters (`run_metrics`)."""
+        self._reported_evals: dict[bytes, dict[str, float]] = {}
         self.original_warmup_time = coordinator.config.warmup_time
         save_dir = self.options.save_state_dir
         self.saver = None if save_dir is None else StateSaver(save_dir, self.original_warmup_time)
@@ -112,6 +115,7 @@ class ServerApp:
             parse_client_message,
             self._on_message,
             self.options.limits,
+            identity=self.options.identity,
             domain=coordinator_domain(coordinator.run_id),
             service=f"the coordinator of run {coordinator.run_id!r}",
             on_connect=self._on_connect,
@@ -136,6 +140,7 @@ class ServerApp:
                 self._may_use_relay,
                 relay_limits,
                 in_epoch=self._in_epoch,
+                identity=self.options.identity,
             )
         )
         self.metrics_board = MetricsBoard(self.metrics_snapshot())
@@ -413,8 +418,9 @@ class ServerApp:
         return {cid: addr for cid, addr in self.roster.peers(members).items() if cid in checked}
 
     def state_frame(self, wire: dict[str, Any] | None = None) -> bytes:
+        """The msgpack payload of a `CoordinatorState` (each link seals it for itself)."""
         peers = self.peers()
-        return encode_frame(
+        return encode_payload(
             {
                 "type": "CoordinatorState",
                 "coordinator": self.coordinator.to_wire() if wire is None else wire,
@@ -607,8 +613,23 @@ class ServerApp:
                         metadata.loss,
                         metadata.tokens_per_sec,
                         metadata.bandwidth_per_sec,
+                        metadata.evals,
                     )
+                    self._log_new_evals(client_id, step, metadata.evals)
         self._schedule_message_tick()
+
+    def _log_new_evals(self, client_id: bytes, step: int, evals: Mapping[str, float]) -> None:
+        """Log a witness's eval scores when they differ from the last ones it reported (each
+        report repeats the client's latest scores)."""
+        if not evals or self._reported_evals.get(client_id) == evals:
+            return
+        if len(self._reported_evals) >= MAX_REPORTED_EVALS:
+            self._reported_evals.clear()
+        self._reported_evals[client_id] = dict(evals)
+        log.info(
+            "eval scores reported",
+            extra={"client": short_id(client_id), "step": step, "evals": dict(evals)},
+        )
 
     def _schedule_message_tick(self) -> None:
         """Tick once after the messages that are ready now (a burst of N messages, from one

@@ -2,14 +2,18 @@
 
 `ConnectionManager` accepts sockets (at most `max_connections`, `max_connections_per_ip`
 from one address, and `max_handshakes_per_ip` of those still unauthenticated), runs the
-challenge–response handshake (with a timeout, reading frames of at most
-`HANDSHAKE_FRAME_SIZE` bytes, checked on the length prefix before anything is decoded),
-refuses a second live connection of an already connected identity, then reads frames, validates
-them with a caller-supplied parser and hands them to a handler. Until the app marks a
-connection `joined` (the coordinator port, after a valid Join; never on the data-server port,
-whose requests are small) its frames are control frames (`framing.read_control_frame`: a few
-KiB, bounded decode); a joined connection's may reach `max_frame_size`. A frame's rate is
-checked on its bytes, before it is decoded, so a frame over the key's rate costs no decode. Any protocol violation ends only
+challenge–response handshake with the server's identity (with a timeout, reading frames of at
+most `HANDSHAKE_FRAME_SIZE` bytes, checked on the length prefix before anything is decoded),
+which opens the connection's encrypted link (`psyche_common.protocol.secure_channel`: every
+later frame both ways is encrypted and authenticated; one that fails authentication closes the
+connection with a log line naming the peer), refuses a second live connection of an already
+connected identity, then reads frames, validates them with a caller-supplied parser and hands
+them to a handler. Until the app marks a connection `joined` (the coordinator port, after a
+valid Join; never on the data-server port, whose requests are small) its frames are control
+frames (`SecureChannel.read_control`'s limits: a few KiB, bounded decode); a joined
+connection's may reach `max_frame_size`. A frame's rate is checked on its bytes, before it is
+decoded, so a frame over the key's rate costs no decode (only its decryption, which keeps the
+link's frame counter in step). Any protocol violation ends only
 that connection, with a logged reason; the cleanup (unregister + `on_disconnect`) runs exactly
 once per authenticated connection. Sends never block the caller: each connection's transport
 buffer is bounded, and a peer that stops reading is disconnected when it fills up. Messages
@@ -18,9 +22,9 @@ of a key over its rate are dropped and a key that stays over it is disconnected
 
 Other services may share the port (`share_port`): the handshake then verifies the peer's
 signature in this port's domain and in theirs, and a peer that signed in another service's
-domain is handed, authenticated, to that service (the coordinator port serves the relay this
-way). Such a socket leaves this port's connection and per-IP counts once handed over; the
-service bounds its own connections.
+domain is handed, authenticated and with its encrypted link, to that service (the
+coordinator port serves the relay this way). Such a socket leaves this port's connection and
+per-IP counts once handed over; the service bounds its own connections.
 """
 
 from __future__ import annotations
@@ -37,12 +41,15 @@ from psyche_common.protocol import (
     CONTROL_FRAME_SIZE,
     HANDSHAKE_FRAME_SIZE,
     ConnectionClosed,
+    FrameAuthenticationError,
     HandshakeError,
+    Identity,
     ProtocolError,
+    SecureChannel,
     accept_handshake_in,
     decode_payload,
     encode_frame,
-    read_frame_bytes,
+    encode_payload,
     short_id,
 )
 from psyche_common.protocol.messages import Rejected, already_connected_reason, to_wire
@@ -71,18 +78,20 @@ class CloseConnection(Exception):
 
 
 class Connection:
-    """One authenticated peer. `send_frame` enqueues encoded bytes without awaiting."""
+    """One authenticated peer. `send_frame` encrypts an encoded payload and enqueues it
+    without awaiting."""
 
     def __init__(
         self,
         peer_id: bytes,
         remote: str,
-        writer: asyncio.StreamWriter,
+        channel: SecureChannel,
         max_buffered_send_bytes: int,
     ) -> None:
         self.peer_id = peer_id
         self.remote = remote
-        self._writer = writer
+        self.channel = channel
+        self._writer = channel.writer
         self._max_buffered = max_buffered_send_bytes
         self.close_reason: str | None = None
         self.bytes_sent = 0
@@ -98,8 +107,9 @@ class Connection:
     def closed(self) -> bool:
         return self.close_reason is not None
 
-    def send_frame(self, frame: bytes) -> bool:
-        """Queue one encoded frame; closes the connection when the peer is not reading."""
+    def send_frame(self, payload: bytes) -> bool:
+        """Queue one encoded (msgpack) payload, sealed for this link; closes the connection
+        when the peer is not reading."""
         if self.closed:
             return False
         transport = self._writer.transport
@@ -107,13 +117,12 @@ class Connection:
             self.close("transport closed")
             return False
         buffered = transport.get_write_buffer_size()
-        if buffered + len(frame) > self._max_buffered:
+        if buffered + len(payload) > self._max_buffered:
             self.close(
                 f"peer is not reading: {buffered} bytes already queued (limit {self._max_buffered})"
             )
             return False
-        self._writer.write(frame)
-        self.bytes_sent += len(frame)
+        self.bytes_sent += self.channel.write_payload(payload)
         self.frames_sent += 1
         return True
 
@@ -136,7 +145,7 @@ class Connection:
         return self.send_frame(frame)
 
     def send(self, message: dict[str, Any]) -> bool:
-        return self.send_frame(encode_frame(message))
+        return self.send_frame(encode_payload(message))
 
     def close(self, reason: str) -> None:
         """Close the socket (idempotent); the read loop then ends and runs the cleanup."""
@@ -160,9 +169,9 @@ MessageT = TypeVar("MessageT")
 
 ConnectHook = Callable[[Connection], None]
 
-SharedService = Callable[[bytes, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-"""A service sharing a port: `(peer key, reader, writer)` after the handshake in its domain;
-it owns the socket from then on."""
+SharedService = Callable[[bytes, SecureChannel], Awaitable[None]]
+"""A service sharing a port: `(peer key, its encrypted link)` after the handshake in its
+domain; it owns the socket from then on."""
 
 
 class ConnectionManager(Generic[MessageT]):
@@ -176,12 +185,15 @@ class ConnectionManager(Generic[MessageT]):
         limits: ConnectionLimits,
         *,
         domain: bytes,
+        identity: Identity | None = None,
         service: str | None = None,
         on_connect: ConnectHook | None = None,
         on_disconnect: ConnectHook | None = None,
         idle_timeout: float | None = None,
     ) -> None:
         self.name = name
+        self.identity = identity or Identity.generate()
+        """The server's identity: it signs every handshake of this port (None: a new one)."""
         self.idle_timeout = idle_timeout
         """Seconds a connection may stay silent before it is closed (None: never)."""
         self.domain = domain
@@ -232,11 +244,11 @@ class ConnectionManager(Generic[MessageT]):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
 
-    def broadcast_state(self, frame: bytes) -> int:
-        """Send one pre-encoded state frame to every joined connection (`send_state`);
-        returns how many accepted it."""
+    def broadcast_state(self, payload: bytes) -> int:
+        """Send one pre-encoded state payload (sealed per link) to every joined connection
+        (`send_state`); returns how many accepted it."""
         return sum(
-            conn.send_state(frame) for conn in list(self.connections.values()) if conn.joined
+            conn.send_state(payload) for conn in list(self.connections.values()) if conn.joined
         )
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -280,8 +292,8 @@ class ConnectionManager(Generic[MessageT]):
             if not self._per_ip[ip]:
                 del self._per_ip[ip]
         if handoff is not None:
-            service, peer_id = handoff
-            await service(peer_id, reader, writer)
+            service, peer_id, channel = handoff
+            await service(peer_id, channel)
 
     def _handshake_ended(self, ip: str) -> None:
         count = self._handshaking_per_ip.get(ip, 0) - 1
@@ -292,8 +304,9 @@ class ConnectionManager(Generic[MessageT]):
 
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ip: str
-    ) -> tuple[SharedService, bytes] | None:
-        """Serve one socket; returns `(service, peer key)` when a sharing service takes it."""
+    ) -> tuple[SharedService, bytes, SecureChannel] | None:
+        """Serve one socket; returns `(service, peer key, link)` when a sharing service takes
+        it."""
         peer = writer.get_extra_info("peername")
         remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         limits = self.limits
@@ -302,9 +315,10 @@ class ConnectionManager(Generic[MessageT]):
                 sock = writer.get_extra_info("socket")
                 if sock is not None:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, limits.socket_send_buffer)
-            peer_id, domain = await accept_handshake_in(
+            accepted = await accept_handshake_in(
                 reader,
                 writer,
+                self.identity,
                 domains=(self.domain, *self._shared),
                 timeout=limits.handshake_timeout,
                 max_frame_size=min(limits.max_frame_size, HANDSHAKE_FRAME_SIZE),
@@ -339,8 +353,9 @@ class ConnectionManager(Generic[MessageT]):
             return None
         finally:
             self._handshake_ended(ip)
-        if domain != self.domain:
-            return self._shared[domain], peer_id
+        peer_id, channel = accepted.peer_key, accepted.channel
+        if accepted.domain != self.domain:
+            return self._shared[accepted.domain], peer_id, channel
         if peer_id in self.connections:
             reason = already_connected_reason(short_id(peer_id))
             self.rejected_connections += 1
@@ -352,10 +367,10 @@ class ConnectionManager(Generic[MessageT]):
                 extra={"client": short_id(peer_id), "remote": remote, "reason": reason},
             )
             with contextlib.suppress(Exception):
-                writer.write(encode_frame(to_wire(Rejected(reason=reason))))
+                channel.write(to_wire(Rejected(reason=reason)))
             writer.close()
             return None
-        conn = Connection(peer_id, remote, writer, limits.max_buffered_send_bytes)
+        conn = Connection(peer_id, remote, channel, limits.max_buffered_send_bytes)
         conn.max_skipped_states = limits.max_skipped_states
         self.connections[peer_id] = conn
         log.info(
@@ -368,7 +383,7 @@ class ConnectionManager(Generic[MessageT]):
         try:
             if self._on_connect is not None:
                 self._on_connect(conn)
-            await self._read_loop(conn, reader)
+            await self._read_loop(conn)
         finally:
             if self.connections.get(peer_id) is conn:
                 del self.connections[peer_id]
@@ -389,7 +404,7 @@ class ConnectionManager(Generic[MessageT]):
                     log.exception("%s: disconnect handler failed for %s", self.name, conn)
         return None
 
-    async def _read_loop(self, conn: Connection, reader: asyncio.StreamReader) -> None:
+    async def _read_loop(self, conn: Connection) -> None:
         limits = self.limits
         guard = FloodGuard(limits.messages_per_second, limits.message_burst)
         while not conn.closed:
@@ -400,7 +415,7 @@ class ConnectionManager(Generic[MessageT]):
                     if joined
                     else min(limits.max_frame_size, CONTROL_FRAME_SIZE)
                 )
-                payload = await read_frame_bytes(reader, size, self.idle_timeout)
+                payload = await conn.channel.read_payload(size, self.idle_timeout)
                 verdict = guard.check()  # before the decode: a dropped frame costs no decoding
                 if verdict == Verdict.CLOSE:
                     raise CloseConnection(
@@ -419,6 +434,17 @@ class ConnectionManager(Generic[MessageT]):
                 conn.close(reason)
             except ConnectionClosed:
                 conn.close("peer closed the connection")
+            except FrameAuthenticationError as exc:
+                self.protocol_violations += 1
+                log.warning(
+                    "%s: closing the link of %s (%s): %s",
+                    self.name,
+                    short_id(conn.peer_id),
+                    conn.remote,
+                    exc,
+                    extra={"client": short_id(conn.peer_id), "remote": conn.remote},
+                )
+                conn.close(f"frame failed authentication: {exc}")
             except CloseConnection as exc:
                 self.protocol_violations += 1
                 if exc.send_rejection:

@@ -1,7 +1,7 @@
 """TCP data server: serves token sequences to authenticated clients of the current epoch.
 
-Same framing and handshake as the coordinator port, in its own domain, which names the run
-(`data_server_domain(run_id)`). A request (`RequestTrainingData`) from a key
+Same framing, handshake and encrypted link as the coordinator port (signed with the server's
+identity), in its own domain, which names the run (`data_server_domain(run_id)`). A request (`RequestTrainingData`) from a key
 that is not in the latest broadcast's `epoch_state.clients` is rejected with `NotInThisRound`;
 a provider failure becomes a `RequestRejected` reply (`OutOfRange` / `DataError`), never a crash.
 Samples served per client are counted for the dashboard.
@@ -17,7 +17,7 @@ import numpy as np
 from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Coordinator
 from psyche_common.data.errors import DataError, DataIndexError
-from psyche_common.protocol import data_server_domain, short_id
+from psyche_common.protocol import Identity, data_server_domain, short_id
 from psyche_common.protocol.data_messages import (
     RejectReason,
     RequestRejected,
@@ -60,6 +60,7 @@ class DataServer:
         limits: ConnectionLimits | None = None,
         *,
         run_id: str,
+        identity: Identity | None = None,
     ) -> None:
         self.provider = provider
         self.run_id = run_id
@@ -75,6 +76,7 @@ class DataServer:
             parse_data_request,
             self._on_request,
             limits or ConnectionLimits(),
+            identity=identity or Identity.generate(),
             domain=data_server_domain(run_id),
             service=f"the data server of run {run_id!r}",
         )

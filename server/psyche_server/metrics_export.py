@@ -10,7 +10,8 @@ waits on the event loop and never sees a half-updated figure:
 - `OtlpExporter` (`--otlp-metrics-url`): the OpenTelemetry SDK's periodic reader thread pushes
   the same figures as observable instruments over OTLP/HTTP (imported only when asked for).
 
-Every metric carries the `run_id` label (an OpenTelemetry attribute).
+Every metric carries the `run_id` label (an OpenTelemetry attribute); the eval scores
+(`psyche_eval`, `psyche_eval_step`) also carry `eval`, the task or metric name.
 """
 
 from __future__ import annotations
@@ -133,6 +134,29 @@ METRICS: tuple[MetricSpec, ...] = (
 )
 
 
+EVAL_METRICS: tuple[tuple[str, str, int], ...] = (
+    (
+        "psyche_eval",
+        "an eval score (`eval`: lm-eval task and metric, or heldout_loss) at psyche_eval_step: "
+        "the median over that step's witnesses",
+        1,
+    ),
+    ("psyche_eval_step", "the step psyche_eval describes", 0),
+)
+"""(name, help, index into the snapshot's (step, value) pair) of the per-eval gauges."""
+
+
+def eval_families(snapshot: MetricsSnapshot) -> Iterator[Metric]:
+    """`EVAL_METRICS` for every eval name the witnesses reported."""
+    if not snapshot.evals:
+        return
+    for name, help_text, index in EVAL_METRICS:
+        family = GaugeMetricFamily(name, help_text, labels=["run_id", "eval"])
+        for eval_name, pair in snapshot.evals.items():
+            family.add_metric([snapshot.run_id, eval_name], float(pair[index]))
+        yield family
+
+
 class SnapshotCollector(Collector):
     """The prometheus-client collector of `METRICS`, read from the board at each scrape."""
 
@@ -152,6 +176,7 @@ class SnapshotCollector(Collector):
                 family = GaugeMetricFamily(spec.name, spec.help, labels=["run_id"])
             family.add_metric([snapshot.run_id], float(value))
             yield family
+        yield from eval_families(snapshot)
 
 
 class PrometheusExporter:
@@ -218,6 +243,18 @@ class OtlpExporter:
 
             return observe
 
+        def eval_callback(index: int) -> Callable[[CallbackOptions], list[Observation]]:
+            def observe(_options: CallbackOptions) -> list[Observation]:
+                snapshot = board.read()
+                return [
+                    Observation(float(pair[index]), {"run_id": snapshot.run_id, "eval": name})
+                    for name, pair in snapshot.evals.items()
+                ]
+
+            return observe
+
+        for name, help_text, index in EVAL_METRICS:
+            meter.create_observable_gauge(name, [eval_callback(index)], description=help_text)
         for spec in METRICS:
             if spec.counter:
                 meter.create_observable_counter(

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from psyche_common.protocol import Identity
+
 from .limits import ConnectionLimits
 from .relay_quota import RelayLimits
 
@@ -15,6 +17,10 @@ class ServerOptions:
 
     host: str = "0.0.0.0"
     port: int = 0
+    identity: Identity = field(default_factory=Identity.generate)
+    """The server's ed25519 identity: it signs the handshake of every port (coordinator, data
+    server, relay), so a client given `--server-key` knows it reached this server
+    (`--identity-secret-key-path`; else a new one at every start)."""
     save_state_dir: Path | None = None
     init_warmup_time: int | None = None
     withdraw_on_disconnect: bool = True

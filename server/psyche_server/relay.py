@@ -1,19 +1,21 @@
 """`RelayServer`: pipes between clients that cannot connect to each other (both behind NAT).
 
-By default the relay shares the coordinator port: a client that signs the port's one-way
+By default the relay shares the coordinator port: a client that signs the port's
 handshake in `relay_domain(run_id)` rather than the coordinator's domain is handed to the
 relay (`serve_authenticated`; `ConnectionManager.share_port`), so an operator opens one port
 and the relay never collides with another service's. `psyche-server run --relay-port PORT`
-gives it a port of its own instead (`start`), with the same handshake. The frames are in
-`psyche_common.protocol.relay_messages`. Only joined
-clients may use it (`is_member`, asked at every request), and a pipe joins two members of the
-current epoch only (`in_epoch`: their P2P listeners refuse anyone else anyway, so a pipe from
-a client that only joined would be useless, and would count against its target's quota). A
-client that may be dialed keeps a listen channel open; a client that wants a pipe sends `RelayDial{peer}`, the server pushes
+gives it a port of its own instead (`start`), with the same handshake (signed with the
+server's identity) and the same encrypted link (`SecureChannel`) for every control frame. The
+frames are in `psyche_common.protocol.relay_messages`. Only joined clients may use it
+(`is_member`, asked at every request), and a pipe joins two members of the current epoch only
+(`in_epoch`: their P2P listeners refuse anyone else anyway, so a pipe from a client that only
+joined would be useless, and would count against its target's quota). A client that may be
+dialed keeps a listen channel open; a client that wants a pipe sends `RelayDial{peer}`, the
+server pushes
 `RelayIncoming{peer, token}` on the peer's listen channel, the peer connects with
 `RelayAccept{token}`, and the server copies bytes between the two sockets (`relay_pipe`),
 paced to `max_mbps` over all pipes together and counted per client. The two clients then run
-the end-to-end authenticated P2P protocol through the pipe, so the relay cannot read keys it
+the end-to-end authenticated and encrypted P2P protocol through the pipe, so the relay cannot read keys it
 could misuse nor impersonate a client.
 
 Bounds (`relay_quota`): pipes, open or still waiting for their second end, per key, per
@@ -21,7 +23,8 @@ dialing address, per address and target and in all; `max_connections` sockets an
 `max_connections_per_ip` from one address; a handshake and a request within
 `handshake_timeout` (control frames: a few KiB, bounded decode), the second end within
 `accept_timeout`, and listen channels closed after `listen_idle_timeout` without a `Ping`.
-Every refusal is logged with the reason and the limit's flag. `forget(client)` (the client left the coordinator) closes its channel and pipes.
+Every refusal is logged with the reason and the limit's flag. `forget(client)` (the client
+left the coordinator) closes its channel and pipes.
 """
 
 from __future__ import annotations
@@ -36,10 +39,10 @@ from dataclasses import dataclass, field
 
 from psyche_common.pacing import BytePacer
 from psyche_common.protocol import (
+    Identity,
     ProtocolError,
+    SecureChannel,
     accept_handshake,
-    encode_frame,
-    read_control_frame,
     relay_domain,
     short_id,
 )
@@ -60,8 +63,7 @@ class _AcceptedEnd:
     """The second end of a pipe, handed to the dialer's task, which sets `finished` when the
     pipe is over (the accepting connection's task waits for it)."""
 
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
+    channel: SecureChannel
     finished: asyncio.Future[None]
 
 
@@ -83,8 +85,11 @@ class RelayServer:
         limits: RelayLimits | None = None,
         *,
         in_epoch: Callable[[bytes], bool] | None = None,
+        identity: Identity | None = None,
     ) -> None:
         self.run_id = run_id
+        self.identity = identity or Identity.generate()
+        """The server's identity (it signs the handshakes on the relay's own port)."""
         self.limits = limits or RelayLimits()
         self.stats = RelayStats()
         self._is_member = is_member
@@ -93,7 +98,7 @@ class RelayServer:
         self._per_ip: Counter[str] = Counter()
         self._domain = relay_domain(run_id)
         self._pacer = BytePacer.from_mbps(self.limits.max_mbps)
-        self._listeners: dict[bytes, asyncio.StreamWriter] = {}
+        self._listeners: dict[bytes, SecureChannel] = {}
         self._pending: dict[bytes, _PendingDial] = {}
         self._pipes: set[Pipe] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -143,9 +148,9 @@ class RelayServer:
 
     def forget(self, client_id: bytes) -> None:
         """`client_id` left the run: close its listen channel and every pipe it is an end of."""
-        writer = self._listeners.pop(client_id, None)
-        if writer is not None:
-            writer.transport.abort()
+        channel = self._listeners.pop(client_id, None)
+        if channel is not None:
+            channel.abort()
         for pipe in list(self._pipes):
             if client_id in pipe.ends:
                 pipe.close()
@@ -167,23 +172,25 @@ class RelayServer:
             return
         try:
             async with asyncio.timeout(self.limits.handshake_timeout):
-                client = await accept_handshake(
-                    reader, writer, domain=self._domain, max_frame_size=CONTROL_FRAME_SIZE
+                accepted = await accept_handshake(
+                    reader,
+                    writer,
+                    self.identity,
+                    domain=self._domain,
+                    max_frame_size=CONTROL_FRAME_SIZE,
                 )
         except (ProtocolError, OSError, TimeoutError) as exc:
             log.info("relay: handshake from %s failed: %s: %s", ip, type(exc).__name__, exc)
             self._release(writer, ip)
             writer.close()
             return
-        await self._serve(client, ip, reader, writer)
+        await self._serve(accepted.peer_key, ip, accepted.channel)
 
-    async def serve_authenticated(
-        self, client: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def serve_authenticated(self, client: bytes, channel: SecureChannel) -> None:
         """A socket whose handshake `client` signed in the relay's domain on a shared port."""
-        ip = self._admit(writer)
+        ip = self._admit(channel.writer)
         if ip is not None:
-            await self._serve(client, ip, reader, writer)
+            await self._serve(client, ip, channel)
 
     def _admit(self, writer: asyncio.StreamWriter) -> str | None:
         """The socket's address, or None when it is over a connection cap (then closed)."""
@@ -220,22 +227,21 @@ class RelayServer:
         if self._per_ip[ip] <= 0:
             del self._per_ip[ip]
 
-    async def _serve(
-        self, client: bytes, ip: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _serve(self, client: bytes, ip: str, channel: SecureChannel) -> None:
         """One authenticated relay connection: its request, then what the request asks."""
+        writer = channel.writer
         try:
             kind, argument = parse_request(
-                await read_control_frame(reader, self.limits.handshake_timeout, CONTROL_FRAME_SIZE)
+                await channel.read_control(self.limits.handshake_timeout, CONTROL_FRAME_SIZE)
             )
             if not self._is_member(client):
                 raise _Refusal(f"{short_id(client)} is not a joined client of this run")
             if kind == "RelayListen":
-                await self._listen(client, reader, writer)
+                await self._listen(client, channel)
             elif kind == "RelayDial":
-                await self._dial(client, ip, argument, reader, writer)
+                await self._dial(client, ip, argument, channel)
             else:
-                await self._accept_pipe(client, argument, reader, writer)
+                await self._accept_pipe(client, argument, channel)
         except _Refusal as exc:
             self.stats.refused += 1
             log.warning(
@@ -246,7 +252,7 @@ class RelayServer:
                 extra={"client": short_id(client), "remote": ip, "reason": str(exc)},
             )
             with contextlib.suppress(Exception):
-                writer.write(encode_frame({"type": "Rejected", "reason": str(exc)}))
+                channel.write({"type": "Rejected", "reason": str(exc)})
         except (ProtocolError, OSError, TimeoutError) as exc:
             log.info(
                 "relay: connection of %s ended: %s: %s", short_id(client), type(exc).__name__, exc
@@ -255,33 +261,24 @@ class RelayServer:
             self._release(writer, ip)
             writer.close()
 
-    async def _listen(
-        self, client: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _listen(self, client: bytes, channel: SecureChannel) -> None:
         old = self._listeners.get(client)
         if old is not None:
-            old.transport.abort()
-        self._listeners[client] = writer
-        writer.write(encode_frame({"type": "RelayListening"}))
+            old.abort()
+        self._listeners[client] = channel
+        channel.write({"type": "RelayListening"})
         try:
             while True:
-                frame = await read_control_frame(
-                    reader, self.limits.listen_idle_timeout, CONTROL_FRAME_SIZE
+                frame = await channel.read_control(
+                    self.limits.listen_idle_timeout, CONTROL_FRAME_SIZE
                 )
                 if not isinstance(frame, dict) or frame.get("type") != "Ping":
                     raise ProtocolError("a listen channel carries only Ping frames")
         finally:
-            if self._listeners.get(client) is writer:
+            if self._listeners.get(client) is channel:
                 del self._listeners[client]
 
-    async def _dial(
-        self,
-        client: bytes,
-        ip: str,
-        target: bytes,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
+    async def _dial(self, client: bytes, ip: str, target: bytes, link: SecureChannel) -> None:
         if target == client:
             raise _Refusal("a client cannot dial itself")
         if not self._is_member(target):
@@ -293,14 +290,14 @@ class RelayServer:
         if not self._in_epoch(target):
             raise _Refusal(f"{short_id(target)} is not a member of the current epoch")
         channel = self._listeners.get(target)
-        if channel is None or channel.is_closing():
+        if channel is None or channel.writer.is_closing():
             raise _Refusal(f"{short_id(target)} has no listen channel open at the relay")
         refusal = self.quota.refusal(client, target, ip)
         if refusal is not None:
             raise _Refusal(refusal)
         claim = self.quota.claim(client, target, ip)  # a pending dial holds its slot
         try:
-            await self._connect(client, target, channel, reader, writer)
+            await self._connect(client, target, channel, link)
         finally:
             self.quota.release(claim)
 
@@ -308,16 +305,15 @@ class RelayServer:
         self,
         client: bytes,
         target: bytes,
-        channel: asyncio.StreamWriter,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        channel: SecureChannel,
+        link: SecureChannel,
     ) -> None:
         """Announce the pipe on the target's listen channel, wait for its end, run the pipe."""
         token = secrets.token_bytes(TOKEN_SIZE)
         pending = _PendingDial(target)
         self._pending[token] = pending
         try:
-            channel.write(encode_frame({"type": "RelayIncoming", "peer": client, "token": token}))
+            channel.write({"type": "RelayIncoming", "peer": client, "token": token})
             try:
                 async with asyncio.timeout(self.limits.accept_timeout):
                     end = await asyncio.shield(pending.arrived)
@@ -331,8 +327,8 @@ class RelayServer:
             if not pending.arrived.done():
                 pending.arrived.cancel()
         pipe = Pipe(
-            (client, reader, writer),
-            (target, end.reader, end.writer),
+            (client, link),
+            (target, end.channel),
             self._pacer,
             self.stats,
             idle_timeout=self.limits.pipe_idle_timeout,
@@ -353,20 +349,14 @@ class RelayServer:
                 pipe.forwarded,
             )
 
-    async def _accept_pipe(
-        self,
-        client: bytes,
-        token: bytes,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
+    async def _accept_pipe(self, client: bytes, token: bytes, channel: SecureChannel) -> None:
         pending = self._pending.get(token)
         if pending is None or pending.arrived.done():
             raise _Refusal("unknown or expired relay token")
         if pending.target != client:
             raise _Refusal("the relay token was issued to another client")
         finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        pending.arrived.set_result(_AcceptedEnd(reader, writer, finished))
+        pending.arrived.set_result(_AcceptedEnd(channel, finished))
         await finished  # the dialer's task runs the pipe; this end only waits for it to end
 
 

@@ -1,5 +1,8 @@
 """One relay pipe: bytes copied both ways between two clients' sockets, paced and counted.
 
+Each end is told `RelayConnected{peer}` on its own encrypted link with the relay
+(`SecureChannel`); after that the pipe copies raw bytes, which are the two clients' own
+end-to-end encrypted P2P link: the relay can neither read nor alter them unnoticed.
 Each direction reads what arrived (up to `CHUNK` bytes), waits for the shared `BytePacer`,
 writes it to the other end and waits for that end to drain (within `write_timeout`: a client
 that stops reading ends the pipe instead of filling the server's memory). The pipe ends when
@@ -15,12 +18,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from psyche_common.pacing import BytePacer
-from psyche_common.protocol import encode_frame
+from psyche_common.protocol import SecureChannel
 
 CHUNK = 64 * 1024
 
-End = tuple[bytes, asyncio.StreamReader, asyncio.StreamWriter]
-"""(client id, its socket's reader, its socket's writer)."""
+End = tuple[bytes, SecureChannel]
+"""(client id, its encrypted link with the relay, whose socket the pipe then copies)."""
 
 
 @dataclass
@@ -67,9 +70,9 @@ class Pipe:
 
     async def run(self) -> None:
         """Tell both ends they are connected, then copy until the pipe ends."""
-        (a, _, a_writer), (b, _, b_writer) = self._first, self._second
-        a_writer.write(encode_frame({"type": "RelayConnected", "peer": b}))
-        b_writer.write(encode_frame({"type": "RelayConnected", "peer": a}))
+        (a, a_channel), (b, b_channel) = self._first, self._second
+        a_channel.write({"type": "RelayConnected", "peer": b})
+        b_channel.write({"type": "RelayConnected", "peer": a})
         self._task = asyncio.current_task()
         try:
             await self._copy_both_ways()
@@ -77,8 +80,8 @@ class Pipe:
             if not self._closing:
                 raise
         finally:
-            for _, _, writer in (self._first, self._second):
-                writer.transport.abort()
+            for _, channel in (self._first, self._second):
+                channel.abort()
 
     def close(self) -> None:
         """End the pipe (both sockets close)."""
@@ -86,8 +89,8 @@ class Pipe:
         if self._task is not None:
             self._task.cancel()
         else:
-            for _, _, writer in (self._first, self._second):
-                writer.transport.abort()
+            for _, channel in (self._first, self._second):
+                channel.abort()
 
     async def _copy_both_ways(self) -> None:
         """Both directions and the idle watchdog; the first of them to end ends the others
@@ -105,8 +108,8 @@ class Pipe:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _copy(self, source: End, target: End) -> None:
-        sender, reader, _ = source
-        receiver, _, writer = target
+        sender, reader = source[0], source[1].reader
+        receiver, writer = target[0], target[1].writer
         while True:
             data = await reader.read(CHUNK)
             if not data:

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import cast
 
 import click
+from psyche_common.bool_flag import bool_flag
 from psyche_common.logs import LOG_LEVELS, LogFormat, setup_logging
+from psyche_common.protocol import Identity
 
 from .limits import ConnectionLimits
 from .options import ServerOptions
@@ -38,6 +40,26 @@ def _parse_keys(
     return frozenset(keys)
 
 
+def load_server_identity(path: Path | None) -> Identity:
+    """The server's identity: from `path` (made there first when it does not exist), else a
+    new one for this process."""
+    if path is None:
+        return Identity.generate()
+    if not path.exists():
+        identity = Identity.generate()
+        try:
+            identity.save(path)
+        except OSError as exc:
+            raise click.BadParameter(
+                f"cannot write a new key to {path}: {exc}", param_hint="--identity-secret-key-path"
+            ) from exc
+        return identity
+    try:
+        return Identity.load(path)
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--identity-secret-key-path") from exc
+
+
 @click.command("run")
 @click.option(
     "--state",
@@ -54,8 +76,11 @@ def _parse_keys(
     help="coordinator port (default: a random free port, printed on start)",
 )
 @click.option("--host", default="0.0.0.0", show_default=True, help="address to bind")
-@click.option(
-    "--tui/--no-tui", default=None, help="dashboard (default: on when stdout is a terminal)"
+@bool_flag(
+    "--tui",
+    default=None,
+    help="the dashboard, or log lines (--tui false, --no-tui); default: on when stdout is a "
+    "terminal",
 )
 @click.option(
     "--data-config",
@@ -75,8 +100,8 @@ def _parse_keys(
     default=None,
     help="warmup time (s) until the run first becomes active",
 )
-@click.option(
-    "--withdraw-on-disconnect/--no-withdraw-on-disconnect",
+@bool_flag(
+    "--withdraw-on-disconnect",
     default=True,
     show_default=True,
     help="withdraw a client from the epoch when its connection drops (off: it stays a member "
@@ -190,7 +215,16 @@ def _parse_keys(
     "(default: anyone may join)",
 )
 @click.option(
-    "--relay/--no-relay",
+    "--identity-secret-key-path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="the server's ed25519 secret key (32 raw bytes or 64 hex characters); made and "
+    "saved there (mode 0600) when the file does not exist yet, so the key outlives restarts. "
+    "Its public key, printed at start, is what clients check with `train --server-key` "
+    "(default: a new key at every start)",
+)
+@bool_flag(
+    "--relay",
     default=True,
     show_default=True,
     help="relay P2P traffic between clients that cannot connect to each other (e.g. both "
@@ -300,6 +334,7 @@ def run(
     idle_timeout: float,
     checkpointers: frozenset[bytes],
     authorized_keys: Path | None,
+    identity_secret_key_path: Path | None,
     relay: bool,
     relay_port: int | None,
     relay_max_mbps: float,
@@ -321,6 +356,7 @@ def run(
     else:
         setup_logging(cast(LogFormat, log_format), log_level, file=log_file)
     options = ServerOptions(
+        identity=load_server_identity(identity_secret_key_path),
         host=host,
         port=server_port,
         save_state_dir=save_state_dir,

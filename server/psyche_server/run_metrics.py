@@ -7,7 +7,9 @@ witness among three or more moves it no further than the honest values around it
 two witnesses a liar is half the sample: the median is then only as good as the witnesses).
 A witness counts once per step (its latest report replaces an earlier one), non-finite or
 negative values are ignored, and the step a report counts for is the server's own step when the
-coordinator accepted it, not the one the client claims.
+coordinator accepted it, not the one the client claims. A witness's report also carries its
+latest eval scores (`--eval-tasks`, the held-out loss); each step keeps, per eval name, the median
+over the witnesses that reported it, and `latest_evals` the newest such median of each name.
 
 It also counts what only the server sees: clients that left an epoch (dropped, ejected or
 withdrawn; each client once per epoch) and convictions. `snapshot` folds these and the
@@ -20,8 +22,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections import OrderedDict
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 DEFAULT_HISTORY = 512
 """Steps of per-step figures kept (older steps are forgotten)."""
@@ -37,6 +39,7 @@ class WitnessReport:
     loss: float | None
     tokens_per_sec: float | None
     bandwidth_per_sec: float | None
+    evals: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class StepSummary:
     loss: float | None
     tokens_per_sec: float | None
     bandwidth_per_sec: float | None
+    evals: Mapping[str, float] = field(default_factory=dict)
+    """Per eval name, the median over the witnesses that reported it at this step."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,8 @@ class MetricsSnapshot:
     convictions_total: int
     departures_total: int
     relay_bytes_total: int
+    evals: Mapping[str, tuple[int, float]] = field(default_factory=dict)
+    """Per eval name, (step, median over that step's witnesses) of the newest step reporting it."""
 
 
 def _usable(value: float | None) -> float | None:
@@ -77,6 +84,14 @@ def _usable(value: float | None) -> float | None:
 def _median(values: Iterable[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
+
+
+def _eval_medians(reports: Iterable[WitnessReport]) -> dict[str, float]:
+    by_name: dict[str, list[float]] = {}
+    for report in reports:
+        for name, value in report.evals.items():
+            by_name.setdefault(name, []).append(value)
+    return {name: statistics.median(values) for name, values in sorted(by_name.items())}
 
 
 class RunMetrics:
@@ -102,9 +117,17 @@ class RunMetrics:
         loss: float | None,
         tokens_per_sec: float | None,
         bandwidth_per_sec: float | None,
+        evals: Mapping[str, float] | None = None,
     ) -> None:
         """Count a witness's report for `step` (the server's step when it was accepted)."""
-        report = WitnessReport(_usable(loss), _usable(tokens_per_sec), _usable(bandwidth_per_sec))
+        scores = {
+            name: float(value)
+            for name, value in (evals or {}).items()
+            if isinstance(value, float | int) and math.isfinite(value)
+        }
+        report = WitnessReport(
+            _usable(loss), _usable(tokens_per_sec), _usable(bandwidth_per_sec), scores
+        )
         reports = self._steps.get(step)
         if reports is None:
             if self._steps and step < next(iter(self._steps)) and len(self._steps) >= self.history:
@@ -144,6 +167,7 @@ class RunMetrics:
             loss=_median(r.loss for r in reports.values()),
             tokens_per_sec=_median(r.tokens_per_sec for r in reports.values()),
             bandwidth_per_sec=_median(r.bandwidth_per_sec for r in reports.values()),
+            evals=_eval_medians(reports.values()),
         )
 
     def steps(self) -> list[StepSummary]:
@@ -158,6 +182,14 @@ class RunMetrics:
             ):
                 return summary
         return None
+
+    def latest_evals(self) -> dict[str, tuple[int, float]]:
+        """Per eval name, (step, median) of the newest kept step where a witness reported it."""
+        latest: dict[str, tuple[int, float]] = {}
+        for summary in self.steps():
+            for name, value in summary.evals.items():
+                latest[name] = (summary.step, value)
+        return dict(sorted(latest.items()))
 
     def snapshot(
         self,
@@ -182,6 +214,7 @@ class RunMetrics:
             convictions_total=self.convictions_total,
             departures_total=self.departures_total,
             relay_bytes_total=relay_bytes_total,
+            evals=self.latest_evals(),
         )
 
 

@@ -88,7 +88,14 @@ def build_data_server(
             data_config.seq_len,
             coordinator.model.max_seq_len,
         )
-    return DataServer(provider, options.data_host, port, options.limits, run_id=coordinator.run_id)
+    return DataServer(
+        provider,
+        options.data_host,
+        port,
+        options.limits,
+        run_id=coordinator.run_id,
+        identity=options.identity,
+    )
 
 
 def build_app(request: RunRequest) -> ServerApp:
@@ -125,6 +132,12 @@ async def run_app(app: ServerApp, tui: bool) -> None:
             f"cannot listen on {app.options.host}:{app.options.port}: {exc}"
         ) from None
     print(f"psyche-server listening on {app.options.host}:{port}", flush=True)
+    print(f"psyche-server key {app.options.identity.public_key.hex()}", flush=True)
+    log.info(
+        "server key %s (clients check it with --server-key)",
+        app.options.identity.public_key.hex(),
+        extra={"server_key": app.options.identity.public_key.hex()},
+    )
     if app.relay is not None:
         print(f"psyche-server relay on {app.options.host}:{app.relay.port}", flush=True)
     if app.data_server is not None:

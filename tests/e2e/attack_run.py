@@ -9,7 +9,9 @@ bombs at the server's and the clients' ports, or ask the relay for pipes with ma
 the honest clients reach each other only through it (`hostile_hosts`); or, for the intruders,
 clients of a permissioned run (`--authorized-keys` lists the honest clients' keys) whose key is
 not listed, or whose delegation expired or is forged. Flooding hosts and intruders are no
-members: only the honest clients are. The first
+members: only the honest clients are. Or, for `tamper`, a man in the middle: `malicious` of
+the (all honest) clients reach the server through a proxy that flips one byte of their `Join`
+and then one of a state on their next connection (`tests.support.tamper_proxy`). The first
 honest client writes a checkpoint at the end; its loss on a fixed held-out slice of the
 training corpus (`eval_loss`) is what "loss vs clean" compares, so the attacked run and its
 clean twin are judged on the same tokens whatever batches each trainer happened to get.
@@ -44,6 +46,7 @@ from tests.e2e.client_run import (
 )
 from tests.e2e.flood import Flood
 from tests.e2e.hostile_hosts import DecodeBomber, RelayExhauster
+from tests.support.tamper_proxy import DOWN, UP, Flip, TamperProxy
 
 Host = Flood | DecodeBomber | RelayExhauster
 
@@ -53,6 +56,10 @@ EVAL_SEQ_LEN = 32
 FLOOD_SOCKETS = 300
 DROPPED_LINE = "dropped from the epoch by a health check: joining again for the next epoch"
 REFUSED_LINE = "server rejected this client: not authorized"
+TAMPER_FLIPS = (Flip(0, UP, 1), Flip(1, DOWN, 3))
+"""A tampering proxy's flips: the first connection's Join (client → server), then the fourth
+frame the server sends on the second connection (a state or the reachability notice)."""
+AUTHENTICATION_FAILED = "failed authentication"
 
 
 @dataclass(frozen=True)
@@ -60,8 +67,9 @@ class Attack:
     """An attack: `program`, a client script in tests/e2e run by each attacker; `flood`, where
     each attacker is a host that floods the `server` or honest `peer`s with idle connections,
     sends `decode_bomb`s to the server's and the peers' ports, or asks the `relay` for pipes
-    with many keys; or `intruder`, a client of a permissioned run presenting an `unlisted` key,
-    an `expired` delegation or a `forged` one (`bad_delegation`: the two alternate).
+    with many keys; `intruder`, a client of a permissioned run presenting an `unlisted` key,
+    an `expired` delegation or a `forged` one (`bad_delegation`: the two alternate); or
+    `tamper`, where each attacker alters one honest client's coordinator link in flight.
     `quantize_1bit` and `verification_percent` are the run's settings (its clean twin's too)."""
 
     name: str
@@ -69,6 +77,7 @@ class Attack:
     program: str | None = None
     flood: str | None = None
     intruder: str | None = None
+    tamper: bool = False
     quantize_1bit: bool = True
     verification_percent: int = 25
 
@@ -84,7 +93,7 @@ ATTACKS: dict[str, Attack] = {
         Attack("signflip", "trainer negating its gradients", program="signflip_client.py"),
         Attack(
             "freerider",
-            "trainer re-announcing another trainer's result for its own batch",
+            "trainer re-sending its first result, relabelled, for every later batch",
             program="freerider_client.py",
         ),
         Attack(
@@ -110,6 +119,40 @@ ATTACKS: dict[str, Attack] = {
             "trainer pushing two signed commitments per batch to two halves of the members",
             program="equivocator_client.py",
         ),
+        # detection attacks (issue 18 items 5, 6 and 8): copies, lying verifiers, junk blobs
+        Attack(
+            "copier",
+            "trainer re-announcing another trainer's result of the same round as its own",
+            program="copier_client.py",
+            verification_percent=50,
+        ),
+        Attack(
+            "lying_verifier",
+            "verifier reporting every result it checks as failed",
+            program="lying_verifier_client.py",
+            verification_percent=50,
+        ),
+        Attack(
+            "junk_blob",
+            "peer serving junk bytes for its blobs to half of the members",
+            program="junk_blob_client.py",
+        ),
+        Attack(
+            "early_flood",
+            "member pushing 1200 far-future announcements to each peer after every Finished",
+            program="early_flood_client.py",
+        ),
+        Attack(
+            "slow_reader",
+            "member holding 64 requests for old blobs open at each peer, reading about 1 MB/s",
+            program="slow_reader_client.py",
+        ),
+        Attack(
+            "manifest_liar",
+            "member serving other weights in its manifest and parameters (to joiners and to "
+            "the Warmup weights checks)",
+            program="manifest_liar_client.py",
+        ),
         Attack("flood_server", "300 idle sockets per attacker at the server", flood="server"),
         Attack("flood_peer", "300 idle sockets per attacker at one honest peer", flood="peer"),
         Attack(
@@ -133,6 +176,12 @@ ATTACKS: dict[str, Attack] = {
             "client of a permissioned run with an expired or a forged delegation",
             intruder="bad_delegation",
         ),
+        Attack(
+            "tamper",
+            "man in the middle flipping one byte per connection of an honest client's "
+            "coordinator link, after the handshake",
+            tamper=True,
+        ),
     )
 }
 
@@ -155,6 +204,12 @@ class RunOutcome:
     server: Proc | None = field(repr=False)
     floods: list[Host] = field(repr=False)
     diagnostics: str = field(repr=False)
+    removal_steps: list[int | None] = field(default_factory=list)
+    """Per attacker, the step at which it was convicted or dropped (None: not removed)."""
+    honest_convicted: list[str] = field(default_factory=list)
+    """Honest clients the coordinator convicted (false convictions)."""
+    honest_dropped: int = 0
+    """Honest clients dropped from the epoch by a health check or a false report."""
 
     @property
     def honest_ok(self) -> bool:
@@ -236,6 +291,23 @@ def convicted_ids(server: Proc) -> set[str]:
     }
 
 
+def removal_step(server: Proc | None, attacker: Proc) -> int | None:
+    """The first step at which `attacker` was convicted (the server's record) or dropped by a
+    health check (its own log line); None when neither happened."""
+    me = client_id(attacker)
+    steps = [
+        int(line["convicted_step"])
+        for line in (server.lines() if server is not None else [])
+        if str(line.get("msg", "")).startswith("conviction:")
+        and line.get("client") == me
+        and "convicted_step" in line
+    ]
+    steps += [int(line["step"]) for line in attacker.events(DROPPED_LINE) if "step" in line]
+    if not steps and server is not None and me in convicted_ids(server):
+        steps = [0]  # an equivocation line names no step: removed, step unknown
+    return min(steps) if steps else None
+
+
 def run_attack(
     tmp: Path,
     attack: Attack | None,
@@ -256,7 +328,8 @@ def run_attack(
     else:
         quantize_1bit = attack.quantize_1bit
         verification_percent = attack.verification_percent
-    honest_count = clients - malicious
+    tamper = attack is not None and attack.tamper
+    honest_count = clients if tamper else clients - malicious
     outsiders = attack is not None and (attack.flood or attack.intruder)
     members = honest_count if outsiders else clients
     state = write_state(
@@ -275,6 +348,7 @@ def run_attack(
     cluster = Cluster(tmp, state)
     checkpoints = tmp / "checkpoints"
     floods: list[Host] = []
+    proxies: list[TamperProxy] = []
     attackers: list[Proc] = []
     flood = attack.flood if attack is not None else None
     keys = _Keys(tmp, honest_count, malicious) if attack is not None and attack.intruder else None
@@ -293,6 +367,10 @@ def run_attack(
         for i in range(honest_count):
             extra = ["--checkpoint-dir", str(checkpoints)] if i == 0 else []
             identity = [] if keys is None else ["-i", str(keys.honest[i])]
+            if tamper and i >= honest_count - malicious:  # the last `malicious` clients
+                proxy = TamperProxy(cluster.port, TAMPER_FLIPS).start()
+                proxies.append(proxy)
+                extra += ["--server-addr", f"127.0.0.1:{proxy.port}"]
             client = cluster.start_client(*extra, *identity, *relayed)
             honest.append(client)
             if flood == "peer" and i < malicious:
@@ -329,6 +407,8 @@ def run_attack(
         for flood in floods:
             flood.stop()
         cluster.stop()
+        for proxy in proxies:
+            proxy.stop()
     tables = [applied_hashes(p) for p in honest]
     common = sorted(set.intersection(*(set(t) for t in tables))) if tables else []
     agree = bool(common) and all(len({t[s] for t in tables}) == 1 for s in common)
@@ -337,9 +417,22 @@ def run_attack(
         removed = [host.shed for host in floods]
     elif attack is not None and attack.intruder:
         removed = [p.popen.returncode == 1 and _refused(p) for p in attackers]
+    elif tamper:  # every altered frame was refused: the server and the client each said so
+        server_log = cluster.server.log_path.read_text() if cluster.server else ""
+        tampered = honest[honest_count - malicious :]
+        removed = [
+            proxy.flipped == list(TAMPER_FLIPS)
+            and AUTHENTICATION_FAILED in client.log_path.read_text()
+            and AUTHENTICATION_FAILED in server_log
+            for proxy, client in zip(proxies, tampered, strict=True)
+        ]
     else:
         convicted = convicted_ids(cluster.server) if cluster.server else set()
         removed = [client_id(p) in convicted or bool(p.events(DROPPED_LINE)) for p in attackers]
+    convicted_all = convicted_ids(cluster.server) if cluster.server else set()
+    honest_convicted = sorted(
+        str(i) for i in (client_id(p) for p in honest) if i is not None and i in convicted_all
+    )
     return RunOutcome(
         attack=attack.name if attack is not None else "clean",
         clients=clients,
@@ -357,6 +450,9 @@ def run_attack(
         server=cluster.server,
         floods=floods,
         diagnostics=diagnostics,
+        removal_steps=[removal_step(cluster.server, p) for p in attackers],
+        honest_convicted=honest_convicted,
+        honest_dropped=sum(1 for p in honest if p.events(DROPPED_LINE)),
     )
 
 

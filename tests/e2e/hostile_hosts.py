@@ -7,8 +7,10 @@ per-address caps, as distinct hosts would on the internet, until `stop()`:
 
 - `DecodeBomber`: frames of empty msgpack arrays (about 64 bytes of memory per byte, were they
   decoded) at coordinator-protocol ports and P2P listeners: a control-sized bomb in place of
-  the handshake reply and, with a handshake domain, one after an authenticated handshake
-  (before any Join or request), and an 8 MiB one announced after it. `sent` counts bombs,
+  the handshake reply (in the clear: the handshake is not over) and, with a handshake domain,
+  one after an authenticated handshake (before any Join or request; sealed for the encrypted
+  link, so the target decrypts it and reaches its bounded decoder), and an 8 MiB one announced
+  after it (refused on its length prefix). `sent` counts bombs,
   `closed_by_target` those after which the target closed the socket within 5 s.
 - `RelayExhauster`: `keys` identities that join the run (from `source`; they never train, so
   they stay pending, not epoch members) and ask the relay for pipes to every member the
@@ -29,11 +31,12 @@ from collections.abc import Coroutine
 from typing import Any
 
 from psyche_common.protocol import (
+    CONTROL_FRAME_SIZE,
     HANDSHAKE_FRAME_SIZE,
     Identity,
+    SecureChannel,
     connect_handshake,
     coordinator_domain,
-    encode_frame,
     read_frame,
     relay_domain,
 )
@@ -41,12 +44,20 @@ from psyche_common.protocol import (
 TIMEOUT = 5.0
 
 
-def bomb_frame(size: int) -> bytes:
-    """A frame announcing `size` payload bytes of one array of empty arrays (its first 64 KiB
-    only, when larger: a target refusing it on the length prefix reads no more)."""
+def bomb_payload(size: int) -> bytes:
+    """`size` bytes of one msgpack array of empty arrays (its first 64 KiB only, when larger)."""
     count = size - 5
-    payload = b"\xdd" + count.to_bytes(4, "big") + b"\x90" * min(count, 1 << 16)
-    return struct.pack(">I", size) + payload
+    return b"\xdd" + count.to_bytes(4, "big") + b"\x90" * min(count, 1 << 16)
+
+
+def bomb_frame(size: int, channel: SecureChannel | None = None) -> bytes:
+    """A frame announcing `size` payload bytes of `bomb_payload` (a target refusing it on the
+    length prefix reads no more): sealed for `channel` when it is given and the bomb is
+    control-sized (the target then decrypts it and hands it to its decoder), else in the
+    clear."""
+    if channel is not None and size <= CONTROL_FRAME_SIZE:
+        return channel.seal_payload(bomb_payload(size))
+    return struct.pack(">I", size) + bomb_payload(size)
 
 
 class _Host:
@@ -126,13 +137,14 @@ class DecodeBomber(_Host):
         except (OSError, TimeoutError):
             return
         try:
+            channel = None
             if domain is None:
                 await read_frame(reader, HANDSHAKE_FRAME_SIZE, TIMEOUT)  # the challenge
             else:
-                await connect_handshake(
+                channel = await connect_handshake(
                     reader, writer, Identity.generate(), domain=domain, timeout=TIMEOUT
                 )
-            writer.write(bomb_frame(size))
+            writer.write(bomb_frame(size, channel))
             self.sent += 1
             with contextlib.suppress(OSError):
                 await writer.drain()
@@ -197,46 +209,47 @@ class RelayExhauster(_Host):
             reader, writer = await self._open(self.port)
             self._sockets.append(writer)
             domain = coordinator_domain(self.run_id)
-            await connect_handshake(reader, writer, identity, domain=domain, timeout=TIMEOUT)
+            channel = await connect_handshake(
+                reader, writer, identity, domain=domain, timeout=TIMEOUT
+            )
             join = {"type": "Join", "run_id": self.run_id, "p2p_address": "127.0.0.1:9"}
-            writer.write(encode_frame(join))
+            channel.write(join)
             while True:
-                frame = await read_frame(reader, 1 << 26, timeout=60)
+                frame = await channel.read(1 << 26, timeout=60)
                 if isinstance(frame, dict) and frame.get("type") == "CoordinatorState":
                     self.members.update(frame.get("peers", {}))
         except (OSError, TimeoutError, Exception):
             return
 
-    async def _relay(self, identity: Identity) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _relay(self, identity: Identity) -> SecureChannel:
         reader, writer = await self._open(self.port)
         self._sockets.append(writer)
         domain = relay_domain(self.run_id)
-        await connect_handshake(reader, writer, identity, domain=domain, timeout=TIMEOUT)
-        return reader, writer
+        return await connect_handshake(reader, writer, identity, domain=domain, timeout=TIMEOUT)
 
     async def _hold_connections(self) -> None:
         """Idle relay connections (no request): what a host may hold is capped."""
         for n in range(self.hold):
             try:
-                reader, _ = await self._relay(self.keys[n % len(self.keys)])
+                channel = await self._relay(self.keys[n % len(self.keys)])
             except (OSError, TimeoutError, Exception):
                 self.held_refused += 1
                 continue
             self.held += 1
-            if await _closed_within(reader, 0.01):
+            if await _closed_within(channel.reader, 0.01):
                 self.held_refused += 1
 
     async def _dial(self, identity: Identity, member: bytes) -> None:
         try:
-            reader, writer = await self._relay(identity)
+            channel = await self._relay(identity)
         except (OSError, Exception):
             self.refused += 1  # closed at once (a cap at accept)
             self.reasons["closed at accept"] += 1
             return
         try:
-            writer.write(encode_frame({"type": "RelayDial", "peer": member}))
+            channel.write({"type": "RelayDial", "peer": member})
             self.dials += 1
-            frame = await read_frame(reader, 4096, timeout=1.0)
+            frame = await channel.read(4096, timeout=1.0)
         except TimeoutError:
             self.granted += 1  # held by the relay (a pending dial): kept open
             return
@@ -250,5 +263,5 @@ class RelayExhauster(_Host):
             else:
                 self.granted += 1
                 return
-        self._sockets.remove(writer)
-        writer.transport.abort()
+        self._sockets.remove(channel.writer)
+        channel.abort()

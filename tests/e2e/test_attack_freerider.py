@@ -1,14 +1,14 @@
-"""A free rider (real processes, the tiny real model): a trainer that re-announces another
-trainer's result of the same step as its result for its own batch
-(tests/e2e/freerider_client.py).
+"""A free rider (real processes, the tiny real model): a trainer that trains once and then
+re-sends that first result, relabelled, for every later batch (tests/e2e/freerider_client.py).
 
-What the protocol can prove about it is nothing: the copy is relabelled with the free rider's
-step and batch and carries its own valid commitment, so it decodes, verifies and is applied
-like any result; the verifiers' sign check scores it like an honest result most of the time
-(docs/verification.md), so it may or may not be convicted. What is checked is what must hold
-either way: the honest clients' weights hashes are identical at every applied step, its
-copies were really sent and applied, and the held-out loss after the run is within 5% of a
-clean run's (four honest clients, the same settings, measured in the same session).
+Its results carry valid commitments and follow some real data, so they decode, verify and
+are applied like any result until verifiers catch them: the free-rider check (its agreement
+with its own batch against another batch of the verifier's sample, docs/verification.md)
+catches a stale result only in some rounds, so it may or may not be convicted in a short run.
+What is checked is what must hold either way: the honest clients' weights hashes are
+identical at every applied step, its stale results were really sent, no honest client is
+convicted, and the held-out loss after the run is at most 5% above a clean run's (four honest
+clients, the same settings, measured in the same session).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.attack_run import ATTACKS, RunOutcome, client_id, run_attack
+from tests.e2e.attack_run import ATTACKS, RunOutcome, run_attack
 from tests.e2e.conftest import ATTACK_TEST_STEPS
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # a clean run and an attacked one
@@ -35,17 +35,15 @@ def test_a_free_rider_cannot_split_honest_clients_or_move_the_loss(
     assert run.honest_ok, run.diagnostics
     assert run.hashes_agree and len(run.common_steps) >= ATTACK_TEST_STEPS - 4, run.diagnostics
     assert run.losses_finite
-    copies = run.attackers[0].events("free rider: copied a result")
-    assert len(copies) >= 3, f"the free rider copied only {len(copies)} results"
-    honest_ids = {client_id(p) for p in run.honest}
-    assert {c["copied_from"] for c in copies} <= honest_ids, copies
-    bad = client_id(run.attackers[0])
-    applied = [e for p in run.honest for e in p.events("applied step") if bad in e["senders"]]
-    assert applied, "no honest client applied a copy of the free rider"
+    stale = run.attackers[0].events("free rider: sent a stale result")
+    assert len(stale) >= 2, f"the free rider sent only {len(stale)} stale results"
+    assert run.honest_convicted == [], run.honest_convicted
     assert clean.eval_loss is not None and run.eval_loss is not None
     ratio = run.eval_loss / clean.eval_loss
     print(
         f"eval loss: clean {clean.eval_loss:.4f}, attacked {run.eval_loss:.4f} ({ratio:.4f}); "
-        f"copies {len(copies)}, removed {run.attackers_removed}"
+        f"stale results {len(stale)}, removed {run.attackers_removed} at {run.removal_steps}"
     )
-    assert abs(ratio - 1.0) <= LOSS_TOLERANCE, (clean.eval_loss, run.eval_loss)
+    # one-sided: the attack must not cost more than 5 %; an attacked run that ends below its
+    # clean twin (a loaded machine can cost the clean run applied steps) is no harm
+    assert ratio <= 1.0 + LOSS_TOLERANCE, (clean.eval_loss, run.eval_loss)

@@ -2,8 +2,11 @@
 accuses every trainer in every health check (tests/e2e/lying_client.py). The coordinator
 refuses its witnesses (no honest bloom can set that many bits) and its accusations of
 healthy clients, so it decides no consensus and drops nobody: the honest clients are never
-dropped and hold identical weights at every step. What it still costs: a round whose witness
-quorum counts on its refused witness lasts until `max_round_train_time`.
+dropped and hold identical weights at every step. Both lies are proven by the liar's own
+messages, so the coordinator drops it (`coordinator.misconduct`): a false accuser with honest
+blooms (tests/e2e/accuser_client.py) at its second refused health check. What a liar still
+costs until then: a round whose witness quorum counts on its refused witness lasts until
+`max_round_train_time`.
 """
 
 from __future__ import annotations
@@ -18,9 +21,14 @@ from tests.e2e.client_run import Cluster, finish_in_agreement, write_state
 pytestmark = pytest.mark.timeout(300)
 
 LIAR = [sys.executable, str(Path(__file__).with_name("lying_client.py"))]
+ACCUSER = [sys.executable, str(Path(__file__).with_name("accuser_client.py"))]
+DROPPED = "dropped from the epoch by a health check: joining again for the next epoch"
 
 
-def test_a_lying_witness_decides_nothing_and_drops_nobody(tmp_path: Path) -> None:
+@pytest.mark.parametrize("program", [LIAR, ACCUSER], ids=["all_ones_blooms", "false_accuser"])
+def test_a_lying_witness_decides_nothing_drops_nobody_and_is_removed(
+    tmp_path: Path, program: list[str]
+) -> None:
     # witness_nodes = 0: every member witnesses every round, the liar included
     # rounds whose quorum needs the liar's refused witness run to max_round_train_time
     state = write_state(
@@ -34,14 +42,16 @@ def test_a_lying_witness_decides_nothing_and_drops_nobody(tmp_path: Path) -> Non
     try:
         c.start_server()
         honest = [c.start_client(dummy_delay=0.3) for _ in range(3)]
-        c.start_client(dummy_delay=0.3, program=LIAR)
+        liar = c.start_client(dummy_delay=0.3, program=program)
         finish_in_agreement(c, honest, min_common=6)
         for proc in honest:
-            assert not proc.events(
-                "dropped from the epoch by a health check: joining again for the next epoch"
-            ), f"{proc.name} was dropped\n{c.diagnostics()}"
+            assert not proc.events(DROPPED), f"{proc.name} was dropped\n{c.diagnostics()}"
         assert c.server is not None
         log = c.server.log_path.read_text(errors="replace")
-        assert "refused" in log and "bits set" in log, "the liar's witnesses were not refused"
+        if program is LIAR:  # dropped at its first witness, maybe before any health check
+            assert "bits set" in log, "the liar's witnesses were not refused"
+        else:
+            assert "accused healthy client" in log, "the liar's health checks were not refused"
+        assert liar.events(DROPPED), f"the liar was not removed\n{c.diagnostics()}"
     finally:
         c.stop()

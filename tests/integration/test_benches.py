@@ -42,6 +42,11 @@ BENCHES = [
     ),
     Bench("server", ("baseline", "results", "ratios_vs_baseline"), 180),
     Bench(
+        "secure_link",
+        ("plain", "encrypted", "model_share", "round_latency", "state_seal", "load_average"),
+        120,
+    ),
+    Bench(
         "client",
         ("client_over_bare_long_step", "cases", "joiner_fetch_ratio_p2p_over_raw"),
         240,

@@ -1,6 +1,6 @@
 """DisTrO vs AdamW on a tiny byte-level Llama, CPU only, no network.
 
-The prototype's setup (../shared/reference/distro-prototype.md): a 0.92M-parameter Llama
+The setup of the reference's DisTrO prototype: a 0.92M-parameter Llama
 (hidden 128, 4 layers) on the Python stdlib's own source bytes, 8 sequences of 256 bytes per
 step, validation on the held-out tail. DisTrO runs 4 simulated peers (chunk 64, top-k 8,
 1-bit) through the `Trainer` API with the real pipeline order (apply step S-2 at step S,

@@ -20,6 +20,7 @@ from psyche_common.data.retry import RetryPolicy
 from psyche_common.data.server_client import DataServerProvider, data_server_provider_factory
 from psyche_common.protocol import (
     ConnectionClosed,
+    HandshakeError,
     Identity,
     connect_handshake,
     coordinator_domain,
@@ -215,11 +216,20 @@ async def test_a_relayed_p2p_handshake_cannot_log_in_to_the_data_server(
 
         async def relaying_listener(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
             ds_reader, ds_writer = await asyncio.open_connection("127.0.0.1", data_server.port)
-            challenge = (await read_frame(ds_reader, timeout=5))["challenge"]
-            await write_frame(writer, {"type": "Challenge", "challenge": challenge})
+            server_hello = await read_frame(ds_reader, timeout=5)
+            challenge, ephemeral = server_hello["challenge"], server_hello["ephemeral"]
+            await write_frame(
+                writer, {"type": "Challenge", "challenge": challenge, "ephemeral": ephemeral}
+            )
             hello = await read_frame(reader, timeout=5)
             mine = mutual_transcript(
-                "listener", challenge, hello["challenge"], relay.id, hello["public_key"]
+                "listener",
+                challenge,
+                hello["challenge"],
+                relay.id,
+                hello["public_key"],
+                ephemeral,
+                hello["ephemeral"],
             )
             proof = {
                 "type": "Proof",
@@ -228,7 +238,12 @@ async def test_a_relayed_p2p_handshake_cannot_log_in_to_the_data_server(
             }
             await write_frame(writer, proof)
             dialer_proof = await read_frame(reader, timeout=5)
-            await write_frame(ds_writer, {**dialer_proof, "type": "ChallengeResponse"})
+            forwarded = {
+                **dialer_proof,
+                "type": "ChallengeResponse",
+                "ephemeral": hello["ephemeral"],
+            }
+            await write_frame(ds_writer, forwarded)
             with contextlib.suppress(ConnectionClosed):
                 while True:
                     refusals.append(await read_frame(ds_reader, timeout=5))
@@ -273,9 +288,10 @@ async def test_a_coordinator_signature_is_refused_by_the_data_server(
     async with running_server(state, data_server=data_server) as app:
         reader, writer = await asyncio.open_connection("127.0.0.1", data_server.port)
         domain = coordinator_domain(app.run_id)
-        await connect_handshake(reader, writer, Identity.generate(), domain=domain, timeout=5)
-        reply = await read_frame(reader, timeout=5)
-        assert reply["type"] == "Rejected" and "does not verify" in reply["reason"]
+        with pytest.raises(
+            HandshakeError, match=r"server rejected the connection.*does not verify"
+        ):
+            await connect_handshake(reader, writer, Identity.generate(), domain=domain, timeout=5)
         with pytest.raises(ConnectionClosed):
             await read_frame(reader, timeout=5)
         assert data_server.connections.connections == {}
@@ -305,3 +321,34 @@ async def test_a_data_server_signature_for_another_run_is_refused(
             await member.get_samples(BatchId(0, 0)), local.read(BatchId(0, 0))
         )
         await asyncio.gather(elsewhere.aclose(), member.aclose(), clients[0].close())
+
+
+async def test_with_the_server_key_only_that_server_serves(tmp_path: Path, token_dir: Path) -> None:
+    """`--server-key` reaches the data server too: the server's own key is accepted, another
+    one is a final (not retried) error naming both keys."""
+    local = LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN)
+    server_identity = Identity.generate()
+    data_server = DataServer(local, "127.0.0.1", 0, run_id=RUN, identity=server_identity)
+    state = write_state(tmp_path / "s.toml", run_id=RUN, init_min_clients=1, warmup_time=30)
+    async with running_server(state, data_server=data_server) as app:
+        clients = await start_clients(1, app.port, app.run_id, auto=False)
+        await poll_until(lambda: app.run_state == RunState.Warmup)
+        location = {"Server": f"127.0.0.1:{data_server.port}"}
+        provider = await make_provider(
+            location,
+            SEQ_LEN,
+            identity=clients[0].identity,
+            run_id=RUN,
+            server_key=server_identity.public_key,
+        )
+        np.testing.assert_array_equal(
+            await provider.get_samples(BatchId(0, 1)), local.read(BatchId(0, 1))
+        )
+        expected = Identity.generate().public_key
+        impostor = await make_provider(
+            location, SEQ_LEN, identity=clients[0].identity, run_id=RUN, server_key=expected
+        )
+        with pytest.raises(DataFetchError, match=f"not the expected {expected.hex()}") as raised:
+            await impostor.get_samples(BatchId(0, 1))
+        assert not raised.value.retryable
+        await asyncio.gather(provider.aclose(), impostor.aclose(), clients[0].close())

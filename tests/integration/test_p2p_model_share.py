@@ -228,7 +228,7 @@ async def test_joiner_waits_for_a_member_that_shares_its_model_late(swarm: Swarm
     assert loop.time() - started < 1.0
     loop.call_later(0.5, ready.set)
     started = loop.time()
-    download = await download_model(joiner, [member.peer_id], not_shared_wait=10.0)
+    download = await download_model(joiner, [member.peer_id], wait=10.0)
     assert download.manifest == manifest and download.parameters == params
     assert 0.5 <= loop.time() - started < 5.0
 
@@ -239,11 +239,11 @@ async def test_joiner_waits_for_a_late_share_only_so_long(swarm: Swarm) -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()
     with pytest.raises(ModelShareError, match="try joining again"):
-        await poll_manifests(joiner, [empty.peer_id], not_shared_wait=1.5)
+        await poll_manifests(joiner, [empty.peer_id], wait=1.5)
     assert 1.5 <= loop.time() - started < 4.0
     started = loop.time()
     with pytest.raises(ModelShareError, match="try joining again"):  # unreachable: no wait
-        await poll_manifests(joiner, [Identity.generate().public_key], not_shared_wait=30.0)
+        await poll_manifests(joiner, [Identity.generate().public_key], wait=30.0)
     assert loop.time() - started < 5.0
 
 
@@ -262,3 +262,33 @@ async def test_benchmark_function_runs() -> None:
     assert figures["ratio_p2p_over_raw"] == pytest.approx(
         figures["p2p_seconds"] / figures["raw_loopback_seconds"], rel=0.05
     )
+
+
+async def test_peers_that_disagree_at_first_are_asked_again(swarm: Swarm) -> None:
+    """After a server restart honest members may hold different steps until their Warmup
+    weights check brings them back to one model: a joiner asks again instead of failing."""
+    model, behind = make_model(count=2), make_model(count=2)
+    a = await swarm.add(model=model)
+    b = await swarm.add(model=behind)
+    joiner = await swarm.add()
+    asyncio.get_running_loop().call_later(
+        0.5, setattr, b._requests, "_get_manifest", lambda: model[0]
+    )
+    b._requests._get_parameter_bytes = model[1].get
+    vote = await poll_manifests(joiner, [a.peer_id, b.peer_id], wait=10.0)
+    assert vote.manifest == model[0] and sorted(vote.holders) == sorted([a.peer_id, b.peer_id])
+
+
+async def test_a_lone_answer_out_of_several_peers_is_not_trusted(swarm: Swarm) -> None:
+    liar = await swarm.add(model=make_model(count=2))
+    silent = await swarm.add()  # shares no model
+    joiner = await swarm.add()
+    with pytest.raises(ModelShareError, match="only 1 of 2 peers vouch"):
+        await poll_manifests(joiner, [liar.peer_id, silent.peer_id])
+
+
+async def test_a_model_over_the_size_bound_does_not_vote(swarm: Swarm) -> None:
+    big = await swarm.add(model=make_model(count=2, size=10_000))
+    joiner = await swarm.add(max_model_size=5_000)
+    with pytest.raises(ModelShareError, match="max_model_size 5000"):
+        await poll_manifests(joiner, [big.peer_id])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import os
 import socket
 import time
@@ -23,6 +24,8 @@ from psyche_client.p2p import (
 )
 from psyche_client.p2p.pushing import AnnounceReport
 from psyche_common.protocol import ConnectionClosed, Identity, read_frame, write_frame
+
+from tests.support.tamper_proxy import DOWN, Flip, TamperProxy
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -357,7 +360,8 @@ async def test_dialer_signs_nothing_before_the_listener_proves_its_key(cluster: 
     received: list[object] = []
 
     async def bogus_listener(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await write_frame(writer, {"type": "Challenge", "challenge": os.urandom(32)})
+        challenge = {"type": "Challenge", "challenge": os.urandom(32), "ephemeral": os.urandom(32)}
+        await write_frame(writer, challenge)
         received.append(await read_frame(reader, timeout=5))  # the dialer's Hello
         wrong = Identity.generate().sign(b"not the transcript")
         await write_frame(
@@ -700,3 +704,33 @@ async def test_inbound_connections_from_one_address_are_capped(cluster: Cluster)
     for _, w in flood:
         w.close()
     writer.close()
+
+
+async def test_a_byte_flipped_in_flight_closes_the_link_naming_the_peer(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A man in the middle alters one byte of an answer after the handshake: the link fails
+    authentication and closes (logged with the peer's id), the fetch tries again on a new
+    link, and nothing after the handshake was readable on the wire."""
+    caplog.set_level(logging.INFO)
+    server, fetcher = await cluster.add(), await cluster.add()
+    payload = os.urandom(50_000)
+    digest = server.publish_blob(payload)
+    # server → fetcher: Challenge, Proof (in the clear), then BlobHeader, Chunk, ...
+    proxy = await TamperProxy(int(server.address.rsplit(":", 1)[1]), [Flip(0, DOWN, 3)]).serve()
+    try:
+        fetcher.set_peers({server.peer_id: f"127.0.0.1:{proxy.port}"})
+        assert await fetcher.fetch_blob(digest, [server.peer_id], expected_size=len(payload)) == (
+            payload
+        )
+    finally:
+        await proxy.aclose()
+    assert proxy.flipped == [Flip(0, DOWN, 3)] and len(proxy.captures) >= 2
+    assert any(
+        "failed authentication" in r.getMessage() and server.identity.short_id in r.getMessage()
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
+    for capture in proxy.captures:
+        wire = b"".join(capture.up[2:]) + b"".join(capture.down[2:])
+        for text in (b"BlobHeader", b"Chunk", b"sid", digest, payload[:64]):
+            assert text not in wire

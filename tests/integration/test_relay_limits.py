@@ -13,9 +13,8 @@ from collections.abc import AsyncIterator
 import pytest
 from psyche_common.protocol import (
     Identity,
+    SecureChannel,
     connect_handshake,
-    encode_frame,
-    read_frame,
     relay_domain,
 )
 from psyche_server.relay import RelayLimits, RelayServer
@@ -53,23 +52,24 @@ class Relay:
 
     async def request(
         self, identity: Identity, request: dict[str, object], source: str = "127.0.0.1"
-    ) -> asyncio.StreamReader:
+    ) -> SecureChannel:
         assert self.server.port is not None
         reader, writer = await asyncio.open_connection(
             "127.0.0.1", self.server.port, local_addr=(source, 0)
         )
         self.sockets.append(writer)
-        await connect_handshake(reader, writer, identity, domain=relay_domain(RUN_ID), timeout=5)
-        writer.write(encode_frame(request))
-        await writer.drain()
-        return reader
+        channel = await connect_handshake(
+            reader, writer, identity, domain=relay_domain(RUN_ID), timeout=5
+        )
+        await channel.send(request)
+        return channel
 
     async def dial(self, identity: Identity, target: bytes, source: str = "127.0.0.1") -> str:
         """ "pending" when the relay holds the dial (no answer within 0.3 s), else the reason
         of its refusal."""
-        reader = await self.request(identity, {"type": "RelayDial", "peer": target}, source)
+        channel = await self.request(identity, {"type": "RelayDial", "peer": target}, source)
         try:
-            frame = await read_frame(reader, 4096, timeout=0.3)
+            frame = await channel.read(4096, timeout=0.3)
         except TimeoutError:
             return "pending"
         assert isinstance(frame, dict) and frame["type"] == "Rejected", frame

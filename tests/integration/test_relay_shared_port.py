@@ -13,10 +13,9 @@ from psyche_client.p2p.connection import PeerUnavailable
 from psyche_client.p2p.relay import RelayClient
 from psyche_common.protocol import (
     ConnectionClosed,
+    HandshakeError,
     Identity,
     connect_handshake,
-    encode_frame,
-    read_frame,
     relay_domain,
 )
 from psyche_server.relay import RelayServer
@@ -91,12 +90,12 @@ async def test_a_relay_signature_is_refused_unless_joined(tmp_path: Path) -> Non
         assert app.relay is not None
         reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
         stranger = Identity.generate()
-        await connect_handshake(
+        channel = await connect_handshake(
             reader, writer, stranger, domain=relay_domain(app.run_id), timeout=5
         )
-        writer.write(encode_frame({"type": "RelayListen"}))
+        channel.write({"type": "RelayListen"})
         try:
-            frame = await read_frame(reader, 4096, timeout=5)
+            frame = await channel.read(4096, timeout=5)
         except ConnectionClosed:
             frame = None
         assert isinstance(frame, dict) and frame["type"] == "Rejected", frame
@@ -112,12 +111,10 @@ async def test_a_relay_signature_of_another_run_is_refused_by_the_handshake(
     state = write_state(tmp_path / "state.toml", init_min_clients=3)
     async with running_server(state) as app:
         reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
-        await connect_handshake(
-            reader, writer, Identity.generate(), domain=relay_domain("another-run"), timeout=5
-        )
-        frame = await read_frame(reader, 4096, timeout=5)
-        assert isinstance(frame, dict) and frame["type"] == "Rejected", frame
-        assert "handshake with the coordinator" in frame["reason"]
+        with pytest.raises(HandshakeError, match="handshake with the coordinator"):
+            await connect_handshake(
+                reader, writer, Identity.generate(), domain=relay_domain("another-run"), timeout=5
+            )
         assert app.connections.rejected_connections == 1
         writer.close()
 

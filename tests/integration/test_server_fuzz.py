@@ -133,7 +133,7 @@ async def fuzz_worker(port: int, run_id: str, seed: int, counter: list[int]) -> 
                     sent += 1
                     await writer.drain()
                     continue
-                await connect_handshake(
+                channel = await connect_handshake(
                     reader,
                     writer,
                     Identity.generate(),
@@ -141,7 +141,12 @@ async def fuzz_worker(port: int, run_id: str, seed: int, counter: list[int]) -> 
                     timeout=5,
                 )
                 for _ in range(rng.randrange(1, 40)):
-                    writer.write(random_frame(rng))
+                    frame = random_frame(rng)
+                    # mostly authenticated garbage (what a member could send: it reaches the
+                    # decoder), sometimes raw bytes (what a man in the middle could: refused
+                    # by the link's authentication)
+                    sealed = rng.random() < 0.9 and len(frame) > 4
+                    writer.write(channel.seal_payload(frame[4:]) if sealed else frame)
                     sent += 1
                     await writer.drain()
                     if writer.transport.is_closing() or reader.at_eof():

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from psyche_client.session.server_link import ServerLink
-from psyche_common.protocol import Identity, encode_frame
+from psyche_common.protocol import Identity, SecureChannel
 from psyche_server.connections import ConnectionLimits
 
 from tests.support.protocol_client import ProtocolClient
@@ -24,7 +24,12 @@ from .test_server_robustness import (
     reason_logged,
 )
 
-STATUS = encode_frame({"type": "HealthCheck", "checks": [], "step": 1, "weights_hash": bytes(32)})
+STATUS_MESSAGE = {"type": "HealthCheck", "checks": [], "step": 1, "weights_hash": bytes(32)}
+
+
+def statuses(channel: SecureChannel, count: int) -> bytes:
+    """`count` status messages sealed for `channel` (each with its own nonce)."""
+    return b"".join(channel.seal(STATUS_MESSAGE) for _ in range(count))
 
 
 async def test_messages_over_the_rate_are_dropped_without_closing(tmp_path: Path, caplog) -> None:
@@ -33,9 +38,10 @@ async def test_messages_over_the_rate_are_dropped_without_closing(tmp_path: Path
     state = write_state(tmp_path / "s.toml", init_min_clients=3)
     async with running_server(state, limits=limits) as app:
         identity = Identity.generate()
-        _, writer = await authenticated_stream(app, identity)  # Join took one token
+        channel = await authenticated_stream(app, identity)  # Join took one token
+        writer = channel.writer
         before = app.stats.messages
-        writer.write(STATUS * 8)  # 4 tokens left: 4 accepted, 4 dropped
+        writer.write(statuses(channel, 8))  # 4 tokens left: 4 accepted, 4 dropped
         await writer.drain()
         await poll_until(lambda: app.connections.dropped_messages == 4)
         assert app.stats.messages - before == 4
@@ -53,10 +59,10 @@ async def test_a_key_that_stays_over_its_rate_is_disconnected_naming_it(
     async with running_server(state, limits=limits) as app:
         honest = await ProtocolClient(app.port, app.run_id, auto=False).connect()
         identity = Identity.generate()
-        reader, writer = await authenticated_stream(app, identity)
-        writer.write(STATUS * 40)
-        await writer.drain()
-        frames = await assert_closed(reader)
+        channel = await authenticated_stream(app, identity)
+        channel.writer.write(statuses(channel, 40))
+        await channel.writer.drain()
+        frames = await assert_closed(channel)
         assert frames[-1]["type"] == "Rejected"
         assert f"key {identity.short_id} sent more than 1 messages/s" in frames[-1]["reason"]
         assert reason_logged(caplog, f"{identity.short_id} disconnected: key {identity.short_id}")
@@ -76,16 +82,16 @@ async def test_messages_cannot_drive_ticks_faster_than_the_limit(tmp_path: Path)
         ticks, messages = app.stats.message_ticks, app.stats.messages
         started = time.monotonic()
         while time.monotonic() - started < 1.0:  # 3 keys, one message each every 5 ms
-            for _, writer in streams:
-                writer.write(STATUS)
-                await writer.drain()
+            for channel in streams:
+                channel.write(STATUS_MESSAGE)
+                await channel.writer.drain()
             await asyncio.sleep(0.005)
         elapsed = time.monotonic() - started
         await asyncio.sleep(0.3)
         assert app.stats.messages - messages > 150
         assert app.stats.message_ticks - ticks <= 10 * (elapsed + 0.3) + 2
-        for _, writer in streams:
-            writer.transport.abort()
+        for channel in streams:
+            channel.abort()
 
 
 async def test_a_silent_joined_connection_is_closed_after_the_idle_timeout(
@@ -96,8 +102,8 @@ async def test_a_silent_joined_connection_is_closed_after_the_idle_timeout(
     state = write_state(tmp_path / "s.toml", init_min_clients=3)
     async with running_server(state, limits=limits) as app:
         identity = Identity.generate()
-        reader, _ = await authenticated_stream(app, identity)
-        frames = await assert_closed(reader)
+        channel = await authenticated_stream(app, identity)
+        frames = await assert_closed(channel)
         assert frames[-1]["type"] == "Rejected"
         assert "no message for 0.6s (idle timeout)" in frames[-1]["reason"]
         assert identity.public_key not in app.connections.connections

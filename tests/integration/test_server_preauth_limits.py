@@ -19,9 +19,9 @@ from psyche_common.protocol import (
     CONTROL_FRAME_SIZE,
     HANDSHAKE_FRAME_SIZE,
     Identity,
+    SecureChannel,
     connect_handshake,
     coordinator_domain,
-    encode_frame,
     read_frame,
 )
 from psyche_server.connections import Connection, ConnectionLimits, ConnectionManager
@@ -91,13 +91,21 @@ async def test_one_address_holds_few_unauthenticated_connections(tmp_path: Path,
             writer.close()
 
 
-def _bomb(size: int) -> bytes:
-    """A frame of `size` payload bytes: one array of empty arrays (about 64 bytes of memory
-    per byte once decoded, were it decoded); only its first 64 KiB when larger (a refusal on
-    the length prefix closes the socket before more could be written)."""
+def _bomb_payload(size: int) -> bytes:
+    """`size` bytes of one msgpack array of empty arrays (about 64 bytes of memory per byte
+    once decoded, were it decoded); only its first 64 KiB when larger."""
     count = size - 5
-    payload = b"\xdd" + count.to_bytes(4, "big") + b"\x90" * min(count, 1 << 16)
-    return struct.pack(">I", size) + payload
+    return b"\xdd" + count.to_bytes(4, "big") + b"\x90" * min(count, 1 << 16)
+
+
+def _bomb(size: int, channel: SecureChannel | None = None) -> bytes:
+    """A frame announcing `size` payload bytes of `_bomb_payload` (a refusal on the length
+    prefix closes the socket before more could be written): in the clear during a handshake,
+    sealed for `channel` after it when control-sized (so the server decrypts it and reaches
+    its bounded decoder)."""
+    if channel is not None and size <= CONTROL_FRAME_SIZE:
+        return channel.seal_payload(_bomb_payload(size))
+    return struct.pack(">I", size) + _bomb_payload(size)
 
 
 async def _write(writer: asyncio.StreamWriter, data: bytes) -> None:
@@ -106,10 +114,10 @@ async def _write(writer: asyncio.StreamWriter, data: bytes) -> None:
         await writer.drain()
 
 
-async def _send_after_handshake(port: int, domain: bytes, frame: bytes) -> list[object]:
+async def _bomb_after_handshake(port: int, domain: bytes, size: int) -> list[object]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    await connect_handshake(reader, writer, Identity.generate(), domain=domain, timeout=5)
-    await _write(writer, frame)
+    channel = await connect_handshake(reader, writer, Identity.generate(), domain=domain, timeout=5)
+    await _write(writer, _bomb(size, channel))
     frames = await assert_closed(reader)
     writer.close()
     return frames
@@ -135,8 +143,8 @@ async def test_decode_bombs_are_refused_cheaply_on_every_port(tmp_path: Path, ca
             await assert_closed(reader)
             writer.close()
         # authenticated, before a Join: a control frame too, whatever --max-frame-size
-        await _send_after_handshake(app.port, domain, _bomb(CONTROL_FRAME_SIZE))
-        await _send_after_handshake(app.port, domain, _bomb(8 << 20))
+        await _bomb_after_handshake(app.port, domain, CONTROL_FRAME_SIZE)
+        await _bomb_after_handshake(app.port, domain, 8 << 20)
         assert time.monotonic() - started < 5
         assert reason_logged(caplog, "exceeds max_array_len")
         assert reason_logged(caplog, f"exceeds the maximum of {CONTROL_FRAME_SIZE} bytes")
@@ -156,8 +164,8 @@ async def test_the_data_port_reads_only_control_frames(caplog) -> None:
     )
     port = await manager.start("127.0.0.1", 0)
     try:
-        await _send_after_handshake(port, b"data-test", _bomb(CONTROL_FRAME_SIZE))
-        await _send_after_handshake(port, b"data-test", _bomb(4 << 20))
+        await _bomb_after_handshake(port, b"data-test", CONTROL_FRAME_SIZE)
+        await _bomb_after_handshake(port, b"data-test", 4 << 20)
         assert manager.protocol_violations == 2
         assert reason_logged(caplog, "exceeds max_array_len")
         assert reason_logged(caplog, f"exceeds the maximum of {CONTROL_FRAME_SIZE} bytes")
@@ -205,9 +213,11 @@ async def test_a_key_over_its_rate_gets_its_frames_dropped_undecoded(caplog) -> 
     port = await manager.start("127.0.0.1", 0)
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        await connect_handshake(reader, writer, Identity.generate(), domain=b"rate-test", timeout=5)
-        writer.write(encode_frame({"type": "Hello"}) * 2)  # the burst
-        writer.write((struct.pack(">I", 1) + b"\xc1") * 3)  # never valid msgpack
+        channel = await connect_handshake(
+            reader, writer, Identity.generate(), domain=b"rate-test", timeout=5
+        )
+        writer.write(channel.seal({"type": "Hello"}) + channel.seal({"type": "Hello"}))  # burst
+        writer.write(b"".join(channel.seal_payload(b"\xc1") for _ in range(3)))  # never msgpack
         await writer.drain()
         await assert_closed(reader)
         writer.close()

@@ -6,11 +6,13 @@ import asyncio
 import logging
 import socket
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from psyche_common.protocol import (
     Identity,
+    SecureChannel,
     connect_handshake,
     coordinator_domain,
     data_server_domain,
@@ -19,7 +21,9 @@ from psyche_common.protocol import (
     sign_challenge,
     write_frame,
 )
+from psyche_common.protocol.handshake import read_server_hello
 from psyche_common.protocol.messages import Join, to_wire
+from psyche_common.protocol.secure_channel import EphemeralKey
 from psyche_server.connections import ConnectionLimits
 
 from tests.support.protocol_client import ProtocolClient
@@ -28,24 +32,30 @@ from tests.support.server_harness import poll_until, running_server, write_state
 LIMITS = ConnectionLimits(max_frame_size=64 * 1024, handshake_timeout=1.0)
 
 
-async def authenticated_stream(app, identity: Identity | None = None):
+async def authenticated_stream(app, identity: Identity | None = None) -> SecureChannel:
     reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
     domain = coordinator_domain(app.run_id)
-    await connect_handshake(
+    channel = await connect_handshake(
         reader, writer, identity or Identity.generate(), domain=domain, timeout=5
     )
-    await write_frame(writer, to_wire(Join(run_id=app.run_id, p2p_address="127.0.0.1:1")))
-    await read_frame(reader, 1 << 24, timeout=5)  # the state sent on Join
-    return reader, writer
+    await channel.send(to_wire(Join(run_id=app.run_id, p2p_address="127.0.0.1:1")))
+    await channel.read(1 << 24, timeout=5)  # the state sent on Join
+    return channel
 
 
-async def assert_closed(reader: asyncio.StreamReader, timeout: float = 5) -> list[object]:
-    """Read until EOF; returns the frames received before the close."""
+async def assert_closed(
+    source: asyncio.StreamReader | SecureChannel, timeout: float = 5
+) -> list[object]:
+    """Read until EOF; returns the frames received before the close (decrypted when `source`
+    is an encrypted link, else in the clear: before or during a handshake)."""
     frames: list[object] = []
     async with asyncio.timeout(timeout):
         while True:
             try:
-                frames.append(await read_frame(reader, 1 << 24))
+                if isinstance(source, SecureChannel):
+                    frames.append(await source.read(1 << 24))
+                else:
+                    frames.append(await read_frame(source, 1 << 24))
             except Exception:
                 return frames
 
@@ -75,17 +85,22 @@ async def honest(server) -> ProtocolClient:
     await client.close()
 
 
+def _sealed(obj: object) -> Callable[[SecureChannel], bytes]:
+    return lambda channel: channel.seal(obj)
+
+
 @pytest.mark.parametrize(
     ("payload", "reason"),
     [
-        (struct.pack(">I", 1 << 20), "exceeds the maximum of 65536 bytes"),
-        (struct.pack(">I", 2) + b"\xc1\xc1", "invalid msgpack"),
-        (encode_frame({"type": "Launch", "x": 1}), "unknown message type 'Launch'"),
-        (encode_frame([1, 2, 3]), "a message must be a map"),
-        (encode_frame({"type": "Join", "run_id": 5, "p2p_address": "a:1"}), "Join.run_id"),
-        (encode_frame({"type": "HealthCheck", "checks": [{"id": b"x", "proof": {}}]}), "checks.id"),
-        (encode_frame({"type": "WarmupWitness", "witness": {"proof": 7}}), "WarmupWitness.witness"),
-        (encode_frame({"type": "Checkpoint", "checkpoint": {"Nope": {}}}), "Checkpoint.checkpoint"),
+        (lambda _channel: struct.pack(">I", 1 << 20), "exceeds the maximum of 65536 bytes"),
+        (lambda channel: channel.seal_payload(b"\xc1\xc1"), "invalid msgpack"),
+        (_sealed({"type": "Launch", "x": 1}), "unknown message type 'Launch'"),
+        (_sealed([1, 2, 3]), "a message must be a map"),
+        (_sealed({"type": "Join", "run_id": 5, "p2p_address": "a:1"}), "Join.run_id"),
+        (_sealed({"type": "HealthCheck", "checks": [{"id": b"x", "proof": {}}]}), "checks.id"),
+        (_sealed({"type": "WarmupWitness", "witness": {"proof": 7}}), "WarmupWitness.witness"),
+        (_sealed({"type": "Checkpoint", "checkpoint": {"Nope": {}}}), "Checkpoint.checkpoint"),
+        (lambda _channel: encode_frame({"type": "HealthCheck"}), "failed authentication"),
     ],
     ids=[
         "too-large",
@@ -96,16 +111,22 @@ async def honest(server) -> ProtocolClient:
         "short-id",
         "bad-witness",
         "bad-checkpoint",
+        "not-encrypted",
     ],
 )
 async def test_bad_frames_end_only_that_connection(
-    server, honest: ProtocolClient, caplog: pytest.LogCaptureFixture, payload: bytes, reason: str
+    server,
+    honest: ProtocolClient,
+    caplog: pytest.LogCaptureFixture,
+    payload: Callable[[SecureChannel], bytes],
+    reason: str,
 ) -> None:
     caplog.set_level(logging.INFO)
-    reader, writer = await authenticated_stream(server)
-    writer.write(payload)
+    channel = await authenticated_stream(server)
+    writer = channel.writer
+    writer.write(payload(channel))
     await writer.drain()
-    await assert_closed(reader)
+    await assert_closed(channel)
     await poll_until(lambda: reason_logged(caplog, reason))
     await assert_still_served(honest)
     assert len(server.connections.connections) == 1
@@ -142,10 +163,11 @@ async def test_data_server_signature_is_refused_by_the_coordinator(
 ) -> None:
     caplog.set_level(logging.INFO)
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    challenge = (await read_frame(reader, 1 << 20, timeout=5))["challenge"]
-    await write_frame(
-        writer, sign_challenge(Identity.generate(), challenge, data_server_domain(server.run_id))
+    hello = read_server_hello(await read_frame(reader, 1 << 20, timeout=5))
+    response = sign_challenge(
+        Identity.generate(), hello, data_server_domain(server.run_id), EphemeralKey()
     )
+    await write_frame(writer, response)
     frames = await assert_closed(reader)
     assert [f["type"] for f in frames] == ["Rejected"]
     assert "does not verify" in frames[0]["reason"]
@@ -157,8 +179,10 @@ async def test_data_server_signature_is_refused_by_the_coordinator(
 async def test_bad_signature_fails_handshake(server, honest: ProtocolClient, caplog) -> None:
     caplog.set_level(logging.INFO)
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    challenge = (await read_frame(reader, 1 << 20, timeout=5))["challenge"]
-    response = sign_challenge(Identity.generate(), challenge, coordinator_domain(server.run_id))
+    hello = read_server_hello(await read_frame(reader, 1 << 20, timeout=5))
+    response = sign_challenge(
+        Identity.generate(), hello, coordinator_domain(server.run_id), EphemeralKey()
+    )
     response["public_key"] = Identity.generate().public_key  # signed by someone else
     await write_frame(writer, response)
     frames = await assert_closed(reader)
@@ -203,10 +227,10 @@ async def test_client_that_stops_reading_is_disconnected(tmp_path: Path, caplog)
         await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", app.port))
         reader, writer = await asyncio.open_connection(sock=sock)
         stalled = Identity.generate()
-        await connect_handshake(
+        channel = await connect_handshake(
             reader, writer, stalled, domain=coordinator_domain(app.run_id), timeout=5
         )
-        await write_frame(writer, to_wire(Join(run_id=app.run_id, p2p_address="127.0.0.1:1")))
+        await channel.send(to_wire(Join(run_id=app.run_id, p2p_address="127.0.0.1:1")))
         # never read again: the server's bounded queue fills and it drops us
         await poll_until(lambda: reason_logged(caplog, "peer is not reading"), timeout=30)
         await poll_until(lambda: stalled.public_key not in app.connections.connections)
@@ -222,13 +246,12 @@ async def test_flooding_client_is_disconnected(tmp_path: Path, caplog) -> None:
     state = write_state(tmp_path / "s.toml", init_min_clients=3)
     async with running_server(state, limits=limits) as app:
         honest = await ProtocolClient(app.port, app.run_id, auto=False).connect()
-        reader, writer = await authenticated_stream(app)
+        channel = await authenticated_stream(app)
         report = {"type": "HealthCheck", "checks": [], "step": 1, "weights_hash": bytes(32)}
-        frame = encode_frame(report)
         for _ in range(200):
-            writer.write(frame)
-        await writer.drain()
-        frames = await assert_closed(reader)
+            channel.write(report)
+        await channel.writer.drain()
+        frames = await assert_closed(channel)
         assert frames[-1]["type"] == "Rejected" and "messages/s" in frames[-1]["reason"]
         await assert_still_served(honest)
         await honest.close()
@@ -262,8 +285,8 @@ async def test_connection_that_never_joins_gets_no_state_and_is_closed(
         reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
         lurker = Identity.generate()
         domain = coordinator_domain(app.run_id)
-        await connect_handshake(reader, writer, lurker, domain=domain, timeout=5)
-        frames = await assert_closed(reader)
+        channel = await connect_handshake(reader, writer, lurker, domain=domain, timeout=5)
+        frames = await assert_closed(channel)
         # ten ticks went by, and it saw none of them: only the reason it was closed
         assert [f["type"] for f in frames] == ["Rejected"]
         assert "no Join within 0.5s" in frames[0]["reason"]
@@ -298,11 +321,12 @@ async def test_connections_per_ip_are_capped(tmp_path: Path, caplog) -> None:
 async def test_a_burst_of_messages_costs_one_tick_not_one_per_message(tmp_path: Path) -> None:
     state = write_state(tmp_path / "s.toml", init_min_clients=3)
     async with running_server(state, tick_interval=60) as app:
-        _reader, writer = await authenticated_stream(app)
+        channel = await authenticated_stream(app)
+        writer = channel.writer
         await poll_until(lambda: app.stats.message_ticks >= 1)  # the Join's
         messages, ticks = app.stats.messages, app.stats.ticks
         report = {"type": "HealthCheck", "checks": [], "step": 1, "weights_hash": bytes(32)}
-        writer.write(encode_frame(report) * 200)
+        writer.write(b"".join(channel.seal(report) for _ in range(200)))
         await writer.drain()
         await poll_until(lambda: app.stats.messages == messages + 200)
         await asyncio.sleep(0.1)

@@ -27,12 +27,12 @@ from psyche_common.coordinator.quorum import witness_quorum
 from psyche_common.coordinator.types import RunState, Witness
 from psyche_common.protocol import (
     ConnectionClosed,
+    HandshakeError,
     Identity,
     ProtocolError,
+    SecureChannel,
     connect_handshake,
     coordinator_domain,
-    read_frame,
-    write_frame,
 )
 from psyche_common.protocol.messages import (
     CoordinatorState,
@@ -91,7 +91,7 @@ class ProtocolClient:
         self.unreachable: list[bytes] = []
         self.closed_reason: str | None = None
         self.sent: list[str] = []
-        self._reader: asyncio.StreamReader | None = None
+        self._channel: SecureChannel | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -115,9 +115,17 @@ class ProtocolClient:
     ) -> ProtocolClient:
         """Handshake for `handshake_run_id` (default: this client's run), then Join `run_id`
         (presenting `authorization`, a signed delegation, when given)."""
-        self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        reader, self._writer = await asyncio.open_connection(self.host, self.port)
         domain = coordinator_domain(handshake_run_id or self.run_id)
-        await connect_handshake(self._reader, self._writer, self.identity, domain=domain, timeout=5)
+        try:
+            self._channel = await connect_handshake(
+                reader, self._writer, self.identity, domain=domain, timeout=5
+            )
+        except HandshakeError as exc:  # the server refused the handshake, with its reason
+            self.rejected = self.closed_reason = str(exc)
+            self._writer.close()
+            self._reader_task = asyncio.create_task(asyncio.sleep(0))
+            return self
         self._reader_task = asyncio.create_task(self._read_loop())
         if join:
             await self.send(
@@ -131,13 +139,13 @@ class ProtocolClient:
         return self
 
     async def send(self, message: Any) -> None:
-        assert self._writer is not None
+        assert self._channel is not None
         self.sent.append(message.type)
-        await write_frame(self._writer, to_wire(message))
+        await self._channel.send(to_wire(message))
 
     async def send_raw(self, obj: Any) -> None:
-        assert self._writer is not None
-        await write_frame(self._writer, obj)
+        assert self._channel is not None
+        await self._channel.send(obj)
 
     def abort(self) -> None:
         """Drop the connection like a killed process (no goodbye)."""
@@ -165,10 +173,10 @@ class ProtocolClient:
         return self._reader_task is not None and not self._reader_task.done()
 
     async def _read_loop(self) -> None:
-        assert self._reader is not None
+        assert self._channel is not None
         try:
             while True:
-                message = parse_server_message(await read_frame(self._reader, 64 * 1024 * 1024))
+                message = parse_server_message(await self._channel.read(64 * 1024 * 1024))
                 if isinstance(message, Rejected):
                     self.rejected = message.reason
                     continue

@@ -35,6 +35,8 @@ def sample_view() -> ClientView:
         peers=(
             PeerRow("ffee0011", "127.0.0.1:4000", 0.002, 27000, 9000),
             PeerRow("77aa0022", "10.0.0.9:4000", None, 100, 50, False, "they dialed"),
+            PeerRow("5e1a7e00", "10.0.0.7:4000", 0.09, 300, 200, False, "we dialed (relayed)"),
+            PeerRow("0ff11e00", "10.0.0.8:4000", None, 0, 0, True, "none"),
         ),
         reachability="reachable at 127.0.0.1:4001 (seen from 127.0.0.1)",
         downloads=(DownloadRow("model parameters", 5, 20),),
@@ -44,6 +46,7 @@ def sample_view() -> ClientView:
         checkpoint_error="could not upload checkpoints/run-step12 to the Hub repo me/model: 503",
         link_status="TOO SLOW: step 11 results at 0.50 Mbit/s (30.0 s of 20 s round time; "
         "needs 0.75 Mbit/s)",
+        evals=("heldout_loss: 2.5000 (step 10)", "arc_easy: 0.3100 (step 8)"),
     )
 
 
@@ -63,6 +66,8 @@ async def test_tabs_show_the_view_and_switch_with_keys() -> None:
         assert "Last checkpoint: checkpoints/run-step8" in text
         assert "Checkpoint error: could not upload checkpoints/run-step12" in text
         assert "Link: TOO SLOW: step 11 results at 0.50 Mbit/s" in text
+        assert "Eval heldout_loss: 2.5000 (step 10)" in text
+        assert "Eval arc_easy: 0.3100 (step 8)" in text
         await pilot.press("2")
         assert app.query_one(TabbedContent).active == "coordinator"
         coordinator = static_text(app, "#coordinator-text")
@@ -74,6 +79,8 @@ async def test_tabs_show_the_view_and_switch_with_keys() -> None:
         assert "P2P: reachable at 127.0.0.1:4001 (seen from 127.0.0.1)" in network
         assert "Link speed: TOO SLOW: step 11 results at 0.50 Mbit/s (30.0 s of 20 s" in network
         assert "77aa0022 (10.0.0.9:4000) outbound only, direct, they dialed" in network
+        assert "5e1a7e00 (10.0.0.7:4000) outbound only, relayed, we dialed: down" in network
+        assert "0ff11e00 (10.0.0.8:4000) reachable, no connection" in network
         lines.emit(logging.LogRecord("psyche.client", logging.INFO, "x", 1, "hello log", (), None))
         app.refresh_view()
         await pilot.press("4")

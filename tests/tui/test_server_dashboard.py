@@ -186,6 +186,13 @@ async def test_loss_and_throughput_charts_follow_the_witness_reports(tmp_path: P
             assert "no witness reports yet" not in loss_plot.plt.build()
             throughput = dashboard.query_one("#throughput-plot", PlotextPlot)
             assert "Tokens/s per client" in throughput.plt.build()
+            evals = str(dashboard.query_one("#evals", Static).render())
+            assert "no eval scores reported" in evals
+            for n, score in enumerate((0.25, 0.5, 0.75)):
+                server.metrics.record_witness(3, bytes([n]) * 32, 2.0, 1.0, None, {"piqa": score})
+            await pilot.pause(0.15)
+            evals = str(dashboard.query_one("#evals", Static).render())
+            assert "piqa: 0.5000 (step 3)" in evals
             await pilot.press("q")
     finally:
         await server.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import pytest
 from click.testing import CliRunner
 from psyche_client.cli import main
 from psyche_client.weights.sharing import prune_checkpoints
@@ -33,6 +34,12 @@ TRAIN_FLAGS = [
     "--max-upload-mbps",
     "--dummy-result-size",
     "--dummy-model-size",
+    "--eval-tasks",
+    "--eval-tasks-dir",
+    "--eval-fewshot",
+    "--eval-seed",
+    "--eval-task-max-docs",
+    "--eval-heldout-every",
     "--wandb-project",
     "--wandb-run",
     "--wandb-group",
@@ -154,6 +161,35 @@ def test_max_upload_mbps_caps_the_nodes_model_share_uploads(monkeypatch) -> None
     assert rates == [None, 1_000_000.0, 312_500.0]  # bytes/s
     refused = runner.invoke(main, [*base, "--max-upload-mbps", "0.5"])
     assert refused.exit_code == 2 and "--max-upload-mbps" in refused.output
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [(None, "No such file"), (b"", "got 0 bytes"), (b"\xb0" * 5, "64 hex characters")],
+    ids=["missing", "empty", "garbage"],
+)
+@pytest.mark.parametrize("command", ["show-identity", "train"])
+def test_a_bad_key_file_is_a_usage_error_naming_the_flag(
+    tmp_path: Path, content: bytes | None, why: str, command: str
+) -> None:
+    """Not a traceback: exit status 2 with the flag and the reason."""
+    key = tmp_path / "client.key"
+    if content is not None:
+        key.write_bytes(content)
+    args = [command, "-i", str(key)]
+    if command == "train":
+        args += [
+            "--server-addr",
+            "127.0.0.1:1",
+            "--run-id",
+            "r",
+            "--dummy-training-delay-secs",
+            "0",
+        ]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "--identity-secret-key-path" in result.output and why in result.output
+    assert "Traceback" not in result.output
 
 
 def test_show_identity_from_file_and_env(tmp_path: Path) -> None:
@@ -336,3 +372,44 @@ def test_tensor_parallelism_other_than_1_is_refused_pointing_to_fsdp(monkeypatch
     assert "--data-parallelism 4 --fsdp" in refused.output
     from_env = runner.invoke(main, base, env={"TENSOR_PARALLELISM": "2"})
     assert from_env.exit_code == 2 and "--data-parallelism 2 --fsdp" in from_env.output
+
+
+def test_eval_flags_reach_the_client_options(monkeypatch, tmp_path: Path) -> None:
+    import psyche_client.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_run", lambda options, *_: seen.append(options) or 0)
+    base = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
+    runner = CliRunner()
+    assert runner.invoke(main, base).exit_code == 0
+    flags = [
+        *("--eval-tasks", "arc_easy, piqa", "--eval-fewshot", "5", "--eval-seed", "7"),
+        *("--eval-task-max-docs", "100", "--eval-tasks-dir", str(tmp_path)),
+        *("--eval-heldout-every", "10"),
+    ]
+    assert runner.invoke(main, [*base, *flags]).exit_code == 0
+    off, on = (o.evals for o in seen)
+    assert not off.enabled and off.seed == 42 and off.max_docs is None
+    assert (on.tasks, on.fewshot, on.seed, on.max_docs) == (("arc_easy", "piqa"), 5, 7, 100)
+    assert (on.tasks_dir, on.heldout_every) == (tmp_path, 10)
+    dummy = runner.invoke(main, [*base, *flags, "--dummy-training-delay-secs", "0.1"])
+    assert dummy.exit_code != 0 and "--eval-*" in dummy.output
+    missing = runner.invoke(main, [*base, "--eval-tasks-dir", str(tmp_path / "nope")])
+    assert missing.exit_code != 0 and "--eval-tasks-dir" in missing.output
+
+
+def test_server_key_reaches_the_server_options(monkeypatch) -> None:
+    import psyche_client.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_run", lambda options, *_: seen.append(options) or 0)
+    base = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
+    key = bytes(range(32))
+    runner = CliRunner()
+    assert runner.invoke(main, base).exit_code == 0
+    assert runner.invoke(main, [*base, "--server-key", key.hex()]).exit_code == 0
+    assert runner.invoke(main, base, env={"SERVER_KEY": "0x" + key.hex()}).exit_code == 0
+    assert [o.server.server_key for o in seen] == [None, key, key]
+    refused = runner.invoke(main, [*base, "--server-key", "abcd"])
+    assert refused.exit_code == 2 and "Invalid value for '--server-key'" in refused.output
+    assert "64 hex characters" in refused.output

@@ -10,16 +10,20 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 from psyche_client.session.reconnect import Backoff, ServerSession, SessionStatus
-from psyche_client.session.server_link import ServerLink, ServerLinkError, ServerRejected
+from psyche_client.session.server_link import (
+    ServerLink,
+    ServerLinkError,
+    ServerRejected,
+    WrongServerKey,
+)
 from psyche_client.session.uplink import SwitchableUplink
 from psyche_common.coordinator.committee import WitnessProof
 from psyche_common.coordinator.types import Witness
 from psyche_common.protocol import (
     Identity,
+    SecureChannel,
     accept_handshake,
     coordinator_domain,
-    read_frame,
-    write_frame,
 )
 from psyche_common.protocol.messages import (
     WitnessMetadata,
@@ -29,7 +33,7 @@ from psyche_common.protocol.messages import (
 
 FAST = Backoff(initial=0.05, factor=2.0, cap=0.2, jitter=0.2)
 
-Script = Callable[[int, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+Script = Callable[[int, SecureChannel, asyncio.StreamWriter], Awaitable[None]]
 
 
 def state(n: int) -> dict:
@@ -39,8 +43,10 @@ def state(n: int) -> dict:
 class ScriptedServer:
     """Accepts connections, records who joined, and plays `script(connection_number, ...)`."""
 
-    def __init__(self, script: Script) -> None:
+    def __init__(self, script: Script, identity: Identity | None = None) -> None:
         self.script = script
+        self.identity = identity or Identity.generate()
+        """The server's key (a test may change it between connections)."""
         self.joins: list[tuple[bytes, str]] = []
         self.server: asyncio.Server | None = None
         self.port = 0
@@ -65,18 +71,31 @@ class ScriptedServer:
         assert task is not None
         self._handlers.add(task)
         try:
-            peer = await accept_handshake(reader, writer, domain=coordinator_domain("run"))
-            join = parse_client_message(await read_frame(reader, timeout=5))
-            self.joins.append((peer, join.p2p_address))
-            await self.script(len(self.joins), reader, writer)
+            accepted = await accept_handshake(
+                reader, writer, self.identity, domain=coordinator_domain("run")
+            )
+            channel = accepted.channel
+            join = parse_client_message(await channel.read(timeout=5))
+            self.joins.append((accepted.peer_key, join.p2p_address))
+            await self.script(len(self.joins), channel, writer)
         finally:
             writer.close()
 
 
-def session_for(server: ScriptedServer, identity: Identity, give_up_after: float) -> ServerSession:
+def session_for(
+    server: ScriptedServer,
+    identity: Identity,
+    give_up_after: float,
+    server_key: bytes | None = None,
+) -> ServerSession:
     async def connect(timeout: float) -> ServerLink:
         return await ServerLink.connect(
-            f"127.0.0.1:{server.port}", identity, "run", "127.0.0.1:7000", timeout=timeout
+            f"127.0.0.1:{server.port}",
+            identity,
+            "run",
+            "127.0.0.1:7000",
+            timeout=timeout,
+            server_key=server_key,
         )
 
     return ServerSession(connect, give_up_after, FAST)
@@ -107,8 +126,8 @@ def test_status_describes_the_reconnection() -> None:
 async def test_reconnects_with_the_same_identity_after_the_server_closes(caplog) -> None:
     caplog.set_level(logging.INFO)
 
-    async def script(number: int, reader, writer) -> None:
-        await write_frame(writer, state(number))
+    async def script(number: int, channel, writer) -> None:
+        await channel.send(state(number))
         if number > 1:
             await server.release.wait()
         # the first connection closes after one state: the server went away
@@ -137,8 +156,8 @@ async def test_reconnects_with_the_same_identity_after_the_server_closes(caplog)
 
 
 async def test_gives_up_after_the_configured_time() -> None:
-    async def script(number: int, reader, writer) -> None:
-        await write_frame(writer, state(number))
+    async def script(number: int, channel, writer) -> None:
+        await channel.send(state(number))
         writer.close()
 
     server = await ScriptedServer(script).start()
@@ -160,8 +179,8 @@ async def test_gives_up_after_the_configured_time() -> None:
 async def test_zero_give_up_time_ends_at_once_like_before(caplog) -> None:
     caplog.set_level(logging.INFO)
 
-    async def script(number: int, reader, writer) -> None:
-        await write_frame(writer, state(number))
+    async def script(number: int, channel, writer) -> None:
+        await channel.send(state(number))
         writer.close()
 
     server = await ScriptedServer(script).start()
@@ -178,8 +197,8 @@ async def test_zero_give_up_time_ends_at_once_like_before(caplog) -> None:
 
 
 async def test_a_wrong_run_id_is_final() -> None:
-    async def script(number: int, reader, writer) -> None:
-        await write_frame(writer, {"type": "Rejected", "reason": "unknown run id 'run'"})
+    async def script(number: int, channel, writer) -> None:
+        await channel.send({"type": "Rejected", "reason": "unknown run id 'run'"})
         writer.close()
 
     server = await ScriptedServer(script).start()
@@ -196,13 +215,13 @@ async def test_a_wrong_run_id_is_final() -> None:
 async def test_already_connected_is_retried() -> None:
     identity = Identity.generate()
 
-    async def script(number: int, reader, writer) -> None:
+    async def script(number: int, channel, writer) -> None:
         if number == 1:  # the server still holds our previous, dead connection
             reason = already_connected_reason(identity.short_id)
-            await write_frame(writer, {"type": "Rejected", "reason": reason})
+            await channel.send({"type": "Rejected", "reason": reason})
             writer.close()
         else:
-            await write_frame(writer, state(number))
+            await channel.send(state(number))
             await server.release.wait()
 
     server = ScriptedServer(script)
@@ -224,7 +243,7 @@ async def test_the_uplink_drops_messages_without_a_connection(caplog) -> None:
     assert uplink.dropped == 2
     assert any("Witness not sent: no server connection" in r.getMessage() for r in caplog.records)
 
-    async def script(number: int, reader, writer) -> None:
+    async def script(number: int, channel, writer) -> None:
         writer.transport.abort()  # a reset: the client's next write fails
 
     server = await ScriptedServer(script).start()
@@ -237,4 +256,31 @@ async def test_the_uplink_drops_messages_without_a_connection(caplog) -> None:
             await uplink.send_join()
             await asyncio.sleep(0.05)
     assert uplink.dropped == 3
+    await server.stop()
+
+
+async def test_a_server_with_another_key_is_refused_and_not_retried() -> None:
+    """`--server-key`: the first connection to another server fails at once; a server that
+    comes back with another key after a loss ends the session instead of being retried."""
+    expected = Identity.generate()
+
+    async def script(number: int, channel, writer) -> None:
+        await channel.send(state(number))
+        server.identity = Identity.generate()  # "restarted" with another key
+        writer.close()
+
+    server = await ScriptedServer(script, identity=Identity.generate()).start()
+    with pytest.raises(WrongServerKey, match="not the expected"):
+        await session_for(server, Identity.generate(), 60, expected.public_key).open()
+    assert server.joins == []  # refused before the client signed anything for it
+    server.identity = expected
+    session = session_for(server, Identity.generate(), 60, expected.public_key)
+    await session.open()
+    updates = session.updates()
+    await anext(updates)
+    started = time.monotonic()
+    with pytest.raises(WrongServerKey, match=expected.public_key.hex()):
+        await anext(updates)
+    assert time.monotonic() - started < 5  # not retried until the 60 s give-up time
+    assert len(server.joins) == 1
     await server.stop()

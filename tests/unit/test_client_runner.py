@@ -232,3 +232,32 @@ async def test_no_health_check_when_members_left_since_the_previous_round() -> N
         runner.ctx.coordinator = coord
         await runner.witnessing.send_health_checks(coord)
         assert bool(uplink.health) is expect_checks, (drop_one, uplink.health)
+
+
+async def test_the_pipeline_is_idle_only_when_nothing_is_due_of_the_model() -> None:
+    from psyche_client.round.phase import Phase
+    from psyche_client.round.prepare import PreparedRound
+
+    runner = lone_runner()
+    backend = runner.backend
+    runner.backend = None
+    assert not runner.is_idle()  # no model yet
+    runner.backend = backend
+    runner.ctx.phase = Phase.WARMUP
+    assert runner.is_idle()
+    runner.ctx.phase = Phase.TRAINING
+    round_ = observer_round(3, {})
+    runner.ctx.current = round_
+    assert not runner.is_idle()  # the round's training has not ended
+    round_.end_training(1.0)
+    assert runner.is_idle()
+    runner.ctx.phase = Phase.WITNESS
+    busy: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    prepared = PreparedRound(key=None, witnesses=[], round_=observer_round(4, {}))  # type: ignore[arg-type]
+    prepared.train_task = busy  # type: ignore[assignment]
+    runner.preparer.prepared = prepared
+    assert not runner.is_idle()  # the next round is being prepared
+    busy.set_result(None)
+    assert runner.is_idle()
+    runner.ctx.phase = Phase.COOLDOWN
+    assert runner.is_idle()

@@ -11,8 +11,6 @@ from psyche_common.protocol import (
     Identity,
     accept_handshake,
     coordinator_domain,
-    read_frame,
-    write_frame,
 )
 from psyche_common.protocol.messages import parse_client_message
 
@@ -21,10 +19,13 @@ async def scripted_server(script, run_id: str = "r"):
     received: list = []
 
     async def handle(reader, writer):
-        peer = await accept_handshake(reader, writer, domain=coordinator_domain(run_id))
-        received.append(("peer", peer))
-        received.append(parse_client_message(await read_frame(reader)))
-        await script(reader, writer, received)
+        accepted = await accept_handshake(
+            reader, writer, Identity.generate(), domain=coordinator_domain(run_id)
+        )
+        received.append(("peer", accepted.peer_key))
+        channel = accepted.channel
+        received.append(parse_client_message(await channel.read()))
+        await script(channel, writer, received)
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -36,11 +37,11 @@ def state(n: int) -> dict:
 
 
 async def test_join_dedup_and_messages() -> None:
-    async def script(reader, writer, received):
+    async def script(channel, writer, received):
         for frame in (state(1), state(1), state(2)):
-            await write_frame(writer, frame)
-        received.append(parse_client_message(await read_frame(reader, timeout=5)))
-        received.append(parse_client_message(await read_frame(reader, timeout=5)))
+            await channel.send(frame)
+        received.append(parse_client_message(await channel.read(timeout=5)))
+        received.append(parse_client_message(await channel.read(timeout=5)))
         writer.close()
 
     server, port, received = await scripted_server(script, "run-x")
@@ -66,8 +67,8 @@ async def test_join_dedup_and_messages() -> None:
 
 
 async def test_every_join_says_whether_the_client_holds_the_weights_now() -> None:
-    async def script(reader, writer, received):
-        received.append(parse_client_message(await read_frame(reader, timeout=5)))
+    async def script(channel, writer, received):
+        received.append(parse_client_message(await channel.read(timeout=5)))
         writer.close()
 
     server, port, received = await scripted_server(script)
@@ -88,8 +89,8 @@ async def test_every_join_says_whether_the_client_holds_the_weights_now() -> Non
 
 
 async def test_rejection_is_reported_with_its_reason() -> None:
-    async def script(reader, writer, received):
-        await write_frame(writer, {"type": "Rejected", "reason": "wrong run id"})
+    async def script(channel, writer, received):
+        await channel.send({"type": "Rejected", "reason": "wrong run id"})
         writer.close()
 
     server, port, _ = await scripted_server(script)
@@ -113,8 +114,8 @@ async def test_silent_server_is_detected_as_lost() -> None:
     """Regression: a server that stops sending (no FIN/RST) used to block the client forever."""
     release = asyncio.Event()
 
-    async def script(reader, writer, received):
-        await write_frame(writer, state(1))
+    async def script(channel, writer, received):
+        await channel.send(state(1))
         await release.wait()  # then silence, connection left open
         writer.close()
 

@@ -12,7 +12,7 @@ import hashlib
 import pytest
 from psyche_client.round.consensus import select_consensus_commitment
 from psyche_common.bloom import WITNESS_BLOOM_BITS, WITNESS_BLOOM_KEYS, Bloom
-from psyche_common.coordinator import CoordinatorError, ErrorKind, RunState, Witness
+from psyche_common.coordinator import ClientState, CoordinatorError, ErrorKind, RunState, Witness
 from psyche_common.coordinator.plausibility import check_witness_blooms, max_bloom_entries
 
 from tests.support.coordinators import (
@@ -105,3 +105,15 @@ def test_a_warmup_witness_with_a_full_bloom_is_refused() -> None:
     assert coord.run_state == RunState.Warmup
     coord.warmup_witness(A, honest, now, 0)
     assert coord.run_state == RunState.RoundTrain  # the honest one ends Warmup
+
+
+def test_a_witness_with_an_implausible_bloom_is_removed() -> None:
+    """No honest witness can fill a bloom past `keys * entries`: one such witness is proof."""
+    coord, witness_id, now = at_height_one()
+    full = Bloom(keys=tuple(range(1, 9)), bits=ALL_ONES)
+    with pytest.raises(CoordinatorError):
+        coord.witness(witness_id, lying_witness(coord, witness_id, full, full), now)
+    liar = next(c for c in coord.epoch_state.clients if c.id == witness_id)
+    assert liar.state == ClientState.Dropped
+    others = [c.state for c in coord.epoch_state.clients if c.id != witness_id]
+    assert others == [ClientState.Healthy] * 3

@@ -383,3 +383,29 @@ def test_checkpoint_message_only_from_the_named_checkpointers() -> None:
     assert coord.model.checkpoint == HubCheckpoint(repo_id="org/run")
     coord.checkpoint(B, 1, HubCheckpoint(repo_id="org/run", revision="c0ffee"), {B})
     assert coord.model.checkpoint == HubCheckpoint(repo_id="org/run", revision="c0ffee")
+
+
+def test_a_false_accuser_is_removed_at_its_second_refused_health_check() -> None:
+    coord, proofs = health_setup(seen_last_round=[A, B])
+    (W,) = previous_witnesses(coord)
+    for attempt in (1, 2):
+        assert kind_of(lambda: coord.health_check(W, [(B, proofs[B])])) == (
+            ErrorKind.InvalidHealthCheck
+        )
+        assert coord.verification.false_reports == {W: attempt}
+        state = next(c.state for c in coord.epoch_state.clients if c.id == W)
+        # one refusal could be a stale view; the second removes the accuser
+        assert state == (ClientState.Healthy if attempt == 1 else ClientState.Dropped)
+    accused = next(c for c in coord.epoch_state.clients if c.id == B)
+    assert accused.state == ClientState.Healthy
+    coord.verification.new_epoch()
+    assert coord.verification.false_reports == {}
+
+
+def test_a_refused_health_check_of_a_non_member_counts_nothing() -> None:
+    coord, proofs = health_setup(seen_last_round=[A, B])
+    stranger = b"\x42" * 32
+    assert kind_of(lambda: coord.health_check(stranger, [(B, proofs[B])])) == (
+        ErrorKind.InvalidHealthCheck
+    )
+    assert coord.verification.false_reports == {}

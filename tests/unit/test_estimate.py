@@ -1,57 +1,23 @@
-"""Run estimate: DisTrO sizes against the spec's exact table (client spec 1.10) and the memory
-table's composition."""
+"""Run estimate: the result size against what the result codec encodes, and the memory table's
+composition."""
 
 from __future__ import annotations
 
 import pytest
-from psyche_client.tools.estimate import (
-    Estimate,
-    chunk_size,
-    distro_tensor_size,
-    estimate_run,
-)
-from psyche_client.training.model.loading import builtin_config
+from psyche_client.distro import DistroOptimizer as DistroTrainerOptimizer
+from psyche_client.distro import DistroSettings
+from psyche_client.distro.size import encoded_result_size
+from psyche_client.distro.sparseloco import SparseLocoOptimizer as SparseLocoTrainerOptimizer
+from psyche_client.distro.sparseloco import SparseLocoSettings
+from psyche_client.tools.estimate import Estimate, estimate_run
+from psyche_client.training.model.loading import build_model_from_config, builtin_config
 from psyche_client.training.model.precision import Precision
 from psyche_client.training.parallel.collectives import BUCKET_ELEMENTS
 from psyche_client.training.parallel.plan import ParallelSpec
+from psyche_common.batch_id import BatchId
 from psyche_common.config import AdamWOptimizer, DistroOptimizer, SparseLocoOptimizer
 
-
-@pytest.mark.parametrize(
-    ("dimension", "target", "expected"),
-    [
-        (12, 5, 4),
-        (100, 7, 5),
-        (100, 26, 25),
-        (100, 101, 100),
-        (10**9 + 7, 5 * 10**8, 1),
-        (688, 64, 43),
-        (11008, 64, 64),
-        (344, 16, 8),
-        (100, 16, 10),
-    ],
-)
-def test_chunk_size(dimension: int, target: int, expected: int) -> None:
-    assert chunk_size(dimension, target) == expected
-
-
-@pytest.mark.parametrize(
-    ("shape", "chunk", "topk", "one_bit", "payload", "serialized"),
-    [
-        ((32000, 256), 64, 8, True, 34_000, 34_029),
-        ((32000, 256), 64, 8, False, 64_000, 64_030),
-        ((32000, 256), 16, 4, False, 384_000, 384_030),
-        ((256, 256), 64, 8, True, 272, 296),
-        ((768, 256), 64, 8, False, 1_536, 1_561),
-        ((256,), 64, 8, True, 36, 54),
-        ((4096, 4096), 64, 8, True, 69_632, 69_662),
-        ((11008, 4096), 64, 8, True, 187_136, 187_167),
-        ((688, 256), 64, 8, True, 1_088, 1_112),
-    ],
-)
-def test_distro_tensor_sizes_match_spec_table(shape, chunk, topk, one_bit, payload, serialized):
-    size = distro_tensor_size(shape, chunk, topk, one_bit)
-    assert (size.payload, size.serialized) == (payload, serialized)
+from tests.support.tiny_distro import set_random_grads
 
 
 class LLM:
@@ -71,16 +37,6 @@ def distro(chunk: int, topk: int, one_bit: bool) -> DistroOptimizer:
     )
 
 
-@pytest.mark.parametrize(
-    ("chunk", "topk", "one_bit", "kilobytes"),
-    [(64, 8, True, 83.4), (64, 8, False, 156), (16, 4, False, 930), (64, 4, True, 42)],
-)
-def test_llama20m_blob_sizes_match_spec(chunk, topk, one_bit, kilobytes) -> None:
-    estimate = estimate_run(LLM(distro(chunk, topk, one_bit)), builtin_config("llama-20m"), 1)
-    assert estimate.num_parameters == 19_794_176
-    assert estimate.distro_result_bytes == pytest.approx(kilobytes * 1000, rel=0.01)
-
-
 SPARSELOCO = {
     "inner_steps": 5,
     "outer_lr": 1.0,
@@ -92,6 +48,42 @@ SPARSELOCO = {
     "weight_decay": 0.1,
     "eps": 1e-8,
 }
+
+
+@pytest.mark.parametrize(
+    ("chunk", "topk", "one_bit"), [(64, 8, True), (16, 4, False)], ids=["1bit", "bf16"]
+)
+def test_the_distro_result_size_is_what_the_client_encodes(chunk, topk, one_bit) -> None:
+    """`check`'s upload per step is the length of a result the client really encodes for this
+    model and these settings (its trainer's optimizer, real gradients of the preset)."""
+    config = distro(chunk, topk, one_bit)
+    estimate = estimate_run(LLM(config, 256), builtin_config("llama-2m"), 1, "cpu")
+    model = build_model_from_config(builtin_config("llama-2m"))
+    optimizer = DistroTrainerOptimizer(model.named_parameters(), DistroSettings.from_config(config))
+    set_random_grads(model, 1)
+    result = optimizer.generate(0.1, 3, BatchId(0, 7), 0).transmit
+    assert estimate.distro_result_bytes == len(result.encode())
+
+
+def test_the_sparseloco_result_size_is_the_codecs() -> None:
+    """SparseLoCo's result (2-bit values) as its trainer's optimizer lays it out; the codec's
+    size of a layout is the encoded length (tests/unit/test_distro_size.py)."""
+    for two_bit in (True, False):
+        config = SparseLocoOptimizer(**(SPARSELOCO | {"quantize_2bit": two_bit}))
+        estimate = estimate_run(LLM(config, 256), builtin_config("llama-2m"), 1, "cpu")
+        model = build_model_from_config(builtin_config("llama-2m"))
+        settings = SparseLocoSettings.from_config(config)
+        optimizer = SparseLocoTrainerOptimizer(model.named_parameters(), settings)
+        assert estimate.distro_result_bytes == encoded_result_size(optimizer.layout)
+
+
+def test_the_20m_preset_sends_the_documented_result_size() -> None:
+    """docs/distro.md and docs/operations.md quote 63,386 bytes for `builtin:llama-20m` with
+    the example settings (chunk 64, top-k 8, 1-bit): the codec's size, which check prints."""
+    estimate = estimate_run(LLM(distro(64, 8, True)), builtin_config("llama-20m"), 1)
+    assert estimate.num_parameters == 19_794_176
+    assert estimate.distro_result_bytes == 63_386
+    assert "63,386 bytes" in estimate.render()
 
 
 def test_memory_components_by_optimizer() -> None:

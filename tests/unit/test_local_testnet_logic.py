@@ -197,6 +197,12 @@ def test_command_lines_follow_the_contract() -> None:
     assert first.env["RAW_IDENTITY_SECRET_KEY"] == client_secret_hex("sess", 1)
     second = commands.client(2, None)
     assert "--hub-repo" not in second.argv and "--write-log" not in second.argv
+    # the server accepts the Checkpoint reports of client 1, and only its
+    checkpointer = server[server.index("--checkpointer") + 1]
+    secret = bytes.fromhex(first.env["RAW_IDENTITY_SECRET_KEY"])
+    assert checkpointer == Identity.from_secret_bytes(secret).public_key.hex()
+    assert server.count("--checkpointer") == 1
+    assert "--checkpointer" not in make_commands().server().argv
     shell = shlex.split(second.shell_command())
     assert shell[:2] == ["exec", "env"] and shell[2].startswith("RAW_IDENTITY_SECRET_KEY=")
 
@@ -476,3 +482,17 @@ def test_steps_trained_again_after_a_server_restart_are_not_a_disagreement() -> 
     assert summary.server_resume_steps == [35]
     diverged = summarize(client(1, "again") + client(2, "other"), server_restarts=[restart])
     assert diverged.hash_mismatches == ["step 36 epoch 0 (step applied) after server restart 1"]
+
+
+def test_with_a_server_key_file_the_clients_check_the_servers_key(tmp_path: Path) -> None:
+    commands = make_commands(server_key_path=tmp_path / "server.key", session="sess")
+    commands.write_server_key()
+    server = commands.server().argv
+    assert server[server.index("--identity-secret-key-path") + 1] == str(tmp_path / "server.key")
+    expected = Identity.load(tmp_path / "server.key").public_key
+    assert commands.server_public_key() == expected
+    client = commands.client(1, None).argv
+    assert client[client.index("--server-key") + 1] == expected.hex()
+    other = make_commands(server_key_path=tmp_path / "other.key", session="other")
+    assert other.server_public_key() != expected  # another session, another server key
+    assert "--server-key" not in make_commands().client(1, None).argv

@@ -117,3 +117,23 @@ def test_prometheus_text_has_psyche_names_and_run_id() -> None:
     assert 'psyche_relay_bytes_total{run_id="r"} 99.0' in text
     assert 'psyche_epoch{run_id="r"} 1.0' in text
     assert "psyche_bandwidth_bytes_per_second" not in text  # only zero reported
+
+
+def test_eval_scores_are_medians_per_name_and_exported() -> None:
+    metrics = RunMetrics()
+    metrics.record_witness(5, _id(1), 4.0, 1.0, 0.0, {"arc_easy": 0.25, "heldout_loss": 3.0})
+    metrics.record_witness(5, _id(2), 4.0, 1.0, 0.0, {"arc_easy": 0.5})
+    metrics.record_witness(5, _id(3), 4.0, 1.0, 0.0, {"arc_easy": 0.9, "bad": math.nan})
+    metrics.record_witness(6, _id(1), 4.0, 1.0, 0.0, {"heldout_loss": 2.0})
+    summary = metrics.summary(5)
+    assert summary is not None
+    assert summary.evals == {"arc_easy": 0.5, "heldout_loss": 3.0}  # NaN ignored
+    assert metrics.latest_evals() == {"arc_easy": (5, 0.5), "heldout_loss": (6, 2.0)}
+    text = _scrape(MetricsBoard(_snapshot(metrics)))
+    assert 'psyche_eval{eval="arc_easy",run_id="r"} 0.5' in text
+    assert 'psyche_eval{eval="heldout_loss",run_id="r"} 2.0' in text
+    assert 'psyche_eval_step{eval="heldout_loss",run_id="r"} 6.0' in text
+
+
+def test_no_eval_gauges_before_any_score() -> None:
+    assert "psyche_eval" not in _scrape(MetricsBoard(_snapshot(RunMetrics())))

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from psyche_client.distro import DistroSettings
-from psyche_client.round.checks import VerifierChecks, agreement_milli
+from psyche_client.round.checks import Score, Thresholds, VerifierChecks, agreement_milli, failure
 from psyche_client.round.context import RoundContext
 from psyche_client.round.roles import RoundRoles
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
@@ -98,15 +98,24 @@ class FakeVerifyingBackend:
         return int(samples[0][0])
 
     def agreement(self, reference: object, result: Any) -> float:
-        return float(result.score)
+        return float(result.scores.get(reference, result.score))
+
+    def overlap(self, result: Any, other: Any) -> float:
+        return len(result.positions & other.positions) / max(1, len(result.positions))
 
 
 @dataclass(frozen=True)
 class ScoredResult:
-    """A decoded result whose agreement with any reference is `score`."""
+    """A decoded result whose agreement with a reference is `scores[reference]`, else
+    `score`; its top-k positions are `positions`."""
 
     score: float
     trainer_nonce: int = 0
+    positions: frozenset[int] = frozenset()
+    scores: dict[object, float] = field(default_factory=dict)
+
+    def __hash__(self) -> int:
+        return id(self)
 
 
 BATCHES = tuple(BatchId(i * 4, i * 4 + 3) for i in range(4))
@@ -142,12 +151,18 @@ def make_verifier() -> tuple[RoundVerifier, RoundContext, FakeVerifyingBackend, 
     return RoundVerifier(ctx, uplink, fetch), ctx, backend, uplink  # type: ignore[arg-type]
 
 
-def verified_result(batch: BatchId, score: float, tag: bytes) -> ResultDownload:
+def verified_result(
+    batch: BatchId,
+    score: float,
+    tag: bytes,
+    positions: frozenset[int] = frozenset(),
+    scores: dict[object, float] | None = None,
+) -> ResultDownload:
     return ResultDownload(
         unsigned_result(OWNERS[batch], batch, tag * 32),
         batch,
         status=DownloadStatus.VERIFIED,
-        result=ScoredResult(score),
+        result=ScoredResult(score, positions=positions, scores=scores or {}),
     )
 
 
@@ -203,3 +218,79 @@ async def test_a_backend_without_checks_verifies_nothing() -> None:
     round_ = verifier_round()
     await verifier.recompute(round_)
     assert round_.checks is None
+
+
+def test_each_check_fails_on_its_own() -> None:
+    thresholds = Thresholds(agreement=0.6, margin=-0.25, overlap=0.7)
+    assert failure(Score(0.9, 0.05, 0.1, b"x" * 32), thresholds) is None
+    assert failure(Score(0.5, 0.05), thresholds) == "disagrees"
+    assert failure(Score(float("nan")), thresholds) == "disagrees"
+    assert failure(Score(0.9, 0.05, 0.95, b"x" * 32), thresholds) == "copy"
+    assert failure(Score(0.9, 0.05, 0.4, b"x" * 32), thresholds) is None  # honest overlap
+    assert failure(Score(0.9, None, 1.0, None), thresholds) is None  # nothing it copied
+    assert failure(Score(0.9, -0.3), thresholds) == "other_data"
+    assert failure(Score(0.9, -0.2), thresholds) is None  # within the honest spread
+    assert failure(Score(0.9, None), thresholds) is None  # one batch: no margin
+
+
+async def test_a_later_copy_of_another_trainers_result_is_accused_and_the_original_passes() -> None:
+    verifier, ctx, _, uplink = make_verifier()
+    round_ = verifier_round()
+    ctx.current = round_
+    await verifier.recompute(round_)
+    assert round_.checks is not None
+    first, second = verifier_sample(11, ctx.me, BATCHES)
+    picks = frozenset(range(100))
+    round_.downloads[b"o" * 32] = verified_result(first, 0.95, b"o", picks)
+    # announced later, the same positions under another trainer's name and batch
+    round_.downloads[b"c" * 32] = verified_result(second, 0.9, b"c", picks)
+    verifier.check_rounds()
+    await settle(round_.checks, 2)
+    await ctx.tasks.aclose()
+    assert uplink.attestations == [(7, OWNERS[first], first, 950, b"o" * 32)]
+    assert uplink.accusations == [(7, OWNERS[second], second, 900)]
+
+
+async def test_a_result_waits_for_the_results_announced_before_it() -> None:
+    verifier, ctx, _, uplink = make_verifier()
+    round_ = verifier_round()
+    ctx.current = round_
+    await verifier.recompute(round_)
+    assert round_.checks is not None
+    first, second = verifier_sample(11, ctx.me, BATCHES)
+    unsampled = next(b for b in BATCHES if b not in (first, second))
+    picks = frozenset(range(100))
+    pending = verified_result(unsampled, 0.9, b"p", picks)
+    pending.status = DownloadStatus.PENDING
+    round_.downloads[b"p" * 32] = pending
+    round_.downloads[b"c" * 32] = verified_result(second, 0.9, b"c", picks)
+    verifier.check_rounds()
+    await asyncio.sleep(0.05)
+    assert round_.checks.scored == set()  # the earlier result is still downloading
+    pending.status = DownloadStatus.VERIFIED
+    verifier.check_rounds()
+    await settle(round_.checks, 1)
+    await ctx.tasks.aclose()
+    assert uplink.accusations == [(7, OWNERS[second], second, 900)]  # a copy of it
+
+
+async def test_a_result_that_follows_another_batch_better_than_its_own_is_accused() -> None:
+    verifier, ctx, _, uplink = make_verifier()
+    round_ = verifier_round()
+    ctx.current = round_
+    await verifier.recompute(round_)
+    assert round_.checks is not None
+    first, second = verifier_sample(11, ctx.me, BATCHES)
+    # references are the batches' first sample values (FakeVerifyingBackend.recompute)
+    own, other = first.start, second.start
+    round_.downloads[b"s" * 32] = verified_result(
+        first, 0.65, b"s", frozenset({1}), {own: 0.65, other: 0.95}
+    )
+    round_.downloads[b"h" * 32] = verified_result(
+        second, 0.9, b"h", frozenset({2}), {other: 0.9, own: 0.85}
+    )
+    verifier.check_rounds()
+    await settle(round_.checks, 2)
+    await ctx.tasks.aclose()
+    assert uplink.accusations == [(7, OWNERS[first], first, 650)]  # margin -0.30
+    assert uplink.attestations == [(7, OWNERS[second], second, 900, b"h" * 32)]

@@ -7,7 +7,9 @@ shared/saved at each Cooldown by `weights.lifecycle.ModelLifecycle`. When the se
 connection is lost the model, the P2P node and the round runner stay up while
 `session.reconnect.ServerSession` connects again (for up to `server.reconnect_timeout`
 seconds). Before any of it the metrics sink opens (`Parts.metrics`; wandb with
-`--wandb-project`): `metrics.reporter.StepReporter` hands it each finished step.
+`--wandb-project`): `metrics.reporter.StepReporter` hands it each finished step. With
+`--eval-*` an `evals.scheduler.EvalScheduler` evaluates the model whenever the round pipeline
+is idle; its scores go to the sink too (`eval/<task>`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from psyche_common.protocol.messages import WeightsMismatch
 from psyche_client.app.options import ClientOptions
 from psyche_client.app.parts import Parts
 from psyche_client.app.snapshot import ClientSnapshot, take_snapshot
+from psyche_client.evals.scheduler import EvalScheduler
 from psyche_client.metrics.reporter import StepReporter
 from psyche_client.metrics.sink import MetricsStartError, NullSink
 from psyche_client.p2p.inbox import VerifiedAnnouncement
@@ -66,7 +69,11 @@ class ClientApp:
         )
         self.network = parts.network(self.node)
         self.reach = PeerReachability(
-            self.node, self.identity, options.server.addr, options.server.run_id
+            self.node,
+            self.identity,
+            options.server.addr,
+            options.server.run_id,
+            server_key=options.server.server_key,
         )
         self.runner: RoundRunner | None = None
         self.server = ServerSession(
@@ -85,6 +92,11 @@ class ClientApp:
         )
         self.metrics = StepReporter(NullSink(), self.stats, self.node.stats, self._optim_stats)
         """Hands each finished step's figures to the metrics sink (`run` opens it)."""
+        self.evals: EvalScheduler | None = None
+        if options.evals.enabled:
+            self.evals = EvalScheduler(
+                options.evals, self.stats, self.identity.short_id, on_scores=self._eval_scores
+            )
         self.fetcher: SampleFetcher | None = None
         if options.backend.kind != "dummy":  # the dummy backend trains without data
             self.fetcher = parts.fetcher(self._data_source, self.identity, options.data)
@@ -99,6 +111,7 @@ class ClientApp:
             timeout=timeout,
             authorization=self.options.server.authorization,
             holds_model=lambda: self.runner is not None and self.runner.backend is not None,
+            server_key=self.options.server.server_key,
         )
         link.on_weights_mismatch = self._on_weights_mismatch
         link.on_reachability = self.reach.on_notice
@@ -126,6 +139,10 @@ class ClientApp:
         if isinstance(backend, OptimStatsSource):
             return backend.take_optim_stats()
         return []
+
+    def _eval_scores(self, step: int, scores: Mapping[str, float]) -> None:
+        """An eval's figures to the metrics sink, as `eval/<task>` and `eval/<task>/<metric>`."""
+        self.log_metrics(step, {f"eval/{name}": value for name, value in scores.items()})
 
     def log_metrics(self, step: int, values: Mapping[str, float]) -> None:
         """Send other figures of `step` (e.g. `eval/<task>` scores) to the metrics sink."""
@@ -191,12 +208,19 @@ class ClientApp:
                 asyncio.create_task(self.runner.wait_fatal(), name="fatal"),
                 asyncio.create_task(self._tick_forever(self.runner), name="ticker"),
             ]
+            # the evals never end the client: not among the tasks it waits on
+            evals = None
+            if self.evals is not None:
+                evals = asyncio.create_task(
+                    self.evals.run(self.runner, lambda: self.coordinator), name="evals"
+                )
             try:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                for task in tasks:
+                background = tasks if evals is None else [*tasks, evals]
+                for task in background:
                     task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+                await asyncio.gather(*background, return_exceptions=True)
             return _exit_code(next(iter(done)))
         finally:
             if self.runner is not None:
@@ -240,7 +264,12 @@ class ClientApp:
         if self.coordinator is None:
             raise RuntimeError("no coordinator state yet: the run's data_location is unknown")
         model = self.coordinator.model
-        return DataSource(model.data_location, int(model.max_seq_len), self.options.server.run_id)
+        return DataSource(
+            model.data_location,
+            int(model.max_seq_len),
+            self.options.server.run_id,
+            self.options.server.server_key,
+        )
 
 
 def _exit_code(first: asyncio.Task[object]) -> int:

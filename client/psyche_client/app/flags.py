@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import TypeVar
 
 import click
+from psyche_common.bool_flag import BoolFlag
 from psyche_common.logs import LOG_LEVELS
 from psyche_common.pacing import MEGABIT
 
+from psyche_client.evals.options import DEFAULT_EVAL_SEED, parse_task_list
 from psyche_client.training.model.precision import ATTN_IMPLEMENTATIONS, DTYPE_NAMES
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -42,6 +44,7 @@ class Flag:
     type: click.ParamType | None = None
     required: bool = False
     is_flag: bool = False
+    """A boolean option (`psyche_common.bool_flag.BoolFlag`): `--x`, `--x false`, `--no-x`."""
     show_default: bool = False
     short: str | None = None
     convert: Callable[[object], object] | None = None
@@ -59,8 +62,8 @@ class Flag:
     def option(self) -> Callable[[F], F]:
         decls = [self.short, self.name] if self.short else [self.name]
         extra: dict[str, object] = {"show_default": True} if self.show_default else {}
-        if self.is_flag:
-            extra["is_flag"] = True
+        if self.is_flag:  # `--x`, `--x true|false` (the reference's form) and `--no-x`
+            extra["cls"] = BoolFlag
         if self.type is not None:
             extra["type"] = self.type
         return click.option(
@@ -102,6 +105,31 @@ class TensorParallelismType(click.ParamType):
         return number
 
 
+class PublicKeyType(click.ParamType):
+    """A 32-byte ed25519 public key as 64 hex characters (`--server-key`)."""
+
+    name = "HEX"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> bytes:
+        if isinstance(value, bytes):
+            return value
+        text = str(value).strip().removeprefix("0x")
+        try:
+            key = bytes.fromhex(text)
+        except ValueError:
+            key = b""
+        if len(key) != 32:
+            self.fail(
+                f"{value!r} is not a public key: 64 hex characters, as `psyche-server run` "
+                "prints it (`psyche-server key ...`)",
+                param,
+                ctx,
+            )
+        return key
+
+
 IDENTITY_FLAG = Flag(
     "--identity-secret-key-path",
     "File with the 32 raw bytes of this client's ed25519 secret key. Without it the key "
@@ -119,6 +147,14 @@ FLAGS: tuple[Flag, ...] = (
         required=True,
     ),
     IDENTITY_FLAG,
+    Flag(
+        "--server-key",
+        "The coordinator server's public key (64 hex characters; the server prints it at "
+        "start). The client then talks only to a server that proves this key, on the "
+        "coordinator, data-server and relay ports, and exits with an error otherwise.",
+        "server.server_key",
+        type=PublicKeyType(),
+    ),
     Flag(
         "--authorization",
         "A signed authorization file (`psyche-client authorize`) that lets this client's key "
@@ -321,6 +357,24 @@ FLAGS: tuple[Flag, ...] = (
         show_default=True,
     ),
     Flag(
+        "--p2p-max-serving-per-peer",
+        "Of those, requests of one peer served at once (its others wait): a peer reading "
+        "slowly cannot hold every slot.",
+        "p2p.max_serving_per_peer",
+        4,
+        _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--p2p-announcement-rate",
+        "New (not duplicate) announcements per second accepted from one pushing peer, after "
+        "a burst of 512; more are answered 'deferred' before any signature check.",
+        "p2p.announcement_rate",
+        64.0,
+        click.FloatRange(min=0.1),
+        show_default=True,
+    ),
+    Flag(
         "--p2p-max-result-size",
         "Bytes beyond which a peer's result announcement is refused before any download.",
         "p2p.max_result_size",
@@ -429,6 +483,70 @@ FLAGS: tuple[Flag, ...] = (
         "backend.dummy_model_size",
         0,
         _int(0),
+        show_default=True,
+    ),
+    Flag(
+        "--eval-tasks",
+        "Comma-separated lm-evaluation-harness tasks (e.g. arc_easy,hellaswag, or the names in "
+        "--eval-tasks-dir) evaluated on the live model while the client would otherwise wait "
+        "(Cooldown, spare time after training in a round); multiple-choice tasks only. Their "
+        'datasets are read locally (docs/client.md, "Evals").',
+        "evals.tasks",
+        convert=parse_task_list,
+    ),
+    Flag(
+        "--eval-tasks-dir",
+        "A folder of lm-eval task YAML files (e.g. tasks reading downloaded data with "
+        "dataset_path: json), read before lm-eval's own tasks.",
+        "evals.tasks_dir",
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+    ),
+    Flag(
+        "--eval-fewshot",
+        "Few-shot examples per eval prompt.",
+        "evals.fewshot",
+        0,
+        _int(0),
+        show_default=True,
+    ),
+    Flag(
+        "--eval-seed",
+        "Seed of the choice of few-shot examples.",
+        "evals.seed",
+        DEFAULT_EVAL_SEED,
+        _int(0),
+        show_default=True,
+    ),
+    Flag(
+        "--eval-task-max-docs",
+        "Documents of each eval task evaluated (default: all).",
+        "evals.max_docs",
+        type=_int(1),
+    ),
+    Flag(
+        "--eval-heldout-every",
+        "Measure the loss on the run data's held-out split every this many steps (0: never; "
+        "the built-in corpus has one), while the client would otherwise wait.",
+        "evals.heldout_every",
+        0,
+        _int(0),
+        show_default=True,
+    ),
+    Flag(
+        "--eval-heldout-sequences",
+        "Held-out sequences the held-out loss averages over.",
+        "evals.heldout_sequences",
+        16,
+        _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--eval-batch-size",
+        "Sequences per eval forward pass: the most an eval holds the model before training "
+        "can take it back.",
+        "evals.batch_size",
+        4,
+        _int(1),
         show_default=True,
     ),
 )

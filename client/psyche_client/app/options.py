@@ -1,8 +1,8 @@
 """`ClientOptions`: everything `psyche-client train` configures, in sections that are the
 parts' own settings types — `P2PConfig` for the node, `RetryPolicy` for the data fetcher,
 `BackendOptions` (with its `ParallelSpec`) for the backend registry, `CheckpointOptions` for
-the Cooldown, `RunnerOptions` for the round pipeline, `MetricsOptions` for the metrics sink — plus the
-server session's.
+the Cooldown, `RunnerOptions` for the round pipeline, `EvalOptions` for the evals,
+`MetricsOptions` for the metrics sink — plus the server session's.
 
 Each section's defaults are the flags' defaults (`app.flags.FLAGS`), applied over the
 section type's own: a `P2PConfig` built for the client downloads 4 results at once, as
@@ -20,6 +20,7 @@ from psyche_common.data.retry import RetryPolicy
 from psyche_common.protocol import Identity
 
 from psyche_client.app.flags import FLAGS
+from psyche_client.evals.options import EvalOptions
 from psyche_client.metrics.options import MetricsOptions
 from psyche_client.p2p.config import P2PConfig
 from psyche_client.round.ports import RunnerOptions
@@ -41,6 +42,8 @@ class ServerOptions:
     exit_when_finished: bool = True
     authorization: bytes | None = None
     """A signed authorization statement sent with the Join (`--authorization`)."""
+    server_key: bytes | None = None
+    """The server's identity key (`--server-key`): any other server is refused."""
 
 
 def section_values(section: str, values: Mapping[str, object] | None = None) -> dict[str, object]:
@@ -89,6 +92,7 @@ class ClientOptions:
         default_factory=lambda: section(CheckpointOptions(), "checkpointing")
     )
     round: RunnerOptions = field(default_factory=lambda: section(RunnerOptions(), "round"))
+    evals: EvalOptions = field(default_factory=lambda: section(EvalOptions(), "evals"))
     metrics: MetricsOptions = field(default_factory=lambda: section(MetricsOptions(), "metrics"))
 
     @classmethod
@@ -106,5 +110,6 @@ class ClientOptions:
             data=section(RetryPolicy(), "data", values),
             checkpointing=section(CheckpointOptions(), "checkpointing", values),
             round=section(RunnerOptions(), "round", values),
+            evals=section(EvalOptions(), "evals", values),
             metrics=section(MetricsOptions(), "metrics", values),
         )

@@ -72,6 +72,8 @@ class ClientSnapshot:
     sync_status: str
     last_checkpoint: str
     checkpoint_error: str | None
+    evals: tuple[tuple[str, int, float], ...]
+    """(name, step, score) of the latest eval scores (`--eval-*`), by name."""
     link_status: str
     bytes_up_step: int
     bytes_down_step: int
@@ -154,6 +156,9 @@ def take_snapshot(
         sync_status=stats.sync_status,
         last_checkpoint=stats.last_checkpoint,
         checkpoint_error=stats.checkpoint_error,
+        evals=tuple(
+            (name, stats.eval_steps[name], value) for name, value in sorted(stats.evals.items())
+        ),
         link_status=stats.link_status,
         bytes_up_step=traffic.bytes_sent,
         bytes_down_step=traffic.bytes_received,

@@ -64,6 +64,16 @@ class P2PConfig:
     take every inbound slot; peers behind one NAT share an address, so not 1)."""
     max_concurrent_serving: int = 32
     """Blob, manifest and parameter requests served at once (others wait their turn)."""
+    max_serving_per_peer: int = 4
+    """Of those, at most this many for one peer (its others wait, holding no shared slot):
+    one member reading blobs slowly cannot hold every slot and keep a fresh result from
+    being fetched."""
+    announcement_rate: float = 64.0
+    """New (not duplicate) announcements per second accepted from one pushing peer, after a
+    burst of `announcement_burst`; more are answered "deferred" before any signature check."""
+    announcement_burst: int = 512
+    max_model_size: int = 64 * 1024 * MIB
+    """Largest model (sum of its parameters' sizes) a late joiner accepts from peers."""
     max_result_size: int = 256 * MIB
     """Result announcements with a larger `size` are refused before any byte is fetched."""
     announce_wait: float = 1.0
@@ -99,6 +109,9 @@ class P2PConfig:
             "max_inbound_connections",
             "max_inbound_per_ip",
             "max_concurrent_serving",
+            "max_serving_per_peer",
+            "announcement_burst",
+            "max_model_size",
             "max_result_size",
             "fetch_rounds",
             "parameter_rounds",
@@ -110,6 +123,12 @@ class P2PConfig:
             raise ValueError(
                 f"P2PConfig.max_upload_rate must be positive or None, got {self.max_upload_rate}"
             )
-        for name in ("connect_timeout", "read_timeout", "idle_timeout", "fetch_deadline"):
+        for name in (
+            "connect_timeout",
+            "read_timeout",
+            "idle_timeout",
+            "fetch_deadline",
+            "announcement_rate",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"P2PConfig.{name} must be positive, got {getattr(self, name)}")

@@ -1,11 +1,12 @@
-"""Authenticated peer connections: mutual ed25519 handshake, counted frames.
+"""Authenticated, encrypted peer connections: mutual ed25519 handshake, counted frames.
 
 Handshake on a new P2P stream (`P2P_DOMAIN`; each side signs
 `psyche_common.protocol.handshake.mutual_transcript(role, listener_challenge,
-dialer_challenge, listener_key, dialer_key)`):
+dialer_challenge, listener_key, dialer_key, listener_ephemeral, dialer_ephemeral)`):
 
-1. listener → `Challenge{challenge}`.
-2. dialer → `Hello{challenge, public_key}` (its own nonce and the key it claims).
+1. listener → `Challenge{challenge, ephemeral}` (its nonce and a fresh X25519 key).
+2. dialer → `Hello{challenge, public_key, ephemeral}` (its own nonce, the key it claims and
+   its fresh X25519 key).
 3. The listener asks its `is_member(claimed key)` callback; a non-member gets `Rejected{reason}`
    and the stream is closed. Otherwise listener → `Proof{public_key, signature}` over the
    "listener" transcript.
@@ -14,17 +15,22 @@ dialer_challenge, listener_key, dialer_key)`):
    `Proof{public_key, signature}` over the "dialer" transcript.
 5. The listener checks the key is the one claimed in `Hello` and the signature.
 
+The dialer signs nothing before the listener proved its key, and what it signs names both keys,
+both nonces and both ephemeral keys, so no signature of a handshake can be relayed to log in
+anywhere else (another peer, the coordinator or the data server, whose domains differ anyway).
+
+6. Both sides derive the link's keys from the X25519 secret, salted with the transcript
+   (`psyche_common.protocol.secure_channel`): every later frame, both ways, is encrypted and
+   authenticated; one that fails authentication ends the link (`FrameAuthenticationError`,
+   naming the peer).
+
 Instead of a `Hello`, the server's reachability probe sends `Probe{challenge}`: the listener
 answers `Proof{public_key, signature}` over `handshake.probe_transcript` (its key at this
-address, nothing else) and closes the stream (`ProbeAnswered`).
+address, nothing else) and closes the stream (`ProbeAnswered`); no link keys are made.
 
 Every handshake frame, either side, is a control frame: at most `HANDSHAKE_FRAME_SIZE` bytes,
-checked on the length prefix, and decoded within `CONTROL_DECODE`; only an authenticated
-link's frames may reach `max_frame_size`.
-
-The dialer signs nothing before the listener proved its key, and what it signs names both keys
-and both nonces, so no signature of a handshake can be relayed to log in anywhere else (another
-peer, the coordinator or the data server, whose domains differ anyway).
+checked on the length prefix, and decoded within `CONTROL_DECODE`; only an authenticated,
+encrypted link's frames may reach `max_frame_size`.
 
 Every frame written or read through a `PeerConnection` is counted in `TransferStats`. After
 the handshake a connection becomes a `link.PeerLink` carrying streams in both directions.
@@ -49,6 +55,7 @@ from psyche_common.protocol import (
     HandshakeError,
     Identity,
     ProtocolError,
+    SecureChannel,
     decode_payload,
     encode_frame,
     read_frame_bytes,
@@ -57,14 +64,20 @@ from psyche_common.protocol import (
 )
 from psyche_common.protocol.handshake import (
     CHALLENGE_SIZE,
-    challenge_message,
     mutual_transcript,
     new_challenge,
+    p2p_transcript,
     probe_transcript,
     read_challenge,
     signed_key,
 )
 from psyche_common.protocol.identity import PUBLIC_KEY_SIZE
+from psyche_common.protocol.secure_channel import (
+    EPHEMERAL_KEY_SIZE,
+    TAG_SIZE,
+    EphemeralKey,
+    derive_keys,
+)
 
 from .stats import TransferStats
 
@@ -85,7 +98,8 @@ class PeerUnavailable(ProtocolError):
 
 @dataclass(eq=False)
 class PeerConnection:
-    """One authenticated stream to `peer_id`; used by one request at a time."""
+    """One authenticated stream to `peer_id`; used by one request at a time. Frames are in
+    the clear during the handshake only; `encrypt` switches it to its `SecureChannel`."""
 
     peer_id: bytes
     reader: asyncio.StreamReader
@@ -95,9 +109,17 @@ class PeerConnection:
     write_timeout: float | None = None
     """Longest wait for a write to drain (a peer that stops reading cannot hold us)."""
     last_used: float = field(default_factory=time.monotonic)
+    channel: SecureChannel | None = None
+    """The encrypted link, from the end of the handshake on."""
+
+    def encrypt(self, channel: SecureChannel) -> None:
+        self.channel = channel
 
     async def send(self, message: dict[str, Any]) -> None:
-        frame = encode_frame(message, self.max_frame_size)
+        if self.channel is not None:
+            frame = self.channel.seal(message, self.max_frame_size)
+        else:
+            frame = encode_frame(message, self.max_frame_size)
         self.writer.write(frame)
         async with asyncio.timeout(self.write_timeout):
             await self.writer.drain()
@@ -105,6 +127,8 @@ class PeerConnection:
 
     async def receive(self, timeout: float | None) -> dict[str, Any]:
         """Next frame as a map with a string `type`; `TimeoutError` after `timeout` s."""
+        if self.channel is not None:
+            return self._decode(await self.channel.read_payload(self.max_frame_size, timeout))
         payload = await read_frame_bytes(self.reader, self.max_frame_size, timeout)
         return self._decode(payload)
 
@@ -116,6 +140,14 @@ class PeerConnection:
     async def receive_next(self, idle: float, timeout: float) -> dict[str, Any] | None:
         """The next frame, or None when none starts within `idle` s (nothing is consumed
         then, so the stream stays aligned); a started frame must arrive within `timeout` s."""
+        if self.channel is not None:
+            try:
+                header = await self.channel.read_header(idle)
+            except TimeoutError:
+                return None
+            if header is None:
+                raise ConnectionClosed("peer closed the connection")
+            return self._decode(await self.channel.read_body(header, self.max_frame_size, timeout))
         try:
             async with asyncio.timeout(idle):
                 header = await self.reader.readexactly(LENGTH_PREFIX_SIZE)
@@ -136,7 +168,8 @@ class PeerConnection:
         return self._decode(payload)
 
     def _decode(self, payload: bytes, control: bool = False) -> dict[str, Any]:
-        self.stats.record_received(self.peer_id or None, len(payload) + LENGTH_PREFIX_SIZE)
+        overhead = LENGTH_PREFIX_SIZE + (TAG_SIZE if self.channel is not None else 0)
+        self.stats.record_received(self.peer_id or None, len(payload) + overhead)
         message = decode_payload(payload, CONTROL_DECODE if control else None)
         if not isinstance(message, dict) or not isinstance(message.get("type"), str):
             raise BadFrame("P2P frame must be a map with a string 'type'")
@@ -163,29 +196,50 @@ async def accept_peer(
     `ProbeAnswered` after answering the server's reachability probe."""
     async with asyncio.timeout(timeout):
         challenge = new_challenge()
-        await conn.send(challenge_message(challenge))
+        ephemeral = EphemeralKey()
+        await conn.send(
+            {"type": "Challenge", "challenge": challenge, "ephemeral": ephemeral.public}
+        )
         first = await conn.receive_handshake()
         if first.get("type") == "Probe":
             prober = read_probe(first)
             signed = probe_transcript(challenge, prober, identity.public_key)
             await conn.send(proof_message(identity, signed))
             raise ProbeAnswered()
-        theirs, claimed = read_hello(first)
+        theirs, claimed, their_ephemeral = read_hello(first)
         conn.peer_id = claimed
         if not is_member(claimed):
             reason = f"peer {short_id(claimed)} is not a member of the current epoch"
             await conn.send({"type": "Rejected", "reason": reason})
             raise PeerRefused(reason)
-        mine = mutual_transcript("listener", challenge, theirs, identity.public_key, claimed)
-        await conn.send(proof_message(identity, mine))
+        parts = (
+            challenge,
+            theirs,
+            identity.public_key,
+            claimed,
+            ephemeral.public,
+            their_ephemeral,
+        )
+        await conn.send(proof_message(identity, mutual_transcript("listener", *parts)))
         dialer_id, signature = signed_key(await conn.receive_handshake(), "Proof")
         if dialer_id != claimed:
             raise HandshakeError(
                 f"the dialer claimed {short_id(claimed)} but proved {short_id(dialer_id)}"
             )
-        signed = mutual_transcript("dialer", challenge, theirs, identity.public_key, dialer_id)
-        if not verify_signature(dialer_id, signed, signature):
+        if not verify_signature(dialer_id, mutual_transcript("dialer", *parts), signature):
             raise HandshakeError(f"the Proof of {short_id(dialer_id)} does not verify")
+        keys = derive_keys(
+            ephemeral.exchange(their_ephemeral), p2p_transcript(*parts), initiator=False
+        )
+        conn.encrypt(
+            SecureChannel(
+                conn.reader,
+                conn.writer,
+                keys,
+                peer=f"peer {short_id(dialer_id)}",
+                peer_key=dialer_id,
+            )
+        )
     return dialer_id
 
 
@@ -243,26 +297,42 @@ async def dial_over(
                 theirs = read_challenge(first)
             except HandshakeError as exc:
                 raise HandshakeError(f"{where} did not open with a Challenge: {exc}") from exc
+            their_ephemeral = _ephemeral_of(first, "Challenge")
             mine = new_challenge()
-            await conn.send({"type": "Hello", "challenge": mine, "public_key": identity.public_key})
+            ephemeral = EphemeralKey()
+            await conn.send(
+                {
+                    "type": "Hello",
+                    "challenge": mine,
+                    "public_key": identity.public_key,
+                    "ephemeral": ephemeral.public,
+                }
+            )
             reply = await conn.receive_handshake()
             raise_if_rejected(reply, where)
             actual, signature = signed_key(reply, "Proof")
             if actual != peer_id:
                 raise HandshakeError(f"the node reached is {short_id(actual)}, not {where}")
-            signed = mutual_transcript("listener", theirs, mine, actual, identity.public_key)
-            if not verify_signature(actual, signed, signature):
+            parts = (theirs, mine, actual, identity.public_key, their_ephemeral, ephemeral.public)
+            if not verify_signature(actual, mutual_transcript("listener", *parts), signature):
                 raise HandshakeError(f"the Proof of {where} does not verify")
-            ours = mutual_transcript("dialer", theirs, mine, actual, identity.public_key)
-            await conn.send(proof_message(identity, ours))
+            await conn.send(proof_message(identity, mutual_transcript("dialer", *parts)))
+            keys = derive_keys(
+                ephemeral.exchange(their_ephemeral), p2p_transcript(*parts), initiator=True
+            )
+            conn.encrypt(
+                SecureChannel(
+                    conn.reader, conn.writer, keys, peer=f"peer {short_id(actual)}", peer_key=actual
+                )
+            )
     except BaseException:
         await conn.close()
         raise
     return conn
 
 
-def read_hello(message: dict[str, Any]) -> tuple[bytes, bytes]:
-    """`(dialer challenge, claimed dialer key)` of a `Hello` frame."""
+def read_hello(message: dict[str, Any]) -> tuple[bytes, bytes, bytes]:
+    """`(dialer challenge, claimed dialer key, dialer ephemeral key)` of a `Hello` frame."""
     if message.get("type") != "Hello":
         raise HandshakeError(f"expected the dialer's Hello, got {message.get('type')!r}")
     challenge = message.get("challenge")
@@ -271,9 +341,16 @@ def read_hello(message: dict[str, Any]) -> tuple[bytes, bytes]:
         raise HandshakeError(f"Hello.challenge must be {CHALLENGE_SIZE} bytes")
     if not isinstance(public_key, bytes) or len(public_key) != PUBLIC_KEY_SIZE:
         raise HandshakeError(f"Hello.public_key must be {PUBLIC_KEY_SIZE} bytes")
-    if set(message) - {"type", "challenge", "public_key"}:
+    if set(message) - {"type", "challenge", "public_key", "ephemeral"}:
         raise HandshakeError("Hello has unknown fields")
-    return challenge, public_key
+    return challenge, public_key, _ephemeral_of(message, "Hello")
+
+
+def _ephemeral_of(message: dict[str, Any], kind: str) -> bytes:
+    ephemeral = message.get("ephemeral")
+    if not isinstance(ephemeral, bytes) or len(ephemeral) != EPHEMERAL_KEY_SIZE:
+        raise HandshakeError(f"{kind}.ephemeral must be {EPHEMERAL_KEY_SIZE} bytes")
+    return ephemeral
 
 
 def read_probe(message: dict[str, Any]) -> bytes:

@@ -1,9 +1,11 @@
-"""Accepting announcements pushed by peers: decode, verify, membership, de-duplication.
+"""Accepting announcements pushed by peers: decode, de-duplicate, rate, verify, membership.
 
-`AnnouncementInbox.receive` runs the checks in order — strict decoding, both signatures
-(`announcements.verify_announcement`), signer is a member, a result's size within
-`max_result_size` and at most two different commitments of a trainer for one batch, not seen
-before — and only then hands the announcement to the app's callback, as a
+`AnnouncementInbox.receive` runs the checks cheapest first — strict decoding; not seen before
+(a hash of the signed bytes, so a duplicate costs no signature check); signer is a member; the
+pushing peer within its rate of new announcements (`rate.PeerRates`: over it, "deferred"
+before any signature is checked); both signatures (`announcements.verify_announcement`); a
+result's size within `max_result_size` and at most two different commitments of a trainer
+for one batch — and only then hands the announcement to the app's callback, as a
 `VerifiedAnnouncement`: the one place an announcement's signatures are checked (the round
 pipeline accepts nothing else and does not check again).
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -42,6 +45,7 @@ from .announcements import (
     message_id,
     verify_announcement,
 )
+from .rate import PeerRates
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +111,12 @@ class AnnouncementInbox:
         callback: AnnouncementCallback | None,
         max_seen: int,
         max_result_size: int | None = None,
+        rates: PeerRates | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._is_member = is_member
+        self._rates = rates
+        self._clock = clock
         self.callback = callback
         self._max_seen = max_seen
         self._max_result_size = max_result_size
@@ -183,15 +191,30 @@ class AnnouncementInbox:
     async def receive(self, from_peer: bytes, wire: Any) -> Receipt:
         """What became of one pushed announcement (accepted ones carry it, for forwarding)."""
         try:
-            verified = verify(from_wire(wire))
+            announcement = from_wire(wire)
         except AnnouncementError as exc:
             log.warning("rejected announcement via %s: %s", short_id(from_peer), exc)
             return Receipt("rejected", str(exc))
-        announcement = verified.announcement
-        if not self._is_member(verified.sender):
+        key = message_id(announcement)
+        if key in self._seen:  # the same signed bytes were verified when first seen
+            self._seen.move_to_end(key)
+            return Receipt("duplicate")
+        if not self._is_member(announcement.sender_id):
             reason = f"signer {short_id(announcement.sender_id)} is not a member"
             log.warning("rejected announcement via %s: %s", short_id(from_peer), reason)
             return Receipt("rejected", reason)
+        if self._rates is not None and not self._rates.allow(from_peer, self._clock()):
+            log.debug("deferred announcement via %s: over its rate", short_id(from_peer))
+            return Receipt(
+                "deferred",
+                f"over {self._rates.rate:g} new announcements per second from "
+                f"{short_id(from_peer)}: will be accepted when sent again",
+            )
+        try:
+            verified = verify(announcement)
+        except AnnouncementError as exc:
+            log.warning("rejected announcement via %s: %s", short_id(from_peer), exc)
+            return Receipt("rejected", str(exc))
         refusal = self._refuse_result(announcement)
         if refusal is not None:
             log.warning("rejected announcement via %s: %s", short_id(from_peer), refusal)

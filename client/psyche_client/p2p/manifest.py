@@ -11,6 +11,7 @@ manifest most of its responding peers agree on (see `model_share`). torch-free o
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,8 @@ from typing import Any
 from psyche_common.protocol import BadFrame, decode_payload, encode_payload
 
 MANIFEST_FORMAT = "psyche-py/model-manifest/v1"
+MAX_CONFIG_JSON = 1024 * 1024
+"""Longest `config_json` accepted (a model config is a few KiB)."""
 
 
 class ManifestError(ValueError):
@@ -94,21 +97,26 @@ class ModelManifest:
     def digest(self) -> bytes:
         return hashlib.sha256(self.encode()).digest()
 
-    def weights_digest(self) -> bytes:
-        """SHA-256 over the parameters alone (names, dtypes, shapes, hashes): equal for two
-        manifests of the same weights whatever step or epoch they are labelled with."""
-        return hashlib.sha256(encode_payload([p.to_wire() for p in self.parameters])).digest()
-
     def content_digest(self) -> bytes:
-        """SHA-256 over what a joiner loads (parameters, config, tokenizer) without the step and
-        epoch labels: two honest peers holding the same model agree on it even when one shared
-        it at a Cooldown and the other at a later Warmup check."""
-        content = [
+        """SHA-256 over what a joiner loads (the parameters, config and tokenizer), not the
+        step and epoch labels: two honest peers with the same weights agree on it even when
+        one shared them at a Cooldown and the other at the next Warmup."""
+        body = [
             [p.to_wire() for p in self.parameters],
             self.config_json,
             self.tokenizer_json,
         ]
-        return hashlib.sha256(encode_payload(content)).digest()
+        return hashlib.sha256(encode_payload(body)).digest()
+
+    def config(self) -> dict[str, object] | None:
+        """The model config as a JSON object (None when the manifest carries none); checked
+        when the manifest was decoded, so this never raises for a received manifest."""
+        return parse_config(self.config_json)
+
+    def weights_digest(self) -> bytes:
+        """SHA-256 over the parameters alone (names, dtypes, shapes, hashes): equal for two
+        manifests of the same weights whatever step or epoch they are labelled with."""
+        return hashlib.sha256(encode_payload([p.to_wire() for p in self.parameters])).digest()
 
     @classmethod
     def decode(cls, data: bytes) -> ModelManifest:
@@ -131,6 +139,7 @@ class ModelManifest:
         for name in ("config_json", "tokenizer_json"):
             if not isinstance(wire.get(name), str):
                 raise ManifestError(f"manifest.{name} must be a string")
+        parse_config(wire["config_json"])
         raw_parameters = wire.get("parameters")
         if not isinstance(raw_parameters, list):
             raise ManifestError("manifest.parameters must be a list")
@@ -145,6 +154,26 @@ class ModelManifest:
         if [p.name for p in manifest.parameters] != [p.name for p in parameters]:
             raise ManifestError("manifest.parameters must be sorted by name")
         return manifest
+
+
+def parse_config(text: str) -> dict[str, object] | None:
+    """`config_json` as a JSON object, None for ""; raises `ManifestError` for anything else
+    (too long, not JSON, nested too deep for the parser, not an object)."""
+    if not text:
+        return None
+    if len(text) > MAX_CONFIG_JSON:
+        raise ManifestError(
+            f"manifest.config_json is {len(text)} characters (at most {MAX_CONFIG_JSON})"
+        )
+    try:
+        config = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ManifestError(f"manifest.config_json is not valid JSON: {exc}") from exc
+    if not isinstance(config, dict):
+        raise ManifestError(
+            f"manifest.config_json must be a JSON object, got {type(config).__name__}"
+        )
+    return config
 
 
 def _parameter_from_wire(index: int, wire: Any) -> ParameterInfo:

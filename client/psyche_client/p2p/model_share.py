@@ -1,32 +1,37 @@
 """Late-joiner model download over P2P (reference §2.12), torch-free.
 
 1. Ask every candidate peer for its `ModelManifest` concurrently (each request bounded by
-   `manifest_timeout`). Peers that do not answer, hold no model or send a malformed manifest
-   do not vote.
-   Peers that are reachable but share no model yet (members share their weights at a
-   Cooldown, and after a server restart mid-epoch only once their Warmup weights check has
-   run) are asked again every `NOT_SHARED_POLL` seconds for up to `not_shared_wait` seconds
-   (a joiner waits `JOINER_NOT_SHARED_WAIT`).
-2. Trust the manifest that a strict majority of the *responding* peers agree on (the same
-   parameters, config and tokenizer: `ModelManifest.content_digest`; the step and epoch a
-   peer labelled its share with do not count, since honest peers share the same weights at
-   different moments: a Cooldown, a later Warmup check). No majority → `ModelShareError`. With a single responder its manifest
-   is trusted: the check only protects when several honest peers answer.
-3. Fetch every parameter from the peers that voted for that manifest, at most
+   `manifest_timeout`). Peers that do not answer, hold no model, send a malformed manifest
+   (its config not a JSON object, too long, ...) or one whose parameters add up to more than
+   `max_model_size` do not vote.
+2. Trust a manifest only when several peers vouch for it (`choose_manifest`): the peers that
+   answered are grouped by what a joiner would load (`ModelManifest.content_digest`:
+   parameters, config and tokenizer, not the step and epoch labels, so honest peers that
+   shared the same weights at different steps agree), and a group is trusted when it holds a
+   strict majority of the answers *and* at least `MANIFEST_QUORUM` peers (all of them when
+   fewer were asked: with one other member, its manifest is all there is). While no group
+   is trusted (peers disagree, too few answered, or they share no model yet: members share
+   their weights at a Cooldown, and after a server restart mid-epoch only once their Warmup
+   weights check has run, which also brings honest peers at different steps back to one
+   model), every peer is asked again every `POLL_INTERVAL` seconds for up to `wait` seconds
+   (a joiner waits `JOINER_WAIT`); then `ModelShareError`. When no peer answered at all and
+   none said it shares no model yet (all unreachable), it fails at once.
+3. Fetch every parameter from the peers that vouched for that manifest, at most
    `max_concurrent_parameter_requests` at once, spreading requests over peers. Each
    parameter's bytes must hash to the manifest's SHA-256; a corrupt peer is dropped for the
    rest of the download, a peer with `max_errors_per_peer` consecutive errors too, and the
    parameter is retried from the next peer.
 
-The reference verifies nothing beyond blob content addressing (§2.12 "Verification"); the
-majority manifest is our addition (docs/deviations.md).
+So one lying member can neither crash a joiner (its manifest is checked before it votes) nor
+give it wrong weights (it needs a majority of the answers and a second voucher). The reference
+verifies nothing beyond blob content addressing (§2.12 "Verification"); the vouched-for
+manifest is our addition (docs/deviations.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -42,8 +47,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-NOT_SHARED_POLL = 1.0
-JOINER_NOT_SHARED_WAIT = 20.0
+POLL_INTERVAL = 1.0
+"""Seconds between manifest polls while no manifest is trusted."""
+JOINER_WAIT = 20.0
+"""How long a joiner polls for a trusted manifest."""
+MANIFEST_QUORUM = 2
+"""Peers that must vouch for a manifest (when at least that many were asked)."""
 
 
 class ModelShareError(Exception):
@@ -79,35 +88,53 @@ async def request_manifest(node: P2PNode, peer_id: bytes) -> ModelManifest:
     return ModelManifest.decode(received.data)
 
 
+def choose_manifest(
+    answers: dict[bytes, ModelManifest], asked: int
+) -> tuple[list[bytes], str | None]:
+    """The peers vouching for the trusted manifest (see the module docstring), or ([], why
+    none is trusted). `asked`: how many peers were asked."""
+    if not answers:
+        return [], "no peer answered with a model manifest"
+    groups: dict[bytes, list[bytes]] = {}
+    for peer_id, manifest in answers.items():
+        groups.setdefault(manifest.content_digest(), []).append(peer_id)
+    holders = max(groups.values(), key=len)
+    if 2 * len(holders) <= len(answers):
+        counts = sorted((len(g) for g in groups.values()), reverse=True)
+        return [], (
+            f"no manifest has a majority: {len(answers)} peers answered with "
+            f"{len(groups)} different manifests ({counts})"
+        )
+    quorum = min(MANIFEST_QUORUM, asked)
+    if len(holders) < quorum:
+        return [], (
+            f"only {len(holders)} of {asked} peers vouch for a manifest ({quorum} must: "
+            "the others did not answer or share no model yet)"
+        )
+    return holders, None
+
+
 async def poll_manifests(
-    node: P2PNode, peer_ids: Iterable[bytes], *, not_shared_wait: float = 0.0
+    node: P2PNode, peer_ids: Iterable[bytes], *, wait: float = 0.0
 ) -> ManifestVote:
-    """Ask every peer for its manifest and return the one a strict majority agrees on. While
-    no peer has answered with one but some answered that they share none yet, ask again every
-    `NOT_SHARED_POLL` seconds for up to `not_shared_wait` seconds."""
+    """Ask every peer for its manifest and return the one several of them vouch for
+    (`choose_manifest`); while none is trusted, ask again every `POLL_INTERVAL` seconds for up
+    to `wait` seconds. Raises `ModelShareError` naming what each peer answered."""
     peers = [p for p in dict.fromkeys(peer_ids) if p != node.peer_id]
-    deadline = asyncio.get_running_loop().time() + not_shared_wait
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
     while True:
         answers, problems, not_shared = await _ask_manifests(node, peers)
-        if answers or not not_shared or asyncio.get_running_loop().time() >= deadline:
+        holders, why = choose_manifest(answers, len(peers))
+        hopeless = not answers and not not_shared  # every peer unreachable
+        if why is None or hopeless or loop.time() >= deadline:
             break
-        await asyncio.sleep(NOT_SHARED_POLL)
-    if not answers:
+        await asyncio.sleep(POLL_INTERVAL)
+    if why is not None:
         raise ModelShareError(
-            "no peer answered with a model manifest; peers were unreachable for P2P parameter "
-            f"requests, try joining again ({_describe(problems)})"
+            f"{why}; peers were unreachable for P2P parameter requests or disagree, try "
+            f"joining again ({_describe(problems)})"
         )
-    by_digest: dict[bytes, list[bytes]] = {}
-    for peer_id, manifest in answers.items():
-        by_digest.setdefault(manifest.content_digest(), []).append(peer_id)
-    votes = Counter({digest: len(holders) for digest, holders in by_digest.items()})
-    (best_digest, best_count), *_ = votes.most_common(1)
-    if 2 * best_count <= len(answers):
-        raise ModelShareError(
-            f"no manifest has a majority: {len(answers)} peers answered with "
-            f"{len(by_digest)} different manifests ({sorted(votes.values(), reverse=True)})"
-        )
-    holders = by_digest[best_digest]
     for peer_id in answers:
         if peer_id not in holders:
             problems[peer_id] = "manifest disagrees with the majority"
@@ -119,15 +146,16 @@ async def _ask_manifests(
     node: P2PNode, peers: list[bytes]
 ) -> tuple[dict[bytes, ModelManifest], dict[bytes, str], set[bytes]]:
     """Every peer's manifest, concurrently: (answers, problems by peer, the peers that share
-    no model)."""
+    no model). A manifest over `max_model_size` is a problem, not an answer."""
     answers: dict[bytes, ModelManifest] = {}
     problems: dict[bytes, str] = {}
     not_shared: set[bytes] = set()
+    limit = node.config.max_model_size
 
     async def ask(peer_id: bytes) -> None:
         try:
             async with asyncio.timeout(node.config.manifest_timeout):
-                answers[peer_id] = await request_manifest(node, peer_id)
+                manifest = await request_manifest(node, peer_id)
         except TimeoutError:
             problems[peer_id] = f"no manifest within {node.config.manifest_timeout}s"
         except NotHeld as exc:
@@ -137,6 +165,13 @@ async def _ask_manifests(
             problems[peer_id] = f"malformed manifest: {exc}"
         except TRANSIENT_ERRORS as exc:
             problems[peer_id] = f"{type(exc).__name__}: {exc}"
+        else:
+            if manifest.total_bytes > limit:
+                problems[peer_id] = (
+                    f"manifest of a {manifest.total_bytes}-byte model (max_model_size {limit})"
+                )
+            else:
+                answers[peer_id] = manifest
 
     async with asyncio.TaskGroup() as group:
         for peer_id in peers:
@@ -151,16 +186,16 @@ async def download_model(
     on_parameter: Callable[[ParameterInfo, bytes], None] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     vote: ManifestVote | None = None,
-    not_shared_wait: float = 0.0,
+    wait: float = 0.0,
 ) -> ModelDownload:
     """Poll manifests (unless the caller already did: `vote`), then fetch every parameter,
     hash-checked, from several peers at once.
 
     `on_parameter(info, data)` is called as each parameter arrives (the app may load it right
-    away); `on_progress(done, total)` after each; `not_shared_wait` is the poll's (see
+    away); `on_progress(done, total)` after each; `wait` is the poll's (see
     `poll_manifests`). Raises `ModelShareError`."""
     if vote is None:
-        vote = await poll_manifests(node, peer_ids, not_shared_wait=not_shared_wait)
+        vote = await poll_manifests(node, peer_ids, wait=wait)
     manifest = vote.manifest
     if vote.problems:
         log.info("manifest poll: %s", _describe(vote.problems))

@@ -4,8 +4,9 @@ The node listens on its P2P port and serves member peers (its `is_member(peer_id
 decides, refreshed by the app from each coordinator state) four requests on an authenticated
 stream (see `connection` for the handshake, `transfer` for chunked answers):
 
-* `Announce{announcement}` → `Ack{status, reason}`: a signed announcement, verified, checked
-  that its signer is a member, de-duplicated, then handed to `on_announcement` as a
+* `Announce{announcement}` → `Ack{status, reason}`: a signed announcement, de-duplicated
+  (before any signature check), checked that its signer is a member, charged to the pushing
+  peer's rate, verified, then handed to `on_announcement` as a
   `VerifiedAnnouncement` (before the Ack is sent, so the callback should be quick: record it
   and schedule work elsewhere);
 * `GetBlob{hash}` → `BlobHeader` + `Chunk`s | `NotFound`: any blob of the local store;
@@ -43,6 +44,7 @@ from .manifest import ModelManifest
 from .outbound import OutboundLinks
 from .pacing import UploadShaper
 from .pushing import Announcer, AnnounceReport
+from .rate import PeerRates
 from .recent import RecentAnnouncements
 from .relay import RelayClient
 from .serving import RequestServer
@@ -81,6 +83,7 @@ class P2PNode:
             on_announcement,
             self.config.max_seen_announcements,
             self.config.max_result_size,
+            PeerRates(self.config.announcement_rate, self.config.announcement_burst),
         )
         self.shaper = UploadShaper(self.config.max_upload_rate)
         self._on_corrupt = on_corrupt

@@ -6,9 +6,11 @@ jitter, pinging every `PING_INTERVAL`), so peers can reach it through the relay;
 `RelayIncoming` pushed on it, it opens the second end of the pipe and hands it to
 `on_incoming(peer, reader, writer)` (the P2P node, which runs the listener side of the P2P
 handshake on it). `open_pipe(peer)` asks for a pipe to a peer and returns it once the peer
-took its end; the caller runs the dialer side of the P2P handshake on it. The frames are in
-`psyche_common.protocol.relay_messages`; the relay only copies bytes, so every pipe carries
-the same end-to-end authenticated P2P protocol as a direct connection.
+took its end; the caller runs the dialer side of the P2P handshake on it. The control frames
+(`psyche_common.protocol.relay_messages`) travel on the encrypted link of the relay
+handshake (with `server_key`, only to a relay proving the server's key); after
+`RelayConnected` the relay only copies bytes, so every pipe carries the same end-to-end
+encrypted and authenticated P2P protocol as a direct connection.
 """
 
 from __future__ import annotations
@@ -23,9 +25,8 @@ from typing import Any
 from psyche_common.protocol import (
     Identity,
     ProtocolError,
+    SecureChannel,
     connect_handshake,
-    encode_frame,
-    read_control_frame,
     relay_domain,
     short_id,
 )
@@ -53,8 +54,10 @@ class RelayClient:
         *,
         connect_timeout: float = 5.0,
         accept_timeout: float = 15.0,
+        server_key: bytes | None = None,
     ) -> None:
         self.identity = identity
+        self.server_key = server_key
         self.host = host
         self.port = port
         self._domain = relay_domain(run_id)
@@ -94,22 +97,20 @@ class RelayClient:
     async def open_pipe(self, peer_id: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A pipe to `peer_id` through the relay (raises `PeerUnavailable` naming why not)."""
         where = f"{short_id(peer_id)} through the relay at {self.address}"
-        reader, writer = await self._connect({"type": "RelayDial", "peer": peer_id}, where)
+        channel = await self._connect({"type": "RelayDial", "peer": peer_id}, where)
         try:
-            frame = await read_control_frame(
-                reader, self._accept_timeout + self._connect_timeout, CONTROL_FRAME_SIZE
+            frame = await channel.read_control(
+                self._accept_timeout + self._connect_timeout, CONTROL_FRAME_SIZE
             )
             connected = expect(frame, "RelayConnected")
             if connected.get("peer") != peer_id:
                 raise ProtocolError("the relay connected us to another peer")
         except (ProtocolError, OSError, TimeoutError) as exc:
-            writer.transport.abort()
+            channel.abort()
             raise PeerUnavailable(f"cannot reach {where}: {exc}") from exc
-        return reader, writer
+        return channel.reader, channel.writer
 
-    async def _connect(
-        self, request: dict[str, Any], where: str
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _connect(self, request: dict[str, Any], where: str) -> SecureChannel:
         """A new authenticated connection to the relay with `request` sent on it."""
         try:
             async with asyncio.timeout(self._connect_timeout):
@@ -117,19 +118,20 @@ class RelayClient:
         except (OSError, TimeoutError) as exc:
             raise PeerUnavailable(f"cannot connect to {where}: {exc}") from exc
         try:
-            await connect_handshake(
+            channel = await connect_handshake(
                 reader,
                 writer,
                 self.identity,
                 domain=self._domain,
                 timeout=self._connect_timeout,
                 max_frame_size=CONTROL_FRAME_SIZE,
+                server_key=self.server_key,
             )
-            writer.write(encode_frame(request))
+            channel.write(request)
         except (ProtocolError, OSError, TimeoutError) as exc:
             writer.transport.abort()
             raise PeerUnavailable(f"cannot reach {where}: {exc}") from exc
-        return reader, writer
+        return channel
 
     async def _listen_forever(self) -> None:
         backoff = 0.0
@@ -147,49 +149,49 @@ class RelayClient:
                     await self._retry_now.wait()
 
     async def _listen_once(self) -> None:
-        reader, writer = await self._connect({"type": "RelayListen"}, f"relay {self.address}")
+        channel = await self._connect({"type": "RelayListen"}, f"relay {self.address}")
         try:
             expect(
-                await read_control_frame(reader, self._connect_timeout, CONTROL_FRAME_SIZE),
+                await channel.read_control(self._connect_timeout, CONTROL_FRAME_SIZE),
                 "RelayListening",
             )
             self.listening = True
             log.info("listening for peers through the relay at %s", self.address)
-            pinger = asyncio.ensure_future(self._ping(writer))
+            pinger = asyncio.ensure_future(self._ping(channel))
             try:
                 while True:
                     peer, token = parse_incoming(
-                        await read_control_frame(reader, None, CONTROL_FRAME_SIZE)
+                        await channel.read_control(None, CONTROL_FRAME_SIZE)
                     )
                     self._spawn(self._take_pipe(peer, token))
             finally:
                 pinger.cancel()
         finally:
-            writer.transport.abort()
+            channel.abort()
 
-    async def _ping(self, writer: asyncio.StreamWriter) -> None:
+    async def _ping(self, channel: SecureChannel) -> None:
         with contextlib.suppress(OSError):
             while True:
                 await asyncio.sleep(PING_INTERVAL)
-                writer.write(encode_frame({"type": "Ping"}))
+                channel.write({"type": "Ping"})
 
     async def _take_pipe(self, peer_id: bytes, token: bytes) -> None:
         where = f"the relay pipe from {short_id(peer_id)}"
         try:
-            reader, writer = await self._connect({"type": "RelayAccept", "token": token}, where)
+            channel = await self._connect({"type": "RelayAccept", "token": token}, where)
         except PeerUnavailable as exc:
             log.info("%s", exc)
             return
         try:
-            frame = await read_control_frame(reader, self._connect_timeout, CONTROL_FRAME_SIZE)
+            frame = await channel.read_control(self._connect_timeout, CONTROL_FRAME_SIZE)
             connected = expect(frame, "RelayConnected")
             if connected.get("peer") != peer_id:
                 raise ProtocolError("the relay connected us to another peer")
         except (ProtocolError, OSError, TimeoutError) as exc:
             log.info("%s failed: %s", where, exc)
-            writer.transport.abort()
+            channel.abort()
             return
-        await self._on_incoming(peer_id, reader, writer)
+        await self._on_incoming(peer_id, channel.reader, channel.writer)
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)

@@ -2,8 +2,11 @@
 
 Each request is checked against the current membership (a peer dropped from the epoch gets
 `Rejected` and the link closes) and served within `fetch_deadline`; at most
-`max_concurrent_serving` blob, manifest or parameter requests are served at once
-(announcements are not held by that bound). A failing app callback is logged and answered as
+`max_concurrent_serving` blob, manifest or parameter requests are served at once, and at most
+`max_serving_per_peer` of them for one peer (its further requests wait for one of its own
+slots before they take a shared one, so a member reading blobs slowly holds a few slots, never
+all of them, and a fresh result stays fetchable by everyone else). Announcements are not held
+by either bound. A failing app callback is logged and answered as
 `NotFound`; a protocol error closes only that peer's link. Manifest and parameter answers are
 bulk streams (they yield to the round's traffic and pass the upload cap, see `pacing`); while a
 blob is being answered, bulk frames wait.
@@ -18,8 +21,9 @@ or corrupt peer).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from psyche_common.protocol import ProtocolError, short_id
@@ -39,6 +43,14 @@ log = logging.getLogger(__name__)
 Handle = Callable[[Stream, bytes, dict[str, Any]], Awaitable[None]]
 Answer = Callable[[Stream, str, Any, "bytes | None"], Awaitable[None]]
 Outgoing = Callable[[str, Any, bytes], bytes]
+
+
+class _PeerSlots:
+    """One peer's serving slots and how many of its requests hold or wait for one."""
+
+    def __init__(self, slots: int) -> None:
+        self.semaphore = asyncio.Semaphore(slots)
+        self.users = 0
 
 
 class RequestServer:
@@ -73,6 +85,7 @@ class RequestServer:
         self._answer = answer or self.answer
         self._outgoing = outgoing or (lambda _kind, _key, data: data)
         self._slots = asyncio.Semaphore(config.max_concurrent_serving)
+        self._peer_slots: dict[bytes, _PeerSlots] = {}
         self._tasks: set[asyncio.Future[None]] = set()
 
     def on_request(self, link: PeerLink, stream: Stream, request: dict[str, Any]) -> None:
@@ -99,8 +112,9 @@ class RequestServer:
             if request.get("type") == "Announce":
                 await self._handle(stream, peer_id, request)
                 return
-            async with self._slots, asyncio.timeout(self.config.fetch_deadline):
-                await self._handle(stream, peer_id, request)
+            async with asyncio.timeout(self.config.fetch_deadline):
+                async with self._peer_slot(peer_id), self._slots:
+                    await self._handle(stream, peer_id, request)
         except (ProtocolError, OSError, TimeoutError) as exc:
             log.info(
                 "closed P2P connection with %s: %s: %s", short_id(peer_id), type(exc).__name__, exc
@@ -108,6 +122,27 @@ class RequestServer:
             await link.close(abort=True)
         finally:
             stream.close()
+
+    @contextlib.asynccontextmanager
+    async def _peer_slot(self, peer_id: bytes) -> AsyncIterator[None]:
+        """One of `peer_id`'s `max_serving_per_peer` slots (its table entry lives while any
+        request of that peer holds or waits for one)."""
+        slots = self._peer_slots.get(peer_id)
+        if slots is None:
+            slots = self._peer_slots[peer_id] = _PeerSlots(self.config.max_serving_per_peer)
+        slots.users += 1
+        try:
+            async with slots.semaphore:
+                yield
+        finally:
+            slots.users -= 1
+            if slots.users == 0:
+                del self._peer_slots[peer_id]
+
+    def serving(self, peer_id: bytes) -> int:
+        """Requests of `peer_id` being served or waiting for a slot now."""
+        slots = self._peer_slots.get(peer_id)
+        return 0 if slots is None else slots.users
 
     async def handle(self, conn: Stream, peer_id: bytes, request: dict[str, Any]) -> None:
         """Answer one request (`Announce`, `GetBlob`, `GetManifest`, `GetParameter`)."""

@@ -3,7 +3,9 @@
 A verifier recomputes a reference for each batch of its sample (`verifier_sample`) on the
 weights the round's trainers start from (`expected_weights`), then scores every verified
 result announced for those batches against it, once each, and reports each batch once: an
-accusation when the score falls below the threshold, an attestation (a pass) otherwise.
+accusation when a check fails (`failure`: the sign agreement is below its threshold, the result
+repeats an earlier one of another trainer, or it follows another batch of the sample better than
+its own), an attestation (a pass) otherwise.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import math
 from dataclasses import dataclass, field
 
 from psyche_common.batch_id import BatchId
+
+from psyche_client.verify.threshold import ACCUSE_BELOW, COPY_OVERLAP, MARGIN_BELOW
 
 
 @dataclass
@@ -32,10 +36,49 @@ class VerifierChecks:
     def verdict(self, batch: BatchId, agreement: float, threshold: float) -> bool | None:
         """Record a score for `batch`: True to accuse, False to attest, None when the batch
         was reported already (a second result for one batch)."""
+        return self.report(batch, Score(agreement), Thresholds(threshold))
+
+    def report(self, batch: BatchId, score: Score, thresholds: Thresholds) -> bool | None:
+        """`verdict` on a whole `Score`: True when `failure` names a failed check."""
         if batch in self.reported:
             return None
         self.reported.add(batch)
-        return not agreement >= threshold  # NaN accuses
+        return failure(score, thresholds) is not None
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Where each check fails (`verify.threshold` has the measured defaults)."""
+
+    agreement: float = ACCUSE_BELOW
+    margin: float = MARGIN_BELOW
+    overlap: float = COPY_OVERLAP
+
+
+@dataclass(frozen=True)
+class Score:
+    """One result's checks: `agreement` with its own batch's recomputed gradient; `margin`,
+    that agreement minus the agreement with another batch of the verifier's sample (None with
+    one batch); `overlap`, the largest top-k index overlap with an earlier result of another
+    trainer in the round, and `copied_from`, that result's commitment."""
+
+    agreement: float
+    margin: float | None = None
+    overlap: float = 0.0
+    copied_from: bytes | None = None
+
+
+def failure(score: Score, thresholds: Thresholds) -> str | None:
+    """Which check `score` fails, or None when it passes every one: `"disagrees"` (its signs
+    do not follow its batch's gradient; NaN fails), `"copy"` (it repeats an earlier result of
+    another trainer), `"other_data"` (it follows another batch better than its own)."""
+    if not score.agreement >= thresholds.agreement:
+        return "disagrees"
+    if score.copied_from is not None and score.overlap >= thresholds.overlap:
+        return "copy"
+    if score.margin is not None and score.margin < thresholds.margin:
+        return "other_data"
+    return None
 
 
 def agreement_milli(agreement: float) -> int:

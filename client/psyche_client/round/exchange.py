@@ -18,7 +18,7 @@ returns False): the P2P inbox then forgets it, so a later copy is taken. Our own
 announcements are re-sent every 10 s.
 
 The exchange may receive a `PublishHook` that replaces our own result before it is published
-(the honest client has none; the free-rider test client copies a peer's result with one).
+(the honest client has none; the copier and free-rider test clients of tests/e2e use one).
 """
 
 from __future__ import annotations

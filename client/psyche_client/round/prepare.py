@@ -203,6 +203,16 @@ class NextRoundPreparer:
             return await self.apply.apply(source, witnesses, coordinator, step)
         return None
 
+    def busy(self) -> bool:
+        """A next round is being prepared: its apply or its training is still running."""
+        prepared = self.prepared
+        if prepared is None:
+            return False
+        return any(
+            task is not None and not task.done()
+            for task in (prepared.apply_task, prepared.train_task)
+        )
+
     def take(self) -> PreparedRound | None:
         prepared, self.prepared = self.prepared, None
         return prepared

@@ -125,6 +125,19 @@ class RoundRunner:
     def fatal(self) -> BaseException | None:
         return self.ctx.tasks.fatal
 
+    def is_idle(self) -> bool:
+        """Whether the client would now only wait: the model is loaded and nothing is due of
+        it (Warmup, Cooldown, or a round whose training has ended while no next round is being
+        prepared). Evals run only then (`psyche_client.evals`)."""
+        ctx = self.ctx
+        if ctx.backend is None or ctx.phase == Phase.IDLE:
+            return False
+        if ctx.phase in (Phase.WARMUP, Phase.COOLDOWN):
+            return True
+        if ctx.current is not None and not ctx.current.training_done:
+            return False
+        return not self.preparer.busy()
+
     async def wait_fatal(self) -> BaseException:
         return await self.ctx.tasks.wait_fatal()
 

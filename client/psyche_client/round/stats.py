@@ -1,5 +1,5 @@
 """Client statistics (reference §3.3): losses, step durations, tokens/s, efficiency, traffic,
-and the last checkpoint (or why it failed).
+the last checkpoint (or why it failed) and the latest eval scores.
 
 Fed by the round pipeline (it lives with it, so the pipeline imports nothing from the app
 around it); read by the dashboard, the JSON logs and the witness metadata. Durations are kept
@@ -16,10 +16,13 @@ from typing import Any
 
 from psyche_common.coordinator import Coordinator
 from psyche_common.coordinator.assignment import round_batch_size
+from psyche_common.protocol.messages import MAX_EVAL_NAME_LENGTH, MAX_EVALS
 
 from psyche_client.round.state import RoundState
 
 WINDOW = 16
+HELDOUT_LOSS = "heldout_loss"
+"""The name the held-out loss is reported under, among the eval scores."""
 
 
 @dataclass
@@ -54,6 +57,13 @@ class ClientStats:
     link_status: str = ""
     """How fast the last applied round's results arrived against the round time
     (`round.link_speed`; "" before any was measured)."""
+    evals: dict[str, float] = field(default_factory=dict)
+    """The latest score of each eval (`psyche_client.evals`): lm-eval task → its main metric,
+    and `heldout_loss`."""
+    eval_steps: dict[str, int] = field(default_factory=dict)
+    """The step each of `evals` was measured at."""
+    eval_history: list[tuple[int, str, float]] = field(default_factory=list)
+    """(step, eval name, score) of every eval so far (the last 1000)."""
     _last_round_end: float | None = None
 
     def observe_state(self, coordinator: Coordinator) -> None:
@@ -102,6 +112,27 @@ class ClientStats:
             self.last_checkpoint = path if revision is None else f"{path}@{revision}"
         self.checkpoint_error = error
 
+    def record_evals(self, step: int, scores: dict[str, float]) -> None:
+        """Scores measured on the weights the client had at `step`."""
+        for name, value in scores.items():
+            self.evals[name] = value
+            self.eval_steps[name] = step
+            self.eval_history.append((step, name, value))
+        del self.eval_history[:-1000]
+
+    def reported_evals(self) -> dict[str, float]:
+        """The scores a witness report carries: at most `MAX_EVALS`, names cut to
+        `MAX_EVAL_NAME_LENGTH` characters, finite values only (the held-out loss first, then
+        the tasks by name)."""
+        names = sorted(self.evals, key=lambda name: (name != HELDOUT_LOSS, name))
+        reported: dict[str, float] = {}
+        for name in names:
+            value = self.evals[name]
+            short = name[:MAX_EVAL_NAME_LENGTH]
+            if math.isfinite(value) and short not in reported and len(reported) < MAX_EVALS:
+                reported[short] = float(value)
+        return reported
+
     def results_applied(self, step: int, count: int) -> None:
         self.applied_results[step] = count
         for old in sorted(self.applied_results)[:-1000]:
@@ -147,4 +178,5 @@ class ClientStats:
             "bandwidth_per_sec": 0.0,
             "efficiency": float(self.efficiency),
             "weights_hash": weights_hash,
+            "evals": self.reported_evals(),
         }

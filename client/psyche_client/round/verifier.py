@@ -5,8 +5,10 @@ h is done (the weights every trainer of round h starts from), it fetches the sam
 batches (`verifier_sample`: chosen from the round's seed and its own id) and, under the model
 lock, recomputes each batch's reference (`VerifyingBackend.recompute`: the DCT of the plain
 gradient; weights unchanged). Every verified result announced for those batches is then scored
-(`VerifyingBackend.agreement`) as it arrives and reported to the coordinator, once per batch:
-a score below the threshold as an accusation (`Uplink.send_accusation`), any other as an
+(`score_result`: its agreement with its batch, its margin over the sample's other batch, its
+top-k overlap with every result of another trainer announced before it) once those earlier
+results have settled, and reported to the coordinator, once per batch: a failed check
+(`checks.failure`) as an accusation (`Uplink.send_accusation`), any other as an
 attestation (`Uplink.send_attestation`), both naming the commitment scored. The coordinator
 convicts when independent verifiers agree and removes accusers that others refute.
 
@@ -21,14 +23,21 @@ import asyncio
 import logging
 
 import numpy as np
+from psyche_common.batch_id import BatchId
 from psyche_common.client_id import short_id
 from psyche_common.coordinator.verification import verifier_sample
 
-from psyche_client.round.checks import VerifierChecks, agreement_milli
+from psyche_client.round.checks import (
+    Score,
+    Thresholds,
+    VerifierChecks,
+    agreement_milli,
+    failure,
+)
 from psyche_client.round.context import RoundContext
 from psyche_client.round.ports import DataFetcher, Uplink
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
-from psyche_client.training.backend import VerifyingBackend
+from psyche_client.training.backend import DecodedResult, VerifyingBackend
 from psyche_client.verify.threshold import ACCUSE_BELOW
 
 log = logging.getLogger("psyche.client")
@@ -45,7 +54,7 @@ class RoundVerifier:
         self.ctx = ctx
         self.uplink = uplink
         self.fetch_samples = fetch_samples
-        self.threshold = threshold
+        self.thresholds = Thresholds(agreement=threshold)
 
     async def recompute(self, round_: RoundState) -> None:
         """Build `round_.checks` (call once its weights are applied, before it trains)."""
@@ -101,28 +110,41 @@ class RoundVerifier:
             checks = None if round_ is None else round_.checks
             if round_ is None or checks is None or round_.cancelled:
                 continue
+            earlier_settled = True
             for data_hash, download in list(round_.downloads.items()):
-                if download.status != DownloadStatus.VERIFIED or download.result is None:
-                    continue
-                if checks.wants(download.batch, data_hash):
+                verified = (
+                    download.status == DownloadStatus.VERIFIED and download.result is not None
+                )
+                # a result is scored once every result announced before it has settled: the
+                # copy check compares it with all of them
+                if verified and earlier_settled and checks.wants(download.batch, data_hash):
                     checks.scored.add(data_hash)
-                    self.ctx.tasks.spawn(self._score(round_, checks, data_hash, download))
+                    earlier = earlier_results(round_, data_hash)
+                    self.ctx.tasks.spawn(self._score(round_, checks, data_hash, download, earlier))
+                earlier_settled = earlier_settled and download.settled
 
     async def _score(
-        self, round_: RoundState, checks: VerifierChecks, data_hash: bytes, download: ResultDownload
+        self,
+        round_: RoundState,
+        checks: VerifierChecks,
+        data_hash: bytes,
+        download: ResultDownload,
+        earlier: list[tuple[bytes, DecodedResult]],
     ) -> None:
         backend = self.ctx.backend
         if not isinstance(backend, VerifyingBackend) or download.result is None:
             return
         trainer = download.announcement.sender_id
         try:
-            agreement = await asyncio.to_thread(
-                backend.agreement, checks.references[download.batch], download.result
+            score = await asyncio.to_thread(
+                score_result, backend, checks, download.batch, download.result, earlier
             )
         except ValueError as exc:
             log.warning("verifier: cannot score %s: %s", download.batch, exc)
             return
+        agreement = score.agreement
         checks.agreements[data_hash] = agreement
+        failed = failure(score, self.thresholds)
         log.info(
             "verifier scored",
             extra=self.ctx.fields(
@@ -130,24 +152,71 @@ class RoundVerifier:
                 batch=str(download.batch),
                 trainer=short_id(trainer),
                 agreement=round(agreement, 4),
+                margin=None if score.margin is None else round(score.margin, 4),
+                overlap=round(score.overlap, 4),
+                copied_from=None if score.copied_from is None else score.copied_from.hex(),
+                failed=failed,
             ),
         )
-        verdict = checks.verdict(download.batch, agreement, self.threshold)
+        verdict = checks.report(download.batch, score, self.thresholds)
         if verdict is False:
             await self.uplink.send_attestation(
                 round_.step, trainer, download.batch, agreement_milli(agreement), data_hash
             )
         elif verdict:
             log.warning(
-                "verifier: the result of %s for %s at step %d agrees %.3f with the recomputed "
-                "gradient (threshold %.2f): reporting it",
+                "verifier: the result of %s for %s at step %d fails the %s check (agreement "
+                "%.3f, margin %s, overlap %.3f): reporting it",
                 short_id(trainer),
                 download.batch,
                 round_.step,
+                failed,
                 agreement,
-                self.threshold,
+                "-" if score.margin is None else f"{score.margin:.3f}",
+                score.overlap,
                 extra=self.ctx.fields(),
             )
             await self.uplink.send_accusation(
                 round_.step, trainer, download.batch, agreement_milli(agreement), data_hash
             )
+
+
+def earlier_results(round_: RoundState, data_hash: bytes) -> list[tuple[bytes, DecodedResult]]:
+    """The verified results of other trainers announced in `round_` before `data_hash`'s, as
+    (commitment, result), in the order their announcements arrived."""
+    mine = round_.downloads[data_hash].announcement.sender_id
+    out: list[tuple[bytes, DecodedResult]] = []
+    for other_hash, other in round_.downloads.items():
+        if other_hash == data_hash:
+            break
+        if (
+            other.status == DownloadStatus.VERIFIED
+            and other.result is not None
+            and other.announcement.sender_id != mine
+        ):
+            out.append((other_hash, other.result))
+    return out
+
+
+def score_result(
+    backend: VerifyingBackend,
+    checks: VerifierChecks,
+    batch: BatchId,
+    result: DecodedResult,
+    earlier: list[tuple[bytes, DecodedResult]],
+) -> Score:
+    """Every check of one result (runs in a worker thread): its agreement with its batch's
+    reference, the margin over the other batch of the sample, and the earlier result of
+    another trainer it overlaps most."""
+    agreement = backend.agreement(checks.references[batch], result)
+    others = [b for b in checks.references if b != batch]
+    margin = None
+    if others:
+        margin = agreement - backend.agreement(checks.references[others[0]], result)
+    overlap = 0.0
+    copied_from = None
+    for other_hash, other in earlier:
+        value = backend.overlap(result, other)
+        if value > overlap:
+            overlap, copied_from = value, other_hash
+    return Score(agreement, margin, overlap, copied_from)

@@ -23,8 +23,18 @@ log = logging.getLogger("psyche.client")
 
 
 class PeerReachability:
-    def __init__(self, node: P2PNode, identity: Identity, server_addr: str, run_id: str) -> None:
+    def __init__(
+        self,
+        node: P2PNode,
+        identity: Identity,
+        server_addr: str,
+        run_id: str,
+        *,
+        server_key: bytes | None = None,
+    ) -> None:
         self.node = node
+        self.server_key = server_key
+        """The server's identity key its relay must prove (`--server-key`; None: any)."""
         self.identity = identity
         self.server_addr = server_addr
         self.run_id = run_id
@@ -71,7 +81,12 @@ class PeerReachability:
         if port is not None:
             host, _ = parse_server_addr(self.server_addr)
             self.relay = RelayClient(
-                self.identity, host, port, self.run_id, self.node.accept_relayed
+                self.identity,
+                host,
+                port,
+                self.run_id,
+                self.node.accept_relayed,
+                server_key=self.server_key,
             )
             self.relay.start()
             log.info("the server relays P2P traffic at %s:%d", host, port)

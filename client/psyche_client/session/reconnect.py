@@ -7,7 +7,7 @@ same identity (every new `ServerLink` sends `Join`). Before the n-th attempt it 
 run do not all knock at once. It gives up, and `updates()` raises `ServerLinkError`, once
 `give_up_after` seconds have passed since the connection was lost (0: at once, no attempt).
 An outage ends when the new connection delivers a state. A `Rejected` answer is final (a
-wrong run id), except "already connected": the server still holds our previous connection and
+wrong run id), and so is a server whose key is not `--server-key`, except "already connected": the server still holds our previous connection and
 will drop it, so that one is retried. `status` is what the dashboard shows.
 """
 
@@ -26,6 +26,7 @@ from psyche_client.session.server_link import (
     ServerLinkError,
     ServerRejected,
     ServerUpdate,
+    WrongServerKey,
 )
 from psyche_client.session.uplink import SwitchableUplink
 
@@ -164,6 +165,8 @@ class ServerSession:
             timeout = max(MIN_CONNECT_TIMEOUT, min(CONNECT_TIMEOUT, deadline - self._clock()))
             try:
                 link = await self._connect(timeout)
+            except WrongServerKey:
+                raise  # another server answers at the address: final, like a rejection
             except ServerLinkError as exc:
                 status.last_error = str(exc)
                 continue

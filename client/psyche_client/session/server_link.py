@@ -1,6 +1,8 @@
 """The client's TCP connection to the coordinator server.
 
-Connect, answer the challenge with our identity, send `Join` once, then read the server's
+Connect, answer the challenge with our identity (checking the server's key against
+`--server-key` when one is given), and over the encrypted link the handshake opens
+(`psyche_common.protocol.secure_channel`) send `Join` once, then read the server's
 `CoordinatorState` frames (de-duplicated by the hash of their bytes, like the reference) into
 an asyncio queue, and send `Witness`, `WarmupWitness`, `HealthCheck` and `Checkpoint`.
 Writes are serialized by a lock; every network wait has a timeout. After `KEEPALIVE_INTERVAL`
@@ -29,13 +31,14 @@ from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.coordinator.types import Witness as WitnessReport
 from psyche_common.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
+    FrameAuthenticationError,
     Identity,
     ProtocolError,
+    SecureChannel,
+    ServerKeyMismatch,
     connect_handshake,
     coordinator_domain,
     decode_payload,
-    read_frame_bytes,
-    write_frame,
 )
 from psyche_common.protocol.messages import (
     Accusation,
@@ -80,6 +83,10 @@ class ServerLinkError(ConnectionError):
     """The server connection failed, was closed, or the server rejected us."""
 
 
+class WrongServerKey(ServerLinkError):
+    """The server's identity key is not the `--server-key` the client was given (final)."""
+
+
 class ServerRejected(ServerLinkError):
     """The server sent `Rejected`. `retryable` only when it still holds another connection of
     our identity (a dead one it has not noticed yet); any other reason (a wrong run id) is
@@ -112,17 +119,16 @@ def parse_server_addr(addr: str) -> tuple[str, int]:
 class ServerLink:
     def __init__(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        channel: SecureChannel,
         identity: Identity,
         silence_timeout: float = SILENCE_TIMEOUT,
         keepalive_interval: float = KEEPALIVE_INTERVAL,
     ) -> None:
-        self._reader = reader
+        self._channel = channel
         self.keepalive_interval = keepalive_interval
         self._last_sent = time.monotonic()
         self.keepalives_sent = 0
-        self._writer = writer
+        self._writer = channel.writer
         self.identity = identity
         self.silence_timeout = silence_timeout
         self._write_lock = asyncio.Lock()
@@ -145,16 +151,33 @@ class ServerLink:
         timeout: float = CONNECT_TIMEOUT,
         authorization: bytes | None = None,
         holds_model: Callable[[], bool] = lambda: True,
+        server_key: bytes | None = None,
     ) -> ServerLink:
         """Connect, handshake and send our Join; `holds_model` is asked at every Join (the
-        server keeps a run's peer-to-peer checkpoint only while someone holds the weights)."""
+        server keeps a run's peer-to-peer checkpoint only while someone holds the weights);
+        with `server_key`, only a server proving that identity key is joined."""
         host, port = parse_server_addr(server_addr)
         try:
             async with asyncio.timeout(timeout):
                 reader, writer = await asyncio.open_connection(host, port)
         except (OSError, TimeoutError) as exc:
             raise ServerLinkError(f"cannot connect to server {server_addr}: {exc}") from exc
-        link = cls(reader, writer, identity)
+        try:
+            channel = await connect_handshake(
+                reader,
+                writer,
+                identity,
+                domain=coordinator_domain(run_id),
+                timeout=timeout,
+                server_key=server_key,
+            )
+        except ServerKeyMismatch as exc:
+            writer.transport.abort()
+            raise WrongServerKey(f"server {server_addr}: {exc}") from exc
+        except (ProtocolError, OSError, TimeoutError) as exc:
+            writer.transport.abort()
+            raise ServerLinkError(f"handshake with server {server_addr} failed: {exc}") from exc
+        link = cls(channel, identity)
         link._holds_model = holds_model
         link._join = Join(
             run_id=run_id,
@@ -163,13 +186,10 @@ class ServerLink:
             authorization=authorization,
         )
         try:
-            await connect_handshake(
-                reader, writer, identity, domain=coordinator_domain(run_id), timeout=timeout
-            )
             await link.send_join()
-        except (ProtocolError, OSError, TimeoutError) as exc:
+        except (ServerLinkError, OSError) as exc:
             await link.close()
-            raise ServerLinkError(f"handshake with server {server_addr} failed: {exc}") from exc
+            raise ServerLinkError(f"cannot join at server {server_addr}: {exc}") from exc
         log.info("connected to server %s as %s", server_addr, identity.short_id)
         return link
 
@@ -182,8 +202,8 @@ class ServerLink:
         """Yield every new coordinator state until the connection ends (then raise)."""
         while True:
             try:
-                raw = await read_frame_bytes(
-                    self._reader, MAX_SERVER_FRAME, timeout=self.silence_timeout
+                raw = await self._channel.read_payload(
+                    MAX_SERVER_FRAME, timeout=self.silence_timeout
                 )
                 message = parse_server_message(decode_payload(raw))
             except TimeoutError as exc:
@@ -192,6 +212,9 @@ class ServerLink:
                 ) from exc
             except InvalidMessage as exc:
                 raise ServerLinkError(f"server sent an invalid message: {exc}") from exc
+            except FrameAuthenticationError as exc:
+                log.warning("closing the link to the server: %s", exc)
+                raise ServerLinkError(f"server connection closed: {exc}") from exc
             except (ProtocolError, OSError) as exc:
                 raise ServerLinkError(f"server connection lost: {exc}") from exc
             if isinstance(message, Rejected):
@@ -221,7 +244,7 @@ class ServerLink:
         async with self._write_lock:
             try:
                 async with asyncio.timeout(WRITE_TIMEOUT):
-                    await write_frame(self._writer, to_wire(message))
+                    await self._channel.send(to_wire(message))
                 self._last_sent = time.monotonic()
             except (OSError, TimeoutError) as exc:
                 raise ServerLinkError(f"cannot send {type(message).__name__}: {exc}") from exc

@@ -23,9 +23,8 @@ and memory"):
     memory training freed, and reuses only part of it for them. The half is calibrated, not
     derived: bench/memory.py measured `builtin:llama-20m` and a 134M Llama on the CPU
     (docs/benchmarks.md), where the full count overshot the larger model by 22 %;
-  * the DisTrO result size with the reference's wire format (client spec section 1.10: DCT tiles
-    chosen per dimension, top-k indices u8/u16/u32, bf16 or 1-bit values, postcard overhead);
-    for SparseLoCo (not in the reference) the payload of psyche-py's own format instead.
+  * the size of one encoded result (DisTrO or SparseLoCo), exact: the result codec's own size
+    of the run's layout (`psyche_client.distro.size`), what every client sends each step.
 It compares the total with the free memory of the device (MemAvailable of /proc/meminfo for the
 CPU, `torch.cuda.mem_get_info` for CUDA). With a multi-device `parallel` layout the memory rows
 are per device (`estimate_parallel`); CPU ranks share the host's memory, so there the total
@@ -46,6 +45,7 @@ from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from psyche_client.distro.optimizer import STATE_DTYPE
 from psyche_client.distro.result import ResultLayout
+from psyche_client.distro.size import encoded_result_size
 from psyche_client.distro.values import ValueKind
 from psyche_client.tools.estimate_parallel import per_device_memory
 from psyche_client.training.model.device import resolve_device
@@ -59,107 +59,25 @@ FIT_MARGIN = 0.9  # use at most this share of the free memory
 STATE_BYTES = torch.empty((), dtype=STATE_DTYPE).element_size()
 
 
-# ---------------------------------------------------------------- DisTrO sizes (spec 1.2, 1.10)
+# ---------------------------------------------------------------- result size
 
 
-def chunk_size(dimension: int, target: int) -> int:
-    """Largest divisor of `dimension` that is <= `target` (`dimension` itself if target > it)."""
-    if dimension <= 0:
-        return dimension
-    best = 1
-    for candidate in range(1, math.isqrt(dimension) + 1):
-        if dimension % candidate == 0:
-            for divisor in (candidate, dimension // candidate):
-                if best < divisor <= target:
-                    best = divisor
-    return best
-
-
-def _varint_len(value: int) -> int:
-    length = 1
-    while value >= 0x80:
-        value >>= 7
-        length += 1
-    return length
-
-
-def _zigzag_len(value: int) -> int:
-    return _varint_len(value * 2 if value >= 0 else -value * 2 - 1)
-
-
-def _tensor_len(dims: Sequence[int], payload: int) -> int:
-    """Postcard size of a SerializableTensor: dims, kind, requires_grad, data enum + bytes."""
-    dims_len = _varint_len(len(dims)) + sum(_zigzag_len(d) for d in dims)
-    return dims_len + 1 + 1 + 1 + _varint_len(payload) + payload
-
-
-@dataclass(frozen=True)
-class DistroTensorSize:
-    """Bytes of one parameter's compressed result."""
-
-    chunks: int
-    k: int
-    index_width: int
-    payload: int
-    serialized: int
-
-
-def distro_tensor_size(
-    shape: Sequence[int], chunk: int, topk: int, quantize_1bit: bool
-) -> DistroTensorSize:
-    """Payload (indices + values) and postcard-serialized size for a parameter of `shape`."""
-    dims = [int(d) for d in shape] or [1]
-    if len(dims) == 1:
-        n = chunk_size(dims[0], chunk)
-        lead: list[int] = [dims[0] // n]
-        tile = [n]
+def result_bytes(shapes: Iterable[tuple[str, Sequence[int]]], optimizer: Any) -> int:
+    """Bytes of one encoded result of this client (`DistroResult.encode()`, docs/distro.md,
+    "The result format (version 2)") for a DisTrO or SparseLoCo `optimizer` config: the exact
+    size the result codec gives the run's layout."""
+    if _read(optimizer, "kind") == "SparseLoCo":
+        two_bit = bool(_read(optimizer, "quantize_2bit"))
+        kind = ValueKind.TWO_BIT if two_bit else ValueKind.BF16
     else:
-        n1, n2 = chunk_size(dims[-2], chunk), chunk_size(dims[-1], chunk)
-        lead = [*dims[:-2], dims[-2] // n1, dims[-1] // n2]
-        tile = [n1, n2]
-    total_k = math.prod(tile)
-    k = max(1, min(topk, total_k))
-    width = 1 if total_k <= 256 else 2 if total_k <= 65536 else 4
-    chunks = math.prod(lead)
-    idx_bytes = chunks * k * width
-    val_bytes = math.ceil(chunks * k / 8) if quantize_1bit else chunks * k * 2
-    serialized = (
-        _tensor_len([*lead, k * width], idx_bytes)
-        + _tensor_len([*lead, k], val_bytes)
-        + _varint_len(len(lead) + len(tile))
-        + sum(_varint_len(d) for d in (*lead, *tile))
-        + _varint_len(total_k)
-    )
-    return DistroTensorSize(chunks, k, width, idx_bytes + val_bytes, serialized)
-
-
-def distro_result_bytes(
-    shapes: Iterable[Sequence[int]],
-    chunk: int,
-    topk: int,
-    quantize_1bit: bool,
-    step: int = 1,
-    nonce: int = 0,
-    batch: tuple[int, int] = (0, 0),
-) -> int:
-    """Whole serialized result blob of one client for one step (reference wire format)."""
-    shapes = list(shapes)
-    header = 1 + sum(_varint_len(v) for v in (step, nonce, batch[0], batch[1], len(shapes)))
-    return header + sum(
-        distro_tensor_size(s, chunk, topk, quantize_1bit).serialized for s in shapes
-    )
-
-
-def sparseloco_payload_bytes(shapes: Iterable[tuple[str, Sequence[int]]], optimizer: Any) -> int:
-    """Index + value bytes of one SparseLoCo result (psyche-py's format)."""
-    kind = ValueKind.TWO_BIT if bool(_read(optimizer, "quantize_2bit")) else ValueKind.BF16
+        kind = ValueKind.ONE_BIT if bool(_read(optimizer, "quantize_1bit")) else ValueKind.BF16
     layout = ResultLayout.for_parameters(
         shapes,
         int(_read(optimizer, "compression_chunk")),
         int(_read(optimizer, "compression_topk")),
         kind,
     )
-    return layout.payload_bytes()
+    return encoded_result_size(layout)
 
 
 # ---------------------------------------------------------------- memory
@@ -308,7 +226,8 @@ class Estimate:
         verdict = {True: "yes", False: "NO", None: "unknown"}[self.fits]
         rows.append(("fits", verdict))
         if self.distro_result_bytes is not None:
-            rows.append(("DisTrO upload per step", format_bytes(self.distro_result_bytes)))
+            size = self.distro_result_bytes
+            rows.append(("DisTrO upload per step", f"{size:,} bytes ({format_bytes(size)})"))
             download = self.distro_download_bytes_per_step
             if download is not None:
                 rows.append(
@@ -378,35 +297,28 @@ def estimate_run(
     several = batch_size is None or batch_size > micro_batch_size
     if precision.grad_accum_in_fp32 and elem != FP32 and several:
         memory.append(("fp32 gradient sums (--grad-accum-in-fp32)", num_parameters * FP32))
-    result_bytes: int | None = None
+    result_size: int | None = None
     notes: list[str] = []
     if kind == "Distro":
         memory.append(("DisTrO momentum (fp32)", state))
         memory.append(("saved weights (lookahead undo)", weights))
         memory.append(("weights snapshot (early apply)", weights))
-        result_bytes = distro_result_bytes(
-            (shape for _, shape in shapes),
-            int(_read(optimizer, "compression_chunk")),
-            int(_read(optimizer, "compression_topk")),
-            bool(_read(optimizer, "quantize_1bit")),
-        )
-        notes.append("DisTrO sizes use the reference wire format (spec section 1.10)")
+        result_size = result_bytes(shapes, optimizer)
     elif kind == "SparseLoCo":
         memory.append(("SparseLoCo error feedback (fp32)", state))
         memory.append(("AdamW moments (inner steps)", 2 * weights))
         memory.append(("AdamW moments snapshot (cancellation)", 2 * weights))
         memory.append(("saved weights and round start", 2 * weights))
         memory.append(("weights snapshot (early apply)", weights))
-        result_bytes = sparseloco_payload_bytes(shapes, optimizer)
-        notes.append("SparseLoCo sizes are payloads of psyche-py's result format (docs/distro.md)")
+        result_size = result_bytes(shapes, optimizer)
     elif kind == "AdamW":
         memory.append(("AdamW moments", 2 * weights))
     if spec.enabled:
         if kind == "AdamW":
             raise ValueError("a multi-device client trains with DisTrO only")
         memory = memory[:1] + per_device_memory(meta, spec, elem, kind == "Distro")
-    memory += held_results(result_bytes, num_clients)
-    if result_bytes is not None:
+    memory += held_results(result_size, num_clients)
+    if result_size is not None:
         largest = max((math.prod(shape) for _, shape in shapes), default=0)
         memory.append(("DisTrO generate working memory (largest parameter)", largest * 2 * FP32))
         apply_working = largest * (24 + 2 * elem) // APPLY_RETAINED_SHARE
@@ -429,7 +341,7 @@ def estimate_run(
         memory=memory,
         free_bytes=free_memory_bytes(torch_device),
         optimizer=str(optimizer) if optimizer is not None else "Dummy",
-        distro_result_bytes=result_bytes,
+        distro_result_bytes=result_size,
         num_clients=num_clients,
         notes=notes,
         parallel=spec,

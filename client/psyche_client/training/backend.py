@@ -123,6 +123,11 @@ class VerifyingBackend(Protocol):
         """How well `result` agrees with `reference`, in [0, 1]; ValueError if it cannot."""
         ...
 
+    def overlap(self, result: DecodedResult, other: DecodedResult) -> float:
+        """Share of `result`'s chosen positions that `other` chose too, in [0, 1];
+        ValueError if the two cannot be compared."""
+        ...
+
 
 @runtime_checkable
 class OptimStatsSource(Protocol):

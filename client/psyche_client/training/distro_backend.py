@@ -44,6 +44,7 @@ from psyche_client.training.model.numerics import configure_model, model_dtype
 from psyche_client.training.model.precision import Precision
 from psyche_client.training.trainer import GenerateHook, Trainer, TrainingCancelled
 from psyche_client.verify.agreement import gradient_coefficients, sign_agreement
+from psyche_client.verify.copying import index_overlap
 from psyche_client.verify.recompute import recompute_gradient
 
 if TYPE_CHECKING:
@@ -267,6 +268,14 @@ class DistroBackend:
         if not isinstance(result, DistroResult) or not isinstance(reference, list):
             raise ValueError("agreement needs a DistroResult and recomputed coefficients")
         return sign_agreement(result, reference).weighted
+
+    def overlap(self, result: DecodedResult, other: DecodedResult) -> float:
+        """The top-k index overlap of two DisTrO results (`verify.copying.index_overlap`)."""
+        if not isinstance(result, DistroResult) or not isinstance(other, DistroResult):
+            raise ValueError("overlap needs two DistroResults")
+        return index_overlap(
+            [t.indices() for t in result.tensors], [t.indices() for t in other.tensors]
+        )
 
     def snapshot(self) -> WeightsSnapshot:
         """Copies of every parameter on its device, with the weights hash they have."""

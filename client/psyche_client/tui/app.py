@@ -18,6 +18,7 @@ from textual.widgets import Footer, Header, RichLog, Static, TabbedContent, TabP
 from textual_plotext import PlotextPlot
 
 from psyche_client.tui.view import (
+    RELAYED,
     BandwidthMeter,
     ClientView,
     build_view,
@@ -69,6 +70,7 @@ def client_tab_text(view: ClientView) -> str:
         f"Last checkpoint: {view.last_checkpoint or '-'}"
         + (f"\nCheckpoint error: {view.checkpoint_error}" if view.checkpoint_error else "")
         + (f"\nLink: {view.link_status}" if view.link_status.startswith("TOO SLOW") else "")
+        + "".join(f"\nEval {line}" for line in view.evals)
     )
 
 
@@ -82,6 +84,15 @@ def coordinator_tab_text(view: ClientView) -> str:
     )
 
 
+def _link_text(link: str) -> str:
+    """ ", direct, we dialed", ", relayed, they dialed" or ", no connection"."""
+    if not link or link == "none":
+        return ", no connection"
+    if link.endswith(RELAYED):
+        return f", relayed, {link.removesuffix(RELAYED)}"
+    return f", direct, {link}"
+
+
 def network_tab_text(view: ClientView) -> str:
     lines = [
         f"Node ID: {view.client_id}",
@@ -92,7 +103,7 @@ def network_tab_text(view: ClientView) -> str:
     for peer in view.peers:
         latency = "?" if peer.latency is None else f"{peer.latency:.3f}s"
         reach = "reachable" if peer.reachable else "outbound only"
-        link = f", direct, {peer.link}" if peer.link and peer.link != "none" else ", no connection"
+        link = _link_text(peer.link)
         lines.append(
             f"  {peer.short_id} ({peer.address}) {reach}{link}: down "
             f"{format_bytes(peer.bytes_received)}, up {format_bytes(peer.bytes_sent)} ({latency})"

@@ -25,6 +25,10 @@ class DownloadRow:
     total: int
 
 
+RELAYED = " (relayed)"
+"""The suffix of a link through the server's relay (`P2PNode.link_state`)."""
+
+
 @dataclass(frozen=True)
 class PeerRow:
     short_id: str
@@ -35,7 +39,8 @@ class PeerRow:
     reachable: bool = True
     """False: the peer accepts no connections (outbound-only; the server's check)."""
     link: str = ""
-    """The connection in use: "we dialed", "they dialed", or "none"."""
+    """The connection in use: "we dialed", "they dialed" (either with " (relayed)" for a pipe
+    through the server's relay), or "none"."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,8 @@ class ClientView:
     last_checkpoint: str = ""
     checkpoint_error: str = ""
     link_status: str = ""
+    evals: tuple[str, ...] = ()
+    """`name: score (step N)` of each latest eval score."""
 
 
 @dataclass
@@ -190,6 +197,7 @@ def build_view(snapshot: ClientSnapshot, bandwidth: BandwidthMeter) -> ClientVie
         last_checkpoint=snapshot.last_checkpoint,
         checkpoint_error=snapshot.checkpoint_error or "",
         link_status=snapshot.link_status,
+        evals=tuple(f"{name}: {value:.4f} (step {step})" for name, step, value in snapshot.evals),
     )
 
 

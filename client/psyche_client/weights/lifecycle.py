@@ -11,7 +11,6 @@ the checkpoint: `weights.sharing`). It also holds what the P2P node serves to jo
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from collections.abc import Callable, Mapping, Set
@@ -24,7 +23,8 @@ from psyche_common.coordinator import Coordinator
 from psyche_common.protocol import Identity
 
 from psyche_client.p2p.model_share import (
-    JOINER_NOT_SHARED_WAIT,
+    JOINER_WAIT,
+    ManifestVote,
     ModelShareError,
     download_model,
     poll_manifests,
@@ -108,36 +108,31 @@ class ModelLifecycle:
         self, coordinator: Coordinator, peers: list[bytes], from_peers: bool
     ) -> TrainingBackend:
         entry = self.backends[self.backend_options.kind]
+        # one manifest poll decides both the config and the weights: several peers must
+        # vouch for it (`model_share.choose_manifest`); peers that share no model yet, or
+        # disagree, are given time (after a server restart mid-epoch the members share theirs
+        # only once their Warmup weights check has run)
+        vote = await poll_manifests(self.node, peers, wait=JOINER_WAIT) if from_peers else None
         if entry.builds_model:
-            peer_config = await self._peer_config(peers) if from_peers else None
+            peer_config = None if vote is None else _peer_config(vote)
             backend = await asyncio.to_thread(
                 entry.load, coordinator, self.backend_options, peer_config, from_peers
             )
         else:
             backend = entry.load(coordinator, self.backend_options, None, from_peers)
-        if from_peers:
-            await self._download_from_peers(backend, peers)
+        if vote is not None:
+            await self._download_from_peers(backend, peers, vote)
         return backend
 
-    async def _peer_config(self, peers: list[bytes]) -> PeerConfig | None:
-        """The model config a majority of peers shares (None when they share none). Peers
-        that share no model yet are given time: after a server restart mid-epoch the members
-        share theirs only once their Warmup weights check has run."""
-        vote = await poll_manifests(self.node, peers, not_shared_wait=JOINER_NOT_SHARED_WAIT)
-        if not vote.manifest.config_json:
-            return None
-        config: PeerConfig = json.loads(vote.manifest.config_json)
-        return config
-
-    async def _download_from_peers(self, backend: TrainingBackend, peers: list[bytes]) -> None:
-        log.info("fetching the model from %d peer(s)", len(peers))
+    async def _download_from_peers(
+        self, backend: TrainingBackend, peers: list[bytes], vote: ManifestVote
+    ) -> None:
+        log.info("fetching the model from %d peer(s)", len(vote.holders))
 
         def progress(done: int, total: int) -> None:
             self.download_progress = (done, total)
 
-        download = await download_model(
-            self.node, peers, on_progress=progress, not_shared_wait=JOINER_NOT_SHARED_WAIT
-        )
+        download = await download_model(self.node, peers, on_progress=progress, vote=vote)
         await asyncio.to_thread(backend.load_parameters, download.parameters)
         log.info(
             "model fetched peer-to-peer",
@@ -201,3 +196,12 @@ class ModelLifecycle:
             await self.uplink.send_checkpoint(
                 HubCheckpoint(repo_id=options.hub_repo, revision=outcome.revision)
             )
+
+
+def _peer_config(vote: ManifestVote) -> PeerConfig | None:
+    """The model config of the manifest the peers vouched for (None when it carries none);
+    parsed and checked to be a JSON object when the manifest was decoded."""
+    try:
+        return vote.manifest.config()
+    except ValueError as exc:  # a manifest built locally, never decoded
+        raise ModelShareError(f"the peers' model config is unusable: {exc}") from exc

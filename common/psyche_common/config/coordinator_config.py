@@ -12,7 +12,8 @@ from psyche_common.config._types import U8, U16, U32, U64, MsSeconds, StrictMode
 
 
 class CoordinatorConfig(StrictModel):
-    """Run timings (seconds; `round_witness_time` may be fractional), client counts and batch sizes, in serialization order."""
+    """Run timings (seconds; `round_witness_time` may be fractional), client counts and batch
+    sizes, in serialization order."""
 
     warmup_time: U64
     cooldown_time: U64

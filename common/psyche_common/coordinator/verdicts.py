@@ -242,6 +242,9 @@ class VerificationRecord:
     """This epoch: trainer → the verifiers whose accusation of it stood."""
     refuted_by: dict[bytes, set[bytes]] = field(default_factory=dict)
     """This epoch: accuser → the verifiers that passed a result it accused."""
+    false_reports: dict[bytes, int] = field(default_factory=dict)
+    """This epoch: member → weight of its witness reports proven false (`misconduct`); the
+    server's own count, neither broadcast nor saved."""
 
     def new_epoch(self) -> None:
         """Forget the pending reports and the tallies (convictions stay)."""
@@ -249,6 +252,7 @@ class VerificationRecord:
         self.attestations = []
         self.strikes = {}
         self.refuted_by = {}
+        self.false_reports = {}
 
     def reports(self) -> Iterable[Accusation | Attestation]:
         yield from self.accusations

@@ -5,7 +5,8 @@ a valid witness proof and end RoundTrain early; health checks drop trainers that
 quorum of the previous round's witnesses saw in their participant blooms. A witness whose
 blooms have more bits set than the round's clients can set is refused (`plausibility`), and
 health checks are accepted only from the previous round's witnesses (ours, see
-`health_check`).
+`health_check`). Both refusals that prove the sender lied (an implausible bloom, an accusation
+of a healthy trainer) count against it, and enough of them remove it (`misconduct`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from psyche_common.coordinator import transitions
 from psyche_common.coordinator.assignment import assign_data_for_round
 from psyche_common.coordinator.committee import Committee, CommitteeProof, CommitteeSelection
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
+from psyche_common.coordinator.misconduct import FALSE_REPORT_LIMIT, record_false_report
 from psyche_common.coordinator.plausibility import check_witness_blooms, max_bloom_entries
 from psyche_common.coordinator.quorum import witness_quorum
 from psyche_common.coordinator.types import MAX_WITNESSES, ClientState, RunState, Witness
@@ -83,7 +85,11 @@ def witness(coord: Coordinator, from_id: bytes, witness: Witness, now: float) ->
             f"{short_id(from_id)} is not the witness at index {witness.proof.index}",
         )
     _check_not_duplicate(coord, from_id)
-    check_witness_blooms(witness, max_bloom_entries(coord), from_id)
+    try:
+        check_witness_blooms(witness, max_bloom_entries(coord), from_id)
+    except CoordinatorError:
+        record_false_report(coord, from_id, FALSE_REPORT_LIMIT)  # no honest bloom is this full
+        raise
     _store(coord, witness)
     if (
         len(coord.current_round().witnesses) >= coord.witness_nodes_effective()
@@ -189,6 +195,7 @@ def health_check(
     _check_entitled_to_accuse(coord, from_id)
     for client_id, proof in checks:
         if healthy(coord, client_id, proof):
+            record_false_report(coord, from_id)
             raise CoordinatorError(
                 ErrorKind.InvalidHealthCheck,
                 f"{short_id(from_id)} accused healthy client {short_id(client_id)}",

@@ -76,6 +76,7 @@ async def make_provider(
     *,
     identity: Any = None,
     run_id: str | None = None,
+    server_key: bytes | None = None,
     server_provider: ServerProviderFactory | None = None,
     http_options: HttpOptions | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
@@ -84,7 +85,8 @@ async def make_provider(
 
     ``identity`` and ``run_id`` are handed to ``server_provider`` (default:
     ``data_server_provider_factory``) for ``Server`` locations (the data server authenticates
-    clients with their key, in a handshake that names the run); ``cache_dir``
+    clients with their key, in a handshake that names the run; with ``server_key`` the default
+    client talks only to a data server proving that key); ``cache_dir``
     overrides ``$PSYCHE_CACHE_DIR`` for builtin corpora.
     """
     if seq_len <= 0:
@@ -93,8 +95,11 @@ async def make_provider(
     if isinstance(parsed, DummyData):
         return DummyDataProvider(seq_len)
     if isinstance(parsed, ServerData):
-        connect = server_provider or data_server_provider_factory
-        return await connect(parsed.address, seq_len, identity, run_id)
+        if server_provider is not None:
+            return await server_provider(parsed.address, seq_len, identity, run_id)
+        return await data_server_provider_factory(
+            parsed.address, seq_len, identity, run_id, server_key=server_key
+        )
     if isinstance(parsed, LocalData):
         return await asyncio.to_thread(_local_provider, parsed.path, seq_len)
     if isinstance(parsed, HttpData):

@@ -46,6 +46,8 @@ class DataSource:
     seq_len: int
     run_id: str | None = None
     """The run's id (the TCP data server's handshake names it)."""
+    server_key: bytes | None = None
+    """The server's identity key (`--server-key`): the TCP data server must prove it."""
 
 
 class SampleFetcher:
@@ -93,6 +95,7 @@ class SampleFetcher:
                     source.seq_len,
                     identity=self.identity,
                     run_id=source.run_id,
+                    server_key=source.server_key,
                     server_provider=self.server_provider,
                     http_options=self.http_options,
                     cache_dir=self.cache_dir,

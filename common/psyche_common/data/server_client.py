@@ -1,5 +1,6 @@
 """`DataServerProvider`: fetches token sequences from the TCP data server (`data_location =
-{ Server = "host:port" }`), authenticating with the client's ed25519 identity.
+{ Server = "host:port" }`), authenticating with the client's ed25519 identity, over the
+encrypted link the handshake opens (and, with `server_key`, only from a server proving it).
 
 One connection, one request in flight (a lock), reconnecting on demand. A `NotInThisRound`
 rejection, a refused connection (the server's `Rejected`, e.g. while an earlier connection of
@@ -25,10 +26,10 @@ from psyche_common.protocol import (
     ConnectionClosed,
     Identity,
     ProtocolError,
+    SecureChannel,
+    ServerKeyMismatch,
     connect_handshake,
     data_server_domain,
-    read_frame,
-    write_frame,
 )
 from psyche_common.protocol.data_messages import (
     RequestRejected,
@@ -63,6 +64,7 @@ class DataServerProvider:
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
         max_frame_size: int = DEFAULT_REPLY_FRAME_SIZE,
+        server_key: bytes | None = None,
     ) -> None:
         host, sep, port = address.rpartition(":")
         if not sep or not port.isdigit():
@@ -77,8 +79,10 @@ class DataServerProvider:
         self.seq_len = seq_len
         self.retry = retry or RetryPolicy(attempts=1)
         self.max_frame_size = max_frame_size
+        self.server_key = server_key
+        """The server's identity key the data server must prove (None: any key)."""
         self._lock = asyncio.Lock()
-        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self._channel: SecureChannel | None = None
 
     @property
     def num_sequences(self) -> int | None:
@@ -97,38 +101,36 @@ class DataServerProvider:
         async with self._lock:
             self._drop_connection()
 
-    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        if self._streams is None:
+    async def _connect(self) -> SecureChannel:
+        if self._channel is None:
             async with asyncio.timeout(self.timeout):
                 reader, writer = await asyncio.open_connection(self.host, self.port)
             try:
-                await connect_handshake(
+                self._channel = await connect_handshake(
                     reader,
                     writer,
                     self.identity,
                     domain=data_server_domain(self.run_id),
                     timeout=self.timeout,
+                    server_key=self.server_key,
                 )
             except BaseException:
                 writer.transport.abort()
                 raise
-            self._streams = (reader, writer)
-        return self._streams
+        return self._channel
 
     def _drop_connection(self) -> None:
-        if self._streams is not None:
+        if self._channel is not None:
             with contextlib.suppress(Exception):
-                self._streams[1].transport.abort()
-            self._streams = None
+                self._channel.abort()
+            self._channel = None
 
     async def _request(self, batch: BatchId) -> np.ndarray:
         async with self._lock:
             try:
-                reader, writer = await self._connect()
-                await write_frame(
-                    writer, to_wire(RequestTrainingData(start=batch.start, end=batch.end))
-                )
-                frame = await read_frame(reader, self.max_frame_size, timeout=self.timeout)
+                channel = await self._connect()
+                await channel.send(to_wire(RequestTrainingData(start=batch.start, end=batch.end)))
+                frame = await channel.read(self.max_frame_size, timeout=self.timeout)
                 refusal = connection_refusal(frame)
                 if refusal is not None:
                     self._drop_connection()
@@ -138,6 +140,10 @@ class DataServerProvider:
                 reply = parse_data_reply(frame)
             except (ProtocolError, OSError, TimeoutError) as exc:
                 self._drop_connection()
+                if isinstance(exc, ServerKeyMismatch):
+                    raise DataFetchError(
+                        f"data server {self.address}: {exc}", retryable=False
+                    ) from exc
                 if isinstance(exc, ConnectionClosed | OSError | TimeoutError):
                     raise DataFetchError(f"data server {self.address}: {exc}") from exc
                 raise DataFetchError(
@@ -172,7 +178,12 @@ class DataServerProvider:
 
 
 async def data_server_provider_factory(
-    address: str, seq_len: int, identity: Identity, run_id: str | None
+    address: str,
+    seq_len: int,
+    identity: Identity,
+    run_id: str | None,
+    *,
+    server_key: bytes | None = None,
 ) -> DataServerProvider:
     """The client for `data_location = { Server = address }` of run `run_id` serving
     `seq_len`-token samples (the default `ServerProviderFactory` of `factory.make_provider`)."""
@@ -180,4 +191,4 @@ async def data_server_provider_factory(
         raise ValueError("the TCP data server needs the client's identity to authenticate")
     if run_id is None:
         raise ValueError("the TCP data server needs the run id (its handshake names the run)")
-    return DataServerProvider(address, identity, seq_len, run_id=run_id)
+    return DataServerProvider(address, identity, seq_len, run_id=run_id, server_key=server_key)

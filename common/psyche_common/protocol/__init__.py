@@ -2,7 +2,8 @@
 
 - `framing`: 4-byte big-endian length + msgpack frames, size limits, typed errors.
 - `identity`: ed25519 identities (client id = raw 32-byte public key).
-- `handshake`: challenge–response authentication of a stream's peer.
+- `handshake`: challenge–response authentication of a stream's peers and its link keys.
+- `secure_channel`: the encrypted, authenticated frames every link carries after its handshake.
 - `messages`: validated client↔server messages (see docs/protocol.md).
 """
 
@@ -28,7 +29,9 @@ from .framing import (
 from .handshake import (
     HANDSHAKE_FRAME_SIZE,
     P2P_DOMAIN,
+    Accepted,
     HandshakeError,
+    ServerKeyMismatch,
     accept_handshake,
     accept_handshake_in,
     connect_handshake,
@@ -36,7 +39,6 @@ from .handshake import (
     data_server_domain,
     relay_domain,
     sign_challenge,
-    verify_challenge_response,
 )
 from .identity import Identity, verify_signature
 from .messages import (
@@ -54,6 +56,7 @@ from .messages import (
     parse_server_message,
     to_wire,
 )
+from .secure_channel import FrameAuthenticationError, SecureChannel
 
 __all__ = [
     "CONTROL_DECODE",
@@ -61,11 +64,13 @@ __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "HANDSHAKE_FRAME_SIZE",
     "P2P_DOMAIN",
+    "Accepted",
     "BadFrame",
     "Checkpoint",
     "ConnectionClosed",
     "CoordinatorState",
     "DecodeBounds",
+    "FrameAuthenticationError",
     "FrameTooLarge",
     "HandshakeError",
     "HealthCheck",
@@ -75,6 +80,8 @@ __all__ = [
     "Join",
     "ProtocolError",
     "Rejected",
+    "SecureChannel",
+    "ServerKeyMismatch",
     "WarmupWitness",
     "Witness",
     "WitnessMetadata",
@@ -95,7 +102,6 @@ __all__ = [
     "short_id",
     "sign_challenge",
     "to_wire",
-    "verify_challenge_response",
     "verify_signature",
     "write_frame",
 ]

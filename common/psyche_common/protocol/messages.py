@@ -20,6 +20,9 @@ from .framing import ProtocolError
 PROTOCOL_VERSION = 1
 MAX_RUN_ID_LENGTH = 32
 MAX_HEALTH_CHECKS = 1024
+MAX_EVALS = 8
+"""Eval scores one witness report carries (the reference's limit)."""
+MAX_EVAL_NAME_LENGTH = 32
 
 Bytes32 = Annotated[bytes, Field(strict=True, min_length=32, max_length=32)]
 WireDict = dict[str, Any]
@@ -27,6 +30,12 @@ NonNegInt = Annotated[int, Field(strict=True, ge=0, lt=2**64)]
 HostPort = Annotated[
     str, StringConstraints(strict=True, max_length=262, pattern=r"^\[?[A-Za-z0-9.:_-]+\]?:\d{1,5}$")
 ]
+
+
+EvalName = Annotated[
+    str, StringConstraints(strict=True, min_length=1, max_length=MAX_EVAL_NAME_LENGTH)
+]
+EvalScore = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
 
 class InvalidMessage(ProtocolError):
@@ -68,6 +77,9 @@ class WitnessMetadata(_Message):
     bandwidth_per_sec: float = 0.0
     efficiency: float = 0.0
     weights_hash: Bytes32 | None = None
+    evals: Annotated[dict[EvalName, EvalScore], Field(max_length=MAX_EVALS)] = {}
+    """The client's latest eval scores (task or metric name → value), left out of the wire
+    form when empty (servers without the field still read the report)."""
 
 
 class Witness(_Message):
@@ -281,8 +293,10 @@ def parse_server_message(obj: object) -> AnyServerMessage:
 
 def to_wire(message: BaseModel) -> dict[str, Any]:
     """The msgpack-ready dict of a message (bytes stay bytes; a Join without an
-    authorization leaves the field out)."""
+    authorization and a witness report without eval scores leave the field out)."""
     wire = message.model_dump(mode="python")
     if isinstance(message, Join) and message.authorization is None:
         del wire["authorization"]
+    if isinstance(message, Witness) and not message.metadata.evals:
+        del wire["metadata"]["evals"]
     return wire

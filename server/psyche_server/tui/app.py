@@ -88,6 +88,7 @@ class ServerDashboard(App[None]):
                         yield Box("Coordinator info", id="coordinator-info")
                         yield Box("Clients this round", id="this-round")
                         yield Box("Exited this epoch", id="exited")
+                        yield Box("Evals (median of witnesses)", id="evals")
                 with Horizontal(id="charts"):
                     yield PlotextPlot(id="loss-plot")
                     yield PlotextPlot(id="throughput-plot")
@@ -149,6 +150,7 @@ class ServerDashboard(App[None]):
         )
         self._set("this-round", "\n".join(view.clients_this_round) or "(none)")
         self._set("exited", "\n".join(view.exited_clients) or "(none)")
+        self._set("evals", "\n".join(view.eval_lines) or "(no eval scores reported)")
         self._set("coord-run-state", view.run_state)
         self._set("coord-clients", "\n".join(view.clients_this_round) or "(none)")
         self._set("coord-config", "\n".join(view.config_lines))

@@ -71,6 +71,8 @@ class DashboardView:
     verification_line: str = ""
     relay_line: str = ""
     charts: ChartsView = field(default_factory=lambda: ChartsView((), ()))
+    eval_lines: list[str] = field(default_factory=list)
+    """One line per eval the witnesses report: its latest median and the step of it."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,14 @@ def charts_view(metrics: RunMetrics) -> ChartsView:
             (s.step, s.tokens_per_sec) for s in steps if s.tokens_per_sec is not None
         ),
     )
+
+
+def eval_lines(metrics: RunMetrics) -> list[str]:
+    """`name: value (step N)` for every eval name the witnesses reported (`run_metrics`)."""
+    return [
+        f"{name}: {value:.4f} (step {step})"
+        for name, (step, value) in metrics.latest_evals().items()
+    ]
 
 
 @dataclass
@@ -228,4 +238,5 @@ def build_view(app: ServerApp, now: int) -> DashboardView:
         verification_line=verification_line(coordinator),
         relay_line=relay_line(app.relay),
         charts=charts_view(app.metrics),
+        eval_lines=eval_lines(app.metrics),
     )

@@ -1,4 +1,4 @@
-"""ed25519 identities and the challenge–response handshake."""
+"""ed25519 identities and the challenge–response handshake (its link: test_secure_channel)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,14 @@ from psyche_common.protocol import (
     data_server_domain,
     short_id,
     sign_challenge,
-    verify_challenge_response,
     verify_signature,
 )
-from psyche_common.protocol.handshake import mutual_transcript
+from psyche_common.protocol.handshake import (
+    ServerHello,
+    mutual_transcript,
+    verify_challenge_response_in,
+)
+from psyche_common.protocol.secure_channel import EphemeralKey
 
 
 def test_seed_round_trip_and_hex(tmp_path: Path) -> None:
@@ -57,26 +61,42 @@ def test_bad_inputs() -> None:
     assert not verify_signature(ident.public_key, b"data", sig[:-1])
 
 
+def _hello() -> ServerHello:
+    return ServerHello(b"c" * 32, Identity.generate().public_key, EphemeralKey().public)
+
+
 def test_challenge_response_checks() -> None:
     ident = Identity.generate()
-    challenge = b"c" * 32
+    hello = _hello()
     domain = coordinator_domain("run")
-    response = sign_challenge(ident, challenge, domain)
-    assert verify_challenge_response(challenge, response, domain) == ident.public_key
+    response = sign_challenge(ident, hello, domain, EphemeralKey())
+    checked, verified_in = verify_challenge_response_in(hello, response, [domain])
+    assert checked.public_key == ident.public_key and verified_in == domain
+    other = ServerHello(b"d" * 32, hello.server_key, hello.ephemeral)
     with pytest.raises(HandshakeError, match="does not verify"):
-        verify_challenge_response(b"d" * 32, response, domain)
-    raw = {**response, "signature": ident.sign(challenge)}  # no domain prefix
+        verify_challenge_response_in(other, response, [domain])
+    # the signature names the server's key and ephemeral key: another server's is refused
+    for changed in (
+        ServerHello(hello.challenge, Identity.generate().public_key, hello.ephemeral),
+        ServerHello(hello.challenge, hello.server_key, EphemeralKey().public),
+    ):
+        with pytest.raises(HandshakeError, match="does not verify"):
+            verify_challenge_response_in(changed, response, [domain])
+    # and the client's own ephemeral key: a swapped one (a man in the middle's) is refused
+    swapped = {**response, "ephemeral": EphemeralKey().public}
     with pytest.raises(HandshakeError, match="does not verify"):
-        verify_challenge_response(challenge, raw, domain)
+        verify_challenge_response_in(hello, swapped, [domain])
     with pytest.raises(HandshakeError, match="unknown fields"):
-        verify_challenge_response(challenge, {**response, "x": 1}, domain)
+        verify_challenge_response_in(hello, {**response, "x": 1}, [domain])
     with pytest.raises(HandshakeError, match="expected a ChallengeResponse"):
-        verify_challenge_response(challenge, [1, 2], domain)
+        verify_challenge_response_in(hello, [1, 2], [domain])
+    with pytest.raises(HandshakeError, match="ephemeral must be 32 bytes"):
+        verify_challenge_response_in(hello, {**response, "ephemeral": b"e"}, [domain])
 
 
 def test_a_signature_for_one_service_or_run_verifies_for_no_other() -> None:
     ident = Identity.generate()
-    challenge = b"c" * 32
+    hello = _hello()
     domains = [
         coordinator_domain("run-a"),
         coordinator_domain("run-b"),
@@ -88,13 +108,13 @@ def test_a_signature_for_one_service_or_run_verifies_for_no_other() -> None:
     ]
     assert len(set(domains)) == len(domains)
     for signed_for in domains:
-        response = sign_challenge(ident, challenge, signed_for)
+        response = sign_challenge(ident, hello, signed_for, EphemeralKey())
         for checked_by in domains:
             if checked_by == signed_for:
-                assert verify_challenge_response(challenge, response, checked_by)
+                assert verify_challenge_response_in(hello, response, [checked_by])
             else:
                 with pytest.raises(HandshakeError, match="does not verify"):
-                    verify_challenge_response(challenge, response, checked_by)
+                    verify_challenge_response_in(hello, response, [checked_by])
     # no domain is a prefix of another (a run id cannot be forged into another domain)
     for a in domains:
         for b in domains:
@@ -102,11 +122,11 @@ def test_a_signature_for_one_service_or_run_verifies_for_no_other() -> None:
 
 
 def test_mutual_transcripts_differ_by_role_and_by_every_key_and_nonce() -> None:
-    parts = [b"L" * 32, b"D" * 32, b"l" * 32, b"d" * 32]
+    parts = [b"L" * 32, b"D" * 32, b"l" * 32, b"d" * 32, b"E" * 32, b"e" * 32]
     base = mutual_transcript("listener", *parts)
     assert base.startswith(P2P_DOMAIN)
     assert mutual_transcript("dialer", *parts) != base
-    for index in range(4):
+    for index in range(6):
         changed = list(parts)
         changed[index] = b"x" * 32
         assert mutual_transcript("listener", *changed) != base
@@ -116,13 +136,15 @@ def test_mutual_transcripts_differ_by_role_and_by_every_key_and_nonce() -> None:
 
 async def test_handshake_over_loopback() -> None:
     ident = Identity.generate()
+    server_identity = Identity.generate()
     result: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
 
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            result.set_result(
-                await accept_handshake(reader, writer, domain=data_server_domain("r"), timeout=2)
+            accepted = await accept_handshake(
+                reader, writer, server_identity, domain=data_server_domain("r"), timeout=2
             )
+            result.set_result(accepted.peer_key)
         except Exception as exc:
             result.set_exception(exc)
         writer.close()
@@ -131,6 +153,9 @@ async def test_handshake_over_loopback() -> None:
     port = server.sockets[0].getsockname()[1]
     async with server:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        await connect_handshake(reader, writer, ident, domain=data_server_domain("r"), timeout=2)
+        channel = await connect_handshake(
+            reader, writer, ident, domain=data_server_domain("r"), timeout=2
+        )
+        assert channel.peer_key == server_identity.public_key
         assert await asyncio.wait_for(result, 2) == ident.public_key
         writer.close()

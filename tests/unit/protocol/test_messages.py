@@ -32,6 +32,10 @@ KEY = bytes(range(32))
 CLIENT_MESSAGES = [
     Join(run_id="run", p2p_address="127.0.0.1:4000", client_version="0.1"),
     Witness(witness={"proof": {"index": 1}}, metadata=WitnessMetadata(step=3, weights_hash=KEY)),
+    Witness(
+        witness={"proof": {"index": 1}},
+        metadata=WitnessMetadata(step=3, evals={"arc_easy": 0.5, "heldout_loss": 2.25}),
+    ),
     WarmupWitness(witness={"proof": {"index": 0}}),
     HealthCheck(checks=[HealthCheckEntry(id=KEY, proof={"index": 2})], step=4),
     HealthCheck(weights_hash=KEY, step=5),
@@ -94,3 +98,26 @@ def test_data_messages() -> None:
         parse_data_reply({**to_wire(reply), "tokens": bytes(15)})
     rejected = RequestRejected(start=1, end=1, reason="NotInThisRound")
     assert parse_data_reply(to_wire(rejected)) == rejected
+
+
+def test_witness_without_evals_leaves_the_field_out() -> None:
+    bare = to_wire(Witness(witness={}, metadata=WitnessMetadata(step=1)))
+    assert "evals" not in bare["metadata"]
+    scored = to_wire(Witness(witness={}, metadata=WitnessMetadata(step=1, evals={"t": 1.0})))
+    assert scored["metadata"]["evals"] == {"t": 1.0}
+
+
+@pytest.mark.parametrize(
+    "evals",
+    [
+        {f"t{i}": 0.5 for i in range(9)},  # more than 8 scores
+        {"x" * 33: 0.5},  # a name over 32 characters
+        {"t": float("nan")},
+        {"t": float("inf")},
+        {"": 0.5},
+    ],
+)
+def test_witness_evals_are_bounded(evals: dict[str, float]) -> None:
+    frame = {"type": "Witness", "witness": {}, "metadata": {"step": 1, "evals": evals}}
+    with pytest.raises(InvalidMessage, match="evals"):
+        parse_client_message(frame)

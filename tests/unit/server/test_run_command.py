@@ -35,3 +35,18 @@ def test_a_checkpointer_must_be_a_public_key() -> None:
     assert result.exit_code == 2
     assert "Invalid value for '--checkpointer'" in result.output
     assert "64 hex characters" in result.output
+
+
+def test_the_server_identity_is_made_once_and_kept(tmp_path: Path) -> None:
+    from psyche_common.protocol import Identity
+    from psyche_server.run_command import load_server_identity
+
+    path = tmp_path / "keys" / "server.key"
+    made = load_server_identity(path)
+    assert (path.stat().st_mode & 0o777) == 0o600
+    assert load_server_identity(path).public_key == made.public_key  # kept across restarts
+    assert load_server_identity(None).public_key != made.public_key  # no file: a new key
+    path.write_text("not a key\n")
+    with pytest.raises(click.BadParameter, match="64 hex characters"):
+        load_server_identity(path)
+    assert isinstance(made, Identity)
