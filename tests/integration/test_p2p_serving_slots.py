@@ -74,3 +74,47 @@ async def test_one_peer_cannot_hold_every_serving_slot() -> None:
         release.set()
         for node in (server, hog, victim):
             await node.close()
+
+
+async def test_a_peers_blob_request_does_not_wait_behind_its_own_model_download() -> None:
+    """A joiner downloading the model holds every one of its model slots at the holder; a
+    round's result it asks for meanwhile is served at once (once it waited for them, and a
+    result fetched during a model share arrived only with the model's last chunk)."""
+    release = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def parameter(name: str) -> bytes:
+        asyncio.run_coroutine_threadsafe(release.wait(), loop).result(10)
+        return b"p" * 100
+
+    config = dataclasses.replace(FAST, max_concurrent_serving=8, max_serving_per_peer=2)
+    server = P2PNode(
+        Identity.generate(), is_member=lambda _p: True, config=config, get_parameter_bytes=parameter
+    )
+    await server.start()
+    joiner = P2PNode(Identity.generate(), is_member=lambda _p: True, config=FAST)
+    await joiner.start()
+    try:
+        joiner.set_peers({server.peer_id: server.address})
+        blob = server.publish_blob(b"r" * 500, step=1)
+        downloads = [
+            asyncio.ensure_future(
+                joiner.request_stream(
+                    server.peer_id, {"type": "GetParameter", "name": f"p{i}"}, max_size=1000
+                )
+            )
+            for i in range(4)
+        ]
+        async with asyncio.timeout(5):
+            while server._requests.serving(joiner.peer_id) < 4:
+                await asyncio.sleep(0.01)
+        async with asyncio.timeout(3):
+            data = await joiner.fetch_blob(blob, [server.peer_id], expected_size=500)
+        assert data == b"r" * 500
+        assert not any(d.done() for d in downloads)  # the model is still held
+        release.set()
+        await asyncio.gather(*downloads)
+    finally:
+        release.set()
+        for node in (server, joiner):
+            await node.close()

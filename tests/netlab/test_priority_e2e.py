@@ -45,7 +45,7 @@ def exchange(lab: Lab, mode: str) -> dict[str, Any]:
     holder.terminate()
     holder.wait(10)
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    assert result["model_bytes"] == 4 << 20 and not result["model_done_first"], result
+    assert result["model_bytes"] == 4 << 20, result
     return result
 
 
@@ -55,7 +55,9 @@ def test_a_result_overtakes_a_model_share_on_a_slow_uplink(netlab: Lab) -> None:
     netlab.limit_egress("holder", 5.0)
     plain = exchange(netlab, "plain")
     paced = exchange(netlab, "paced")
-    # 63 KB take 0.1 s at 5 Mbit/s; measured about 0.5 s paced, 4.7 s plain
+    # 63 KB take 0.1 s at 5 Mbit/s; measured about 0.5 s paced, 4.7-5.1 s plain (in the
+    # control the blob may even arrive only with the model's last chunk)
+    assert not paced["model_done_first"], (paced, plain)
     assert paced["blob_seconds"] < 1.5, (paced, plain)
     assert paced["blob_seconds"] < plain["blob_seconds"] / 2, (paced, plain)
     # the model share is not slowed down by the pacing (4 MiB take 6.7 s at 5 Mbit/s)

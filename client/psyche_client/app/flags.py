@@ -358,8 +358,9 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         "--p2p-max-serving-per-peer",
-        "Of those, requests of one peer served at once (its others wait): a peer reading "
-        "slowly cannot hold every slot.",
+        "Of those, blob requests of one peer served at once, and as many of its model "
+        "(manifest, parameter) requests (its others wait): a peer reading slowly cannot hold "
+        "every slot, and a joiner's result fetch never waits behind its own model download.",
         "p2p.max_serving_per_peer",
         4,
         _int(1),

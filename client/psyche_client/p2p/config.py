@@ -65,9 +65,10 @@ class P2PConfig:
     max_concurrent_serving: int = 32
     """Blob, manifest and parameter requests served at once (others wait their turn)."""
     max_serving_per_peer: int = 4
-    """Of those, at most this many for one peer (its others wait, holding no shared slot):
-    one member reading blobs slowly cannot hold every slot and keep a fresh result from
-    being fetched."""
+    """Of those, at most this many blob requests of one peer, and as many of its manifest and
+    parameter requests (its others wait, holding no shared slot): one member reading blobs
+    slowly cannot hold every slot and keep a fresh result from being fetched, and a joiner's
+    blob request does not wait behind its own model download."""
     announcement_rate: float = 64.0
     """New (not duplicate) announcements per second accepted from one pushing peer, after a
     burst of `announcement_burst`; more are answered "deferred" before any signature check."""

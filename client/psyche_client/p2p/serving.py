@@ -2,10 +2,12 @@
 
 Each request is checked against the current membership (a peer dropped from the epoch gets
 `Rejected` and the link closes) and served within `fetch_deadline`; at most
-`max_concurrent_serving` blob, manifest or parameter requests are served at once, and at most
-`max_serving_per_peer` of them for one peer (its further requests wait for one of its own
-slots before they take a shared one, so a member reading blobs slowly holds a few slots, never
-all of them, and a fresh result stays fetchable by everyone else). Announcements are not held
+`max_concurrent_serving` blob, manifest or parameter requests are served at once, and for one
+peer at most `max_serving_per_peer` blob requests plus as many manifest and parameter requests
+(its further requests wait for one of its own slots before they take a shared one, so a member
+reading blobs slowly holds a few slots, never all of them, and a fresh result stays fetchable
+by everyone else). The two kinds have separate per-peer slots, so a joiner's request for a
+round's result never waits behind its own model download. Announcements are not held
 by either bound. A failing app callback is logged and answered as
 `NotFound`; a protocol error closes only that peer's link. Manifest and parameter answers are
 bulk streams (they yield to the round's traffic and pass the upload cap, see `pacing`); while a
@@ -43,6 +45,10 @@ log = logging.getLogger(__name__)
 Handle = Callable[[Stream, bytes, dict[str, Any]], Awaitable[None]]
 Answer = Callable[[Stream, str, Any, "bytes | None"], Awaitable[None]]
 Outgoing = Callable[[str, Any, bytes], bytes]
+
+
+BULK_REQUESTS = frozenset({"GetManifest", "GetParameter"})
+"""Requests answered with the model (bulk streams); the others are a round's traffic."""
 
 
 class _PeerSlots:
@@ -85,7 +91,8 @@ class RequestServer:
         self._answer = answer or self.answer
         self._outgoing = outgoing or (lambda _kind, _key, data: data)
         self._slots = asyncio.Semaphore(config.max_concurrent_serving)
-        self._peer_slots: dict[bytes, _PeerSlots] = {}
+        self._peer_slots: dict[tuple[bytes, bool], _PeerSlots] = {}
+        """(peer, bulk) → that peer's slots for blob (bulk False) or model (True) requests."""
         self._tasks: set[asyncio.Future[None]] = set()
 
     def on_request(self, link: PeerLink, stream: Stream, request: dict[str, Any]) -> None:
@@ -113,7 +120,8 @@ class RequestServer:
                 await self._handle(stream, peer_id, request)
                 return
             async with asyncio.timeout(self.config.fetch_deadline):
-                async with self._peer_slot(peer_id), self._slots:
+                bulk = request.get("type") in BULK_REQUESTS
+                async with self._peer_slot(peer_id, bulk), self._slots:
                     await self._handle(stream, peer_id, request)
         except (ProtocolError, OSError, TimeoutError) as exc:
             log.info(
@@ -124,12 +132,13 @@ class RequestServer:
             stream.close()
 
     @contextlib.asynccontextmanager
-    async def _peer_slot(self, peer_id: bytes) -> AsyncIterator[None]:
-        """One of `peer_id`'s `max_serving_per_peer` slots (its table entry lives while any
-        request of that peer holds or waits for one)."""
-        slots = self._peer_slots.get(peer_id)
+    async def _peer_slot(self, peer_id: bytes, bulk: bool) -> AsyncIterator[None]:
+        """One of `peer_id`'s `max_serving_per_peer` slots for blob requests, or for model
+        (bulk) requests (a table entry lives while any request holds or waits for one)."""
+        key = (peer_id, bulk)
+        slots = self._peer_slots.get(key)
         if slots is None:
-            slots = self._peer_slots[peer_id] = _PeerSlots(self.config.max_serving_per_peer)
+            slots = self._peer_slots[key] = _PeerSlots(self.config.max_serving_per_peer)
         slots.users += 1
         try:
             async with slots.semaphore:
@@ -137,12 +146,13 @@ class RequestServer:
         finally:
             slots.users -= 1
             if slots.users == 0:
-                del self._peer_slots[peer_id]
+                del self._peer_slots[key]
 
     def serving(self, peer_id: bytes) -> int:
         """Requests of `peer_id` being served or waiting for a slot now."""
-        slots = self._peer_slots.get(peer_id)
-        return 0 if slots is None else slots.users
+        return sum(
+            slots.users for (peer, _bulk), slots in self._peer_slots.items() if peer == peer_id
+        )
 
     async def handle(self, conn: Stream, peer_id: bytes, request: dict[str, Any]) -> None:
         """Answer one request (`Announce`, `GetBlob`, `GetManifest`, `GetParameter`)."""
