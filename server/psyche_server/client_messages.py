@@ -3,8 +3,8 @@
 `apply_client_message` converts the message's nested wire dicts (`bridge`) and calls the matching
 coordinator method. It raises `CoordinatorError` when the coordinator refuses (the caller logs
 it; the sender stays connected) and `InvalidMessage` when a nested structure is malformed (the
-caller ends the connection). `Join` is handled by the app (it changes the pending set, not the
-coordinator).
+caller ends the connection). `Join` is handled by `membership` (it changes the pending set, not
+the coordinator).
 """
 
 from __future__ import annotations

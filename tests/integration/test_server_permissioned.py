@@ -163,7 +163,7 @@ async def test_removed_members_stay_until_their_epoch_ends(tmp_path: Path) -> No
         await a.wait_for(lambda c: c.run_state == RunState.RoundTrain, timeout=30)
         _write_keys(keys, clients[1].public_key)
         assert app.reload_authorized_keys()  # as on SIGHUP
-        assert clients[0].public_key in app._revoked
+        assert clients[0].public_key in app.membership.revoked
         assert clients[0].public_key not in app.pending  # not in the next epoch
         step = a.coordinator.progress.step if a.coordinator else 0
         await a.wait_for(lambda c: c.progress.step >= step + 1, timeout=30)  # still training
