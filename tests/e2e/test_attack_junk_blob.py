@@ -19,7 +19,7 @@ import pytest
 from tests.e2e.attack_run import client_id
 from tests.e2e.client_run import Cluster, finish_in_agreement, write_state
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # about a minute
 
 JUNK = [sys.executable, str(Path(__file__).with_name("junk_blob_client.py"))]
 
