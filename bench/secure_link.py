@@ -2,25 +2,30 @@
 
 Every link of the project (coordinator, data server, relay, P2P) seals each frame after its
 handshake (`psyche_common.protocol.secure_channel`: AES-256-GCM, a counter nonce). This bench
-measures that against the same link without it, on loopback, both ends in this process:
+measures that against the same link without it, on loopback. The headline figures have each
+end in its own process, as on a real link: this script starts itself again with a hidden
+`--serve` flag as the answering peer (the one that holds the model), and dials it:
 
 - `model_share`: MB/s of a blob streamed the way a late joiner fetches the model's
   parameters (a `PeerLink` stream on each side, `transfer.send_bytes` / `receive_bytes` in
   the P2P's default 256 KiB chunks), per second of wall clock (`mb_per_s`) and per second of
-  this process's CPU time (`mb_per_cpu_s`: both ends run here, so this is what the sending
-  and the receiving side cost together; on a loaded machine the wall clock mostly measures
-  waiting for a CPU, the CPU time does not);
+  each process's CPU time (`sender_mb_per_cpu_s`: the serving process, which reports its own
+  `time.process_time()` before and after each transfer; `receiver_mb_per_cpu_s`: this one).
+  On a loaded machine the wall clock mostly measures waiting for a CPU, the CPU time does not;
 - `round_latency`: the request/answer round trip of one announcement-sized message (about
   1 KiB, like a result announcement and its `Ack`, which every round carries to every peer),
   p50 and p99 in microseconds;
+- `in_process`: the same two measurements with both ends in this process on one event-loop
+  thread, which pays both ends' crypto in series (`mb_per_cpu_s` is both sides together);
 - `state_seal`: the server's cost of sealing one coordinator state (`--state-kib`) for each of
-  256 connections, in milliseconds, against the size of a round (`round_ms`).
+  256 connections, in milliseconds.
 
 Both sides of each pair run the real P2P handshake (`accept_peer` / `dial_over`), which ends
 with the link encrypted; the baseline then drops the channel on both ends (the plain framing
-of before, same code otherwise). This switch exists in the bench only. Figures are medians
-over `--repeats` alternating runs; `load_average` is the machine's 1-minute load before and
-after (the machine is shared: state it next to the figures).
+of before, same code otherwise). This switch exists in the bench only: one serving process
+runs for each mode. Figures are medians over `--repeats` alternating runs; `load_average` is
+the machine's 1-minute load before and after (the machine is shared: state it next to the
+figures).
 
 `--quick` (what `make test` runs): an 8 MiB blob, 50 round trips, one repeat.
 
@@ -33,8 +38,11 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
+import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from psyche_client.p2p.connection import PeerConnection, accept_peer, dial_over
@@ -46,105 +54,209 @@ from psyche_common.protocol.secure_channel import ChannelKeys, SecureChannel
 
 CHUNK = 256 * 1024
 MAX_FRAME = 1024 * 1024 + 4096
+TIMEOUT = 30.0
 
 
-class LinkPair:
-    """Two `PeerLink`s joined over loopback by the real P2P handshake."""
+def shared_blob(size: int) -> bytes:
+    """The blob both processes know without sending it: a fixed pseudo-random sequence."""
+    return random.Random(size).randbytes(size)
 
-    def __init__(self, encrypted: bool) -> None:
-        self.encrypted = encrypted
-        self.blob = b""
-        self.links: list[PeerLink] = []
+
+class Responder:
+    """The answering peer's requests: `Get` streams the blob (its first `size` bytes), `Cpu`
+    answers this process's CPU seconds so far, anything else an `Ack`."""
+
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob
         self._answers: set[asyncio.Future[None]] = set()
-        self._server: asyncio.Server | None = None
 
-    async def open(self) -> tuple[PeerLink, PeerLink]:
-        listener_id, dialer_id = Identity.generate(), Identity.generate()
-        accepted: asyncio.Future[PeerLink] = asyncio.get_running_loop().create_future()
-
-        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            conn = PeerConnection(b"", reader, writer, TransferStats(), MAX_FRAME, 30.0)
-            await accept_peer(conn, listener_id, lambda _key: True, 10.0)
-            link = self._link(conn, dialed=False)
-            accepted.set_result(link)
-            await link.start()
-
-        self._server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        conn = await dial_over(
-            listener_id.public_key,
-            reader,
-            writer,
-            dialer_id,
-            TransferStats(),
-            where="bench listener",
-            handshake_timeout=10.0,
-            max_frame_size=MAX_FRAME,
-        )
-        dialer = self._link(conn, dialed=True)
-        dialer.start()
-        listener = await asyncio.wait_for(accepted, 10)
-        return dialer, listener
-
-    def _link(self, conn: PeerConnection, *, dialed: bool) -> PeerLink:
-        assert conn.channel is not None, "the handshake must end encrypted"
-        if not self.encrypted:
-            conn.channel = None  # the baseline: the plain framing, same links otherwise
-        link = PeerLink(
-            conn, dialed=dialed, on_request=self._answer, idle_timeout=300.0, max_streams=64
-        )
-        self.links.append(link)
-        return link
-
-    def _answer(self, _link: PeerLink, stream: Stream, request: dict[str, Any]) -> None:
-        if request.get("type") == "Get":
-            answer = asyncio.ensure_future(send_bytes(stream, self.blob, CHUNK))
+    def __call__(self, _link: PeerLink, stream: Stream, request: dict[str, Any]) -> None:
+        kind = request.get("type")
+        if kind == "Get":
+            size = int(request.get("size", len(self.blob)))
+            blob = self.blob if size >= len(self.blob) else self.blob[:size]
+            answer = asyncio.ensure_future(send_bytes(stream, blob, CHUNK))
+        elif kind == "Cpu":
+            answer = asyncio.ensure_future(
+                stream.send({"type": "Cpu", "cpu_s": time.process_time()})
+            )
         else:
             answer = asyncio.ensure_future(stream.send({"type": "Ack", "status": "ok"}))
         self._answers.add(answer)
         answer.add_done_callback(self._answers.discard)
 
-    async def close(self) -> None:
+
+def make_link(
+    conn: PeerConnection, encrypted: bool, dialed: bool, on_request: Responder
+) -> PeerLink:
+    assert conn.channel is not None, "the handshake must end encrypted"
+    if not encrypted:
+        conn.channel = None  # the baseline: the plain framing, same links otherwise
+    return PeerLink(conn, dialed=dialed, on_request=on_request, idle_timeout=300.0, max_streams=64)
+
+
+async def listen(
+    identity: Identity, encrypted: bool, responder: Responder, on_link: Callable[[PeerLink], None]
+) -> asyncio.Server:
+    """A loopback listener that runs the listener side of the handshake on each connection."""
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = PeerConnection(b"", reader, writer, TransferStats(), MAX_FRAME, TIMEOUT)
+        await accept_peer(conn, identity, lambda _key: True, 10.0)
+        link = make_link(conn, encrypted, False, responder)
+        on_link(link)
+        await link.start()
+
+    return await asyncio.start_server(on_connect, "127.0.0.1", 0)
+
+
+async def dial(port: int, peer_key: bytes, encrypted: bool) -> PeerLink:
+    """The dialer side: a started link to the listener on `port`."""
+    reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 10)
+    conn = await dial_over(
+        peer_key,
+        reader,
+        writer,
+        Identity.generate(),
+        TransferStats(),
+        where="bench listener",
+        handshake_timeout=10.0,
+        max_frame_size=MAX_FRAME,
+    )
+    link = make_link(conn, encrypted, True, Responder(b""))
+    link.start()
+    return link
+
+
+class LocalEnd:
+    """The answering peer in this process (the in-process figures)."""
+
+    def __init__(self, encrypted: bool, blob: bytes) -> None:
+        self.encrypted = encrypted
+        self.responder = Responder(blob)
+        self.identity = Identity.generate()
+        self.links: list[PeerLink] = []
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await listen(
+            self.identity, self.encrypted, self.responder, self.links.append
+        )
+
+    async def dial(self) -> PeerLink:
+        assert self._server is not None
+        port = self._server.sockets[0].getsockname()[1]
+        return await dial(port, self.identity.public_key, self.encrypted)
+
+    async def stop(self) -> None:
         for link in self.links:
             await link.close()
         if self._server is not None:
             self._server.close()
 
 
-async def share_seconds(encrypted: bool, blob: bytes) -> tuple[float, float]:
-    """(wall-clock seconds, CPU seconds of this process) to stream `blob` over a link."""
-    pair = LinkPair(encrypted)
-    pair.blob = blob
-    dialer, _listener = await pair.open()
+class RemoteEnd:
+    """The answering peer in its own process: this script run with `--serve`."""
+
+    def __init__(self, encrypted: bool, blob_size: int) -> None:
+        self.encrypted = encrypted
+        self.blob_size = blob_size
+        self._process: asyncio.subprocess.Process | None = None
+        self._port = 0
+        self._key = b""
+
+    async def start(self) -> None:
+        self._process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            os.path.abspath(__file__),
+            "--serve",
+            "encrypted" if self.encrypted else "plain",
+            "--blob-bytes",
+            str(self.blob_size),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert self._process.stdout is not None
+        line = await asyncio.wait_for(self._process.stdout.readline(), 60)
+        if not line:
+            raise RuntimeError(f"the serving process exited {await self._process.wait()}")
+        ready = json.loads(line)
+        self._port, self._key = ready["port"], bytes.fromhex(ready["key"])
+
+    async def dial(self) -> PeerLink:
+        return await dial(self._port, self._key, self.encrypted)
+
+    async def stop(self) -> None:
+        if self._process is None:
+            return
+        assert self._process.stdin is not None
+        self._process.stdin.close()  # the serving process exits at the end of its stdin
+        try:
+            await asyncio.wait_for(self._process.wait(), 10)
+        except TimeoutError:
+            self._process.kill()
+            await self._process.wait()
+
+
+End = LocalEnd | RemoteEnd
+
+
+async def serve(encrypted: bool, blob_size: int) -> None:
+    """`--serve`: answer on a loopback port until stdin ends; first prints port and key."""
+    identity = Identity.generate()
+    links: list[PeerLink] = []
+    server = await listen(identity, encrypted, Responder(shared_blob(blob_size)), links.append)
+    port = server.sockets[0].getsockname()[1]
+    print(json.dumps({"port": port, "key": identity.public_key.hex()}), flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.buffer.read)
+    for link in links:
+        await link.close()
+    server.close()
+
+
+async def remote_cpu_s(link: PeerLink) -> float:
+    """The answering process's CPU seconds so far."""
+    stream = link.open_stream()
+    await stream.send({"type": "Cpu"})
+    answer = await stream.receive(10.0)
+    stream.close()
+    return float(answer["cpu_s"])
+
+
+async def share_once(end: End, blob: bytes) -> tuple[float, float, float]:
+    """(wall-clock seconds, this process's CPU seconds, the answering process's CPU seconds)
+    to stream `blob` over a fresh link to `end`; for a `LocalEnd` both CPU figures are this
+    process's (both sides together)."""
+    link = await end.dial()
     try:
+        sender_cpu = await remote_cpu_s(link)
         started, cpu = time.perf_counter(), time.process_time()
-        stream = dialer.open_stream()
-        await stream.send({"type": "Get"})
-        received = await receive_bytes(stream, max_size=len(blob), read_timeout=30.0)
+        stream = link.open_stream()
+        await stream.send({"type": "Get", "size": len(blob)})
+        received = await receive_bytes(stream, max_size=len(blob), read_timeout=TIMEOUT)
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         stream.close()
-        assert received.data == blob
-        return elapsed, cpu
+        sender_cpu = await remote_cpu_s(link) - sender_cpu
+        assert received.data == blob, "the blob arrived altered"
+        return elapsed, cpu, sender_cpu
     finally:
-        await pair.close()
+        await link.close()
 
 
-async def round_trips_us(encrypted: bool, count: int) -> list[float]:
-    pair = LinkPair(encrypted)
-    dialer, _listener = await pair.open()
+async def round_trips_us(end: End, count: int) -> list[float]:
+    link = await end.dial()
     announcement = {"type": "Announce", "announcement": os.urandom(900)}
     times = []
     try:
         for _ in range(count):
             started = time.perf_counter()
-            stream = dialer.open_stream()
+            stream = link.open_stream()
             await stream.send(announcement)
             await stream.receive(10.0)
             stream.close()
             times.append((time.perf_counter() - started) * 1e6)
     finally:
-        await pair.close()
+        await link.close()
     return times
 
 
@@ -173,30 +285,95 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
+class Samples:
+    """One mode's measurements over the repeats."""
+
+    def __init__(self) -> None:
+        self.mb_per_s: list[float] = []
+        self.receiver_mb_per_cpu_s: list[float] = []
+        self.sender_mb_per_cpu_s: list[float] = []
+        self.round_trips_us: list[float] = []
+
+    async def take(self, end: End, blob: bytes, round_trips: int) -> None:
+        wall, cpu, sender_cpu = await share_once(end, blob)
+        megabytes = len(blob) / 1e6
+        self.mb_per_s.append(megabytes / wall)
+        self.receiver_mb_per_cpu_s.append(megabytes / max(cpu, 1e-6))
+        self.sender_mb_per_cpu_s.append(megabytes / max(sender_cpu, 1e-6))
+        self.round_trips_us.extend(await round_trips_us(end, round_trips))
+
+    def summary(self, separate: bool) -> dict[str, float]:
+        """Medians; `separate`: the ends ran in two processes, so each has its CPU figure
+        (else this process's CPU time is both ends together)."""
+        cpu = {"mb_per_cpu_s": self.receiver_mb_per_cpu_s}
+        if separate:
+            cpu = {
+                "sender_mb_per_cpu_s": self.sender_mb_per_cpu_s,
+                "receiver_mb_per_cpu_s": self.receiver_mb_per_cpu_s,
+            }
+        figures = {"mb_per_s": round(statistics.median(self.mb_per_s), 1)}
+        for key, rates in cpu.items():
+            figures[key] = round(statistics.median(rates), 1)
+        figures["round_trip_p50_us"] = round(percentile(self.round_trips_us, 0.5), 1)
+        figures["round_trip_p99_us"] = round(percentile(self.round_trips_us, 0.99), 1)
+        return figures
+
+
+def slower_percent(plain: float, secure: float) -> float:
+    """How much more time per byte the encrypted mode takes, from two rates."""
+    return round(100 * (plain / secure - 1), 1)
+
+
+def comparison(plain: dict[str, float], secure: dict[str, float]) -> dict[str, dict[str, float]]:
+    share = {"slowdown_percent": round(100 * (1 - secure["mb_per_s"] / plain["mb_per_s"]), 1)}
+    for key in (key for key in plain if key.endswith("mb_per_cpu_s")):
+        share[key.replace("mb_per_cpu_s", "cpu_cost_percent")] = slower_percent(
+            plain[key], secure[key]
+        )
+    return {
+        "model_share": share,
+        "round_latency": {
+            "added_p50_us": round(secure["round_trip_p50_us"] - plain["round_trip_p50_us"], 1),
+            "ratio_p50": round(secure["round_trip_p50_us"] / plain["round_trip_p50_us"], 3),
+        },
+    }
+
+
+async def measure_ends(
+    ends: dict[bool, End], blob: bytes, args: argparse.Namespace, separate: bool
+) -> dict[str, Any]:
+    """Alternate plain and encrypted over `--repeats` (drifting load hits both alike)."""
+    samples = {False: Samples(), True: Samples()}
+    for end in ends.values():
+        await end.start()
+    try:
+        for end in ends.values():  # warm up both code paths in every process
+            await share_once(end, blob)
+        for _ in range(args.repeats):
+            for encrypted in (False, True):
+                await samples[encrypted].take(ends[encrypted], blob, args.round_trips)
+    finally:
+        for end in ends.values():
+            await end.stop()
+    plain, secure = samples[False].summary(separate), samples[True].summary(separate)
+    return {"plain": plain, "encrypted": secure, **comparison(plain, secure)}
+
+
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
-    blob = os.urandom(args.blob_mib * 1024 * 1024)
+    blob = shared_blob(args.blob_mib * 1024 * 1024)
     load_before = os.getloadavg()[0]
-    share: dict[bool, list[float]] = {False: [], True: []}
-    share_cpu: dict[bool, list[float]] = {False: [], True: []}
-    latency: dict[bool, list[float]] = {False: [], True: []}
-    await share_seconds(True, blob[: 1024 * 1024])  # warm up both code paths
-    await share_seconds(False, blob[: 1024 * 1024])
-    for _ in range(args.repeats):
-        for encrypted in (False, True):  # alternating: drifting load hits both alike
-            wall, cpu = await share_seconds(encrypted, blob)
-            share[encrypted].append(len(blob) / 1e6 / wall)
-            share_cpu[encrypted].append(len(blob) / 1e6 / max(cpu, 1e-6))
-            latency[encrypted].extend(await round_trips_us(encrypted, args.round_trips))
-
-    def side(encrypted: bool) -> dict[str, float]:
-        return {
-            "mb_per_s": round(statistics.median(share[encrypted]), 1),
-            "mb_per_cpu_s": round(statistics.median(share_cpu[encrypted]), 1),
-            "round_trip_p50_us": round(percentile(latency[encrypted], 0.5), 1),
-            "round_trip_p99_us": round(percentile(latency[encrypted], 0.99), 1),
-        }
-
-    plain, secure = side(False), side(True)
+    two_process = await measure_ends(
+        {False: RemoteEnd(False, len(blob)), True: RemoteEnd(True, len(blob))},
+        blob,
+        args,
+        separate=True,
+    )
+    in_process = await measure_ends(
+        {False: LocalEnd(False, blob), True: LocalEnd(True, blob)},
+        blob,
+        args,
+        separate=False,
+    )
     seal_ms = statistics.median(state_seal_ms(args.state_kib, 256) for _ in range(3))
     return {
         "benchmark": "secure_link",
@@ -210,18 +387,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             "cipher": "AES-256-GCM",
         },
         "load_average": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
-        "plain": plain,
-        "encrypted": secure,
-        "model_share": {
-            "slowdown_percent": round(100 * (1 - secure["mb_per_s"] / plain["mb_per_s"]), 1),
-            "cpu_cost_percent": round(
-                100 * (plain["mb_per_cpu_s"] / secure["mb_per_cpu_s"] - 1), 1
-            ),
-        },
-        "round_latency": {
-            "added_p50_us": round(secure["round_trip_p50_us"] - plain["round_trip_p50_us"], 1),
-            "ratio_p50": round(secure["round_trip_p50_us"] / plain["round_trip_p50_us"], 3),
-        },
+        **two_process,
+        "in_process": in_process,
         "state_seal": {
             "state_kib": args.state_kib,
             "connections": 256,
@@ -237,7 +404,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--state-kib", type=int, default=64)
     parser.add_argument("--quick", action="store_true", help="the smallest sizes (make test)")
+    # the answering peer of the two-process figures (this script starts it itself)
+    parser.add_argument("--serve", choices=("plain", "encrypted"), help=argparse.SUPPRESS)
+    parser.add_argument("--blob-bytes", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve is not None:
+        asyncio.run(serve(args.serve == "encrypted", args.blob_bytes))
+        return
     if args.quick:
         args.blob_mib, args.round_trips, args.repeats = 8, 50, 1
     print(json.dumps(asyncio.run(measure(args)), indent=2))

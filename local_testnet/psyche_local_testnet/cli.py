@@ -155,6 +155,40 @@ def main() -> None:
     "and logs it, to wandb too with --wandb-project; 0: never",
 )
 @click.option(
+    "--eval-tasks",
+    default=None,
+    metavar="TASKS",
+    help="every client evaluates these comma-separated lm-eval tasks on its live model while "
+    "it would otherwise wait (the clients' --eval-tasks; task data read locally: "
+    'docs/client.md, "Evals")',
+)
+@click.option(
+    "--eval-tasks-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="with --eval-tasks: a folder of lm-eval task YAML files the clients read",
+)
+@click.option(
+    "--eval-fewshot",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="with --eval-tasks: few-shot examples per eval prompt",
+)
+@click.option(
+    "--eval-task-max-docs",
+    type=click.IntRange(1),
+    default=None,
+    help="with --eval-tasks: documents of each task evaluated (default: all)",
+)
+@click.option(
+    "--eval-heldout-every",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="every client measures the loss on the data's held-out split every N steps (0: never)",
+)
+@click.option(
     "--headless",
     is_flag=True,
     help="do not attach to tmux; stop after --duration or when the run ends",
@@ -216,6 +250,11 @@ def start(
     wandb_group: str | None,
     wandb_entity: str | None,
     optim_stats_steps: int,
+    eval_tasks: str | None,
+    eval_tasks_dir: Path | None,
+    eval_fewshot: int,
+    eval_task_max_docs: int | None,
+    eval_heldout_every: int,
     headless: bool,
     duration: float | None,
     device: str,
@@ -227,7 +266,16 @@ def start(
     """Start the server and --num-clients clients in tmux; the summary is the last line."""
     try:
         metrics = ClientMetrics(
-            wandb_project, wandb_run, wandb_group, wandb_entity, optim_stats_steps
+            wandb_project,
+            wandb_run,
+            wandb_group,
+            wandb_entity,
+            optim_stats_steps,
+            eval_tasks,
+            eval_tasks_dir.resolve() if eval_tasks_dir is not None else None,
+            eval_fewshot,
+            eval_task_max_docs,
+            eval_heldout_every,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

@@ -12,6 +12,8 @@ Contract of the programs:
                       [--server-key HEX]
                       [--wandb-project P [--wandb-run R-N] [--wandb-group G]
                        [--wandb-entity E]] [--optim-stats-steps S]
+                      [--eval-tasks T [--eval-tasks-dir D] [--eval-fewshot F]
+                       [--eval-task-max-docs M]] [--eval-heldout-every H]
   with RAW_IDENTITY_SECRET_KEY=<64 hex chars> in the client's environment.
 """
 
@@ -71,7 +73,7 @@ class ProcessSpec:
 
 @dataclass(frozen=True)
 class ClientMetrics:
-    """The metrics flags every client is started with (`psyche-client train`'s)."""
+    """The metrics and eval flags every client is started with (`psyche-client train`'s)."""
 
     wandb_project: str | None = None
     wandb_run: str | None = None
@@ -79,6 +81,11 @@ class ClientMetrics:
     wandb_group: str | None = None
     wandb_entity: str | None = None
     optim_stats_steps: int = 0
+    eval_tasks: str | None = None
+    eval_tasks_dir: Path | None = None
+    eval_fewshot: int = 0
+    eval_task_max_docs: int | None = None
+    eval_heldout_every: int = 0
 
     def __post_init__(self) -> None:
         if self.wandb_project is None:
@@ -95,6 +102,18 @@ class ClientMetrics:
                 raise ValueError(f"{', '.join(given)} needs --wandb-project")
         if self.optim_stats_steps < 0:
             raise ValueError(f"--optim-stats-steps must be >= 0, got {self.optim_stats_steps}")
+        if not self.eval_tasks:
+            given = [
+                flag
+                for flag, value in (
+                    ("--eval-tasks-dir", self.eval_tasks_dir),
+                    ("--eval-fewshot", self.eval_fewshot),
+                    ("--eval-task-max-docs", self.eval_task_max_docs),
+                )
+                if value
+            ]
+            if given:
+                raise ValueError(f"{', '.join(given)} needs --eval-tasks")
 
     def argv(self, client_number: int) -> list[str]:
         argv: list[str] = []
@@ -108,6 +127,16 @@ class ClientMetrics:
             argv += ["--wandb-entity", self.wandb_entity]
         if self.optim_stats_steps:
             argv += ["--optim-stats-steps", str(self.optim_stats_steps)]
+        if self.eval_tasks:
+            argv += ["--eval-tasks", self.eval_tasks]
+            if self.eval_tasks_dir is not None:
+                argv += ["--eval-tasks-dir", str(self.eval_tasks_dir)]
+            if self.eval_fewshot:
+                argv += ["--eval-fewshot", str(self.eval_fewshot)]
+            if self.eval_task_max_docs is not None:
+                argv += ["--eval-task-max-docs", str(self.eval_task_max_docs)]
+        if self.eval_heldout_every:
+            argv += ["--eval-heldout-every", str(self.eval_heldout_every)]
         return argv
 
 

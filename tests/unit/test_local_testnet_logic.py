@@ -250,6 +250,51 @@ def test_start_forwards_the_metrics_flags(monkeypatch: pytest.MonkeyPatch) -> No
     assert refused.exit_code == 2 and "--wandb-entity needs --wandb-project" in refused.output
 
 
+def test_clients_get_the_eval_flags(tmp_path: Path) -> None:
+    from psyche_client.app.flags import FLAGS
+    from psyche_local_testnet.commands import ClientMetrics
+
+    metrics = ClientMetrics(
+        eval_tasks="arc_easy,tiny",
+        eval_tasks_dir=tmp_path,
+        eval_fewshot=2,
+        eval_task_max_docs=50,
+        eval_heldout_every=4,
+    )
+    argv = make_commands(metrics=metrics).client(1, None).argv
+    forwarded = argv[argv.index("--eval-tasks") :]
+    pairs = dict(zip(forwarded[::2], forwarded[1::2], strict=True))
+    assert pairs == {
+        "--eval-tasks": "arc_easy,tiny",
+        "--eval-tasks-dir": str(tmp_path),
+        "--eval-fewshot": "2",
+        "--eval-task-max-docs": "50",
+        "--eval-heldout-every": "4",
+    }
+    assert set(pairs) <= {flag.name for flag in FLAGS}
+    assert ClientMetrics(eval_heldout_every=3).argv(1) == ["--eval-heldout-every", "3"]
+    with pytest.raises(ValueError, match="--eval-fewshot needs --eval-tasks"):
+        ClientMetrics(eval_fewshot=1)
+
+
+def test_start_forwards_the_eval_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from psyche_local_testnet.cli import main
+
+    seen: list[testnet_module.TestnetOptions] = []
+
+    def run(self: testnet_module.Testnet) -> int:
+        seen.append(self.options)
+        return 0
+
+    monkeypatch.setattr(testnet_module.Testnet, "run", run)
+    args = ["start", "--num-clients", "2", "--eval-tasks", "t", "--eval-tasks-dir", str(tmp_path)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    assert seen[0].metrics.argv(1) == ["--eval-tasks", "t", "--eval-tasks-dir", str(tmp_path)]
+    refused = CliRunner().invoke(main, ["start", "--num-clients", "2", "--eval-task-max-docs", "3"])
+    assert refused.exit_code == 2 and "--eval-task-max-docs needs --eval-tasks" in refused.output
+
+
 def test_tui_and_data_config_flags() -> None:
     commands = make_commands(tui=True, data_config_path=Path("/r/data.toml"), log_dir=None)
     server = commands.server().argv
