@@ -25,6 +25,10 @@ Two more measures for the detectors of docs/verification.md ("Copiers and free r
   (the peer's own result of the previous step it trained, re-announced: a free rider that
   trained on other data).
 
+`--constant-lr`: `--lr` at every step (the schedule of bench/attacks.py's real-process runs)
+instead of the cosine schedule (warmup over 20 steps, then down to a tenth of `--lr` at the
+last step).
+
 `--train-every 2`: each peer trains only every other step (peer r at steps where step + r is
 even), as a trainer does when half of the clients verify each round; its momentum then holds
 gradients of weights two steps older. The "third" batch of a margin is then a batch of the
@@ -38,7 +42,8 @@ trainer's `train` (forward/backward + DisTrO encode) for one peer's share.
 `--quick` (what `make test` runs): 3 steps measured at steps 1 and 3 (the first after an
 apply), one 64-token sequence per peer: the same code path in seconds.
 
-Usage: .venv/bin/python bench/verification.py [--steps 150] [--at 5,25,50,100,150] [--quick]
+Usage: .venv/bin/python bench/verification.py [--steps 150] [--at 5,25,50,100,150]
+[--train-every 2] [--constant-lr] [--quick]
 """
 
 from __future__ import annotations
@@ -123,6 +128,11 @@ def main() -> None:
         default=1,
         help="each peer trains every Nth step (2: half train each step, as with 50%% verifiers)",
     )
+    parser.add_argument(
+        "--constant-lr",
+        action="store_true",
+        help="a constant --lr from step 1 (bench/attacks.py's runs), not the cosine schedule",
+    )
     parser.add_argument("--quick", action="store_true", help="3 short steps (seconds)")
     args = parser.parse_args()
     quick = args.quick
@@ -140,7 +150,8 @@ def main() -> None:
         clip_grad_norm=1.0,
     )
     corpus = load_stdlib_corpus()
-    schedule = cosine_schedule(args.lr, args.steps)
+    peak = args.lr
+    schedule = (lambda _step: peak) if args.constant_lr else cosine_schedule(peak, args.steps)
     base = build_model(prototype_llama_config(), args.seed)
     per_peer = args.batch // args.peers
     trainers = [
@@ -250,6 +261,7 @@ def main() -> None:
             "quantize_1bit": True,
             "decay": 0.999,
             "train_every": args.train_every,
+            "lr": "constant" if args.constant_lr else "cosine",
         },
         "cases": {
             name: {

@@ -7,7 +7,8 @@ SHA-256 commitment), `aggregate` (exact one-scatter aggregation of many results)
 `influence` (per-tensor normalisation of bf16 / 2-bit results before aggregation),
 `size` (the exact encoded size of every result of a layout),
 `compressor` (buffer -> result and back, shared by the optimizers), `optimizer`
-(`DistroOptimizer`: lookahead, generate, apply). See docs/distro.md.
+(`DistroOptimizer`: lookahead, generate, apply), `in_flight` (whether the lookahead applies:
+only after training the step before). See docs/distro.md.
 """
 
 from psyche_client.distro.chunking import chunk_size, encoded_shape, num_chunks, tile_shape

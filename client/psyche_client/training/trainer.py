@@ -11,9 +11,10 @@ worker thread (the methods are not re-entrant):
     trainer.drop_pending_result()                      # only if the result was NOT published
     trainer.weights_hash()                             # == model.loading.weights_hash(model)
 
-`train` runs the lookahead (theta - prev_lr*sign(delta)), forward/backward over micro-batches
-of `micro_batch_size` samples (each micro-batch's mean loss weighted by its share of the
-tokens), restores the exact weights, clips the gradient (global L2) and calls DisTrO's
+`train` runs the lookahead (theta - prev_lr*sign(delta); only when this trainer trained the
+step before, whose result is still in flight: `distro.in_flight`), forward/backward over
+micro-batches of `micro_batch_size` samples (each micro-batch's mean loss weighted by its share
+of the tokens), restores the exact weights, clips the gradient (global L2) and calls DisTrO's
 `generate`. The client's own unquantized result is remembered and subtracted from the
 momentum at the next `train` (error feedback). The parameters and gradients keep the model's
 dtype (bf16 or fp32; with `grad_accum_in_fp32` the micro-batch gradients are summed in float32
@@ -65,6 +66,7 @@ from psyche_client.distro import (
     OwnResult,
     ResultLayout,
 )
+from psyche_client.distro.in_flight import OwnSteps
 from psyche_client.distro.sparseloco import SparseLocoOptimizer, SparseLocoSettings
 from psyche_client.training.model.loading import weights_hash
 from psyche_client.training.optim_stats import OptimStatsRecorder, results_index_overlap
@@ -213,6 +215,7 @@ class Trainer:
         self._params = sorted(self.model.named_parameters(), key=lambda item: item[0])
         self._pending_own: list[OwnResult] = []
         self._pending_step = 0  # the step `_pending_own` was trained for
+        self._own_steps = OwnSteps()  # which own result the lookahead anticipates
         self._distro: DistroOptimizer | SparseLocoOptimizer | None = None
         self._adamw: torch.optim.AdamW | None = None
         if isinstance(self.settings, DistroSettings):
@@ -270,6 +273,7 @@ class Trainer:
         if zero_optim and isinstance(self._distro, DistroOptimizer):
             self._distro.zero_momentum()
             self._pending_own.clear()
+            self._own_steps.reset()
         if zero_optim and isinstance(self._distro, SparseLocoOptimizer):
             self._distro.zero_state()
             self._pending_own.clear()
@@ -278,7 +282,7 @@ class Trainer:
         started = time.perf_counter()
         try:
             if self._distro is not None:
-                with self._distro.lookahead(prev_lr):
+                with self._distro.lookahead(self._own_steps.lookahead_lr(step, prev_lr)):
                     loss, used, skipped = self._forward_backward(input_ids, cancelled, sync)
             else:
                 loss, used, skipped = self._forward_backward(input_ids, cancelled, sync)
@@ -304,6 +308,7 @@ class Trainer:
             else:
                 generated = self.wrap_generate(generate, self._params)
             self._pending_own = [generated.own]
+            self._own_steps.trained(step)
             self.optim_stats.record(step, generated.stats)
             result = generated.transmit
         else:
@@ -463,6 +468,7 @@ class Trainer:
         elif isinstance(self._distro, SparseLocoOptimizer):
             self._distro.zero_state()
         self._pending_own.clear()
+        self._own_steps.reset()
 
     def drop_pending_result(self) -> None:
         """Forget the last own result (it was not published, so it stays in the momentum)."""

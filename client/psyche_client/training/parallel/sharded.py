@@ -2,9 +2,10 @@
 training a share of every batch, DisTrO state split by parameter owner.
 
 Per `train` (see `sharded_model` for the layout):
-1. lookahead: each owner computes `theta - prev_lr * sign(delta)` on its full copy and
-   scatters the rows into every shard; after forward/backward the owners scatter their
-   unchanged full copies again, which restores the shards exactly;
+1. lookahead (only after training the step before: `distro.in_flight`): each owner computes
+   `theta - prev_lr * sign(delta)` on its full copy and scatters the rows into every shard;
+   after forward/backward the owners scatter their unchanged full copies again, which
+   restores the shards exactly;
 2. forward/backward over micro-batch slots in lockstep: every rank asks the others before each
    slot whether to stop, runs a zero-weight filler micro-batch when its share has no micro-batch
    for a slot (FSDP2's collectives need every rank), and when any rank's micro-batch loss is not
@@ -43,6 +44,7 @@ from psyche_client.distro import (
     ResultLayout,
     TensorPayload,
 )
+from psyche_client.distro.in_flight import OwnSteps
 from psyche_client.training.model.params import hash_parameters, raw_entry
 from psyche_client.training.parallel.collectives import (
     any_rank,
@@ -92,6 +94,8 @@ class ShardedEngine:
             settings.quantize_1bit,
         )
         self.pending_own: dict[str, OwnResult] = {}
+        self.own_steps = OwnSteps()
+        """Which own result the lookahead anticipates (the same on every rank)."""
         self.trainer_nonce = 0
         self.digest = b""
         self.holds_whole_model = False
@@ -111,7 +115,7 @@ class ShardedEngine:
         module = self.model.module
         module.zero_grad(set_to_none=True)
         started = time.perf_counter()
-        looked_ahead = self._lookahead(command.prev_lr)
+        looked_ahead = self._lookahead(self.own_steps.lookahead_lr(command.step, command.prev_lr))
         try:
             loss, used, skipped = self._forward_backward(command, cancelled)
         except TrainingCancelled:
@@ -145,6 +149,7 @@ class ShardedEngine:
             payloads.append((name, generated.transmit.tensors[0]))
         module.zero_grad(set_to_none=True)
         self.pending_own = own
+        self.own_steps.trained(command.step)
         parts = gather_object(self.groups, payloads)
         if parts is None:
             return None
