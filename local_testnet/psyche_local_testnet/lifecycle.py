@@ -40,12 +40,15 @@ def wait_for_port(
 
 @contextlib.contextmanager
 def signals_raise_interrupt() -> Iterator[None]:
-    """Turn SIGTERM and SIGHUP into KeyboardInterrupt so teardown runs."""
+    """Turn SIGINT, SIGTERM and SIGHUP into KeyboardInterrupt so teardown runs. SIGINT too,
+    explicitly: a launcher started in the background by a shell (`cmd &`) inherits SIGINT
+    ignored, and Python then installs no Ctrl-C handler of its own."""
 
     def handler(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, handler) for s in signals}
     try:
         yield
     finally:

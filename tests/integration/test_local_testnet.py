@@ -333,10 +333,18 @@ def _wait_for(predicate, timeout: float) -> bool:
 
 
 def test_ctrl_c_tears_everything_down(tmp_path: Path, fakes: dict[str, str]) -> None:
+    """Also when the launcher was started with SIGINT ignored, as a shell starts a command in
+    the background (`cmd &`; `make test` run that way once failed here)."""
     import signal
 
     argv = start_argv(tmp_path, fakes, "--headless", "--num-clients", "2")
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     logs = tmp_path / "run" / "logs"
     assert _wait_for(lambda: len(list(logs.glob("client-*.jsonl"))) == 2, 20)
     assert _wait_for(lambda: all(p.stat().st_size > 0 for p in logs.glob("client-*.jsonl")), 10)
