@@ -419,3 +419,11 @@ def test_check_state_raises_with_every_error() -> None:
     ]
     assert "state.toml" in str(caught.value)
     assert check_state(example_state()) == []
+
+
+def test_round_witness_time_of_large_whole_milliseconds_is_accepted() -> None:
+    """16817707.109 * 1000 is not exact in binary floating point; the value as written has 3
+    decimals (hypothesis once drew it and the validator refused it)."""
+    from psyche_common.config._types import _ms_seconds
+
+    assert _ms_seconds(16817707.109) == 16817707.109

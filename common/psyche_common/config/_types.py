@@ -7,6 +7,7 @@ reference is rejected when the file is loaded, with a message naming the field.
 
 from __future__ import annotations
 
+import decimal
 import math
 from typing import Annotated, Any
 
@@ -54,7 +55,10 @@ def _ms_seconds(value: object) -> int | float:
             "{value} is not a finite, non-negative number of seconds",
             {"value": value},
         )
-    if abs(value * 1000 - round(value * 1000)) > 1e-6:
+    # the number as written (its shortest decimal form): value * 1000 is not exact in binary
+    # floating point for large values (16817707.109 * 1000 is 16817707109.000002)
+    exponent = decimal.Decimal(repr(value)).as_tuple().exponent
+    if not isinstance(exponent, int) or exponent < -3:
         raise PydanticCustomError(
             "seconds_precision",
             "{value} s is not a whole number of milliseconds (at most 3 decimals)",
