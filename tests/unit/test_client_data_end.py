@@ -8,7 +8,7 @@ import logging
 
 import numpy as np
 import pytest
-from psyche_client.app.app import _exit_code
+from psyche_client.app.outcome import exit_code
 from psyche_client.round.context import RoundContext
 from psyche_client.round.ports import RunnerOptions
 from psyche_client.round.roles import RoundRoles
@@ -72,7 +72,7 @@ async def test_data_past_its_end_ends_the_client_with_status_0(
 
     task = asyncio.create_task(fatal_task(), name="fatal")
     await task
-    assert _exit_code(task) == 0
+    assert exit_code(task) == 0
 
 
 async def test_a_fetch_that_fails_otherwise_only_skips_the_batch(

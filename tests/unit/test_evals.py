@@ -9,7 +9,6 @@ import math
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -134,8 +133,11 @@ def test_tokenizer_choice(tmp_path: Path) -> None:
 
 class _Backend:
     def __init__(self, model: torch.nn.Module) -> None:
-        self.trainer = SimpleNamespace(model=model)
+        self.model = model
         self.digest = b"a" * 32
+
+    def live_model(self) -> torch.nn.Module:
+        return self.model
 
     def weights_hash(self) -> bytes:
         return self.digest

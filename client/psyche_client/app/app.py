@@ -17,14 +17,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
 from dataclasses import replace
 
 from psyche_common.coordinator import Coordinator, RunState
-from psyche_common.data.fetcher import DataSource, SampleFetcher
+from psyche_common.data.fetcher import SampleFetcher
 from psyche_common.protocol.messages import WeightsMismatch
 
 from psyche_client.app.options import ClientOptions
+from psyche_client.app.outcome import exit_code, first_to_end
 from psyche_client.app.parts import Parts
 from psyche_client.app.snapshot import ClientSnapshot, take_snapshot
 from psyche_client.evals.scheduler import EvalScheduler
@@ -34,11 +34,11 @@ from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.phase import Phase
 from psyche_client.round.runner import RoundRunner
 from psyche_client.round.stats import ClientStats
-from psyche_client.round.tasks import EndOfRun
+from psyche_client.session.data_source import run_data_source
 from psyche_client.session.reachability import PeerReachability
 from psyche_client.session.reconnect import ServerSession
 from psyche_client.session.server_link import ServerLink, ServerLinkError
-from psyche_client.training.backend import OptimStatsSource
+from psyche_client.training.backend import take_optim_stats
 from psyche_client.weights.lifecycle import ModelLifecycle
 
 log = logging.getLogger("psyche.client")
@@ -90,16 +90,30 @@ class ClientApp:
             self.server.uplink,
             parts.backends,
         )
-        self.metrics = StepReporter(NullSink(), self.stats, self.node.stats, self._optim_stats)
+        self.metrics = StepReporter(
+            NullSink(),
+            self.stats,
+            self.node.stats,
+            lambda: take_optim_stats(self.runner and self.runner.backend),
+        )
         """Hands each finished step's figures to the metrics sink (`run` opens it)."""
         self.evals: EvalScheduler | None = None
         if options.evals.enabled:
             self.evals = EvalScheduler(
-                options.evals, self.stats, self.identity.short_id, on_scores=self._eval_scores
+                options.evals,
+                self.stats,
+                self.identity.short_id,
+                on_scores=self.metrics.eval_scores,
             )
         self.fetcher: SampleFetcher | None = None
         if options.backend.kind != "dummy":  # the dummy backend trains without data
-            self.fetcher = parts.fetcher(self._data_source, self.identity, options.data)
+            self.fetcher = parts.fetcher(
+                lambda: run_data_source(
+                    self.coordinator, options.server.run_id, options.server.server_key
+                ),
+                self.identity,
+                options.data,
+            )
 
     async def _connect(self, timeout: float) -> ServerLink:
         """A new connection to the server, with our identity and P2P address (sends Join)."""
@@ -132,21 +146,6 @@ class ClientApp:
         if self.runner is None:
             return False
         return self.runner.on_announcement(announcement)
-
-    def _optim_stats(self) -> list[tuple[int, dict[str, float]]]:
-        """The backend's optimizer statistics measured since the last call."""
-        backend = self.runner.backend if self.runner is not None else None
-        if isinstance(backend, OptimStatsSource):
-            return backend.take_optim_stats()
-        return []
-
-    def _eval_scores(self, step: int, scores: Mapping[str, float]) -> None:
-        """An eval's figures to the metrics sink, as `eval/<task>` and `eval/<task>/<metric>`."""
-        self.log_metrics(step, {f"eval/{name}": value for name, value in scores.items()})
-
-    def log_metrics(self, step: int, values: Mapping[str, float]) -> None:
-        """Send other figures of `step` (e.g. `eval/<task>` scores) to the metrics sink."""
-        self.metrics.extra(step, values)
 
     def snapshot(self) -> ClientSnapshot:
         """The client as the dashboard shows it, now."""
@@ -203,25 +202,18 @@ class ClientApp:
                 log.error("%s", exc)
                 return 1
             self.runner = self.make_runner()
-            tasks = [
-                asyncio.create_task(self._follow_server(self.runner), name="server"),
-                asyncio.create_task(self.runner.wait_fatal(), name="fatal"),
-                asyncio.create_task(self._tick_forever(self.runner), name="ticker"),
-            ]
-            # the evals never end the client: not among the tasks it waits on
-            evals = None
-            if self.evals is not None:
-                evals = asyncio.create_task(
-                    self.evals.run(self.runner, lambda: self.coordinator), name="evals"
-                )
-            try:
-                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                background = tasks if evals is None else [*tasks, evals]
-                for task in background:
-                    task.cancel()
-                await asyncio.gather(*background, return_exceptions=True)
-            return _exit_code(next(iter(done)))
+            first = await first_to_end(
+                {
+                    "server": self._follow_server(self.runner),
+                    "fatal": self.runner.wait_fatal(),
+                    "ticker": self._tick_forever(self.runner),
+                },
+                # the evals never end the client: not among the tasks it waits on
+                background=[]
+                if self.evals is None
+                else [self.evals.run(self.runner, lambda: self.coordinator)],
+            )
+            return exit_code(first)
         finally:
             if self.runner is not None:
                 await self.runner.aclose()
@@ -257,41 +249,6 @@ class ClientApp:
         while True:
             await asyncio.sleep(TICK_INTERVAL)
             await runner.tick()
-
-    def _data_source(self) -> DataSource:
-        """The run's data location and sample length, from the latest coordinator state, and
-        its id (the data server's handshake names it)."""
-        if self.coordinator is None:
-            raise RuntimeError("no coordinator state yet: the run's data_location is unknown")
-        model = self.coordinator.model
-        return DataSource(
-            model.data_location,
-            int(model.max_seq_len),
-            self.options.server.run_id,
-            self.options.server.server_key,
-        )
-
-
-def _exit_code(first: asyncio.Task[object]) -> int:
-    """The exit code for the task that ended the client first (logging why): 0 the run
-    finished (or its data ran out: `EndOfRun`), 1 the server link failed, 2 the client failed."""
-    if first.cancelled():
-        return 1
-    error = first.exception()
-    if first.get_name() == "fatal":
-        fatal = first.result()
-        error = fatal if isinstance(fatal, BaseException) else error
-    if error is None:
-        log.info("run finished; exiting")
-        return 0
-    if isinstance(error, EndOfRun):
-        log.info("exiting: %s", error)
-        return 0
-    if isinstance(error, ServerLinkError):
-        log.error("%s", error)
-        return 1
-    log.error("client failed: %s", error, exc_info=error)
-    return 2
 
 
 async def run_client(options: ClientOptions, parts: Parts | None = None) -> int:

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import torch
 
-from psyche_client.training.backend import TrainingBackend
+from psyche_client.training.backend import LocalModelBackend, TrainingBackend
 
 T = TypeVar("T")
 
@@ -44,14 +44,13 @@ class WeightsChanged(EvalCancelled):
 
 
 def live_model(backend: TrainingBackend) -> torch.nn.Module:
-    """The backend's model (the single-device DisTrO backend's trainer holds it)."""
-    trainer = getattr(backend, "trainer", None)
-    model = getattr(trainer, "model", None)
-    if not isinstance(model, torch.nn.Module):
+    """The backend's model (only a backend whose model lives in this process has one: the
+    single-device DisTrO backend)."""
+    if not isinstance(backend, LocalModelBackend):
         raise EvalCancelled(
             f"evals need a model in this process; the {type(backend).__name__} backend has none"
         )
-    return model
+    return backend.live_model()
 
 
 class ModelAccess:

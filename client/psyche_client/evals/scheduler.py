@@ -34,7 +34,7 @@ from psyche_client.evals.options import EvalOptions
 from psyche_client.evals.tokenizer import NoTokenizer, tokenizer_for
 from psyche_client.round.runner import RoundRunner
 from psyche_client.round.stats import HELDOUT_LOSS, ClientStats
-from psyche_client.training.backend import TrainingBackend
+from psyche_client.training.backend import TrainingBackend, model_info
 
 log = logging.getLogger("psyche.client")
 
@@ -209,12 +209,11 @@ class EvalScheduler:
         self, coordinator: Coordinator, backend: TrainingBackend
     ) -> Callable[[ModelAccess], EvalOutcome | None]:
         options = self.options
-        info = getattr(backend, "info", None)
-        config: dict[str, Any] = dict(getattr(info, "config", None) or {})
-        files: list[Path] = list(getattr(info, "tokenizer_files", ()) or ())
-        path = getattr(info, "path", None)
-        if path is not None and (Path(path) / "tokenizer.json").is_file():
-            files.append(Path(path) / "tokenizer.json")
+        info = model_info(backend)
+        config: dict[str, Any] = dict(info.config) if info is not None else {}
+        files: list[Path] = list(info.tokenizer_files) if info is not None else []
+        if info is not None and info.path is not None and (info.path / "tokenizer.json").is_file():
+            files.append(info.path / "tokenizer.json")
         max_length = int(coordinator.model.max_seq_len)
         positions = config.get("max_position_embeddings")
         if isinstance(positions, int) and positions > 0:

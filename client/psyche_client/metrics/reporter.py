@@ -98,6 +98,10 @@ class StepReporter:
         if finite:
             self.sink.log(step, finite)
 
+    def eval_scores(self, step: int, scores: Mapping[str, float]) -> None:
+        """An eval's figures, as `eval/<task>` and `eval/<task>/<metric>`."""
+        self.extra(step, {f"eval/{name}": value for name, value in scores.items()})
+
     def report_optim_stats(self) -> None:
         for step, values in self.optim_stats():
             log.info(

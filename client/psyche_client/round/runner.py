@@ -53,7 +53,7 @@ from psyche_client.round.training import RoundTraining
 from psyche_client.round.verifier import RoundVerifier
 from psyche_client.round.warmup import Warmup
 from psyche_client.round.witness import Witnessing
-from psyche_client.training.backend import TrainingBackend
+from psyche_client.training.backend import TrainingBackend, model_info
 
 log = logging.getLogger("psyche.client")
 
@@ -250,7 +250,7 @@ class RoundRunner:
             "model ready",
             extra=self.ctx.fields(
                 weights_hash=backend.weights_hash().hex(),
-                model_source=getattr(getattr(backend, "info", None), "kind", "dummy"),
+                model_source=info.kind if (info := model_info(backend)) is not None else "dummy",
             ),
         )
         latest = self.ctx.coordinator

@@ -14,10 +14,15 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Coordinator
+
+if TYPE_CHECKING:  # the round pipeline imports this module without torch
+    import torch
+
+    from psyche_client.training.model.loading import ModelInfo
 
 
 def result_commitment(step: int, batch: BatchId, payload_digest_input: bytes) -> bytes:
@@ -137,6 +142,34 @@ class OptimStatsSource(Protocol):
         """The statistics measured since the last call, per step, oldest first (callable
         from any thread)."""
         ...
+
+
+@runtime_checkable
+class DescribedBackend(Protocol):
+    """A backend over a real model, which knows where the model came from."""
+
+    @property
+    def info(self) -> ModelInfo: ...
+
+
+@runtime_checkable
+class LocalModelBackend(Protocol):
+    """A backend whose model lives in this process (evals run on it)."""
+
+    def live_model(self) -> torch.nn.Module:
+        """The model being trained, as it is now."""
+        ...
+
+
+def model_info(backend: object) -> ModelInfo | None:
+    """Where `backend`'s model came from; None for a backend without a real model."""
+    return backend.info if isinstance(backend, DescribedBackend) else None
+
+
+def take_optim_stats(backend: object) -> list[tuple[int, dict[str, float]]]:
+    """`backend`'s optimizer statistics measured since the last call; none from a backend
+    that does not measure them (or from no backend yet)."""
+    return backend.take_optim_stats() if isinstance(backend, OptimStatsSource) else []
 
 
 PADDING_PARAMETER = 1 << 20

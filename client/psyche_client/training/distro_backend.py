@@ -154,6 +154,10 @@ class DistroBackend:
         self.warmup_bounds = warmup_bounds
         self._weights_digest: bytes | None = None
 
+    def live_model(self) -> torch.nn.Module:
+        """The trainer's model, as it is now."""
+        return self.trainer.model
+
     @classmethod
     def load(
         cls,
