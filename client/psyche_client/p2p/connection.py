@@ -116,6 +116,7 @@ class PeerConnection:
         self.channel = channel
 
     async def send(self, message: dict[str, Any]) -> None:
+        frame: bytes | bytearray
         if self.channel is not None:
             frame = self.channel.seal(message, self.max_frame_size)
         else:

@@ -50,6 +50,11 @@ EPHEMERAL_KEY_SIZE = 32
 TAG_SIZE = 16
 """Bytes the AEAD adds to every payload."""
 KEY_SIZE = 32
+SEAL_INTO_MIN = 32 * 1024
+"""Payloads from this size on are sealed into a buffer made for the frame (see
+`SecureChannel.seal_payload`); below it, a separate ciphertext joined to the prefix is cheaper
+(`encrypt_into` costs about 1 µs more per call than `encrypt`, measured with `cryptography`
+50 on the development VM)."""
 _LENGTH = struct.Struct(">I")
 _KDF_INFO = b"psyche-py/secure-channel/v1"
 _MAX_COUNTER = (1 << 64) - 1
@@ -148,9 +153,14 @@ class SecureChannel:
 
     # ---- writing -----------------------------------------------------------------------------
 
-    def seal_payload(self, payload: bytes, max_size: int | None = None) -> bytes:
+    def seal_payload(self, payload: bytes, max_size: int | None = None) -> bytes | bytearray:
         """One whole frame (length prefix + ciphertext) of an encoded payload; the next nonce
-        is used up. Raises `FrameTooLarge` when the payload is over `max_size`."""
+        is used up. Raises `FrameTooLarge` when the payload is over `max_size`.
+
+        A payload of `SEAL_INTO_MIN` bytes or more is encrypted straight into the frame's
+        buffer after its prefix (one copy of a bulk frame, not a ciphertext and then a joined
+        frame); a smaller one is encrypted, then joined to its prefix, which costs less than
+        preparing a buffer for it. The frame is the same either way."""
         if max_size is not None and len(payload) > max_size:
             raise FrameTooLarge(len(payload), max_size)
         size = len(payload) + TAG_SIZE
@@ -159,11 +169,17 @@ class SecureChannel:
         if self._sent > _MAX_COUNTER:
             raise ProtocolError(f"the link to {self.peer} sent 2^64 frames: reconnect")
         header = _LENGTH.pack(size)
-        ciphertext = self._sealer.encrypt(_nonce(self._sent), payload, header)
+        nonce = _nonce(self._sent)
         self._sent += 1
-        return header + ciphertext
+        if len(payload) < SEAL_INTO_MIN:
+            return header + self._sealer.encrypt(nonce, payload, header)
+        frame = bytearray(_LENGTH.size + size)
+        frame[: _LENGTH.size] = header
+        with memoryview(frame) as view:
+            self._sealer.encrypt_into(nonce, payload, header, view[_LENGTH.size :])
+        return frame
 
-    def seal(self, obj: Any, max_size: int | None = None) -> bytes:
+    def seal(self, obj: Any, max_size: int | None = None) -> bytes | bytearray:
         """`seal_payload` of the msgpack encoding of `obj`."""
         return self.seal_payload(encode_payload(obj), max_size)
 

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from psyche_common.protocol import (
     CONTROL_FRAME_SIZE,
     BadFrame,
@@ -25,6 +26,7 @@ from psyche_common.protocol import (
     read_frame,
 )
 from psyche_common.protocol.secure_channel import (
+    SEAL_INTO_MIN,
     TAG_SIZE,
     ChannelKeys,
     EphemeralKey,
@@ -107,6 +109,25 @@ async def test_frames_round_trip_and_nothing_but_the_length_is_readable() -> Non
     receiver = _receiver(server, b"".join(frames))
     assert await receiver.read(timeout=1) == {"type": "Join", "run_id": "secret-run"}
     assert await receiver.read(timeout=1) == {"n": 2}
+
+
+@pytest.mark.parametrize("size", [0, 1000, SEAL_INTO_MIN - 1, SEAL_INTO_MIN, 256 * 1024 + 40])
+async def test_a_frame_is_its_length_then_the_aes_gcm_of_its_payload(size: int) -> None:
+    """Small payloads are encrypted and joined to the prefix, large ones encrypted straight into
+    the frame's buffer: both give the documented frame (the 4-byte length of ciphertext + tag,
+    then AES-256-GCM under the frame's number as a 96-bit big-endian nonce, with the length
+    as associated data), and the frames open in order."""
+    client, server = _pair()
+    sender = _sender(client)
+    payloads = [bytes([n]) * size for n in (1, 2, 3)]
+    frames = [sender.seal_payload(payload) for payload in payloads]
+    header = (size + TAG_SIZE).to_bytes(4, "big")
+    for number, (payload, frame) in enumerate(zip(payloads, frames, strict=True)):
+        nonce = number.to_bytes(12, "big")
+        assert bytes(frame) == header + AESGCM(client.send).encrypt(nonce, payload, header)
+    receiver = _receiver(server, b"".join(frames))
+    for payload in payloads:
+        assert await receiver.read_payload(size, timeout=1) == payload
 
 
 @pytest.mark.parametrize("position", [4, 10, -1])
