@@ -7,11 +7,15 @@ end in its own process, as on a real link: this script starts itself again with 
 `--serve` flag as the answering peer (the one that holds the model), and dials it:
 
 - `model_share`: MB/s of a blob streamed the way a late joiner fetches the model's
-  parameters (a `PeerLink` stream on each side, `transfer.send_bytes` / `receive_bytes` in
-  the P2P's default 256 KiB chunks), per second of wall clock (`mb_per_s`) and per second of
-  each process's CPU time (`sender_mb_per_cpu_s`: the serving process, which reports its own
-  `time.process_time()` before and after each transfer; `receiver_mb_per_cpu_s`: this one).
-  On a loaded machine the wall clock mostly measures waiting for a CPU, the CPU time does not;
+  parameters (a `PeerLink` stream on each side, `transfer.send_bytes` / `receive_bytes`; the
+  answer is a *bulk* stream, as `serving` makes every `GetParameter` / `GetManifest` answer:
+  64 KiB chunks (`UploadShaper.bulk_chunk`), each passing the node's upload shaper, uncapped),
+  per second of wall clock (`mb_per_s`) and per second of each process's CPU time
+  (`sender_mb_per_cpu_s`: the serving process, which reports its own `time.process_time()`
+  before and after each transfer; `receiver_mb_per_cpu_s`: this one). On a loaded machine
+  the wall clock mostly measures waiting for a CPU, the CPU time does not;
+- `blob_share`: the same for a regular (not bulk) answer in the P2P's default 256 KiB chunks,
+  the way a `GetBlob` (a peer's result) is answered;
 - `round_latency`: the request/answer round trip of one announcement-sized message (about
   1 KiB, like a result announcement and its `Ack`, which every round carries to every peer),
   p50 and p99 in microseconds;
@@ -25,7 +29,8 @@ with the link encrypted; the baseline then drops the channel on both ends (the p
 of before, same code otherwise). This switch exists in the bench only: one serving process
 runs for each mode. Figures are medians over `--repeats` alternating runs; `load_average` is
 the machine's 1-minute load before and after (the machine is shared: state it next to the
-figures).
+figures). `slowdown_each` lists each repeat's slowdown from its own plain/encrypted pair (the
+spread the load put on the medians).
 
 `--quick` (what `make test` runs): an 8 MiB blob, 50 round trips, one repeat.
 
@@ -45,15 +50,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from psyche_client.p2p.config import P2PConfig
 from psyche_client.p2p.connection import PeerConnection, accept_peer, dial_over
 from psyche_client.p2p.link import PeerLink, Stream
+from psyche_client.p2p.pacing import UploadShaper
 from psyche_client.p2p.stats import TransferStats
 from psyche_client.p2p.transfer import receive_bytes, send_bytes
 from psyche_common.protocol import Identity, encode_payload
 from psyche_common.protocol.secure_channel import ChannelKeys, SecureChannel
 
-CHUNK = 256 * 1024
-MAX_FRAME = 1024 * 1024 + 4096
+CHUNK = P2PConfig().chunk_size
+MAX_FRAME = P2PConfig().max_frame_size
 TIMEOUT = 30.0
 
 
@@ -63,11 +70,13 @@ def shared_blob(size: int) -> bytes:
 
 
 class Responder:
-    """The answering peer's requests: `Get` streams the blob (its first `size` bytes), `Cpu`
-    answers this process's CPU seconds so far, anything else an `Ack`."""
+    """The answering peer's requests: `Get` streams the blob (its first `size` bytes; a bulk
+    answer when `bulk`, as the model is served), `Cpu` answers this process's CPU seconds so
+    far, anything else an `Ack`."""
 
     def __init__(self, blob: bytes) -> None:
         self.blob = blob
+        self.shaper = UploadShaper()  # a node's, without an upload cap
         self._answers: set[asyncio.Future[None]] = set()
 
     def __call__(self, _link: PeerLink, stream: Stream, request: dict[str, Any]) -> None:
@@ -75,7 +84,11 @@ class Responder:
         if kind == "Get":
             size = int(request.get("size", len(self.blob)))
             blob = self.blob if size >= len(self.blob) else self.blob[:size]
-            answer = asyncio.ensure_future(send_bytes(stream, blob, CHUNK))
+            chunk = CHUNK
+            if request.get("bulk"):
+                stream.bulk = True
+                chunk = self.shaper.bulk_chunk(CHUNK)
+            answer = asyncio.ensure_future(send_bytes(stream, blob, chunk))
         elif kind == "Cpu":
             answer = asyncio.ensure_future(
                 stream.send({"type": "Cpu", "cpu_s": time.process_time()})
@@ -92,7 +105,14 @@ def make_link(
     assert conn.channel is not None, "the handshake must end encrypted"
     if not encrypted:
         conn.channel = None  # the baseline: the plain framing, same links otherwise
-    return PeerLink(conn, dialed=dialed, on_request=on_request, idle_timeout=300.0, max_streams=64)
+    return PeerLink(
+        conn,
+        dialed=dialed,
+        on_request=on_request,
+        idle_timeout=300.0,
+        max_streams=64,
+        shaper=on_request.shaper,
+    )
 
 
 async def listen(
@@ -223,16 +243,16 @@ async def remote_cpu_s(link: PeerLink) -> float:
     return float(answer["cpu_s"])
 
 
-async def share_once(end: End, blob: bytes) -> tuple[float, float, float]:
+async def share_once(end: End, blob: bytes, bulk: bool) -> tuple[float, float, float]:
     """(wall-clock seconds, this process's CPU seconds, the answering process's CPU seconds)
-    to stream `blob` over a fresh link to `end`; for a `LocalEnd` both CPU figures are this
-    process's (both sides together)."""
+    to stream `blob` over a fresh link to `end` (as a bulk answer: `bulk`); for a `LocalEnd`
+    both CPU figures are this process's (both sides together)."""
     link = await end.dial()
     try:
         sender_cpu = await remote_cpu_s(link)
         started, cpu = time.perf_counter(), time.process_time()
         stream = link.open_stream()
-        await stream.send({"type": "Get", "size": len(blob)})
+        await stream.send({"type": "Get", "size": len(blob), "bulk": bulk})
         received = await receive_bytes(stream, max_size=len(blob), read_timeout=TIMEOUT)
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         stream.close()
@@ -285,22 +305,24 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-class Samples:
-    """One mode's measurements over the repeats."""
+SHARES = {"model_share": True, "blob_share": False}
+"""The transfers measured, and whether each is a bulk answer."""
+
+
+class Rates:
+    """One transfer kind's rates in one mode over the repeats."""
 
     def __init__(self) -> None:
         self.mb_per_s: list[float] = []
         self.receiver_mb_per_cpu_s: list[float] = []
         self.sender_mb_per_cpu_s: list[float] = []
-        self.round_trips_us: list[float] = []
 
-    async def take(self, end: End, blob: bytes, round_trips: int) -> None:
-        wall, cpu, sender_cpu = await share_once(end, blob)
+    async def take(self, end: End, blob: bytes, bulk: bool) -> None:
+        wall, cpu, sender_cpu = await share_once(end, blob, bulk)
         megabytes = len(blob) / 1e6
         self.mb_per_s.append(megabytes / wall)
         self.receiver_mb_per_cpu_s.append(megabytes / max(cpu, 1e-6))
         self.sender_mb_per_cpu_s.append(megabytes / max(sender_cpu, 1e-6))
-        self.round_trips_us.extend(await round_trips_us(end, round_trips))
 
     def summary(self, separate: bool) -> dict[str, float]:
         """Medians; `separate`: the ends ran in two processes, so each has its CPU figure
@@ -314,6 +336,25 @@ class Samples:
         figures = {"mb_per_s": round(statistics.median(self.mb_per_s), 1)}
         for key, rates in cpu.items():
             figures[key] = round(statistics.median(rates), 1)
+        return figures
+
+
+class Samples:
+    """One mode's measurements over the repeats."""
+
+    def __init__(self) -> None:
+        self.shares = {name: Rates() for name in SHARES}
+        self.round_trips_us: list[float] = []
+
+    async def take(self, end: End, blob: bytes, round_trips: int) -> None:
+        for name, bulk in SHARES.items():
+            await self.shares[name].take(end, blob, bulk)
+        self.round_trips_us.extend(await round_trips_us(end, round_trips))
+
+    def summary(self, separate: bool) -> dict[str, Any]:
+        figures: dict[str, Any] = {
+            name: rates.summary(separate) for name, rates in self.shares.items()
+        }
         figures["round_trip_p50_us"] = round(percentile(self.round_trips_us, 0.5), 1)
         figures["round_trip_p99_us"] = round(percentile(self.round_trips_us, 0.99), 1)
         return figures
@@ -324,17 +365,37 @@ def slower_percent(plain: float, secure: float) -> float:
     return round(100 * (plain / secure - 1), 1)
 
 
-def comparison(plain: dict[str, float], secure: dict[str, float]) -> dict[str, dict[str, float]]:
-    share = {"slowdown_percent": round(100 * (1 - secure["mb_per_s"] / plain["mb_per_s"]), 1)}
-    for key in (key for key in plain if key.endswith("mb_per_cpu_s")):
+def slowdown_percent(plain: float, secure: float) -> float:
+    """How much lower the encrypted mode's throughput is, from two rates."""
+    return round(100 * (1 - secure / plain), 1)
+
+
+def share_comparison(plain: Rates, secure: Rates, separate: bool) -> dict[str, Any]:
+    medians_plain, medians_secure = plain.summary(separate), secure.summary(separate)
+    share: dict[str, Any] = {
+        "slowdown_percent": slowdown_percent(medians_plain["mb_per_s"], medians_secure["mb_per_s"]),
+        "slowdown_each": [
+            slowdown_percent(p, s) for p, s in zip(plain.mb_per_s, secure.mb_per_s, strict=True)
+        ],
+    }
+    for key in (key for key in medians_plain if key.endswith("mb_per_cpu_s")):
         share[key.replace("mb_per_cpu_s", "cpu_cost_percent")] = slower_percent(
-            plain[key], secure[key]
+            medians_plain[key], medians_secure[key]
         )
+    return share
+
+
+def comparison(plain: Samples, secure: Samples, separate: bool) -> dict[str, Any]:
+    latency_plain = percentile(plain.round_trips_us, 0.5)
+    latency_secure = percentile(secure.round_trips_us, 0.5)
     return {
-        "model_share": share,
+        **{
+            name: share_comparison(plain.shares[name], secure.shares[name], separate)
+            for name in SHARES
+        },
         "round_latency": {
-            "added_p50_us": round(secure["round_trip_p50_us"] - plain["round_trip_p50_us"], 1),
-            "ratio_p50": round(secure["round_trip_p50_us"] / plain["round_trip_p50_us"], 3),
+            "added_p50_us": round(latency_secure - latency_plain, 1),
+            "ratio_p50": round(latency_secure / latency_plain, 3),
         },
     }
 
@@ -348,15 +409,19 @@ async def measure_ends(
         await end.start()
     try:
         for end in ends.values():  # warm up both code paths in every process
-            await share_once(end, blob)
+            for bulk in SHARES.values():
+                await share_once(end, blob, bulk)
         for _ in range(args.repeats):
             for encrypted in (False, True):
                 await samples[encrypted].take(ends[encrypted], blob, args.round_trips)
     finally:
         for end in ends.values():
             await end.stop()
-    plain, secure = samples[False].summary(separate), samples[True].summary(separate)
-    return {"plain": plain, "encrypted": secure, **comparison(plain, secure)}
+    return {
+        "plain": samples[False].summary(separate),
+        "encrypted": samples[True].summary(separate),
+        **comparison(samples[False], samples[True], separate),
+    }
 
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -380,7 +445,10 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "quick": args.quick,
         "setup": {
             "blob_mib": args.blob_mib,
-            "chunk_kib": CHUNK // 1024,
+            "chunk_kib": {
+                "model_share": UploadShaper().bulk_chunk(CHUNK) // 1024,
+                "blob_share": CHUNK // 1024,
+            },
             "round_trips": args.round_trips,
             "repeats": args.repeats,
             "cpus": os.cpu_count(),
