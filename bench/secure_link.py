@@ -12,14 +12,16 @@ end in its own process, as on a real link: this script starts itself again with 
   64 KiB chunks (`UploadShaper.bulk_chunk`), each passing the node's upload shaper, uncapped),
   per second of wall clock (`mb_per_s`) and per second of each process's CPU time
   (`sender_mb_per_cpu_s`: the serving process, which reports its own `time.process_time()`
-  before and after each transfer; `receiver_mb_per_cpu_s`: this one). On a loaded machine
-  the wall clock mostly measures waiting for a CPU, the CPU time does not;
+  before and after each transfer; `receiver_mb_per_cpu_s`: this one; `both_mb_per_cpu_s`: the
+  two together). On a loaded machine the wall clock mostly measures waiting for a CPU, the
+  CPU time does not: there the throughput follows the CPU time of both ends together, on an
+  idle one the slower end's;
 - `blob_share`: the same for a regular (not bulk) answer in the P2P's default 256 KiB chunks,
   the way a `GetBlob` (a peer's result) is answered;
 - `round_latency`: the request/answer round trip of one announcement-sized message (about
   1 KiB, like a result announcement and its `Ack`, which every round carries to every peer),
   p50 and p99 in microseconds;
-- `in_process`: the same two measurements with both ends in this process on one event-loop
+- `in_process`: the same measurements with both ends in this process on one event-loop
   thread, which pays both ends' crypto in series (`mb_per_cpu_s` is both sides together);
 - `state_seal`: the server's cost of sealing one coordinator state (`--state-kib`) for each of
   256 connections, in milliseconds.
@@ -316,6 +318,7 @@ class Rates:
         self.mb_per_s: list[float] = []
         self.receiver_mb_per_cpu_s: list[float] = []
         self.sender_mb_per_cpu_s: list[float] = []
+        self.both_mb_per_cpu_s: list[float] = []
 
     async def take(self, end: End, blob: bytes, bulk: bool) -> None:
         wall, cpu, sender_cpu = await share_once(end, blob, bulk)
@@ -323,6 +326,7 @@ class Rates:
         self.mb_per_s.append(megabytes / wall)
         self.receiver_mb_per_cpu_s.append(megabytes / max(cpu, 1e-6))
         self.sender_mb_per_cpu_s.append(megabytes / max(sender_cpu, 1e-6))
+        self.both_mb_per_cpu_s.append(megabytes / max(cpu + sender_cpu, 1e-6))
 
     def summary(self, separate: bool) -> dict[str, float]:
         """Medians; `separate`: the ends ran in two processes, so each has its CPU figure
@@ -332,6 +336,7 @@ class Rates:
             cpu = {
                 "sender_mb_per_cpu_s": self.sender_mb_per_cpu_s,
                 "receiver_mb_per_cpu_s": self.receiver_mb_per_cpu_s,
+                "both_mb_per_cpu_s": self.both_mb_per_cpu_s,
             }
         figures = {"mb_per_s": round(statistics.median(self.mb_per_s), 1)}
         for key, rates in cpu.items():
