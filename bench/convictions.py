@@ -16,7 +16,9 @@ pairs the previous rule (a strict majority of a trainer's checkers in one round)
 convicted on the liar's word alone. `unlucky_results` (honest results that failed by bad
 luck, each accused by every verifier that sampled it) and `one_step_rule_false_convictions`:
 the (epoch, honest trainer) pairs whose strikes named two verifiers, which the rule before the
-step rule convicted even when all came from one step.
+step rule convicted even when all came from one step, and for cheats
+`first_cheat_conviction_steps_one_step_rule`: the step at which that rule convicted the cheat
+first, per run.
 
 `--quick` (what `make test` runs): one seed of 40 steps per setting: the same code path in
 seconds.
@@ -74,6 +76,9 @@ def row(
         "cheat_convictions": sum(len(r.cheat_convictions) for r in runs),
         "first_cheat_conviction_steps": [
             r.cheat_convictions[0] if r.cheat_convictions else None for r in runs
+        ],
+        "first_cheat_conviction_steps_one_step_rule": [
+            min(r.cheat_one_step_rule.values(), default=None) for r in runs
         ],
         "seconds": round(time.perf_counter() - started, 1),
     }

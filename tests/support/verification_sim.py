@@ -60,6 +60,8 @@ class VerificationStats:
     one_step_rule: set[tuple[int, bytes]] = field(default_factory=set)
     """The (epoch start, honest trainer) pairs whose strikes named two verifiers at some point: what
     the rule before the step rule (two verifiers, even of one step) would have convicted."""
+    cheat_one_step_rule: dict[tuple[int, bytes], int] = field(default_factory=dict)
+    """The same for cheats: (epoch start, cheat) → the step at which that rule convicted it."""
 
 
 class VerifyingRun(SimulatedRun):
@@ -143,15 +145,29 @@ class VerifyingRun(SimulatedRun):
             return
         super()._health_checks(view)
 
+    def kick_unhealthy(self) -> None:
+        """Removed keys stay out of their epoch, but may wait for the next one: the previous
+        epoch's exited clients are not kicked while the run waits for members (kicked, a
+        removed liar and cheat left 6 of 8 waiting, below `init_min_clients`, for good)."""
+        if self.coord.run_state != RunState.WaitingForMembers:
+            super().kick_unhealthy()
+
     def server_tick(self) -> None:
         if self.coord.run_state == RunState.WaitingForMembers:
             for cid, client in self.clients.items():
                 if client.connected and cid not in self.pending:
                     self.pending[cid] = None  # removed keys come back for the next epoch
         super().server_tick()
+        epoch = self.coord.epoch_state.start_timestamp
         for trainer, by_verifier in self.coord.verification.strikes.items():
-            if len(by_verifier) >= 2 and trainer not in self.cheats:
-                self.stats.one_step_rule.add((self.coord.epoch_state.start_timestamp, trainer))
+            if len(by_verifier) < 2:
+                continue
+            if trainer in self.cheats:  # judged when the next step's witnesses came in
+                self.stats.cheat_one_step_rule.setdefault(
+                    (epoch, trainer), self.coord.progress.step - 1
+                )
+            else:
+                self.stats.one_step_rule.add((epoch, trainer))
 
 
 def measure(
