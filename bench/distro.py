@@ -28,7 +28,11 @@ Hugging Face directory and measures that model (as `--model DIR`).
 convergence run of 4 × 64-token batches judged on 8 held-out windows. Its figures say nothing
 about the 20M model or about convergence.
 
-Usage: .venv/bin/python bench/distro.py [--steps N] [--timing-iters N] [--quick]
+`--device cuda` (default cpu) measures part 2 on the GPU, in the client's default dtype there
+(bf16; `--dtype` chooses another) with TF32 matmuls, waiting for the GPU before each clock
+reading; part 1 does not depend on the device and part 3 always runs on the CPU.
+
+Usage: .venv/bin/python bench/distro.py [--steps N] [--timing-iters N] [--quick] [--device D]
        .venv/bin/python bench/distro.py --build-134m DIR [--timing-iters N] [--steps N]
        .venv/bin/python bench/distro.py --study [--steps 300] [--seeds 0,1] [--cache FILE]
 """
@@ -49,7 +53,10 @@ from psyche_client.distro import DistroResult, DistroSettings
 from psyche_client.distro.compress import pack_indices
 from psyche_client.distro.result import TensorPayload
 from psyche_client.distro.values import quantize
+from psyche_client.training.model.device import resolve_device
 from psyche_client.training.model.loading import count_parameters, load_model
+from psyche_client.training.model.numerics import enable_tf32, model_dtype
+from psyche_client.training.model.precision import DTYPE_NAMES, DtypeName, Precision
 from psyche_client.training.trainer import Trainer
 from psyche_common.batch_id import BatchId
 
@@ -131,9 +138,25 @@ def _more_results(trainer: Trainer, count: int, first_batch: int) -> list[bytes]
     return blobs
 
 
-def measure_model(name: str, iters: int, batch: int, seq_len: int) -> dict[str, object]:
-    model, _ = load_model(name, device="cpu", dtype=torch.float32)
-    trainer = Trainer(model, SETTINGS, device="cpu", micro_batch_size=batch)
+def _wait(device: torch.device) -> None:
+    """Wait for the kernels queued on a CUDA device before reading the clock."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_model(
+    name: str,
+    iters: int,
+    batch: int,
+    seq_len: int,
+    device_spec: str = "cpu",
+    dtype: DtypeName = "auto",
+) -> dict[str, object]:
+    device = resolve_device(device_spec)
+    precision = Precision(dtype=dtype)
+    model, _ = load_model(name, device=device, dtype=model_dtype(precision, device))
+    enable_tf32(device)  # as the client does
+    trainer = Trainer(model, SETTINGS, device=device, micro_batch_size=batch)
     params = count_parameters(trainer.model)
     trained = _train_steps(trainer, iters, batch, seq_len)
     blobs = trained["blobs"] + _more_results(trainer, max(RESULT_COUNTS) - PEERS, 10**6)
@@ -144,6 +167,7 @@ def measure_model(name: str, iters: int, batch: int, seq_len: int) -> dict[str, 
             t0 = time.perf_counter()
             results = [trainer.decode_result(blob) for blob in blobs[:count]]
             trainer.apply(results, 100 + rep, 1e-4)
+            _wait(device)
             if rep:  # the first pass warms up
                 times.append(time.perf_counter() - t0)
         decode_apply[str(count)] = statistics.median(times)
@@ -153,6 +177,8 @@ def measure_model(name: str, iters: int, batch: int, seq_len: int) -> dict[str, 
     blob_size = len(trained["blobs"][0])
     return {
         "model": name,
+        "device": str(device),
+        "dtype": precision.resolved(device.type),
         "parameters": params,
         "tokens_per_client_step": batch * seq_len,
         "payload_bytes": result.payload_bytes(),
@@ -203,6 +229,15 @@ def main() -> None:
     parser.add_argument(
         "--build-134m", type=Path, default=None, help="write the 134M Llama here and measure it"
     )
+    parser.add_argument(
+        "--device", default="cpu", help="where the model trains: cpu, cuda or cuda:N (cpu)"
+    )
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=DTYPE_NAMES,
+        help="parameter dtype as the client's --dtype (auto: fp32 on the CPU, bf16 on CUDA)",
+    )
     parser.add_argument("--study", action="store_true", help="run the variant study instead")
     parser.add_argument("--seeds", default="0,1", help="study seeds, comma-separated")
     parser.add_argument("--only", default=None, help="study variants to run, comma-separated")
@@ -232,7 +267,7 @@ def main() -> None:
     if args.build_134m is not None:
         model = str(write_llama_134m(args.build_134m))
     print(f"measuring {model}...", file=sys.stderr)
-    sizes = measure_model(model, timing_iters, batch, seq_len)
+    sizes = measure_model(model, timing_iters, batch, seq_len, args.device, args.dtype)
     steps = args.steps or (3 if quick else 80)
     print(f"convergence run, {steps} steps...", file=sys.stderr)
     convergence = (
