@@ -19,7 +19,8 @@ sweep of AdamW, DisTrO and SparseLoCo on one seed, the winners on 3 fresh seeds 
 peers, the synchronous and DiLoCo diagnostics; prints `{"protocol", "sweep", "study",
 "frontier", "best_at_146", "best_at_600", "goals"}`. `--jobs N` runs N runs at once (one
 process and one torch thread each; 2 on a 2-core machine), `--cache FILE` keeps finished runs
-(JSON lines), `--no-diagnostics` leaves the synchronous and DiLoCo runs out. With `--quick`
+(JSON lines), `--no-diagnostics` leaves the synchronous and DiLoCo runs out, `--steps N`
+changes the run length. With `--quick`
 the same code path on a model and run of seconds (its numbers mean nothing).
 
 `--variants-study`: the earlier 300-step study of docs/distro.md (tests/support/distro_study.py):
@@ -39,7 +40,7 @@ about the 20M model or about convergence.
 Usage: .venv/bin/python bench/distro.py [--steps N] [--timing-iters N] [--quick]
        .venv/bin/python bench/distro.py --build-134m DIR [--timing-iters N] [--steps N]
        .venv/bin/python bench/distro.py --study [--quick] [--jobs 2] [--cache FILE]
-                                        [--no-diagnostics]
+                                        [--no-diagnostics] [--steps N]
        .venv/bin/python bench/distro.py --variants-study [--steps 300] [--seeds 0,1]
                                         [--cache FILE]
 """
@@ -206,9 +207,13 @@ def measure_convergence(
     }
 
 
-def run_optimizer_study(quick: bool, jobs: int, cache: Path | None, diagnostics: bool) -> None:
+def run_optimizer_study(
+    quick: bool, jobs: int, cache: Path | None, diagnostics: bool, steps: int | None
+) -> None:
     """`--study`: the protocol (or its quick form) run and printed as one JSON object."""
     protocol = QUICK_PROTOCOL if quick else PROTOCOL
+    if steps is not None:
+        protocol = dataclasses.replace(protocol, steps=steps)
     if not diagnostics:
         protocol = dataclasses.replace(protocol, synchronous_diagnostic=False, diloco=None)
     torch.set_num_threads(1)
@@ -258,7 +263,7 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=None, help="study run cache (JSON lines)")
     args = parser.parse_args()
     if args.study:
-        run_optimizer_study(args.quick, args.jobs, args.cache, not args.no_diagnostics)
+        run_optimizer_study(args.quick, args.jobs, args.cache, not args.no_diagnostics, args.steps)
         return
     quick = args.quick and not args.variants_study
     model = args.model or ("builtin:llama-tiny" if quick else "builtin:llama-20m")

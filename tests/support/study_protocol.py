@@ -16,16 +16,19 @@ The study (`study_runner.run_protocol`):
    peer count (dense float32 pseudo-gradients averaged exactly, outer SGD with Nesterov
    momentum), the ceiling of every compressed local-steps optimizer.
 
-Sizing (measured 2026-11-26 on the development VM, 2 CPU cores shared with other work, load
-average 4.5, one torch thread per run): per training step of 2,048 tokens on the 246k-parameter
-model, AdamW 100-140 ms, DisTrO with 4 peers 190 ms, with 16 peers 920 ms before the study's
-apply shortcut (`study_runs`: two replicas apply, the rest copy their weights) and about
-510 ms with it, SparseLoCo (H 5) with 4 peers 115 ms, with 16 peers 330 ms. `PROTOCOL`'s
-runs add up to about 4.4 s per protocol step on one core (sweep 3 x (AdamW + DisTrO 4 +
-SparseLoCo 4); seeds 3 x (AdamW + both candidates at 4 and 16 peers); diagnostics 3 x (both
-candidates synchronous at 4 peers + DiLoCo at 4 and 16 peers)), so its 600 steps take about
-44 core-minutes: about 22 minutes with `--jobs 2` on a quiet machine, nearer 40 under that
-load. The issue's example (1,200 steps, 10 tokens per parameter) would take twice that.
+Sizing: one short run of each row kind at `PROTOCOL`'s size (40 steps, 2026-11-26 03:38 UTC,
+development VM, 2 CPU cores shared with other work at load average 6, one torch thread),
+in CPU milliseconds per step of 2,048 tokens (`RunOutcome.cpu_seconds`; wall time was 2 to 6
+times that under this load): AdamW 96; DisTrO 207 with 4 peers, 444 with 16 (with the study's
+apply shortcut, `study_runs`), 186 synchronous with 4; SparseLoCo (H 5) 130 with 4 peers,
+287 with 16, 123 synchronous with 4; DiLoCo (H 5) 106 with 4 peers, 200 with 16. The sweep
+(3 x (AdamW + DisTrO 4 + SparseLoCo 4)) costs 1.3 s per protocol step, the seeds stage
+(3 x (AdamW + both candidates at 4 and 16 peers)) 3.5 s, the diagnostics (3 x (both
+synchronous at 4 + DiLoCo at 4 and 16)) 1.8 s: 6.6 CPU seconds per step in all. At 600 steps
+that is 66 CPU minutes, about 33 minutes with `--jobs 2` on two free cores, so `PROTOCOL`
+runs 600 steps (5 tokens per parameter); the issue's 1,200 steps (10 tokens per parameter)
+fit 40 minutes without the diagnostics only on a faster machine (`--steps 1200
+--no-diagnostics`: 4.8 CPU s per step, 48 minutes on two free cores).
 
 API: `ModelShape`, `Candidate`, `DilocoSettings`, `StudyProtocol`, `PROTOCOL`,
 `QUICK_PROTOCOL`.
