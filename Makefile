@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-all lint format bench demo demo-headless tmux netlab-tools image clean
+.PHONY: install test test-all test-cuda lint format bench demo demo-headless tmux netlab-tools image clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PY_SYS) -m venv $(VENV)
@@ -42,6 +42,12 @@ test: $(STAMP) tmux netlab-tools
 
 test-all: $(STAMP) tmux netlab-tools
 	$(PY) -m pytest -q --durations=30
+
+# The GPU suite (docs/client.md, "Running on a GPU"): the tests marked `cuda` (tests/cuda and
+# a few unit tests); each skips, saying why, without a CUDA device (or with one where it needs
+# two). `make test` collects them too.
+test-cuda: $(STAMP)
+	$(PY) -m pytest -m cuda -v -rs --durations=10
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -39,6 +39,10 @@ client evaluates a tiny local multiple-choice task with lm-eval, all its documen
 held-out loss every step, whenever it would otherwise wait): "client ÷ bare" should not move
 beyond the noise. `evals_completed` says how many evals finished in the measured runs.
 
+`--device cuda` (default cpu): the client and the bare loop both train on the GPU, each in
+the client's default dtype there (bf16; fp32 on the CPU), with TF32 matmuls; they share the
+GPU as they share the CPU otherwise, so each runs slower than it would alone.
+
 `--quick` (what `make test` runs): both parts at their smallest, in seconds: the tiny preset
 (`builtin:llama-tiny`), one client run of 6 steps of 4 × 32 tokens next to the bare loop (the
 long step only), and the fetch of the tiny preset's bytes. Its ratios mean nothing: the
@@ -86,6 +90,9 @@ class Shape:
     batch: int
     seq_len: int
     micro_batch: int
+    device: str = "cpu"
+    """`--device` of both sides; each trains in the client's default dtype there (`--dtype
+    auto`: fp32 on the CPU, bf16 on CUDA)."""
 
 
 def progress(message: str) -> None:
@@ -99,11 +106,16 @@ def bare_worker(shape: Shape, out: Path) -> None:
     """The baseline, run as a separate process next to the client run: the same model, data
     and micro-batching trained by a plain loop with AdamW, forever (the parent kills it); one
     ``start end`` line (monotonic seconds, system-wide on Linux) per step goes to ``out``."""
+    from psyche_client.training.model.device import resolve_device
     from psyche_client.training.model.loading import load_model
+    from psyche_client.training.model.numerics import enable_tf32, model_dtype
+    from psyche_client.training.model.precision import Precision
     from psyche_common.batch_id import BatchId
     from psyche_common.data.builtin import BuiltinDataProvider
 
-    model, _ = load_model(shape.model, device="cpu", dtype=torch.float32)
+    device = resolve_device(shape.device)
+    model, _ = load_model(shape.model, device=device, dtype=model_dtype(Precision(), device))
+    enable_tf32(device)  # as the client does
     provider = BuiltinDataProvider(DATA, shape.seq_len, None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95))
     with out.open("a") as log:
@@ -111,7 +123,7 @@ def bare_worker(shape: Shape, out: Path) -> None:
         while True:
             batch = BatchId(step * shape.batch, (step + 1) * shape.batch - 1)
             started = time.monotonic()
-            tokens = torch.from_numpy(provider.read(batch).astype("int64"))
+            tokens = torch.from_numpy(provider.read(batch).astype("int64")).to(device)
             optimizer.zero_grad(set_to_none=True)
             for micro in torch.split(tokens, shape.micro_batch):
                 loss = model(input_ids=micro, labels=micro).loss
@@ -119,6 +131,8 @@ def bare_worker(shape: Shape, out: Path) -> None:
                 (loss * (micro.shape[0] / shape.batch)).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # the step's kernels are done
             log.write(f"{started} {time.monotonic()}\n")
             log.flush()
             step += 1
@@ -129,6 +143,7 @@ def start_bare_worker(shape: Shape, threads: int, out: Path) -> subprocess.Popen
     command = [sys.executable, __file__, "--bare-worker", str(out), "--threads", str(threads)]
     command += ["--batch", str(shape.batch), "--seq-len", str(shape.seq_len)]
     command += ["--micro-batch", str(shape.micro_batch), "--model", shape.model]
+    command += ["--device", shape.device]
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
 
 
@@ -339,7 +354,7 @@ def client_run(
                 ServerOptions(f"127.0.0.1:{cluster.port}", "e2e-run"),
                 Identity.generate(),
                 p2p=client_p2p_config(bind_host="127.0.0.1", advertise_host="127.0.0.1"),
-                backend=BackendOptions(device="cpu", micro_batch_size=shape.micro_batch),
+                backend=BackendOptions(device=shape.device, micro_batch_size=shape.micro_batch),
                 evals=EvalOptions(
                     tasks=("tiny_mc",),
                     tasks_dir=write_tasks(tmp / "tasks"),
@@ -486,6 +501,11 @@ def main() -> None:
         default=ROUND_WITNESS_TIME,
         help=f"the run's RoundWitness window in seconds ({ROUND_WITNESS_TIME}, as shipped)",
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu, cuda or cuda:N: where the client and the bare loop train (cpu)",
+    )
     parser.add_argument("--bare-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     quick = args.quick
@@ -497,6 +517,7 @@ def main() -> None:
         args.batch or (4 if quick else 64),
         args.seq_len or (32 if quick else 256),
         args.micro_batch or (2 if quick else 8),
+        args.device,
     )
     steps = args.steps or (6 if quick else 7)
     repeats = args.repeats or (1 if quick else 3)
@@ -519,13 +540,18 @@ def main() -> None:
         )
     if not (args.skip_short or quick):
         short = Shape(
-            model, args.short_batch, shape.seq_len, min(shape.micro_batch, args.short_batch)
+            model,
+            args.short_batch,
+            shape.seq_len,
+            min(shape.micro_batch, args.short_batch),
+            args.device,
         )
         cases["short_step"] = measure_case(short, steps * 2, repeats, args.threads, witness_time)
     result: dict[str, Any] = {
         "benchmark": "client",
         "quick": quick,
         "model": model,
+        "device": args.device,
         "data": DATA,
         "torch_threads": args.threads,
         "round_witness_time": witness_time,

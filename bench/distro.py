@@ -20,8 +20,8 @@ peers, the synchronous and DiLoCo diagnostics; prints `{"protocol", "sweep", "st
 "frontier", "best_at_146", "best_at_600", "goals"}`. `--jobs N` runs N runs at once (one
 process and one torch thread each; 2 on a 2-core machine), `--cache FILE` keeps finished runs
 (JSON lines), `--no-diagnostics` leaves the synchronous and DiLoCo runs out, `--steps N`
-changes the run length. With `--quick`
-the same code path on a model and run of seconds (its numbers mean nothing).
+changes the run length. With `--quick` the same code path on a model and run of seconds (its
+numbers mean nothing). Both studies train on the CPU whatever `--device` says.
 
 `--variants-study`: the earlier 300-step study of docs/distro.md (tests/support/distro_study.py):
 Psyche's settings against variants, `--steps` steps (300 in the docs) on seeds `--seeds`, each
@@ -37,7 +37,11 @@ Hugging Face directory and measures that model (as `--model DIR`).
 convergence run of 4 × 64-token batches judged on 8 held-out windows. Its figures say nothing
 about the 20M model or about convergence.
 
-Usage: .venv/bin/python bench/distro.py [--steps N] [--timing-iters N] [--quick]
+`--device cuda` (default cpu) measures part 2 on the GPU, in the client's default dtype there
+(bf16; `--dtype` chooses another) with TF32 matmuls, waiting for the GPU before each clock
+reading; part 1 does not depend on the device and part 3 always runs on the CPU.
+
+Usage: .venv/bin/python bench/distro.py [--steps N] [--timing-iters N] [--quick] [--device D]
        .venv/bin/python bench/distro.py --build-134m DIR [--timing-iters N] [--steps N]
        .venv/bin/python bench/distro.py --study [--quick] [--jobs 2] [--cache FILE]
                                         [--no-diagnostics] [--steps N]
@@ -62,7 +66,10 @@ from psyche_client.distro import DistroResult, DistroSettings
 from psyche_client.distro.compress import pack_indices
 from psyche_client.distro.result import TensorPayload
 from psyche_client.distro.values import quantize
+from psyche_client.training.model.device import resolve_device
 from psyche_client.training.model.loading import count_parameters, load_model
+from psyche_client.training.model.numerics import enable_tf32, model_dtype
+from psyche_client.training.model.precision import DTYPE_NAMES, DtypeName, Precision
 from psyche_client.training.trainer import Trainer
 from psyche_common.batch_id import BatchId
 
@@ -146,9 +153,25 @@ def _more_results(trainer: Trainer, count: int, first_batch: int) -> list[bytes]
     return blobs
 
 
-def measure_model(name: str, iters: int, batch: int, seq_len: int) -> dict[str, object]:
-    model, _ = load_model(name, device="cpu", dtype=torch.float32)
-    trainer = Trainer(model, SETTINGS, device="cpu", micro_batch_size=batch)
+def _wait(device: torch.device) -> None:
+    """Wait for the kernels queued on a CUDA device before reading the clock."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_model(
+    name: str,
+    iters: int,
+    batch: int,
+    seq_len: int,
+    device_spec: str = "cpu",
+    dtype: DtypeName = "auto",
+) -> dict[str, object]:
+    device = resolve_device(device_spec)
+    precision = Precision(dtype=dtype)
+    model, _ = load_model(name, device=device, dtype=model_dtype(precision, device))
+    enable_tf32(device)  # as the client does
+    trainer = Trainer(model, SETTINGS, device=device, micro_batch_size=batch)
     params = count_parameters(trainer.model)
     trained = _train_steps(trainer, iters, batch, seq_len)
     blobs = trained["blobs"] + _more_results(trainer, max(RESULT_COUNTS) - PEERS, 10**6)
@@ -159,6 +182,7 @@ def measure_model(name: str, iters: int, batch: int, seq_len: int) -> dict[str, 
             t0 = time.perf_counter()
             results = [trainer.decode_result(blob) for blob in blobs[:count]]
             trainer.apply(results, 100 + rep, 1e-4)
+            _wait(device)
             if rep:  # the first pass warms up
                 times.append(time.perf_counter() - t0)
         decode_apply[str(count)] = statistics.median(times)
@@ -168,6 +192,8 @@ def measure_model(name: str, iters: int, batch: int, seq_len: int) -> dict[str, 
     blob_size = len(trained["blobs"][0])
     return {
         "model": name,
+        "device": str(device),
+        "dtype": precision.resolved(device.type),
         "parameters": params,
         "tokens_per_client_step": batch * seq_len,
         "payload_bytes": result.payload_bytes(),
@@ -250,6 +276,15 @@ def main() -> None:
     parser.add_argument(
         "--build-134m", type=Path, default=None, help="write the 134M Llama here and measure it"
     )
+    parser.add_argument(
+        "--device", default="cpu", help="where the model trains: cpu, cuda or cuda:N (cpu)"
+    )
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=DTYPE_NAMES,
+        help="parameter dtype as the client's --dtype (auto: fp32 on the CPU, bf16 on CUDA)",
+    )
     parser.add_argument("--study", action="store_true", help="run the optimizer study instead")
     parser.add_argument("--jobs", type=int, default=1, help="study runs at once")
     parser.add_argument(
@@ -289,7 +324,7 @@ def main() -> None:
     if args.build_134m is not None:
         model = str(write_llama_134m(args.build_134m))
     print(f"measuring {model}...", file=sys.stderr)
-    sizes = measure_model(model, timing_iters, batch, seq_len)
+    sizes = measure_model(model, timing_iters, batch, seq_len, args.device, args.dtype)
     steps = args.steps or (3 if quick else 80)
     print(f"convergence run, {steps} steps...", file=sys.stderr)
     convergence = (

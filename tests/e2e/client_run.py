@@ -188,8 +188,10 @@ class Cluster:
         dummy_delay: float | None = None,
         run_id: str = "e2e-run",
         program: list[str] | None = None,
+        device: str = "cpu",
     ) -> Proc:
-        """A `psyche-client train` process (or `program` given the same arguments)."""
+        """A `psyche-client train` process (or `program` given the same arguments) training
+        on `device` (`--device`)."""
         index = len(self.clients)
         log = self.tmp / f"client{index}.log"
         args = [
@@ -200,7 +202,7 @@ class Cluster:
             "--run-id",
             run_id,
             "--device",
-            "cpu",
+            device,
             "--logs",
             "json",
             *extra,

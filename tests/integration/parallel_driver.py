@@ -1,13 +1,15 @@
 """Rank 0 of a multi-device client next to a single-device client, in a process of its own.
 
-`python -m tests.integration.parallel_driver --ranks 2 [--fsdp] ...` loads a `ParallelBackend`
-(which starts its worker ranks) and a `DistroBackend` on the same model, trains both on the
-same batches, applies the same results to both, and prints one JSON object with what the
-tests check: losses, how far the two clients' DisTrO results agree (top-k indices and signs),
-weights hashes, a cancelled step, parameter export, a checkpoint and loading peer parameters.
-The last step's batch has one sample, so every rank but rank 0 has an empty share. The
-steps skip step 3, as a client does that verifies a round (no lookahead at step 4).
-It runs in its own process so that a failing rank can never take the test runner down.
+`python -m tests.integration.parallel_driver --ranks 2 [--fsdp] [--device cuda] ...` loads a
+`ParallelBackend` (which starts its worker ranks) and a `DistroBackend` on the same model
+(on the CPU by default; with `--device cuda` rank r uses GPU r over NCCL and the single-device
+client GPU 0), trains both on the same batches, applies the same results to both, and prints
+one JSON object with what the tests check: losses, how far the two clients' DisTrO results
+agree (top-k indices and signs), weights hashes, a cancelled step, parameter export, a
+checkpoint and loading peer parameters. The last step's batch has one sample, so every rank
+but rank 0 has an empty share. The steps skip step 3, as a client does that verifies a round
+(no lookahead at step 4). It runs in its own process so that a failing rank can never take
+the test runner down.
 """
 
 from __future__ import annotations
@@ -77,13 +79,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     parallel = ParallelBackend.load(
         setup,
         spec=spec,
-        device="cpu",
+        device=args.device,
         micro_batch_size=args.mbs,
         timeout=args.timeout,
         precision=precision,
     )
     time.sleep(args.idle)  # longer than the timeout: only heartbeats keep the workers waiting
-    single = DistroBackend.load(setup, device="cpu", micro_batch_size=args.mbs, precision=precision)
+    single = DistroBackend.load(
+        setup, device=args.device, micro_batch_size=args.mbs, precision=precision
+    )
     report: dict[str, Any] = {
         "initial": [parallel.weights_hash().hex(), single.weights_hash().hex()]
     }
@@ -126,7 +130,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             directory, dtype=torch_dtype(precision.resolved("cpu"))
         )
         report["checkpoint_hash"] = weights_digest(saved).hex()
-    fresh = DistroBackend.load(setup, device="cpu", micro_batch_size=args.mbs, precision=precision)
+    fresh = DistroBackend.load(
+        setup, device=args.device, micro_batch_size=args.mbs, precision=precision
+    )
     parallel.load_parameters({name: data for name, _, _, data in fresh.export_parameters()})
     report["loaded"] = [parallel.weights_hash().hex(), fresh.weights_hash().hex()]
     report["storage"] = storage(parallel)
@@ -195,6 +201,7 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=0.0, help="seconds to idle after loading")
     parser.add_argument("--bf16-values", action="store_true", help="send bf16 values, not signs")
     parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="--dtype")
+    parser.add_argument("--device", default="cpu", help="--device: cpu, or cuda (rank r on GPU r)")
     args = parser.parse_args()
     print(json.dumps(run(args)))
     return 0

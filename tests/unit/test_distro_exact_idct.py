@@ -153,6 +153,7 @@ def test_integer_basis_is_far_from_rounding_ties(n: int) -> None:
     assert np.array_equal(integer_basis(n), np.rint(scaled).astype(np.int64))
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_signs_equal_the_cpu_signs() -> None:
     """Another device's kernels (atomics in index_add_, other GEMM orders) give the same."""

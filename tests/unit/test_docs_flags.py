@@ -35,6 +35,7 @@ OTHER_PROGRAMS = {
     *("--standalone", "--nproc-per-node"),  # torchrun (docs/operations.md, docs/client.md)
     *("--rm", "--network", "--gpus", "--ipc", "--shm-size"),  # podman / docker run
     *("--variant", "--mode"),  # mmdebstrap (the container image's base)
+    *("--durations", "--index-url"),  # pytest, pip (docs/client.md, "Running on a GPU")
 }
 """Other programs' flags the docs quote."""
 

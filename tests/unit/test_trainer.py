@@ -256,6 +256,7 @@ def test_bf16_dtype_casts_model() -> None:
         make_trainer(dtype="fp8")
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 def test_cuda_matches_device() -> None:
     trainer = Trainer(tiny_llama(), DISTRO, device="cuda", micro_batch_size=2)
@@ -263,6 +264,24 @@ def test_cuda_matches_device() -> None:
     assert out.result is not None
     assert trainer.apply([out.result], 3, 0.01) == 1
     assert all(p.device.type == "cuda" for p in trainer.model.parameters())
+
+
+def test_the_timed_forward_backward_waits_for_a_cuda_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CUDA queues the backward's kernels: the step waits for them before its clock reading
+    (a step's forward/backward seconds, what bench/client.py and bench/distro.py report);
+    the CPU has nothing to wait for."""
+    from psyche_client.training import trainer as trainer_module
+
+    waited: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", waited.append)
+    trainer_module._wait_for_device(torch.device("cpu"))
+    assert waited == []
+    trainer_module._wait_for_device(torch.device("cuda", 1))
+    assert waited == [torch.device("cuda", 1)]
+    make_trainer().train(BatchId(0, 3), tokens(0), 1, 0.01, 0.0)
+    assert waited == [torch.device("cuda", 1)]
 
 
 def test_momentum_stays_fp32_in_a_bf16_model() -> None:

@@ -429,6 +429,7 @@ class Trainer:
                 raise TrainingCancelled("training cancelled on a rank before a micro-batch")
             loss_sum, counted = reduced
         mean_loss = loss_sum * total / counted if counted else math.nan
+        _wait_for_device(self.device)  # the backward's kernels belong to the timed span
         return mean_loss, len(micro_batches), skipped
 
     def _clip(self) -> float | None:
@@ -506,6 +507,14 @@ class Trainer:
         if not np.issubdtype(array.dtype, np.integer):
             raise ValueError(f"tokens must be integers, got dtype {array.dtype}")
         return torch.from_numpy(array.astype(np.int64, copy=False)).to(self.device)
+
+
+def _wait_for_device(device: torch.device) -> None:
+    """Wait for the kernels queued on `device` (CUDA runs them asynchronously), so that the
+    forward/backward time a step reports holds its backward rather than the optimizer's; the
+    gradient clipping right after waits for them anyway. Nothing to wait for on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:

@@ -71,6 +71,12 @@ def rank_device(spec: str, local_rank: int, world_size: int) -> torch.device:
     return device
 
 
+def data_backend(device: torch.device) -> str:
+    """The torch.distributed backend of the ranks' data group on `device`: NCCL for CUDA
+    tensors, gloo for CPU ones (the control group is gloo on every device)."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
 @dataclass
 class RankGroups:
     """One rank's view of the client's world."""
@@ -115,7 +121,7 @@ def connect(
     else:
         shared.set(f"arrived/{env.rank}", "1")
         _wait_for_rank0(shared)
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = data_backend(device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     deadline = timedelta(seconds=timeout)
