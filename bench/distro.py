@@ -20,8 +20,9 @@ peers, the synchronous and DiLoCo diagnostics; prints `{"protocol", "sweep", "st
 "frontier", "best_at_146", "best_at_600", "goals"}`. `--jobs N` runs N runs at once (one
 process and one torch thread each; 2 on a 2-core machine), `--cache FILE` keeps finished runs
 (JSON lines), `--no-diagnostics` leaves the synchronous and DiLoCo runs out, `--steps N`
-changes the run length. With `--quick` the same code path on a model and run of seconds (its
-numbers mean nothing). Both studies train on the CPU whatever `--device` says.
+changes the run length, `--variants` adds the variant candidates (`VARIANT_CANDIDATES`: SparseLoCo
+averaging each coefficient over the peers that chose it). With `--quick` the same code path
+on a model and run of seconds, the variant included (its numbers mean nothing). Both studies train on the CPU whatever `--device` says.
 
 `--variants-study`: the earlier 300-step study of docs/distro.md (tests/support/distro_study.py):
 Psyche's settings against variants, `--steps` steps (300 in the docs) on seeds `--seeds`, each
@@ -44,7 +45,7 @@ reading; part 1 does not depend on the device and part 3 always runs on the CPU.
 Usage: .venv/bin/python bench/distro.py [--steps N] [--timing-iters N] [--quick] [--device D]
        .venv/bin/python bench/distro.py --build-134m DIR [--timing-iters N] [--steps N]
        .venv/bin/python bench/distro.py --study [--quick] [--jobs 2] [--cache FILE]
-                                        [--no-diagnostics] [--steps N]
+                                        [--no-diagnostics] [--steps N] [--variants]
        .venv/bin/python bench/distro.py --variants-study [--steps 300] [--seeds 0,1]
                                         [--cache FILE]
 """
@@ -83,7 +84,11 @@ from tests.support.simulation import (  # noqa: E402
     run_adamw,
     run_distro,
 )
-from tests.support.study_protocol import PROTOCOL, QUICK_PROTOCOL  # noqa: E402
+from tests.support.study_protocol import (  # noqa: E402
+    PROTOCOL,
+    QUICK_PROTOCOL,
+    VARIANT_CANDIDATES,
+)
 from tests.support.study_runner import run_protocol  # noqa: E402
 
 SETTINGS = DistroSettings(
@@ -234,12 +239,21 @@ def measure_convergence(
 
 
 def run_optimizer_study(
-    quick: bool, jobs: int, cache: Path | None, diagnostics: bool, steps: int | None
+    quick: bool,
+    jobs: int,
+    cache: Path | None,
+    diagnostics: bool,
+    steps: int | None,
+    variants: bool,
 ) -> None:
     """`--study`: the protocol (or its quick form) run and printed as one JSON object."""
     protocol = QUICK_PROTOCOL if quick else PROTOCOL
     if steps is not None:
         protocol = dataclasses.replace(protocol, steps=steps)
+    if variants and not quick:
+        protocol = dataclasses.replace(
+            protocol, candidates=protocol.candidates + VARIANT_CANDIDATES
+        )
     if not diagnostics:
         protocol = dataclasses.replace(protocol, synchronous_diagnostic=False, diloco=None)
     torch.set_num_threads(1)
@@ -291,6 +305,9 @@ def main() -> None:
         "--no-diagnostics", action="store_true", help="study without synchronous/DiLoCo runs"
     )
     parser.add_argument(
+        "--variants", action="store_true", help="study: add the variant candidates too"
+    )
+    parser.add_argument(
         "--variants-study", action="store_true", help="run the 300-step variant study instead"
     )
     parser.add_argument("--seeds", default="0,1", help="variant study seeds, comma-separated")
@@ -298,7 +315,9 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=None, help="study run cache (JSON lines)")
     args = parser.parse_args()
     if args.study:
-        run_optimizer_study(args.quick, args.jobs, args.cache, not args.no_diagnostics, args.steps)
+        run_optimizer_study(
+            args.quick, args.jobs, args.cache, not args.no_diagnostics, args.steps, args.variants
+        )
         return
     quick = args.quick and not args.variants_study
     model = args.model or ("builtin:llama-tiny" if quick else "builtin:llama-20m")

@@ -31,11 +31,12 @@ fit 40 minutes without the diagnostics only on a faster machine (`--steps 1200
 --no-diagnostics`: 4.8 CPU s per step, 48 minutes on two free cores).
 
 API: `ModelShape`, `Candidate`, `DilocoSettings`, `StudyProtocol`, `PROTOCOL`,
-`QUICK_PROTOCOL`.
+`VARIANT_CANDIDATES`, `QUICK_PROTOCOL`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import transformers
@@ -167,6 +168,17 @@ SPARSELOCO_H5 = SparseLocoSettings(
 )
 """The best SparseLoCo of the 300-step study (docs/distro.md)."""
 
+VARIANT_CANDIDATES = (
+    Candidate(
+        "sparseloco-choosers",
+        dataclasses.replace(SPARSELOCO_H5, mean_over_choosers=True),
+        (1e-3, 2e-3, 4e-3),
+    ),
+)
+"""Variants of issue 22's third item, added to `PROTOCOL` by `bench/distro.py --study
+--variants` (each costs about what its base candidate does): SparseLoCo with each
+coefficient averaged over the peers that chose it, as Templar runs it."""
+
 PROTOCOL = StudyProtocol(
     model=ModelShape(hidden=64, layers=4, heads=4, intermediate=192),  # 246,336 parameters
     seq_len=128,
@@ -203,6 +215,11 @@ QUICK_PROTOCOL = StudyProtocol(
     candidates=(
         Candidate("distro", DISTRO_REFERENCE, (2e-3, 4e-3)),
         Candidate("sparseloco", SparseLocoSettings(2, 1.0, 0.9, 32, 64), (2e-3,)),
+        Candidate(
+            "sparseloco-choosers",
+            SparseLocoSettings(2, 1.0, 0.9, 32, 64, mean_over_choosers=True),
+            (2e-3,),
+        ),
     ),
     sweep_peers=2,
     peers=(2, 4),

@@ -140,3 +140,18 @@ def test_sparseloco_example_builds_the_trainer_settings() -> None:
         True,
     )
     assert validate_state(state).ok and validate_state(state).warnings == []
+
+
+def test_sparseloco_mean_over_choosers_is_optional_and_reaches_the_trainer() -> None:
+    plain = state_with({"SparseLoCo": dict(SPARSELOCO)})
+    assert isinstance(plain.model.optimizer, SparseLocoOptimizer)
+    assert plain.model.optimizer.mean_over_choosers is None
+    assert "mean_over_choosers" not in plain.model.optimizer.to_toml()
+    assert optimizer_settings(plain.model.optimizer).mean_over_choosers is False  # type: ignore[union-attr]
+    chosen = state_with({"SparseLoCo": {**SPARSELOCO, "mean_over_choosers": True}})
+    assert validate_state(chosen).ok
+    assert "mean over choosers" in str(chosen.model.optimizer)
+    assert optimizer_settings(chosen.model.optimizer).mean_over_choosers is True  # type: ignore[union-attr]
+    assert parse_state(tomllib.loads(tomli_w.dumps(chosen.to_toml_dict()))) == chosen
+    with pytest.raises(ConfigError, match=r"SparseLoCo\.mean_over_choosers"):
+        state_with({"SparseLoCo": {**SPARSELOCO, "mean_over_choosers": "yes"}})

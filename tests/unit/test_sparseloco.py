@@ -88,7 +88,11 @@ def _factors_from_rms(rms: list[float]) -> list[float]:
     return [target / r if r > 0 else 0.0 for r in rms]
 
 
-def test_apply_is_outer_lr_times_mean_over_all_results_rounded_to_bf16() -> None:
+@pytest.mark.parametrize("choosers", [False, True], ids=["over-all", "over-choosers"])
+def test_apply_is_outer_lr_times_mean_over_all_results_rounded_to_bf16(choosers: bool) -> None:
+    """The mean is over all results, or with `mean_over_choosers` over the results that chose
+    each coefficient (Templar's SparseLoCo)."""
+    settings = dataclasses.replace(SETTINGS, mean_over_choosers=choosers)
     results = []
     for r in range(3):
         model = TinyNet()
@@ -98,12 +102,13 @@ def test_apply_is_outer_lr_times_mean_over_all_results_rounded_to_bf16() -> None
         results.append(optimizer.generate(1, BatchId(2 * r, 2 * r + 1), 0).transmit)
     model = TinyNet()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    optimizer = SparseLocoOptimizer(model.named_parameters(), SETTINGS)
+    optimizer = SparseLocoOptimizer(model.named_parameters(), settings)
     assert optimizer.apply(list(reversed(results)), lr=123.0) == 3
     transform = DctTransform(SETTINGS.compression_chunk)
     kind = optimizer.layout.value_kind
     for i, expected in enumerate(optimizer.layout.tensors):
         total = torch.zeros(expected.chunks, expected.totalk, dtype=torch.float64)
+        chose = torch.zeros_like(total)
         # each result normalised to the lower median of the results' RMS (docs/distro.md)
         rms = [
             math.sqrt(
@@ -114,10 +119,15 @@ def test_apply_is_outer_lr_times_mean_over_all_results_rounded_to_bf16() -> None
         ]
         for result, factor in zip(results, _factors_from_rms(rms), strict=True):
             payload = result.tensors[i]
-            total.scatter_add_(
-                -1, torch.tensor(payload.indices()), torch.tensor(payload.values(kind)) * factor
-            )
-        update = transform.decode((total / 3).view(expected.xshape), expected.shape)
+            index = torch.tensor(payload.indices())
+            total.scatter_add_(-1, index, torch.tensor(payload.values(kind)) * factor)
+            chose.scatter_add_(-1, index, torch.ones(index.shape, dtype=torch.float64))
+        if choosers:
+            assert bool(((chose > 0) & (chose < 3)).any()), "no coefficient with fewer choosers"
+            mean = torch.where(chose > 0, total / chose.clamp(min=1.0), 0.0)
+        else:
+            mean = total / 3
+        update = transform.decode(mean.view(expected.xshape), expected.shape)
         step = update.to(torch.bfloat16).float() * 0.7
         got = dict(model.named_parameters())[expected.name]
         assert torch.equal(got, before[expected.name] - step), expected.name
