@@ -20,9 +20,10 @@ peers, the synchronous and DiLoCo diagnostics; prints `{"protocol", "sweep", "st
 "frontier", "best_at_146", "best_at_600", "goals"}`. `--jobs N` runs N runs at once (one
 process and one torch thread each; 2 on a 2-core machine), `--cache FILE` keeps finished runs
 (JSON lines), `--no-diagnostics` leaves the synchronous and DiLoCo runs out, `--steps N`
-changes the run length, `--variants` adds the variant candidates (`VARIANT_CANDIDATES`: SparseLoCo
-averaging each coefficient over the peers that chose it). With `--quick` the same code path
-on a model and run of seconds, the variant included (its numbers mean nothing). Both studies train on the CPU whatever `--device` says.
+changes the run length, `--variants` adds the variant candidates (`VARIANT_CANDIDATES`:
+SparseLoCo as Templar runs it, DisTrO with weight decay). With `--quick` the same code path
+on a model and run of seconds, Templar's SparseLoCo included (its numbers mean nothing).
+Both studies train on the CPU whatever `--device` says.
 
 `--variants-study`: the earlier 300-step study of docs/distro.md (tests/support/distro_study.py):
 Psyche's settings against variants, `--steps` steps (300 in the docs) on seeds `--seeds`, each

@@ -47,13 +47,13 @@ def test_the_quick_study_prints_the_study_object(tmp_path: Path) -> None:
         "distro-p4",
         "sparseloco-p2",
         "sparseloco-p4",
-        "sparseloco-choosers-p2",
-        "sparseloco-choosers-p4",
+        "sparseloco-templar-p2",
+        "sparseloco-templar-p4",
     }
     seeds = {row["seed"] for row in rows if row["stage"] != "sweep"}
     assert seeds == set(QUICK_PROTOCOL.seeds)
     compressed = [r for r in rows if r["family"] in ("distro", "sparseloco")]
-    assert {r["name"] for r in compressed} >= {"sparseloco-choosers-p4"}
+    assert {r["name"] for r in compressed} >= {"sparseloco-templar-p4"}
     assert all(
         r["captured_energy"] is not None and r["index_overlap"] is not None for r in compressed
     )
@@ -66,9 +66,9 @@ def test_the_quick_study_prints_the_study_object(tmp_path: Path) -> None:
         "sparseloco-p4",
         "distro-p2-sync",
         "sparseloco-p2-sync",
-        "sparseloco-choosers-p2",
-        "sparseloco-choosers-p4",
-        "sparseloco-choosers-p2-sync",
+        "sparseloco-templar-p2",
+        "sparseloco-templar-p4",
+        "sparseloco-templar-p2-sync",
         "diloco-p2",
         "diloco-p4",
     }

@@ -170,14 +170,18 @@ SPARSELOCO_H5 = SparseLocoSettings(
 
 VARIANT_CANDIDATES = (
     Candidate(
-        "sparseloco-choosers",
-        dataclasses.replace(SPARSELOCO_H5, mean_over_choosers=True),
+        "sparseloco-templar",
+        dataclasses.replace(SPARSELOCO_H5, mean_over_choosers=True, clip_to_median=True),
         (1e-3, 2e-3, 4e-3),
     ),
+    Candidate("distro-wd0.1", dataclasses.replace(DISTRO_REFERENCE, weight_decay=0.1), (2e-3,)),
+    Candidate("distro-wd1", dataclasses.replace(DISTRO_REFERENCE, weight_decay=1.0), (2e-3,)),
 )
 """Variants of issue 22's third item, added to `PROTOCOL` by `bench/distro.py --study
---variants` (each costs about what its base candidate does): SparseLoCo with each
-coefficient averaged over the peers that chose it, as Templar runs it."""
+--variants` (each costs about what its base candidate does per run): SparseLoCo as Templar
+averages and bounds results (each coefficient over the peers that chose it, each result
+clipped to the median RMS), and DisTrO with weight decay 0.1 and 1 (one learning rate: the
+middle of DisTrO's sweep)."""
 
 PROTOCOL = StudyProtocol(
     model=ModelShape(hidden=64, layers=4, heads=4, intermediate=192),  # 246,336 parameters
@@ -216,8 +220,8 @@ QUICK_PROTOCOL = StudyProtocol(
         Candidate("distro", DISTRO_REFERENCE, (2e-3, 4e-3)),
         Candidate("sparseloco", SparseLocoSettings(2, 1.0, 0.9, 32, 64), (2e-3,)),
         Candidate(
-            "sparseloco-choosers",
-            SparseLocoSettings(2, 1.0, 0.9, 32, 64, mean_over_choosers=True),
+            "sparseloco-templar",
+            SparseLocoSettings(2, 1.0, 0.9, 32, 64, mean_over_choosers=True, clip_to_median=True),
             (2e-3,),
         ),
     ),

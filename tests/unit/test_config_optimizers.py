@@ -142,16 +142,22 @@ def test_sparseloco_example_builds_the_trainer_settings() -> None:
     assert validate_state(state).ok and validate_state(state).warnings == []
 
 
-def test_sparseloco_mean_over_choosers_is_optional_and_reaches_the_trainer() -> None:
+@pytest.mark.parametrize(
+    ("field", "words"),
+    [("mean_over_choosers", "mean over choosers"), ("clip_to_median", "clipped to the median")],
+)
+def test_sparseloco_templar_options_are_optional_and_reach_the_trainer(
+    field: str, words: str
+) -> None:
     plain = state_with({"SparseLoCo": dict(SPARSELOCO)})
     assert isinstance(plain.model.optimizer, SparseLocoOptimizer)
-    assert plain.model.optimizer.mean_over_choosers is None
-    assert "mean_over_choosers" not in plain.model.optimizer.to_toml()
-    assert optimizer_settings(plain.model.optimizer).mean_over_choosers is False  # type: ignore[union-attr]
-    chosen = state_with({"SparseLoCo": {**SPARSELOCO, "mean_over_choosers": True}})
+    assert getattr(plain.model.optimizer, field) is None
+    assert field not in plain.model.optimizer.to_toml()
+    assert getattr(optimizer_settings(plain.model.optimizer), field) is False
+    chosen = state_with({"SparseLoCo": {**SPARSELOCO, field: True}})
     assert validate_state(chosen).ok
-    assert "mean over choosers" in str(chosen.model.optimizer)
-    assert optimizer_settings(chosen.model.optimizer).mean_over_choosers is True  # type: ignore[union-attr]
+    assert words in str(chosen.model.optimizer)
+    assert getattr(optimizer_settings(chosen.model.optimizer), field) is True
     assert parse_state(tomllib.loads(tomli_w.dumps(chosen.to_toml_dict()))) == chosen
-    with pytest.raises(ConfigError, match=r"SparseLoCo\.mean_over_choosers"):
-        state_with({"SparseLoCo": {**SPARSELOCO, "mean_over_choosers": "yes"}})
+    with pytest.raises(ConfigError, match=rf"SparseLoCo\.{field}"):
+        state_with({"SparseLoCo": {**SPARSELOCO, field: "yes"}})

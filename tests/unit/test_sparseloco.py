@@ -83,16 +83,24 @@ def test_error_feedback_subtracts_what_receivers_read() -> None:
         assert torch.allclose(optimizer.error_buffer(name), expected, atol=1e-6), name
 
 
-def _factors_from_rms(rms: list[float]) -> list[float]:
+def _factors_from_rms(rms: list[float], clip: bool) -> list[float]:
     target = sorted(rms)[(len(rms) - 1) // 2]
-    return [target / r if r > 0 else 0.0 for r in rms]
+    factors = [target / r if r > 0 else 0.0 for r in rms]
+    return [min(1.0, f) for f in factors] if clip else factors
 
 
-@pytest.mark.parametrize("choosers", [False, True], ids=["over-all", "over-choosers"])
-def test_apply_is_outer_lr_times_mean_over_all_results_rounded_to_bf16(choosers: bool) -> None:
+@pytest.mark.parametrize(
+    ("choosers", "clip"),
+    [(False, False), (True, False), (False, True)],
+    ids=["over-all", "over-choosers", "clipped-to-median"],
+)
+def test_apply_is_outer_lr_times_mean_over_all_results_rounded_to_bf16(
+    choosers: bool, clip: bool
+) -> None:
     """The mean is over all results, or with `mean_over_choosers` over the results that chose
-    each coefficient (Templar's SparseLoCo)."""
-    settings = dataclasses.replace(SETTINGS, mean_over_choosers=choosers)
+    each coefficient (Templar's SparseLoCo); each result is normalised per tensor to the
+    median RMS, or with `clip_to_median` only scaled down to it."""
+    settings = dataclasses.replace(SETTINGS, mean_over_choosers=choosers, clip_to_median=clip)
     results = []
     for r in range(3):
         model = TinyNet()
@@ -117,7 +125,10 @@ def test_apply_is_outer_lr_times_mean_over_all_results_rounded_to_bf16(choosers:
             )
             for r in results
         ]
-        for result, factor in zip(results, _factors_from_rms(rms), strict=True):
+        factors = _factors_from_rms(rms, clip)
+        if clip:
+            assert factors != _factors_from_rms(rms, False), "no result below the median"
+        for result, factor in zip(results, factors, strict=True):
             payload = result.tensors[i]
             index = torch.tensor(payload.indices())
             total.scatter_add_(-1, index, torch.tensor(payload.values(kind)) * factor)

@@ -64,6 +64,9 @@ class SparseLocoSettings:
     mean_over_choosers: bool = False
     """Average each coefficient over the results that chose it (Templar's SparseLoCo) rather
     than over all results (a result that did not choose it counting as 0)."""
+    clip_to_median: bool = False
+    """Scale a result's tensor down to the results' median RMS but never up (Templar's
+    median-norm clipping) instead of normalising every result to it (`influence`)."""
 
     def __post_init__(self) -> None:
         if self.inner_steps < 1:
@@ -95,6 +98,7 @@ class SparseLocoSettings:
             weight_decay=float(config.weight_decay),
             clip_grad_norm=config.clip_grad_norm,
             mean_over_choosers=bool(config.mean_over_choosers or False),
+            clip_to_median=bool(config.clip_to_median or False),
         )
 
 
@@ -114,6 +118,7 @@ class SparseLocoOptimizer:
             settings.compression_chunk,
             settings.compression_topk,
             settings.value_kind,
+            clip_influence=settings.clip_to_median,
         )
         self._error = [
             torch.zeros_like(p, dtype=STATE_DTYPE, memory_format=torch.contiguous_format)
