@@ -174,14 +174,24 @@ VARIANT_CANDIDATES = (
         dataclasses.replace(SPARSELOCO_H5, mean_over_choosers=True, clip_to_median=True),
         (1e-3, 2e-3, 4e-3),
     ),
-    Candidate("distro-wd0.1", dataclasses.replace(DISTRO_REFERENCE, weight_decay=0.1), (2e-3,)),
-    Candidate("distro-wd1", dataclasses.replace(DISTRO_REFERENCE, weight_decay=1.0), (2e-3,)),
+    Candidate(
+        "distro-wd0.1",
+        dataclasses.replace(DISTRO_REFERENCE, weight_decay=0.1),
+        (1e-3, 2e-3, 4e-3),
+    ),
+    Candidate(
+        "distro-wd1",
+        dataclasses.replace(DISTRO_REFERENCE, weight_decay=1.0),
+        (1e-3, 2e-3, 4e-3),
+    ),
 )
 """Variants of issue 22's third item, added to `PROTOCOL` by `bench/distro.py --study
 --variants` (each costs about what its base candidate does per run): SparseLoCo as Templar
 averages and bounds results (each coefficient over the peers that chose it, each result
-clipped to the median RMS), and DisTrO with weight decay 0.1 and 1 (one learning rate: the
-middle of DisTrO's sweep)."""
+clipped to the median RMS), and DisTrO with weight decay 0.1 and 1, each swept like its
+base candidate: together they add about 1.4 times the CPU time of `PROTOCOL`'s sweep and
+seeds stages (6.8 CPU s per step from the per-step costs above), plus their synchronous
+runs when the diagnostics are on."""
 
 PROTOCOL = StudyProtocol(
     model=ModelShape(hidden=64, layers=4, heads=4, intermediate=192),  # 246,336 parameters
