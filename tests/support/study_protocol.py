@@ -171,7 +171,7 @@ SPARSELOCO_H5 = SparseLocoSettings(
 VARIANT_CANDIDATES = (
     Candidate(
         "sparseloco-templar",
-        dataclasses.replace(SPARSELOCO_H5, mean_over_choosers=True, clip_to_median=True),
+        dataclasses.replace(SPARSELOCO_H5, mean_over_choosers=True, clip_to_median=True, dct=False),
         (1e-3, 2e-3, 4e-3),
     ),
     Candidate(
@@ -187,8 +187,8 @@ VARIANT_CANDIDATES = (
 )
 """Variants of issue 22's third item, added to `PROTOCOL` by `bench/distro.py --study
 --variants` (each costs about what its base candidate does per run): SparseLoCo as Templar
-averages and bounds results (each coefficient over the peers that chose it, each result
-clipped to the median RMS), and DisTrO with weight decay 0.1 and 1, each swept like its
+compresses, averages and bounds results (top-k of raw values, no DCT; each coefficient over
+the peers that chose it; each result clipped to the median RMS), and DisTrO with weight decay 0.1 and 1, each swept like its
 base candidate: together they add about 1.4 times the CPU time of `PROTOCOL`'s sweep and
 seeds stages (6.8 CPU s per step from the per-step costs above), plus their synchronous
 runs when the diagnostics are on."""
@@ -231,7 +231,9 @@ QUICK_PROTOCOL = StudyProtocol(
         Candidate("sparseloco", SparseLocoSettings(2, 1.0, 0.9, 32, 64), (2e-3,)),
         Candidate(
             "sparseloco-templar",
-            SparseLocoSettings(2, 1.0, 0.9, 32, 64, mean_over_choosers=True, clip_to_median=True),
+            SparseLocoSettings(
+                2, 1.0, 0.9, 32, 64, mean_over_choosers=True, clip_to_median=True, dct=False
+            ),
             (2e-3,),
         ),
     ),

@@ -161,3 +161,14 @@ def test_sparseloco_templar_options_are_optional_and_reach_the_trainer(
     assert parse_state(tomllib.loads(tomli_w.dumps(chosen.to_toml_dict()))) == chosen
     with pytest.raises(ConfigError, match=rf"SparseLoCo\.{field}"):
         state_with({"SparseLoCo": {**SPARSELOCO, field: "yes"}})
+
+
+def test_sparseloco_dct_is_optional_and_on_unless_false() -> None:
+    plain = state_with({"SparseLoCo": dict(SPARSELOCO)})
+    assert isinstance(plain.model.optimizer, SparseLocoOptimizer)
+    assert plain.model.optimizer.dct is None and "dct" not in plain.model.optimizer.to_toml()
+    assert optimizer_settings(plain.model.optimizer).dct is True  # type: ignore[union-attr]
+    raw = state_with({"SparseLoCo": {**SPARSELOCO, "dct": False}})
+    assert validate_state(raw).ok and "no DCT" in str(raw.model.optimizer)
+    assert optimizer_settings(raw.model.optimizer).dct is False  # type: ignore[union-attr]
+    assert parse_state(tomllib.loads(tomli_w.dumps(raw.to_toml_dict()))) == raw

@@ -144,6 +144,27 @@ def test_apply_is_outer_lr_times_mean_over_all_results_rounded_to_bf16(
         assert torch.equal(got, before[expected.name] - step), expected.name
 
 
+@pytest.mark.parametrize("dct", [True, False], ids=["dct", "no-dct"])
+def test_without_dct_a_result_moves_only_the_chosen_weights(dct: bool) -> None:
+    """`dct = false`: top-k of each tile's raw values, so one result changes at most k weights
+    per tile (with the DCT, its few coefficients spread over the whole tile)."""
+    settings = dataclasses.replace(SETTINGS, dct=dct, quantize_2bit=False)
+    model = TinyNet()
+    optimizer = SparseLocoOptimizer(model.named_parameters(), settings)
+    with optimizer.local_round():
+        _round(optimizer, model, [1, 2], 0.05)
+    result = optimizer.generate(1, BatchId(0, 1), 0).transmit
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    optimizer.apply([result], lr=1.0)
+    for expected in optimizer.layout.tensors:
+        after = dict(model.named_parameters())[expected.name]
+        changed = int((after != before[expected.name]).sum())
+        if dct:
+            assert changed > expected.count, expected.name
+        else:
+            assert 0 < changed <= expected.count, expected.name
+
+
 def test_generate_needs_a_round_and_settings_are_checked() -> None:
     model = TinyNet()
     optimizer = SparseLocoOptimizer(model.named_parameters(), SETTINGS)

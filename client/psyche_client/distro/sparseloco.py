@@ -67,6 +67,8 @@ class SparseLocoSettings:
     clip_to_median: bool = False
     """Scale a result's tensor down to the results' median RMS but never up (Templar's
     median-norm clipping) instead of normalising every result to it (`influence`)."""
+    dct: bool = True
+    """Compress each tile's DCT coefficients; False: its raw values (Templar's SparseLoCo)."""
 
     def __post_init__(self) -> None:
         if self.inner_steps < 1:
@@ -99,6 +101,7 @@ class SparseLocoSettings:
             clip_grad_norm=config.clip_grad_norm,
             mean_over_choosers=bool(config.mean_over_choosers or False),
             clip_to_median=bool(config.clip_to_median or False),
+            dct=config.dct is not False,
         )
 
 
@@ -119,6 +122,7 @@ class SparseLocoOptimizer:
             settings.compression_topk,
             settings.value_kind,
             clip_influence=settings.clip_to_median,
+            dct=settings.dct,
         )
         self._error = [
             torch.zeros_like(p, dtype=STATE_DTYPE, memory_format=torch.contiguous_format)
