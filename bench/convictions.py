@@ -1,9 +1,11 @@
 """False-conviction rate of the verification rules: whole runs of the pure coordinator with
 simulated verifiers (tests/support/verification_sim.py), one lying verifier that accuses every
-result it checks, optionally a cheat whose every result fails the check; prints one JSON
-object.
+result it checks, optionally a cheat whose every result fails the check, optionally honest
+results that fail the check by bad luck (`unlucky`: each with probability 1 %, about the
+measured rate of honest tiny-batch checks below the threshold, docs/verification.md); prints
+one JSON object.
 
-Per setting `members/percent liars+cheats`: `runs` seeds of `--steps` steps each (epochs of
+Per setting `members/percent liars+cheats[, unlucky]`: `runs` seeds of `--steps` steps each (epochs of
 120 s of the fake clock, removed keys join again at the next epoch), and over them
 `false_convictions` (honest trainers convicted: the rule's promise is 0), `honest_accusers_removed`
 (honest verifiers removed as false accusers: 0), `liar_removals` (how often the liar was
@@ -11,7 +13,12 @@ removed as a refuted accuser) with `first_removal_steps` (the step of the first,
 `cheat_convictions` and `first_cheat_conviction_steps`, `liar_checks` (batches the liar
 accused). Baseline, in the same runs: `old_rule_false_convictions`, the (step, honest trainer)
 pairs the previous rule (a strict majority of a trainer's checkers in one round) would have
-convicted on the liar's word alone.
+convicted on the liar's word alone. `unlucky_results` (honest results that failed by bad
+luck, each accused by every verifier that sampled it) and `one_step_rule_false_convictions`:
+the (epoch, honest trainer) pairs whose strikes named two verifiers, which the rule before the
+step rule convicted even when all came from one step, and for cheats
+`first_cheat_conviction_steps_one_step_rule`: the step at which that rule convicted the cheat
+first, per run.
 
 `--quick` (what `make test` runs): one seed of 40 steps per setting: the same code path in
 seconds.
@@ -33,19 +40,28 @@ sys.path.insert(0, str(ROOT))
 
 from tests.support.verification_sim import measure  # noqa: E402
 
-SETTINGS = [  # members, percent, liars, cheats
-    (4, 25, 1, 0),
-    (8, 25, 1, 0),
-    (8, 50, 1, 0),
-    (8, 25, 1, 1),
-    (4, 25, 0, 1),
-    (8, 25, 0, 0),
+UNLUCKY = 0.01
+"""Rate at which an honest result fails the check in the `unlucky` settings."""
+
+SETTINGS = [  # members, percent, liars, cheats, honest results failing by bad luck
+    (4, 25, 1, 0, False),
+    (8, 25, 1, 0, False),
+    (8, 50, 1, 0, False),
+    (8, 25, 1, 1, False),
+    (4, 25, 0, 1, False),
+    (8, 25, 0, 0, False),
+    (4, 50, 0, 1, False),
+    (4, 50, 0, 0, True),
+    (8, 25, 0, 0, True),
+    (8, 50, 1, 1, True),
 ]
 
 
-def row(members: int, percent: int, liars: int, cheats: int, seeds: int, steps: int) -> Any:
+def row(
+    members: int, percent: int, liars: int, cheats: int, unlucky: float, seeds: int, steps: int
+) -> Any:
     started = time.perf_counter()
-    runs = [measure(seed, members, percent, liars, cheats, steps) for seed in range(seeds)]
+    runs = [measure(seed, members, percent, liars, cheats, steps, unlucky) for seed in range(seeds)]
     return {
         "runs": len(runs),
         "steps": sum(r.steps for r in runs),
@@ -53,11 +69,16 @@ def row(members: int, percent: int, liars: int, cheats: int, seeds: int, steps: 
         "honest_accusers_removed": sum(r.honest_accusers_removed for r in runs),
         "liar_checks": sum(r.liar_checks for r in runs),
         "old_rule_false_convictions": sum(r.old_rule_false_convictions for r in runs),
+        "unlucky_results": sum(r.unlucky_results for r in runs),
+        "one_step_rule_false_convictions": sum(len(r.one_step_rule) for r in runs),
         "liar_removals": sum(len(r.liar_removals) for r in runs),
         "first_removal_steps": [r.liar_removals[0] if r.liar_removals else None for r in runs],
         "cheat_convictions": sum(len(r.cheat_convictions) for r in runs),
         "first_cheat_conviction_steps": [
             r.cheat_convictions[0] if r.cheat_convictions else None for r in runs
+        ],
+        "first_cheat_conviction_steps_one_step_rule": [
+            min(r.cheat_one_step_rule.values(), default=None) for r in runs
         ],
         "seconds": round(time.perf_counter() - started, 1),
     }
@@ -72,9 +93,11 @@ def main() -> None:
     seeds = args.seeds or (1 if args.quick else 10)
     steps = args.steps or (40 if args.quick else 200)
     table = {}
-    for members, percent, liars, cheats in SETTINGS:
+    for members, percent, liars, cheats, unlucky in SETTINGS:
         key = f"{members}/{percent}% {liars} liar(s) + {cheats} cheat(s)"
-        table[key] = row(members, percent, liars, cheats, seeds, steps)
+        key += f", unlucky {UNLUCKY:.0%}" if unlucky else ""
+        rate = UNLUCKY if unlucky else 0.0
+        table[key] = row(members, percent, liars, cheats, rate, seeds, steps)
         print(key, table[key], file=sys.stderr)
     report = {
         "benchmark": "convictions",
@@ -84,6 +107,9 @@ def main() -> None:
         "settings": table,
         "false_convictions": sum(r["false_convictions"] for r in table.values()),
         "old_rule_false_convictions": sum(r["old_rule_false_convictions"] for r in table.values()),
+        "one_step_rule_false_convictions": sum(
+            r["one_step_rule_false_convictions"] for r in table.values()
+        ),
     }
     print(json.dumps(report, indent=1))
 

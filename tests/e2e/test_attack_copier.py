@@ -7,8 +7,11 @@ well as an honest result's do; what gives it away is that its top-k positions ar
 original's (overlap 1.0; honest results of one round overlap by at most about 0.4,
 docs/verification.md). Every verifier holds both results (every client downloads all of them)
 and accuses the one announced later, the copy; at 50 % of four clients both verifiers check
-both batches, so the copier is convicted by two verifiers in the first round it copies. The
-honest weights hashes agree at every step and the honest trainer is never convicted.
+both batches, so both accuse every copy, and the copier is convicted at the second round it
+copies (strikes must come from two steps: docs/verification.md). It copies only when the
+other trainer's result arrives within its wait (twice in one 10-step run, convicted at step
+7), so the run has 14 steps. The honest weights hashes agree at every step and the honest
+trainer is never convicted.
 """
 
 from __future__ import annotations
@@ -19,13 +22,13 @@ import pytest
 
 from tests.e2e.attack_run import ATTACKS, client_id, run_attack
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # the tiny real model, 10 steps
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # the tiny real model, 14 steps
 
 
 def test_a_copier_is_convicted_and_splits_nobody(tmp_path: Path) -> None:
     attack = ATTACKS["copier"]
     assert attack.verification_percent == 50
-    run = run_attack(tmp_path, attack, clients=4, malicious=1, steps=10)
+    run = run_attack(tmp_path, attack, clients=4, malicious=1, steps=14)
     assert run.honest_ok, run.diagnostics
     assert run.hashes_agree and len(run.common_steps) >= 5, run.diagnostics
     copies = run.attackers[0].events("copier: copied a result")

@@ -4,9 +4,12 @@ an honest trainer, and how fast they remove liars and cheats (pure, fake clock).
 `VerifyingRun` is a `SimulatedRun` whose members also play the verifier role: in each round,
 every elected verifier reports on each batch of its sample, through the coordinator's real
 `accuse` / `attest`. An honest verifier accuses exactly the results of `cheats` (what the
-measured check does: docs/verification.md) and passes the others; a verifier in `liars`
-accuses every result it checks. Commitments are a hash of (step, trainer, batch), the same for
-every verifier, as one announced result is. Removed keys join again at the next
+measured check does: docs/verification.md) and passes the others, except that an honest
+result fails the check by bad luck with probability `unlucky` (the measured rate of honest
+tiny-batch checks below the threshold); verifiers are deterministic, so every verifier that
+samples such a result accuses it. A verifier in `liars` accuses every result it checks.
+Commitments are a hash of (step, trainer, batch), the same for every verifier, as one
+announced result is, and decide the bad luck. Removed keys join again at the next
 WaitingForMembers (ban expiry is part of what is measured). `measure` runs one seed.
 """
 
@@ -52,6 +55,13 @@ class VerificationStats:
     old_rule_false_convictions: int = 0
     """The baseline: honest trainers the previous rule (a strict majority of the trainer's
     checkers in a round, so a lone checker's accusation) would have convicted."""
+    unlucky_results: int = 0
+    """Honest results that failed the check by bad luck (each accused by all its checkers)."""
+    one_step_rule: set[tuple[int, bytes]] = field(default_factory=set)
+    """The (epoch start, honest trainer) pairs whose strikes named two verifiers at some point: what
+    the rule before the step rule (two verifiers, even of one step) would have convicted."""
+    cheat_one_step_rule: dict[tuple[int, bytes], int] = field(default_factory=dict)
+    """The same for cheats: (epoch start, cheat) → the step at which that rule convicted it."""
 
 
 class VerifyingRun(SimulatedRun):
@@ -61,11 +71,22 @@ class VerifyingRun(SimulatedRun):
         rng: random.Random,
         liars: frozenset[bytes] = frozenset(),
         cheats: frozenset[bytes] = frozenset(),
+        unlucky: float = 0.0,
     ) -> None:
         super().__init__(coord, rng)
         self.liars = liars
         self.cheats = cheats
+        self.unlucky = unlucky
         self.stats = VerificationStats()
+        self._unlucky_seen: set[bytes] = set()
+
+    def _fails_by_bad_luck(self, commitment: bytes) -> bool:
+        if int.from_bytes(commitment[:8], "little") >= self.unlucky * 2**64:
+            return False
+        if commitment not in self._unlucky_seen:
+            self._unlucky_seen.add(commitment)
+            self.stats.unlucky_results += 1
+        return True
 
     def _new_round(self, view: Coordinator) -> RoundRecord:
         record = super()._new_round(view)
@@ -99,8 +120,9 @@ class VerifyingRun(SimulatedRun):
                 ).digest()
                 lying = verifier in self.liars
                 self.stats.liar_checks += lying
+                fails = trainer in self.cheats or self._fails_by_bad_luck(commitment)
                 try:
-                    if lying or trainer in self.cheats:
+                    if lying or fails:
                         self.coord.accuse(
                             verifier, Accusation(step, verifier, trainer, batch, 50, commitment)
                         )
@@ -123,12 +145,29 @@ class VerifyingRun(SimulatedRun):
             return
         super()._health_checks(view)
 
+    def kick_unhealthy(self) -> None:
+        """Removed keys stay out of their epoch, but may wait for the next one: the previous
+        epoch's exited clients are not kicked while the run waits for members (kicked, a
+        removed liar and cheat left 6 of 8 waiting, below `init_min_clients`, for good)."""
+        if self.coord.run_state != RunState.WaitingForMembers:
+            super().kick_unhealthy()
+
     def server_tick(self) -> None:
         if self.coord.run_state == RunState.WaitingForMembers:
             for cid, client in self.clients.items():
                 if client.connected and cid not in self.pending:
                     self.pending[cid] = None  # removed keys come back for the next epoch
         super().server_tick()
+        epoch = self.coord.epoch_state.start_timestamp
+        for trainer, by_verifier in self.coord.verification.strikes.items():
+            if len(by_verifier) < 2:
+                continue
+            if trainer in self.cheats:  # judged when the next step's witnesses came in
+                self.stats.cheat_one_step_rule.setdefault(
+                    (epoch, trainer), self.coord.progress.step - 1
+                )
+            else:
+                self.stats.one_step_rule.add((epoch, trainer))
 
 
 def measure(
@@ -138,9 +177,11 @@ def measure(
     liars: int = 1,
     cheats: int = 0,
     total_steps: int = 200,
+    unlucky: float = 0.0,
 ) -> VerificationStats:
     """One run of `total_steps` steps with `members` clients, `liars` of them lying verifiers
-    and `cheats` of them trainers whose every result fails the check."""
+    and `cheats` of them trainers whose every result fails the check; each honest result fails
+    it with probability `unlucky`."""
     coord = make_coordinator(
         model={"max_seq_len": 64},
         verification_percent=percent,
@@ -158,6 +199,7 @@ def measure(
         random.Random(seed),
         liars=frozenset(ids[:liars]),
         cheats=frozenset(ids[liars : liars + cheats]),
+        unlucky=unlucky,
     )
     for cid in ids:
         run.join(cid)

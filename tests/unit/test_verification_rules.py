@@ -23,6 +23,7 @@ from psyche_common.coordinator.committee import Committee, CommitteeSelection
 from psyche_common.coordinator.verdicts import VerificationRecord
 from psyche_common.coordinator.verification import (
     MIN_ACCUSERS,
+    MIN_STRIKE_STEPS,
     REFUTERS,
     round_verifiers,
     verifier_sample,
@@ -101,27 +102,103 @@ def state_of(coord: Coordinator, client_id: bytes) -> ClientState:
     return coord.epoch_state.clients[index].state
 
 
-def test_the_numbers_need_more_than_one_verifier() -> None:
-    assert MIN_ACCUSERS >= 2 and REFUTERS >= 2
+def test_the_numbers_need_more_than_one_verifier_and_one_step() -> None:
+    assert MIN_ACCUSERS >= 2 and REFUTERS >= 2 and MIN_STRIKE_STEPS >= 2
 
 
-def test_two_independent_verifiers_convict_and_drop_the_trainer() -> None:
+def accuse_at_a_later_step(coord: Coordinator, trainer: bytes, now: int) -> tuple[bytes, int, int]:
+    """Run rounds until a verifier samples a batch of `trainer`, and have it accuse it;
+    returns the verifier, the step (still open) and the time."""
+    for _ in range(200):
+        now = witness_round(coord, now + 1)
+        assignments = assign_data_for_state(coord)
+        seed = coord.current_round().random_seed
+        for verifier in verifiers(coord):
+            for batch in verifier_sample(seed, verifier, list(assignments)):
+                if assignments[batch] == trainer:
+                    report(coord, verifier, batch, passed=False)
+                    return verifier, coord.progress.step, now
+    raise AssertionError("no verifier sampled the trainer in 200 rounds")
+
+
+def test_two_verifiers_in_one_step_convict_nobody() -> None:
+    """Verifiers are deterministic: one honest result that fails the check by bad luck is
+    accused by every verifier that samples it, so one step's strikes never convict, however
+    many verifiers they name. (Before the step rule this convicted the trainer.)"""
     coord = coordinator_in_round(percent=50, members=8)
     batch, (first, second, *_) = shared_batch(coord, 2)
     trainer = assign_data_for_state(coord)[batch]
     step = coord.progress.step
     report(coord, first, batch, passed=False, agreement=101)
     report(coord, second, batch, passed=False, agreement=102)
-    assert coord.verification.convictions == []  # judged when the step closes, not before
     close_step(coord, 2000)
+    assert coord.verification.convictions == []
+    assert coord.verification.strikes == {trainer: {first: {step}, second: {step}}}
+    assert state_of(coord, trainer) == ClientState.Healthy
+    assert not coord.verification.excluded(trainer, coord.progress.epoch, step)
+
+
+def test_two_verifiers_across_two_steps_convict_and_drop_the_trainer() -> None:
+    coord = coordinator_in_round(percent=50, members=8)
+    batch, (first, second, *_) = shared_batch(coord, 2)
+    trainer = assign_data_for_state(coord)[batch]
+    first_step = coord.progress.step
+    report(coord, first, batch, passed=False, agreement=101)
+    report(coord, second, batch, passed=False, agreement=102)
+    later, step, now = accuse_at_a_later_step(coord, trainer, 2000)
+    assert coord.verification.convictions == []  # judged when the step closes, not before
+    close_step(coord, now)
     (conviction,) = coord.verification.convictions
     assert conviction.kind == ConvictionKind.VERIFIERS and conviction.trainer == trainer
-    assert conviction.step == step and set(conviction.verifiers) == {first, second}
-    assert conviction.agreement_milli == 101
+    assert conviction.step == step > first_step
+    assert set(conviction.verifiers) == {first, second, later}
+    assert conviction.agreement_milli == 100  # the convicting step's accusation
     assert state_of(coord, trainer) == ClientState.Dropped
     assert coord.verification.excluded(trainer, coord.progress.epoch, step)
     assert not coord.verification.excluded(trainer, coord.progress.epoch, step - 1)
     assert not coord.verification.excluded(trainer, coord.progress.epoch + 1, step)
+
+
+@pytest.mark.parametrize("same_verifier", [True, False])
+def test_a_strike_of_an_earlier_step_convicts_with_another_verifiers(
+    same_verifier: bool,
+) -> None:
+    """Two steps convict when any two verifiers strike across them; one verifier at two steps
+    never does."""
+    coord = coordinator_in_round(percent=25, members=4)
+    (verifier,) = verifiers(coord)
+    assignments = assign_data_for_state(coord)
+    batch = verifier_sample(coord.current_round().random_seed, verifier, list(assignments))[0]
+    trainer = assignments[batch]
+    other = next(c for c in everyone(coord) if c not in (verifier, trainer))
+    earlier = verifier if same_verifier else other
+    step = coord.progress.step
+    coord.verification.strikes = {trainer: {earlier: {step - 1}}}
+    report(coord, verifier, batch, passed=False)
+    close_step(coord, 2000)
+    if same_verifier:
+        assert coord.verification.convictions == []
+        assert coord.verification.strikes == {trainer: {verifier: {step - 1, step}}}
+    else:
+        (conviction,) = coord.verification.convictions
+        assert conviction.trainer == trainer and conviction.step == step
+        assert set(conviction.verifiers) == {earlier, verifier}
+
+
+def test_a_verifier_keeps_only_the_strikes_a_verdict_needs() -> None:
+    """A lone accuser's strikes stay bounded however long the epoch: each verifier keeps its
+    first `MIN_STRIKE_STEPS` steps."""
+    coord = coordinator_in_round(percent=25, members=4)
+    (verifier,) = verifiers(coord)
+    assignments = assign_data_for_state(coord)
+    batch = verifier_sample(coord.current_round().random_seed, verifier, list(assignments))[0]
+    trainer = assignments[batch]
+    kept = set(range(MIN_STRIKE_STEPS))
+    coord.verification.strikes = {trainer: {verifier: set(kept)}}
+    report(coord, verifier, batch, passed=False)
+    close_step(coord, 2000)
+    assert coord.verification.strikes == {trainer: {verifier: kept}}
+    assert coord.verification.convictions == []
 
 
 def test_a_single_accuser_never_convicts() -> None:
@@ -134,7 +211,7 @@ def test_a_single_accuser_never_convicts() -> None:
     report(coord, liar, batch, passed=False)
     close_step(coord, 2000)
     assert coord.verification.convictions == []
-    assert coord.verification.strikes == {trainer: {liar}}  # it stood, alone
+    assert coord.verification.strikes == {trainer: {liar: {coord.progress.step - 1}}}  # alone
     assert state_of(coord, trainer) == ClientState.Healthy
 
 
@@ -192,12 +269,13 @@ def test_an_accuser_the_others_refute_loses_standing_and_is_removed() -> None:
 def test_a_refuted_accuser_loses_its_earlier_strikes_and_its_voice() -> None:
     coord = coordinator_in_round(percent=50, members=16)
     batch, (liar, *others) = shared_batch(coord, REFUTERS + 1)
-    coord.verification.strikes = {b"t" * 32: {liar}}  # an earlier accusation that stood
+    # an earlier accusation that stood
+    coord.verification.strikes = {b"t" * 32: {liar: {0}, others[0]: {0}}}
     report(coord, liar, batch, passed=False)
     for other in others[:REFUTERS]:
         report(coord, other, batch, passed=True)
     close_step(coord, 2000)
-    assert coord.verification.strikes == {b"t" * 32: set()}
+    assert coord.verification.strikes == {b"t" * 32: {others[0]: {0}}}
     with pytest.raises(CoordinatorError, match="no standing"):
         coord.accuse(liar, Accusation(coord.progress.step, liar, b"t" * 32, batch, 0))
 
@@ -285,12 +363,21 @@ def test_old_accusations_are_pruned_at_round_starts() -> None:
     assert coord.verification.accusations == []
 
 
-def test_the_record_survives_the_wire_and_the_state_file() -> None:
-    coord = coordinator_in_round(percent=50, members=8)
+def convict_one(coord: Coordinator) -> bytes:
+    """Two verifiers accuse a trainer that an earlier step's strike already names; the step is
+    judged (a conviction); returns the trainer."""
     batch, (first, second, *_) = shared_batch(coord, 2)
+    trainer = assign_data_for_state(coord)[batch]
+    coord.verification.strikes = {trainer: {first: {coord.progress.step - 1}}}
     report(coord, first, batch, passed=False)
     report(coord, second, batch, passed=False)
     close_step(coord, 2000)
+    return trainer
+
+
+def test_the_record_survives_the_wire_and_the_state_file() -> None:
+    coord = coordinator_in_round(percent=50, members=8)
+    convict_one(coord)
     (conviction,) = coord.verification.convictions
     assert coord.verification.strikes
     back = Coordinator.from_wire(coord.to_wire())
@@ -311,6 +398,39 @@ def test_states_saved_before_verification_still_load() -> None:
     assert state_file.verification is None
     assert "verification" not in state_file.to_toml_dict()
     assert Coordinator.from_state_file(state_file).verification == VerificationRecord()
+
+
+def test_strikes_travel_with_their_steps_and_in_the_old_shape() -> None:
+    """Clients of coordinators from before the step rule decode `strikes` as trainer → its
+    accusers; a broadcast from such a coordinator (no `strike_steps`) loads its strikes at no
+    known step: they count as accusers but as no step."""
+    t, a, b = b"t" * 32, b"a" * 32, b"b" * 32
+    record = VerificationRecord(strikes={t: {a: {3, 5}, b: {5}}})
+    wire = record.to_wire()
+    assert wire["strikes"] == {t: [a, b]}
+    assert wire["strike_steps"] == {t: {a: [3, 5], b: [5]}}
+    assert VerificationRecord.from_wire(wire) == record
+    del wire["strike_steps"]
+    assert VerificationRecord.from_wire(wire).strikes == {t: {a: set(), b: set()}}
+
+
+@pytest.mark.parametrize(
+    ("strike_steps", "message"),
+    [
+        ([], "strike_steps must be a map"),
+        ({b"t" * 32: {b"a" * 32: [-1]}}, "non-negative integers"),
+        ({b"t" * 32: {b"a" * 32: [True]}}, "non-negative integers"),
+        ({b"t" * 32: {b"a" * 32: 3}}, "a list of at most"),
+        ({b"t" * 32: {b"a" * 32: list(range(2000))}}, "a list of at most"),
+        ({b"t" * 32: {b"a": [1]}}, "strike_steps"),
+        ({b"t" * 32: []}, "must be a map"),
+    ],
+)
+def test_malformed_strike_steps_name_the_field(strike_steps: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        VerificationRecord.from_wire(
+            {"accusations": [], "convictions": [], "strike_steps": strike_steps}
+        )
 
 
 def test_a_malformed_record_names_the_field() -> None:
@@ -345,10 +465,7 @@ def admitted_after(coord: Coordinator, members: list[bytes], epoch: int) -> list
 def test_a_ban_by_verifiers_lasts_one_epoch() -> None:
     coord = coordinator_in_round(percent=50, members=8)
     members = everyone(coord)
-    batch, (first, second, *_) = shared_batch(coord, 2)
-    report(coord, first, batch, passed=False)
-    report(coord, second, batch, passed=False)
-    close_step(coord, 2000)
+    convict_one(coord)
     (conviction,) = coord.verification.convictions
     epoch = coord.progress.epoch
     # a restart in the middle of the epoch continues its number: still out

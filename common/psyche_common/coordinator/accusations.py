@@ -15,9 +15,11 @@ Rules (docs/verification.md):
   (same commitment) an accuser accused counts against that accuser (`refuted_by`);
 - an accuser refuted by `REFUTERS` different verifiers in the epoch loses its standing: a
   `FALSE_ACCUSER` conviction, it becomes Dropped and its accusations count no more;
-- a trainer whose standing accusations in the epoch come from `MIN_ACCUSERS` different
-  verifiers is convicted (`VERIFIERS`): Dropped, and every client skips its results from the
-  judged step on in this epoch (`VerificationRecord.excluded`). One verifier never convicts;
+- each standing accusation is a strike against its trainer (verifier, step); a trainer whose
+  strikes in the epoch name `MIN_ACCUSERS` different verifiers and `MIN_STRIKE_STEPS`
+  different steps is convicted (`VERIFIERS`): Dropped, and every client skips its results from
+  the judged step on in this epoch (`VerificationRecord.excluded`). One verifier never
+  convicts, and neither does one step (one honest result that fails the check by bad luck);
 - both kinds are scoped to the epoch: the next epoch admits the key again. Only self-proving
   evidence (`convict_proven`, e.g. two signed conflicting commitments) bans it for good
   (`VerificationRecord.banned`, `transitions.tick_waiting_for_members`).
@@ -40,9 +42,11 @@ from psyche_common.coordinator.verdicts import (
     Attestation,
     Conviction,
     ConvictionKind,
+    Strikes,
 )
 from psyche_common.coordinator.verification import (
     MIN_ACCUSERS,
+    MIN_STRIKE_STEPS,
     REFUTERS,
     round_verifiers,
     verifier_sample,
@@ -159,10 +163,16 @@ def judge_closed_step(coord: Coordinator) -> list[Conviction]:
     ]
     for accusation in standing:
         if record.convicted(accusation.verifier, epoch) is None:
-            _add(record.strikes, accusation.trainer, {accusation.verifier})
+            _strike(record.strikes, accusation.trainer, accusation.verifier, step)
     for trainer in sorted({a.trainer for a in standing}):
-        accusers_of = record.strikes.get(trainer, set())
-        if len(accusers_of) >= MIN_ACCUSERS and record.convicted(trainer, epoch) is None:
+        strikes = record.strikes.get(trainer, {})
+        accusers_of = set(strikes)
+        steps = {s for by_step in strikes.values() for s in by_step}
+        if (
+            len(accusers_of) >= MIN_ACCUSERS
+            and len(steps) >= MIN_STRIKE_STEPS
+            and record.convicted(trainer, epoch) is None
+        ):
             mine = [a for a in standing if a.trainer == trainer]
             conviction = Conviction(
                 epoch=epoch,
@@ -215,7 +225,7 @@ def _convict_false_accuser(coord: Coordinator, accusation: Accusation, step: int
     )
     _record(coord, conviction)
     for accusers in record.strikes.values():  # its accusations count no more
-        accusers.discard(verifier)
+        accusers.pop(verifier, None)
     return conviction
 
 
@@ -237,6 +247,22 @@ def _add(tally: dict[bytes, set[bytes]], key: bytes, values: set[bytes]) -> bool
     before = len(entry)
     entry |= set(sorted(values - entry)[: MAX_TALLIES - before])
     return len(entry) > before
+
+
+def _strike(strikes: Strikes, trainer: bytes, verifier: bytes, step: int) -> None:
+    """Add a strike of `verifier` at `step` against `trainer`, within `MAX_TALLIES` trainers
+    and verifiers. Each verifier keeps its first `MIN_STRIKE_STEPS` steps: whenever all the
+    strikes span that many steps, the kept ones do too (a verifier with more keeps that many;
+    otherwise every step is kept), so the verdict is the same, and a lone accuser's strikes
+    stay bounded however long the epoch."""
+    if trainer not in strikes and len(strikes) >= MAX_TALLIES:
+        return
+    by_verifier = strikes.setdefault(trainer, {})
+    if verifier not in by_verifier and len(by_verifier) >= MAX_TALLIES:
+        return
+    steps = by_verifier.setdefault(verifier, set())
+    if len(steps) < MIN_STRIKE_STEPS:
+        steps.add(step)
 
 
 def _batch_key(batch: BatchId) -> tuple[int, int]:

@@ -10,6 +10,11 @@ evidence. Every client skips a convicted client's results from `step` on in that
 proven conviction also keeps the key out of later epochs (`banned`). `VerificationRecord`
 holds them all; the coordinator broadcasts it and the server saves its convictions
 (`to_toml` / `from_toml`, where ids are hex). docs/verification.md states the rules.
+
+The epoch's strikes (`Strikes`: trainer → accusing verifier → the steps of its standing
+accusations) travel twice on the wire: `strike_steps` in full, and `strikes` as trainer → its
+accusers, the shape that coordinators before the step rule sent and their clients decode. A
+broadcast without `strike_steps` loads its `strikes` as strikes at no known step.
 """
 
 from __future__ import annotations
@@ -33,7 +38,11 @@ below this)."""
 
 MAX_TALLIES = 1024
 """Keys with an entry in an epoch's tallies (`strikes`, `refuted_by`); each entry names at
-most that many verifiers (members are far fewer)."""
+most that many verifiers (members are far fewer), and each verifier's strikes name at most
+that many steps (the coordinator keeps `MIN_STRIKE_STEPS`, all a verdict needs)."""
+
+Strikes = dict[bytes, dict[bytes, set[int]]]
+"""Trainer → verifier → the steps at which that verifier's accusation of it stood."""
 
 
 class ConvictionKind(enum.StrEnum):
@@ -216,6 +225,44 @@ def _tally_to_wire(tally: dict[bytes, set[bytes]]) -> dict[bytes, list[bytes]]:
     return {key: sorted(values) for key, values in sorted(tally.items())}
 
 
+def _strikes_to_wire(strikes: Strikes) -> dict[bytes, dict[bytes, list[int]]]:
+    return {
+        trainer: {verifier: sorted(steps) for verifier, steps in sorted(by.items())}
+        for trainer, by in sorted(strikes.items())
+    }
+
+
+def _strike_steps(values: Any, what: str) -> set[int]:
+    if not isinstance(values, list) or len(values) > MAX_TALLIES:
+        raise ValueError(f"{what} must be a list of at most {MAX_TALLIES} steps")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        raise ValueError(f"{what} must hold non-negative integers")
+    return set(values)
+
+
+def _strikes_from_wire(data: dict[str, Any]) -> Strikes:
+    """`strike_steps`, or a coordinator's from before the step rule: its `strikes` (trainer →
+    accusers) as strikes at no known step, which count as accusers but as no step."""
+    table = data.get("strike_steps")
+    if table is None:
+        old = _tally_from_wire(data.get("strikes"), "verification.strikes")
+        return {trainer: {v: set() for v in accusers} for trainer, accusers in old.items()}
+    what = "verification.strike_steps"
+    table = wire_map(table, what)
+    if len(table) > MAX_TALLIES:
+        raise ValueError(f"{what} holds more than {MAX_TALLIES} entries")
+    strikes: Strikes = {}
+    for trainer, by in table.items():
+        by = wire_map(by, f"{what}[]")
+        if len(by) > MAX_TALLIES:
+            raise ValueError(f"{what}[] names more than {MAX_TALLIES} verifiers")
+        strikes[check_client_id(trainer, f"{what} key")] = {
+            check_client_id(v, f"{what}[] key"): _strike_steps(steps, f"{what}[][]")
+            for v, steps in by.items()
+        }
+    return strikes
+
+
 def _tally_from_wire(data: Any, what: str) -> dict[bytes, set[bytes]]:
     if data is None:  # coordinators from before the tallies existed
         return {}
@@ -238,8 +285,8 @@ class VerificationRecord:
     attestations: list[Attestation] = field(default_factory=list)
     """Pending reports of the steps still open to them (pruned at each round start)."""
     convictions: list[Conviction] = field(default_factory=list)
-    strikes: dict[bytes, set[bytes]] = field(default_factory=dict)
-    """This epoch: trainer → the verifiers whose accusation of it stood."""
+    strikes: Strikes = field(default_factory=dict)
+    """This epoch: trainer → the verifiers whose accusation of it stood → at which steps."""
     refuted_by: dict[bytes, set[bytes]] = field(default_factory=dict)
     """This epoch: accuser → the verifiers that passed a result it accused."""
     false_reports: dict[bytes, int] = field(default_factory=dict)
@@ -282,7 +329,8 @@ class VerificationRecord:
             "accusations": [a.to_wire() for a in self.accusations],
             "attestations": [a.to_wire() for a in self.attestations],
             "convictions": [c.to_wire() for c in self.convictions],
-            "strikes": _tally_to_wire(self.strikes),
+            "strikes": _tally_to_wire({t: set(by) for t, by in self.strikes.items()}),
+            "strike_steps": _strikes_to_wire(self.strikes),
             "refuted_by": _tally_to_wire(self.refuted_by),
         }
 
@@ -305,7 +353,7 @@ class VerificationRecord:
             accusations=[Accusation.from_wire(a) for a in accusations],
             attestations=[Attestation.from_wire(a) for a in attestations],
             convictions=[Conviction.from_wire(c) for c in convictions],
-            strikes=_tally_from_wire(data.get("strikes"), "verification.strikes"),
+            strikes=_strikes_from_wire(data),
             refuted_by=_tally_from_wire(data.get("refuted_by"), "verification.refuted_by"),
         )
 

@@ -5,9 +5,10 @@ of `VERIFIER_SAMPLES` of the round's batches, picked by `verifier_sample` from t
 and the verifier's own id, so that the coordinator can check that an accusation names a batch
 the accuser really had to check, and trainers cannot know in advance which batches are
 checked. `checkers_of` lists the verifiers whose sample holds one of a trainer's batches. A
-trainer is convicted once `MIN_ACCUSERS` different verifiers' accusations stood in an epoch,
-and an accuser loses its standing once `REFUTERS` other verifiers passed results it accused
-(`accusations`; docs/verification.md weighs the numbers).
+trainer is convicted once accusations of `MIN_ACCUSERS` different verifiers, made at
+`MIN_STRIKE_STEPS` different steps, stood in an epoch, and an accuser loses its standing once
+`REFUTERS` other verifiers passed results it accused (`accusations`; docs/verification.md
+weighs the numbers).
 """
 
 from __future__ import annotations
@@ -71,6 +72,13 @@ def checkers_of(
 
 MIN_ACCUSERS = 2
 """Different verifiers whose standing accusations convict a trainer: one never does."""
+
+MIN_STRIKE_STEPS = 2
+"""Different steps of the epoch that a trainer's standing accusations must come from before
+they convict it. Verifiers are deterministic, so one honest result that fails the check by bad
+luck (about one tiny-batch check in a hundred) is accused by every verifier that samples it;
+such failures are rare and independent from step to step, while a cheat fails every checked
+round."""
 
 REFUTERS = 2
 """Different verifiers that must pass results an accuser accused before it loses standing:

@@ -79,6 +79,8 @@ def test_two_verifiers_accusations_convict_are_logged_and_saved(
     to_round_train(coord, ids(8))
     batch, (first, second, *_) = shared_batch(coord, 2)
     trainer = assign_data_for_state(coord)[batch]
+    # a strike of an earlier step: one step's accusations never convict by themselves
+    coord.verification.strikes = {trainer: {first: {coord.progress.step - 1}}}
     convictions = ConvictionLog(coord.verification)
     for verifier in (first, second):
         message = Accusation(
