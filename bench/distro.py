@@ -13,11 +13,22 @@ Default run:
 3. DisTrO / AdamW validation loss at equal tokens from a short convergence run of the
    prototype model (4 simulated peers, pipeline with the two-round delay).
 
-`--study`: instead, the study of docs/distro.md (tests/support/distro_study.py): Psyche's
-settings against variants, `--steps` steps (300 in the docs) on seeds `--seeds`, each row's
-validation loss over AdamW's and bytes per token; prints `{"study": [...], "best": NAME, ...}`.
-It runs for hours on a 2-core CPU; `--cache FILE` keeps finished runs (JSON lines) so that an
-interrupted or extended study does not redo them.
+`--study`: instead, the optimizer study of issue 22 (tests/support/study_protocol.py: the
+protocol, its size and its measured timing; study_runner.py: the stages): a learning-rate
+sweep of AdamW, DisTrO and SparseLoCo on one seed, the winners on 3 fresh seeds at 4 and 16
+peers, the synchronous and DiLoCo diagnostics; prints `{"protocol", "sweep", "study",
+"frontier", "best_at_146", "best_at_600", "goals"}`. `--jobs N` runs N runs at once (one
+process and one torch thread each; 2 on a 2-core machine), `--cache FILE` keeps finished runs
+(JSON lines), `--no-diagnostics` leaves the synchronous and DiLoCo runs out, `--steps N`
+changes the run length, `--variants` adds the variant candidates (`VARIANT_CANDIDATES`:
+SparseLoCo as Templar runs it, DisTrO with weight decay). With `--quick` the same code path
+on a model and run of seconds, Templar's SparseLoCo included (its numbers mean nothing).
+Both studies train on the CPU whatever `--device` says.
+
+`--variants-study`: the earlier 300-step study of docs/distro.md (tests/support/distro_study.py):
+Psyche's settings against variants, `--steps` steps (300 in the docs) on seeds `--seeds`, each
+row's validation loss over AdamW's and bytes per token; prints `{"study": [...], "best": NAME,
+...}`. It runs for hours on a 2-core CPU; `--cache FILE` keeps finished runs.
 
 `--build-134m DIR` writes the ~134M-parameter Llama of docs/benchmarks.md (hidden 768, 12
 layers, vocabulary 32,000, untied; `tests/support/bench_models.py`) into DIR as a config-only
@@ -34,12 +45,16 @@ reading; part 1 does not depend on the device and part 3 always runs on the CPU.
 
 Usage: .venv/bin/python bench/distro.py [--steps N] [--timing-iters N] [--quick] [--device D]
        .venv/bin/python bench/distro.py --build-134m DIR [--timing-iters N] [--steps N]
-       .venv/bin/python bench/distro.py --study [--steps 300] [--seeds 0,1] [--cache FILE]
+       .venv/bin/python bench/distro.py --study [--quick] [--jobs 2] [--cache FILE]
+                                        [--no-diagnostics] [--steps N] [--variants]
+       .venv/bin/python bench/distro.py --variants-study [--steps 300] [--seeds 0,1]
+                                        [--cache FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -70,6 +85,12 @@ from tests.support.simulation import (  # noqa: E402
     run_adamw,
     run_distro,
 )
+from tests.support.study_protocol import (  # noqa: E402
+    PROTOCOL,
+    QUICK_PROTOCOL,
+    VARIANT_CANDIDATES,
+)
+from tests.support.study_runner import run_protocol  # noqa: E402
 
 SETTINGS = DistroSettings(
     compression_decay=0.999,
@@ -218,6 +239,47 @@ def measure_convergence(
     }
 
 
+def run_optimizer_study(
+    quick: bool,
+    jobs: int,
+    cache: Path | None,
+    diagnostics: bool,
+    steps: int | None,
+    variants: bool,
+) -> None:
+    """`--study`: the protocol (or its quick form) run and printed as one JSON object."""
+    protocol = QUICK_PROTOCOL if quick else PROTOCOL
+    if steps is not None:
+        protocol = dataclasses.replace(protocol, steps=steps)
+    if variants and not quick:
+        protocol = dataclasses.replace(
+            protocol, candidates=protocol.candidates + VARIANT_CANDIDATES
+        )
+    if not diagnostics:
+        protocol = dataclasses.replace(protocol, synchronous_diagnostic=False, diloco=None)
+    torch.set_num_threads(1)
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    report = run_protocol(
+        protocol,
+        jobs=jobs,
+        cache=cache,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    print(
+        json.dumps(
+            {
+                "benchmark": "distro-study",
+                "quick": quick,
+                **report,
+                "jobs": jobs,
+                "seconds": time.perf_counter() - started,
+                "load_average": {"before": load_before, "after": os.getloadavg()},
+            }
+        )
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=None, help="convergence run length")
@@ -238,12 +300,27 @@ def main() -> None:
         choices=DTYPE_NAMES,
         help="parameter dtype as the client's --dtype (auto: fp32 on the CPU, bf16 on CUDA)",
     )
-    parser.add_argument("--study", action="store_true", help="run the variant study instead")
-    parser.add_argument("--seeds", default="0,1", help="study seeds, comma-separated")
+    parser.add_argument("--study", action="store_true", help="run the optimizer study instead")
+    parser.add_argument("--jobs", type=int, default=1, help="study runs at once")
+    parser.add_argument(
+        "--no-diagnostics", action="store_true", help="study without synchronous/DiLoCo runs"
+    )
+    parser.add_argument(
+        "--variants", action="store_true", help="study: add the variant candidates too"
+    )
+    parser.add_argument(
+        "--variants-study", action="store_true", help="run the 300-step variant study instead"
+    )
+    parser.add_argument("--seeds", default="0,1", help="variant study seeds, comma-separated")
     parser.add_argument("--only", default=None, help="study variants to run, comma-separated")
     parser.add_argument("--cache", type=Path, default=None, help="study run cache (JSON lines)")
     args = parser.parse_args()
-    quick = args.quick and not args.study
+    if args.study:
+        run_optimizer_study(
+            args.quick, args.jobs, args.cache, not args.no_diagnostics, args.steps, args.variants
+        )
+        return
+    quick = args.quick and not args.variants_study
     model = args.model or ("builtin:llama-tiny" if quick else "builtin:llama-20m")
     timing_iters = args.timing_iters or (1 if quick else 2)
     batch = args.batch or (2 if quick else 4)
@@ -251,7 +328,7 @@ def main() -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     load_before = os.getloadavg()
-    if args.study:
+    if args.variants_study:
         names = set(args.only.split(",")) if args.only else None
         variants = [v for v in VARIANTS if names is None or v.name in names]
         report = run_study(

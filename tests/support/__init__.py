@@ -17,5 +17,9 @@ Harnesses and simulations:
 - `p2p`: small P2P helpers (a dead address, a polling wait, a `Finished` announcement).
 - `tiny_distro`: a tiny net and DisTrO results for the DisTrO unit tests.
 - `simulation`: in-process DisTrO peers and an AdamW baseline on a tiny byte-level Llama (used
-  by the convergence test and `bench/distro.py`); `distro_study` builds on it.
+  by the convergence test and `bench/distro.py`); `distro_study` (the 300-step study of
+  variants) builds on it.
+- The optimizer study of issue 22 (`bench/distro.py --study`): `study_protocol` (what is run),
+  `study_runs` (one run), `study_frontier` (rows, frontier and bests, pure), `study_runner`
+  (the stages, cached and in parallel).
 """

@@ -140,3 +140,35 @@ def test_sparseloco_example_builds_the_trainer_settings() -> None:
         True,
     )
     assert validate_state(state).ok and validate_state(state).warnings == []
+
+
+@pytest.mark.parametrize(
+    ("field", "words"),
+    [("mean_over_choosers", "mean over choosers"), ("clip_to_median", "clipped to the median")],
+)
+def test_sparseloco_templar_options_are_optional_and_reach_the_trainer(
+    field: str, words: str
+) -> None:
+    plain = state_with({"SparseLoCo": dict(SPARSELOCO)})
+    assert isinstance(plain.model.optimizer, SparseLocoOptimizer)
+    assert getattr(plain.model.optimizer, field) is None
+    assert field not in plain.model.optimizer.to_toml()
+    assert getattr(optimizer_settings(plain.model.optimizer), field) is False
+    chosen = state_with({"SparseLoCo": {**SPARSELOCO, field: True}})
+    assert validate_state(chosen).ok
+    assert words in str(chosen.model.optimizer)
+    assert getattr(optimizer_settings(chosen.model.optimizer), field) is True
+    assert parse_state(tomllib.loads(tomli_w.dumps(chosen.to_toml_dict()))) == chosen
+    with pytest.raises(ConfigError, match=rf"SparseLoCo\.{field}"):
+        state_with({"SparseLoCo": {**SPARSELOCO, field: "yes"}})
+
+
+def test_sparseloco_dct_is_optional_and_on_unless_false() -> None:
+    plain = state_with({"SparseLoCo": dict(SPARSELOCO)})
+    assert isinstance(plain.model.optimizer, SparseLocoOptimizer)
+    assert plain.model.optimizer.dct is None and "dct" not in plain.model.optimizer.to_toml()
+    assert optimizer_settings(plain.model.optimizer).dct is True  # type: ignore[union-attr]
+    raw = state_with({"SparseLoCo": {**SPARSELOCO, "dct": False}})
+    assert validate_state(raw).ok and "no DCT" in str(raw.model.optimizer)
+    assert optimizer_settings(raw.model.optimizer).dct is False  # type: ignore[union-attr]
+    assert parse_state(tomllib.loads(tomli_w.dumps(raw.to_toml_dict()))) == raw

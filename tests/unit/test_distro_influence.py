@@ -100,6 +100,15 @@ def test_scales_bring_every_result_to_the_common_rms() -> None:
     assert [r * s for r, s in zip(rms, scales, strict=True)][:3] == pytest.approx([1.0] * 3)
 
 
+def test_clipped_scales_only_bring_results_down_to_the_common_rms() -> None:
+    rms = [0.5, 1.0, 4.0, 0.0]  # lower median 0.5
+    assert influence_scales(rms) == [1.0, 0.5, 0.125, 0.0]
+    assert influence_scales(rms, clip=True) == [1.0, 0.5, 0.125, 0.0]
+    rms = [0.25, 1.0, 4.0]  # lower median 1.0: the small result keeps its size when clipped
+    assert influence_scales(rms) == [4.0, 1.0, 0.25]
+    assert influence_scales(rms, clip=True) == [1.0, 1.0, 0.25]
+
+
 # ---- attacks -------------------------------------------------------------------------------
 
 

@@ -98,6 +98,16 @@ def test_dct_basis_matches_closed_form() -> None:
             )
 
 
+@pytest.mark.parametrize("shape", [(12, 16), (10,), (2, 6, 8)])
+def test_identity_transform_only_cuts_tiles_out_exactly(shape: tuple[int, ...]) -> None:
+    x = torch.randn(shape, dtype=torch.float32)
+    plain = DctTransform(4, identity=True)
+    encoded = plain.encode(x)
+    assert tuple(encoded.shape) == DctTransform(4).encode(x).shape
+    assert torch.equal(encoded.flatten().sort().values, x.flatten().sort().values)
+    assert torch.equal(plain.decode(encoded, shape), x)
+
+
 def test_encode_arange8_vector() -> None:
     transform = DctTransform(8)
     encoded = transform.encode(torch.arange(8, dtype=torch.float64))

@@ -83,12 +83,24 @@ def test_error_feedback_subtracts_what_receivers_read() -> None:
         assert torch.allclose(optimizer.error_buffer(name), expected, atol=1e-6), name
 
 
-def _factors_from_rms(rms: list[float]) -> list[float]:
+def _factors_from_rms(rms: list[float], clip: bool) -> list[float]:
     target = sorted(rms)[(len(rms) - 1) // 2]
-    return [target / r if r > 0 else 0.0 for r in rms]
+    factors = [target / r if r > 0 else 0.0 for r in rms]
+    return [min(1.0, f) for f in factors] if clip else factors
 
 
-def test_apply_is_outer_lr_times_mean_over_all_results_rounded_to_bf16() -> None:
+@pytest.mark.parametrize(
+    ("choosers", "clip"),
+    [(False, False), (True, False), (False, True)],
+    ids=["over-all", "over-choosers", "clipped-to-median"],
+)
+def test_apply_is_outer_lr_times_mean_over_all_results_rounded_to_bf16(
+    choosers: bool, clip: bool
+) -> None:
+    """The mean is over all results, or with `mean_over_choosers` over the results that chose
+    each coefficient (Templar's SparseLoCo); each result is normalised per tensor to the
+    median RMS, or with `clip_to_median` only scaled down to it."""
+    settings = dataclasses.replace(SETTINGS, mean_over_choosers=choosers, clip_to_median=clip)
     results = []
     for r in range(3):
         model = TinyNet()
@@ -98,12 +110,13 @@ def test_apply_is_outer_lr_times_mean_over_all_results_rounded_to_bf16() -> None
         results.append(optimizer.generate(1, BatchId(2 * r, 2 * r + 1), 0).transmit)
     model = TinyNet()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    optimizer = SparseLocoOptimizer(model.named_parameters(), SETTINGS)
+    optimizer = SparseLocoOptimizer(model.named_parameters(), settings)
     assert optimizer.apply(list(reversed(results)), lr=123.0) == 3
     transform = DctTransform(SETTINGS.compression_chunk)
     kind = optimizer.layout.value_kind
     for i, expected in enumerate(optimizer.layout.tensors):
         total = torch.zeros(expected.chunks, expected.totalk, dtype=torch.float64)
+        chose = torch.zeros_like(total)
         # each result normalised to the lower median of the results' RMS (docs/distro.md)
         rms = [
             math.sqrt(
@@ -112,15 +125,44 @@ def test_apply_is_outer_lr_times_mean_over_all_results_rounded_to_bf16() -> None
             )
             for r in results
         ]
-        for result, factor in zip(results, _factors_from_rms(rms), strict=True):
+        factors = _factors_from_rms(rms, clip)
+        if clip:
+            assert factors != _factors_from_rms(rms, False), "no result below the median"
+        for result, factor in zip(results, factors, strict=True):
             payload = result.tensors[i]
-            total.scatter_add_(
-                -1, torch.tensor(payload.indices()), torch.tensor(payload.values(kind)) * factor
-            )
-        update = transform.decode((total / 3).view(expected.xshape), expected.shape)
+            index = torch.tensor(payload.indices())
+            total.scatter_add_(-1, index, torch.tensor(payload.values(kind)) * factor)
+            chose.scatter_add_(-1, index, torch.ones(index.shape, dtype=torch.float64))
+        if choosers:
+            assert bool(((chose > 0) & (chose < 3)).any()), "no coefficient with fewer choosers"
+            mean = torch.where(chose > 0, total / chose.clamp(min=1.0), 0.0)
+        else:
+            mean = total / 3
+        update = transform.decode(mean.view(expected.xshape), expected.shape)
         step = update.to(torch.bfloat16).float() * 0.7
         got = dict(model.named_parameters())[expected.name]
         assert torch.equal(got, before[expected.name] - step), expected.name
+
+
+@pytest.mark.parametrize("dct", [True, False], ids=["dct", "no-dct"])
+def test_without_dct_a_result_moves_only_the_chosen_weights(dct: bool) -> None:
+    """`dct = false`: top-k of each tile's raw values, so one result changes at most k weights
+    per tile (with the DCT, its few coefficients spread over the whole tile)."""
+    settings = dataclasses.replace(SETTINGS, dct=dct, quantize_2bit=False)
+    model = TinyNet()
+    optimizer = SparseLocoOptimizer(model.named_parameters(), settings)
+    with optimizer.local_round():
+        _round(optimizer, model, [1, 2], 0.05)
+    result = optimizer.generate(1, BatchId(0, 1), 0).transmit
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    optimizer.apply([result], lr=1.0)
+    for expected in optimizer.layout.tensors:
+        after = dict(model.named_parameters())[expected.name]
+        changed = int((after != before[expected.name]).sum())
+        if dct:
+            assert changed > expected.count, expected.name
+        else:
+            assert 0 < changed <= expected.count, expected.name
 
 
 def test_generate_needs_a_round_and_settings_are_checked() -> None:

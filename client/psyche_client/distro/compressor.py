@@ -11,8 +11,10 @@ transformed on integers (`exact_idct`), so it is the same on every device.
 `aggregated(i, payloads, ...)` is SparseLoCo's: the float64 inverse DCT (as tiles;
 `untile(i, tiles)` reshapes), whose float sums may differ between devices only within ~1e-16
 of a value. Results whose values carry magnitudes
-(bf16, 2-bit) are first normalised per tensor to a common RMS (`influence`), so no single
-result outweighs a typical one; one-bit results are aggregated as they are. `check(result)` compares a result's
+(bf16, 2-bit) are first normalised per tensor to a common RMS (`influence`; with
+`clip_influence` only scaled down to it), so no single result outweighs a typical one;
+with `dct=False` the tiles are taken as they are, untransformed (SparseLoCo only: DisTrO's
+exact sign decoder inverts a DCT); one-bit results are aggregated as they are. `check(result)` compares a result's
 value kind and per-tensor layout with the local model's.
 """
 
@@ -51,10 +53,14 @@ class Compressor:
         chunk: int,
         topk: int,
         kind: ValueKind,
+        *,
+        clip_influence: bool = False,
+        dct: bool = True,
     ) -> None:
         self.topk = topk
+        self.clip_influence = clip_influence
         self.layout = ResultLayout.for_parameters(named_shapes, chunk, topk, kind)
-        self.transform = DctTransform(chunk)
+        self.transform = DctTransform(chunk, identity=not dct)
         self.sign_decoder = ExactSignDecoder()
 
     @property
@@ -129,7 +135,7 @@ class Compressor:
     def _scales(self, payloads: Sequence[TensorPayload]) -> list[float] | None:
         if self.kind == ValueKind.ONE_BIT:
             return None
-        return influence_scales([p.rms(self.kind) for p in payloads])
+        return influence_scales([p.rms(self.kind) for p in payloads], clip=self.clip_influence)
 
     def aggregated(
         self,

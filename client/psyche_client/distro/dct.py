@@ -5,7 +5,12 @@ c_0 = sqrt(1/n), c_k = sqrt(2/n); encoding a vector of length n is `x @ F` and t
 `X @ F.T` (F is orthogonal). Matrices get a separable 2-D DCT on each n1 x n2 tile of their
 last two dims; vectors a 1-D DCT on each chunk.
 
-API: `dct_basis(n, dtype=torch.float64, device=None)`, `DctTransform(target_chunk)` with
+`DctTransform(target_chunk, identity=True)` keeps the tiling but transforms nothing (its
+"basis" is the identity, so encoding only cuts tiles out, exactly: every product is by 1 or
+0): SparseLoCo's `dct = false`, which selects top-k among the raw values of each tile.
+
+API: `dct_basis(n, dtype=torch.float64, device=None)`, `DctTransform(target_chunk,
+identity=False)` with
 `encode(x) -> Tensor` of shape `encoded_shape(x.shape)`, `decode(X, shape) -> Tensor`, and
 decode's two halves `decode_tiles(X, shape)` and `untile(tiles, shape)`.
 Bases are cached per (n, dtype, device) in the instance (no global state). Everything is
@@ -39,10 +44,11 @@ def dct_basis(
 class DctTransform:
     """Tiled DCT encode/decode with a fixed target chunk size."""
 
-    def __init__(self, target_chunk: int) -> None:
+    def __init__(self, target_chunk: int, *, identity: bool = False) -> None:
         if target_chunk < 1:
             raise ValueError(f"compression_chunk must be >= 1, got {target_chunk}")
         self.target_chunk = target_chunk
+        self.identity = identity
         self._bases: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
         self._xshapes: dict[tuple[int, ...], tuple[int, ...]] = {}
 
@@ -59,7 +65,10 @@ class DctTransform:
         key = (n, dtype, device)
         cached = self._bases.get(key)
         if cached is None:
-            cached = dct_basis(n, dtype=dtype, device=device)
+            if self.identity:
+                cached = torch.eye(n, dtype=dtype, device=device)
+            else:
+                cached = dct_basis(n, dtype=dtype, device=device)
             self._bases[key] = cached
         return cached
 

@@ -9,7 +9,10 @@ to a common root mean square:
     target = the lower median of rms_1 .. rms_R (the (R-1)//2-th smallest)
     v'     = v * (target / rms_r)          (0 when rms_r == 0)
 
-Every result then carries the same energy per tensor: a typical result's, chosen by a
+(With `clip`, Templar's SparseLoCo rule: only results above the target are scaled down,
+`v' = v * min(1, target / rms_r)`; a result below it keeps its own, smaller energy.)
+
+Every result then carries the same energy per tensor (at most that, with `clip`): a typical result's, chosen by a
 median that attackers cannot move while fewer than half of the results are theirs and too
 large (the *lower* median stays at an honest value with 1 of 4 or 2 of 4 results huge). A
 result may still concentrate its energy on a few of its coefficients, but it cannot exceed
@@ -25,7 +28,7 @@ decode error, so such a result is refused by every client alike), a bf16 square 
 most `sqrt(count) * target`.
 
 API: `value_rms(values) -> float`, `common_scale(rms) -> float`,
-`influence_scales(rms) -> list[float]`.
+`influence_scales(rms, *, clip=False) -> list[float]`.
 """
 
 from __future__ import annotations
@@ -56,8 +59,9 @@ def common_scale(rms: Sequence[float]) -> float:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def influence_scales(rms: Sequence[float]) -> list[float]:
+def influence_scales(rms: Sequence[float], *, clip: bool = False) -> list[float]:
     """Per result, the factor that brings its RMS to `common_scale(rms)` (0 for a result
-    whose values are all zero)."""
+    whose values are all zero); with `clip`, only down to it (at most 1)."""
     target = common_scale(rms)
-    return [target / value if value > 0.0 else 0.0 for value in rms]
+    scales = [target / value if value > 0.0 else 0.0 for value in rms]
+    return [min(1.0, scale) for scale in scales] if clip else scales

@@ -18,7 +18,7 @@ client, driven by the `Trainer`:
 The lookahead point is `theta - outer_lr * decode(own_pending)`: the client's own result of
 step S-1, which is still in flight, as the estimate of that step's update (DisTrO uses
 `sign(delta)` the same way). `apply` averages over all results (a result that did not choose
-a coefficient counts as 0 there), aggregates exactly and inverts the DCT in float64 like
+a coefficient counts as 0 there; with `mean_over_choosers`, over the results that chose it), aggregates exactly and inverts the DCT in float64 like
 DisTrO, then rounds the update to bf16 before it touches the weights: devices whose float64
 matmuls differ in the last bits would have to straddle a bf16 rounding boundary to disagree.
 Only `apply` changes the weights, so clients applying the same results stay bit-identical;
@@ -61,6 +61,14 @@ class SparseLocoSettings:
     eps: float = 1e-8
     weight_decay: float = 0.1
     clip_grad_norm: float | None = 1.0
+    mean_over_choosers: bool = False
+    """Average each coefficient over the results that chose it (Templar's SparseLoCo) rather
+    than over all results (a result that did not choose it counting as 0)."""
+    clip_to_median: bool = False
+    """Scale a result's tensor down to the results' median RMS but never up (Templar's
+    median-norm clipping) instead of normalising every result to it (`influence`)."""
+    dct: bool = True
+    """Compress each tile's DCT coefficients; False: its raw values (Templar's SparseLoCo)."""
 
     def __post_init__(self) -> None:
         if self.inner_steps < 1:
@@ -91,6 +99,9 @@ class SparseLocoSettings:
             eps=float(config.eps),
             weight_decay=float(config.weight_decay),
             clip_grad_norm=config.clip_grad_norm,
+            mean_over_choosers=bool(config.mean_over_choosers or False),
+            clip_to_median=bool(config.clip_to_median or False),
+            dct=config.dct is not False,
         )
 
 
@@ -110,6 +121,8 @@ class SparseLocoOptimizer:
             settings.compression_chunk,
             settings.compression_topk,
             settings.value_kind,
+            clip_influence=settings.clip_to_median,
+            dct=settings.dct,
         )
         self._error = [
             torch.zeros_like(p, dtype=STATE_DTYPE, memory_format=torch.contiguous_format)
@@ -225,7 +238,10 @@ class SparseLocoOptimizer:
             self.compressor.check(result)
         for i, (_, p) in enumerate(self._params):
             tiles = self.compressor.aggregated(
-                i, [result.tensors[i] for result in ordered], mean_over_all=True, device=p.device
+                i,
+                [result.tensors[i] for result in ordered],
+                mean_over_all=not self.settings.mean_over_choosers,
+                device=p.device,
             )
             update = self.compressor.untile(i, tiles.to(torch.bfloat16))
             p.sub_(update.to(p.dtype).mul_(self.settings.outer_lr))

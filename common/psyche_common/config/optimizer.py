@@ -1,7 +1,8 @@
 """Optimizer variants (`model.LLM.optimizer`): `"Dummy"`, `[....optimizer.AdamW]`,
 `[....optimizer.Distro]` or `[....optimizer.SparseLoCo]` (ours, not the reference's). Optional
-fields (`clip_grad_norm`, Distro's `weight_decay` and `quantize_2bit`) may be left out; left
-out, `quantize_2bit` is false and a Distro table means what it means to the reference."""
+fields (`clip_grad_norm`, Distro's `weight_decay` and `quantize_2bit`, SparseLoCo's
+`mean_over_choosers`, `clip_to_median` and `dct`) may be left out; left out, `quantize_2bit`,
+`mean_over_choosers` and `clip_to_median` are false, `dct` is true and a Distro table means what it means to the reference."""
 
 from __future__ import annotations
 
@@ -69,13 +70,19 @@ class SparseLocoOptimizer(Variant):
     weight_decay: Float
     eps: Float
     clip_grad_norm: Float | None = None
+    mean_over_choosers: Bool | None = None  # left out: false (mean over all results)
+    clip_to_median: Bool | None = None  # left out: false (normalise to the median RMS)
+    dct: Bool | None = None  # left out: true (top-k of each tile's DCT coefficients)
 
     def __str__(self) -> str:
         values = "2-bit" if self.quantize_2bit else "bf16"
+        mean = ", mean over choosers" if self.mean_over_choosers else ""
+        clip = ", clipped to the median" if self.clip_to_median else ""
+        dct = ", no DCT" if self.dct is False else ""
         return (
             f"SparseLoCo ({self.inner_steps} AdamW steps per round, outer lr {self.outer_lr}, "
             f"chunk {self.compression_chunk}, top-k {self.compression_topk}, "
-            f"decay {self.compression_decay}, {values})"
+            f"decay {self.compression_decay}, {values}{mean}{clip}{dct})"
         )
 
 

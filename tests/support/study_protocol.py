@@ -1,0 +1,247 @@
+"""The optimizer-quality study's protocol (issue 22): what is trained, how long, and what swept.
+
+`PROTOCOL` is the study `bench/distro.py --study` runs; `QUICK_PROTOCOL` the same code path at
+a size of seconds (`--study --quick`, run by `make test`: its numbers mean nothing).
+
+The study (`study_runner.run_protocol`):
+
+1. **Sweep**, on `sweep_seed` with `sweep_peers` simulated peers: AdamW at each of
+   `adamw_lrs`, every candidate at each of its `lrs`. The lowest final validation loss picks
+   each one's learning rate (the tuned AdamW is AdamW's winner).
+2. **Seeds**: the tuned AdamW and every candidate's winner, each at every peer count of
+   `peers`, on the fresh `seeds` (none of them the sweep seed).
+3. **Diagnostics** on the same fresh seeds: with `synchronous_diagnostic`, every candidate's
+   winner at `sweep_peers` without the two-round pipeline delay (results applied before the
+   next step, no lookahead), which measures the delay's share; with `diloco`, DiLoCo at each
+   peer count (dense float32 pseudo-gradients averaged exactly, outer SGD with Nesterov
+   momentum), the ceiling of every compressed local-steps optimizer.
+
+Sizing: one short run of each row kind at `PROTOCOL`'s size (40 steps, 2026-11-26 03:38 UTC,
+development VM, 2 CPU cores shared with other work at load average 6, one torch thread),
+in CPU milliseconds per step of 2,048 tokens (`RunOutcome.cpu_seconds`; wall time was 2 to 6
+times that under this load): AdamW 96; DisTrO 207 with 4 peers, 444 with 16 (with the study's
+apply shortcut, `study_runs`), 186 synchronous with 4; SparseLoCo (H 5) 130 with 4 peers,
+287 with 16, 123 synchronous with 4; DiLoCo (H 5) 106 with 4 peers, 200 with 16. The sweep
+(3 x (AdamW + DisTrO 4 + SparseLoCo 4)) costs 1.3 s per protocol step, the seeds stage
+(3 x (AdamW + both candidates at 4 and 16 peers)) 3.5 s, the diagnostics (3 x (both
+synchronous at 4 + DiLoCo at 4 and 16)) 1.8 s: 6.6 CPU seconds per step in all. At 600 steps
+that is 66 CPU minutes, about 33 minutes with `--jobs 2` on two free cores, so `PROTOCOL`
+runs 600 steps (5 tokens per parameter); the issue's 1,200 steps (10 tokens per parameter)
+fit 40 minutes without the diagnostics only on a faster machine (`--steps 1200
+--no-diagnostics`: 4.8 CPU s per step, 48 minutes on two free cores).
+
+API: `ModelShape`, `Candidate`, `DilocoSettings`, `StudyProtocol`, `PROTOCOL`,
+`VARIANT_CANDIDATES`, `QUICK_PROTOCOL`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import transformers
+from psyche_client.distro import DistroSettings
+from psyche_client.distro.sparseloco import SparseLocoSettings
+
+CompressedSettings = DistroSettings | SparseLocoSettings
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A byte-level Llama (vocabulary 256, untied embeddings)."""
+
+    hidden: int
+    layers: int
+    heads: int
+    intermediate: int
+    max_positions: int = 512
+
+    def llama_config(self) -> transformers.LlamaConfig:
+        return transformers.LlamaConfig(
+            vocab_size=256,
+            hidden_size=self.hidden,
+            intermediate_size=self.intermediate,
+            num_hidden_layers=self.layers,
+            num_attention_heads=self.heads,
+            num_key_value_heads=self.heads,
+            max_position_embeddings=self.max_positions,
+            tie_word_embeddings=False,
+        )
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A compressed optimizer under study: its settings and the learning rates swept."""
+
+    name: str
+    settings: CompressedSettings
+    lrs: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.lrs:
+            raise ValueError(f"candidate {self.name!r}: no learning rate to sweep")
+
+
+@dataclass(frozen=True)
+class DilocoSettings:
+    """The DiLoCo ceiling: `inner_steps` local AdamW steps (betas 0.9/0.95, weight decay 0.1,
+    clip 1.0, like SparseLoCo's), the dense pseudo-gradients averaged exactly, then
+    `theta -= outer_lr * (g + outer_momentum * m)` with `m = outer_momentum * m + g`
+    (Nesterov). Its inner learning rate is the tuned one of candidate `lr_of`."""
+
+    inner_steps: int
+    outer_lr: float
+    outer_momentum: float
+    lr_of: str
+
+
+@dataclass(frozen=True)
+class StudyProtocol:
+    model: ModelShape
+    seq_len: int
+    sequences_per_step: int
+    """Global batch of one step (split evenly over the peers)."""
+    steps: int
+    warmup_steps: int
+    final_fraction: float
+    """The cosine schedule ends at this fraction of the peak learning rate."""
+    eval_every: int
+    """Steps between two points of AdamW's validation curve (tokens to reach a loss)."""
+    valid_windows: int
+    adamw_lrs: tuple[float, ...]
+    candidates: tuple[Candidate, ...]
+    sweep_peers: int
+    peers: tuple[int, ...]
+    sweep_seed: int
+    seeds: tuple[int, ...]
+    synchronous_diagnostic: bool
+    diloco: DilocoSettings | None
+    stats_every: int
+    """Rounds between two measurements of captured energy and index overlap (0: never)."""
+
+    def __post_init__(self) -> None:
+        if self.sweep_seed in self.seeds:
+            raise ValueError(f"seeds {self.seeds} must be fresh: the sweep used {self.sweep_seed}")
+        for peers in (self.sweep_peers, *self.peers):
+            if self.sequences_per_step % peers:
+                raise ValueError(
+                    f"sequences_per_step {self.sequences_per_step} must split over {peers} peers"
+                )
+        names = [c.name for c in self.candidates]
+        if len(set(names)) != len(names) or "adamw" in names:
+            raise ValueError(f"candidate names must be unique and not 'adamw': {names}")
+        if self.diloco is not None and self.diloco.lr_of not in names:
+            raise ValueError(f"diloco.lr_of {self.diloco.lr_of!r} is not a candidate")
+        for inner in self._inner_steps():
+            if self.steps % inner:
+                raise ValueError(f"steps {self.steps} must be a multiple of inner_steps {inner}")
+
+    def _inner_steps(self) -> list[int]:
+        inner = [
+            c.settings.inner_steps
+            for c in self.candidates
+            if isinstance(c.settings, SparseLocoSettings)
+        ]
+        return inner + ([self.diloco.inner_steps] if self.diloco else [])
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.sequences_per_step * self.seq_len
+
+
+DISTRO_REFERENCE = DistroSettings(
+    compression_decay=0.999,
+    compression_topk=8,
+    compression_chunk=64,
+    quantize_1bit=True,
+    clip_grad_norm=1.0,
+)
+"""Psyche's DisTrO settings (top-8 of each 64 x 64 tile, 1-bit values)."""
+
+SPARSELOCO_H5 = SparseLocoSettings(
+    inner_steps=5,
+    outer_lr=1.0,
+    compression_decay=0.9,
+    compression_topk=32,
+    compression_chunk=64,
+    quantize_2bit=True,
+)
+"""The best SparseLoCo of the 300-step study (docs/distro.md)."""
+
+VARIANT_CANDIDATES = (
+    Candidate(
+        "sparseloco-templar",
+        dataclasses.replace(SPARSELOCO_H5, mean_over_choosers=True, clip_to_median=True, dct=False),
+        (1e-3, 2e-3, 4e-3),
+    ),
+    Candidate(
+        "distro-wd0.1",
+        dataclasses.replace(DISTRO_REFERENCE, weight_decay=0.1),
+        (1e-3, 2e-3, 4e-3),
+    ),
+    Candidate(
+        "distro-wd1",
+        dataclasses.replace(DISTRO_REFERENCE, weight_decay=1.0),
+        (1e-3, 2e-3, 4e-3),
+    ),
+)
+"""Variants of issue 22's third item, added to `PROTOCOL` by `bench/distro.py --study
+--variants` (each costs about what its base candidate does per run): SparseLoCo as Templar
+compresses, averages and bounds results (top-k of raw values, no DCT; each coefficient over
+the peers that chose it; each result clipped to the median RMS), and DisTrO with weight decay 0.1 and 1, each swept like its
+base candidate: together they add about 1.4 times the CPU time of `PROTOCOL`'s sweep and
+seeds stages (6.8 CPU s per step from the per-step costs above), plus their synchronous
+runs when the diagnostics are on."""
+
+PROTOCOL = StudyProtocol(
+    model=ModelShape(hidden=64, layers=4, heads=4, intermediate=192),  # 246,336 parameters
+    seq_len=128,
+    sequences_per_step=16,  # 2,048 tokens per step
+    steps=600,  # 1.23M tokens, 5 per parameter
+    warmup_steps=30,
+    final_fraction=0.1,
+    eval_every=25,
+    valid_windows=128,
+    adamw_lrs=(2e-3, 4e-3, 8e-3),
+    candidates=(
+        Candidate("distro", DISTRO_REFERENCE, (1e-3, 2e-3, 4e-3)),
+        Candidate("sparseloco", SPARSELOCO_H5, (1e-3, 2e-3, 4e-3)),
+    ),
+    sweep_peers=4,
+    peers=(4, 16),
+    sweep_seed=0,
+    seeds=(1, 2, 3),
+    synchronous_diagnostic=True,
+    diloco=DilocoSettings(inner_steps=5, outer_lr=0.7, outer_momentum=0.9, lr_of="sparseloco"),
+    stats_every=25,
+)
+
+QUICK_PROTOCOL = StudyProtocol(
+    model=ModelShape(hidden=16, layers=1, heads=2, intermediate=32),
+    seq_len=16,
+    sequences_per_step=4,
+    steps=4,
+    warmup_steps=1,
+    final_fraction=0.1,
+    eval_every=2,
+    valid_windows=4,
+    adamw_lrs=(1e-3, 4e-3),
+    candidates=(
+        Candidate("distro", DISTRO_REFERENCE, (2e-3, 4e-3)),
+        Candidate("sparseloco", SparseLocoSettings(2, 1.0, 0.9, 32, 64), (2e-3,)),
+        Candidate(
+            "sparseloco-templar",
+            SparseLocoSettings(
+                2, 1.0, 0.9, 32, 64, mean_over_choosers=True, clip_to_median=True, dct=False
+            ),
+            (2e-3,),
+        ),
+    ),
+    sweep_peers=2,
+    peers=(2, 4),
+    sweep_seed=0,
+    seeds=(1, 2),
+    synchronous_diagnostic=True,
+    diloco=DilocoSettings(inner_steps=2, outer_lr=0.7, outer_momentum=0.9, lr_of="sparseloco"),
+    stats_every=1,
+)
