@@ -45,10 +45,10 @@ from tests.e2e.client_run import (
     write_state,
 )
 from tests.e2e.flood import Flood
-from tests.e2e.hostile_hosts import DecodeBomber, RelayExhauster
+from tests.e2e.hostile_hosts import DecodeBomber, HashForger, RelayExhauster
 from tests.support.tamper_proxy import DOWN, UP, Flip, TamperProxy
 
-Host = Flood | DecodeBomber | RelayExhauster
+Host = Flood | DecodeBomber | RelayExhauster | HashForger
 
 HERE = Path(__file__).resolve().parent
 EVAL_SEQUENCES = 64
@@ -66,8 +66,9 @@ AUTHENTICATION_FAILED = "failed authentication"
 class Attack:
     """An attack: `program`, a client script in tests/e2e run by each attacker; `flood`, where
     each attacker is a host that floods the `server` or honest `peer`s with idle connections,
-    sends `decode_bomb`s to the server's and the peers' ports, or asks the `relay` for pipes
-    with many keys; `intruder`, a client of a permissioned run presenting an `unlisted` key,
+    sends `decode_bomb`s to the server's and the peers' ports, asks the `relay` for pipes
+    with many keys, or reports forged weights hashes from keys that never join
+    (`hash_forger`); `intruder`, a client of a permissioned run presenting an `unlisted` key,
     an `expired` delegation or a `forged` one (`bad_delegation`: the two alternate); or
     `tamper`, where each attacker alters one honest client's coordinator link in flight.
     `quantize_1bit` and `verification_percent` are the run's settings (its clean twin's too)."""
@@ -165,6 +166,12 @@ ATTACKS: dict[str, Attack] = {
             "host with 16 joined keys dialing every member through the relay (all honest "
             "clients relayed)",
             flood="relay",
+        ),
+        Attack(
+            "hash_forger",
+            "host whose 5 keys never join and report a forged weights hash for the next 64 "
+            "steps, again and again",
+            flood="hash_forger",
         ),
         Attack(
             "unlisted_key",
@@ -383,6 +390,9 @@ def run_attack(
             ]
             for i in range(malicious):
                 floods.append(DecodeBomber(targets, f"127.0.0.{2 + i}").start())
+        if flood == "hash_forger":
+            for _ in range(malicious):
+                floods.append(HashForger(cluster.port, "e2e-run").start())
         if flood == "relay":  # once the epoch's members are fixed: the keys stay pending
             wait_for(lambda: applied_hashes(honest[0]), timeout, "a first applied step")
             for i in range(malicious):
@@ -413,7 +423,11 @@ def run_attack(
     common = sorted(set.intersection(*(set(t) for t in tables))) if tables else []
     agree = bool(common) and all(len({t[s] for t in tables}) == 1 for s in common)
     finite = all(math.isfinite(v) for p in honest for v in losses(p).values())
-    if attack is not None and attack.flood:
+    if attack is not None and attack.flood == "hash_forger":
+        # nobody to remove (the keys never joined): their reports must count for nothing
+        flagged = cluster.server is None or bool(cluster.server.events_with("majority_hash"))
+        removed = [host.shed and not flagged for host in floods]
+    elif attack is not None and attack.flood:
         removed = [host.shed for host in floods]
     elif attack is not None and attack.intruder:
         removed = [p.popen.returncode == 1 and _refused(p) for p in attackers]

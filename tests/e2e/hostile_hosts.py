@@ -18,6 +18,11 @@ per-address caps, as distinct hosts would on the internet, until `stop()`:
   dial requests, `refused` the refusals (`reasons`: the relay's, counted), `granted` the dials
   the relay took (a pending dial or a pipe), `held` and `held_refused` the idle connections and
   those the relay refused.
+- `HashForger`: `keys` throwaway identities that never join (a key costs nothing), each
+  opening the coordinator port, reporting one made-up weights hash for each of the next 64
+  steps in `HealthCheck`s and closing, again every second. `sent` counts the reports
+  delivered. Unlike the others it connects from 127.0.0.1 (its reports are what is tested,
+  not a per-address cap).
 """
 
 from __future__ import annotations
@@ -40,8 +45,16 @@ from psyche_common.protocol import (
     read_frame,
     relay_domain,
 )
+from psyche_common.protocol.messages import HealthCheck
+
+from tests.support.protocol_client import ProtocolClient
 
 TIMEOUT = 5.0
+
+FORGED_HASH = b"\xf0" * 32
+"""The weights hash every `HashForger` key reports."""
+FORGED_STEPS = 64
+"""Steps (0 onwards) a forger key reports on each connection."""
 
 
 def bomb_payload(size: int) -> bytes:
@@ -265,3 +278,34 @@ class RelayExhauster(_Host):
                 return
         self._sockets.remove(channel.writer)
         channel.abort()
+
+
+class HashForger(_Host):
+    """See the module docstring (the coordinator on `port`, the run `run_id`)."""
+
+    def __init__(self, port: int, run_id: str, keys: int = 5) -> None:
+        super().__init__("hash-forger", "127.0.0.1")
+        self.port = port
+        self.run_id = run_id
+        self.keys = keys
+        self.sent = 0
+
+    @property
+    def shed(self) -> bool:
+        """Whether the forged reports went out (whether anyone counted them is read from the
+        server's log: `attack_run`)."""
+        return self.sent > 0
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.gather(*(self._one() for _ in range(self.keys)))
+            await asyncio.sleep(1.0)
+
+    async def _one(self) -> None:
+        forger = ProtocolClient(self.port, self.run_id, auto=False)
+        with contextlib.suppress(OSError, ConnectionError, TimeoutError):
+            await forger.connect(join=False)
+            for step in range(FORGED_STEPS):
+                await forger.send(HealthCheck(step=step, weights_hash=FORGED_HASH))
+                self.sent += 1
+        await forger.close()
