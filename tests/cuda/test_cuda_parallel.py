@@ -11,35 +11,16 @@ applying the same results must give bit-identical weights at every step.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.cuda.gpus import needs_gpus
-from tests.integration.test_parallel_backend import run_driver
+from tests.integration.test_parallel_backend import (
+    check_ends_with_single_device_weights,
+    run_driver,
+)
 
 pytestmark = [pytest.mark.cuda, needs_gpus(2), pytest.mark.timeout(300)]
-
-
-def check_ends_with_single_device_weights(report: dict[str, Any]) -> None:
-    parallel, single = report["initial"]
-    assert parallel == single
-    previous = parallel
-    for step in report["steps"]:
-        loss_p, loss_s = step["loss"]
-        assert abs(loss_p - loss_s) <= 1e-3 * abs(loss_s), step
-        assert step["agreement"]["indices"] >= 0.9, step
-        hash_p, hash_s = step["hashes"]
-        assert hash_p == hash_s != previous, step
-        previous = hash_p
-    assert report["cancel"] == {
-        "returned_none": True,
-        "hash_unchanged": True,
-        "next_step_trained": True,
-    }
-    assert report["export_equal"]
-    assert report["checkpoint_hash"] == previous  # saved from the GPUs, reloaded on the CPU
-    assert report["loaded"] == [parallel] * 2
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])

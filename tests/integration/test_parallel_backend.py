@@ -43,6 +43,30 @@ def run_driver(repo_root: Path, *args: str) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def check_ends_with_single_device_weights(report: dict[str, Any]) -> None:
+    """A sharded or replicated run that ends with the single device's weights: the same
+    initial hash, bit-identical hashes after every applied step (each a change), results that
+    agree closely, and cancel, export, checkpoint and peer loading keeping the weights."""
+    parallel, single = report["initial"]
+    assert parallel == single
+    previous = parallel
+    for step in report["steps"]:
+        loss_p, loss_s = step["loss"]
+        assert abs(loss_p - loss_s) <= 1e-3 * abs(loss_s), step
+        assert step["agreement"]["indices"] >= 0.9, step
+        hash_p, hash_s = step["hashes"]
+        assert hash_p == hash_s != previous, step
+        previous = hash_p
+    assert report["cancel"] == {
+        "returned_none": True,
+        "hash_unchanged": True,
+        "next_step_trained": True,
+    }
+    assert report["export_equal"]
+    assert report["checkpoint_hash"] == previous  # the checkpoint reloads as the same weights
+    assert report["loaded"] == [parallel] * 2
+
+
 def check_matches_single_device(report: dict[str, Any]) -> None:
     parallel, single = report["initial"]
     assert parallel == single
@@ -96,24 +120,7 @@ def test_sharded_bf16_ranks_hold_the_single_devices_weights(repo_root: Path) -> 
     report = run_driver(
         repo_root, "--fsdp", "--dtype", "bf16", "--steps", "3", "--batch", "5", "--mbs", "2"
     )
-    parallel, single = report["initial"]
-    assert parallel == single
-    previous = parallel
-    for step in report["steps"]:
-        loss_p, loss_s = step["loss"]
-        assert abs(loss_p - loss_s) <= 1e-3 * abs(loss_s)
-        assert step["agreement"]["indices"] >= 0.9, step
-        hash_p, hash_s = step["hashes"]
-        assert hash_p == hash_s != previous
-        previous = hash_p
-    assert report["cancel"] == {
-        "returned_none": True,
-        "hash_unchanged": True,
-        "next_step_trained": True,
-    }
-    assert report["export_equal"]
-    assert report["checkpoint_hash"] == previous  # the checkpoint reloads as the same bf16
-    assert report["loaded"] == [report["initial"][0]] * 2
+    check_ends_with_single_device_weights(report)
 
 
 def test_sharded_tied_embeddings_match_single_device(repo_root: Path) -> None:
