@@ -172,3 +172,44 @@ def test_sparseloco_dct_is_optional_and_on_unless_false() -> None:
     assert validate_state(raw).ok and "no DCT" in str(raw.model.optimizer)
     assert optimizer_settings(raw.model.optimizer).dct is False  # type: ignore[union-attr]
     assert parse_state(tomllib.loads(tomli_w.dumps(raw.to_toml_dict()))) == raw
+
+
+@pytest.mark.parametrize(
+    ("values", "words", "kind"),
+    [
+        ({"quantize_codebook": True}, "2-bit codebook", "TWO_BIT_CODEBOOK"),
+        ({"quantize_2bit": False, "quantize_4bit": True}, "4-bit", "FOUR_BIT"),
+    ],
+)
+def test_sparseloco_value_codes_are_optional_and_reach_the_trainer(
+    values: dict[str, bool], words: str, kind: str
+) -> None:
+    plain = state_with({"SparseLoCo": dict(SPARSELOCO)})
+    assert isinstance(plain.model.optimizer, SparseLocoOptimizer)
+    toml = plain.model.optimizer.to_toml()
+    assert "quantize_codebook" not in toml and "quantize_4bit" not in toml
+    assert optimizer_settings(plain.model.optimizer).value_kind.name == "TWO_BIT"  # type: ignore[union-attr]
+    chosen = state_with({"SparseLoCo": {**SPARSELOCO, **values}})
+    assert validate_state(chosen).ok
+    assert words in str(chosen.model.optimizer)
+    assert optimizer_settings(chosen.model.optimizer).value_kind.name == kind  # type: ignore[union-attr]
+    assert parse_state(tomllib.loads(tomli_w.dumps(chosen.to_toml_dict()))) == chosen
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "words"),
+    [
+        ({"quantize_4bit": True}, "quantize_4bit", "quantize_4bit and quantize_2bit cannot"),
+        (
+            {"quantize_2bit": False, "quantize_codebook": True},
+            "quantize_codebook",
+            "quantize_codebook needs quantize_2bit = true",
+        ),
+    ],
+)
+def test_sparseloco_value_codes_that_cannot_go_together_name_the_field(
+    values: dict[str, bool], field: str, words: str
+) -> None:
+    report = validate_state(state_with({"SparseLoCo": {**SPARSELOCO, **values}}))
+    assert [p.field for p in report.errors] == [f"model.LLM.optimizer.SparseLoCo.{field}"]
+    assert words in report.errors[0].message

@@ -58,9 +58,15 @@ def test_local_round_keeps_pseudo_gradient_and_restores_weights() -> None:
         assert bool((sent.abs() <= kept.abs().amax(-1, keepdim=True) * 1.01).all())
 
 
-def test_error_feedback_subtracts_what_receivers_read() -> None:
+@pytest.mark.parametrize(
+    "values",
+    [{}, {"quantize_codebook": True}, {"quantize_2bit": False, "quantize_4bit": True}],
+    ids=["2bit", "2bit-codebook", "4bit"],
+)
+def test_error_feedback_subtracts_what_receivers_read(values: dict[str, bool]) -> None:
     model = TinyNet()
-    optimizer = SparseLocoOptimizer(model.named_parameters(), SETTINGS)
+    settings = dataclasses.replace(SETTINGS, **values)
+    optimizer = SparseLocoOptimizer(model.named_parameters(), settings)
     with optimizer.local_round():
         _round(optimizer, model, [1, 2], 0.01)
     first = optimizer.generate(1, BatchId(0, 1), 0)
@@ -72,8 +78,12 @@ def test_error_feedback_subtracts_what_receivers_read() -> None:
         end = {n: p.detach().clone() for n, p in model.named_parameters()}
     optimizer.generate(2, BatchId(0, 1), 1, [first.own])
     transform = DctTransform(SETTINGS.compression_chunk)
+    kind = optimizer.layout.value_kind
+    assert first.transmit.value_kind == kind
     for i, (name, p) in enumerate(sorted(model.named_parameters())):
         idx, sent = first.own.tensors[i]
+        read = torch.from_numpy(first.transmit.tensors[i].values(kind)).to(sent.dtype)
+        assert torch.equal(sent, read), name  # error feedback keeps what receivers lose
         xshape = transform.xshape(p.shape)
         sparse = torch.zeros(idx.shape[0], xshape[-1] * (xshape[-2] if p.dim() > 1 else 1))
         sparse.scatter_(-1, idx, sent)

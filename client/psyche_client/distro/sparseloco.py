@@ -57,6 +57,12 @@ class SparseLocoSettings:
     compression_topk: int
     compression_chunk: int
     quantize_2bit: bool = True
+    quantize_codebook: bool = False
+    """With `quantize_2bit`: the four levels at the magnitudes' mean +- their standard
+    deviation per chunk (`ValueKind.TWO_BIT_CODEBOOK`) instead of `s/3` and `s` of the
+    largest."""
+    quantize_4bit: bool = False
+    """4-bit values (`ValueKind.FOUR_BIT`) instead of 2-bit or bf16 ones."""
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
     weight_decay: float = 0.1
@@ -79,10 +85,18 @@ class SparseLocoSettings:
             raise ValueError(f"compression_topk must be >= 1, got {self.compression_topk}")
         if self.compression_chunk < 1:
             raise ValueError(f"compression_chunk must be >= 1, got {self.compression_chunk}")
+        if self.quantize_2bit and self.quantize_4bit:
+            raise ValueError("quantize_2bit and quantize_4bit cannot both be set")
+        if self.quantize_codebook and not self.quantize_2bit:
+            raise ValueError("quantize_codebook needs quantize_2bit")
 
     @property
     def value_kind(self) -> ValueKind:
-        return ValueKind.TWO_BIT if self.quantize_2bit else ValueKind.BF16
+        if self.quantize_4bit:
+            return ValueKind.FOUR_BIT
+        if self.quantize_2bit:
+            return ValueKind.TWO_BIT_CODEBOOK if self.quantize_codebook else ValueKind.TWO_BIT
+        return ValueKind.BF16
 
     @classmethod
     def from_config(cls, config: SparseLocoConfig) -> SparseLocoSettings:
@@ -95,6 +109,8 @@ class SparseLocoSettings:
             compression_topk=int(config.compression_topk),
             compression_chunk=int(config.compression_chunk),
             quantize_2bit=bool(config.quantize_2bit),
+            quantize_codebook=bool(config.quantize_codebook or False),
+            quantize_4bit=bool(config.quantize_4bit or False),
             betas=(float(beta1), float(beta2)),
             eps=float(config.eps),
             weight_decay=float(config.weight_decay),

@@ -67,8 +67,7 @@ def result_bytes(shapes: Iterable[tuple[str, Sequence[int]]], optimizer: Any) ->
     "The result format (version 2)") for a DisTrO or SparseLoCo `optimizer` config: the exact
     size the result codec gives the run's layout."""
     if _read(optimizer, "kind") == "SparseLoCo":
-        two_bit = bool(_read(optimizer, "quantize_2bit"))
-        kind = ValueKind.TWO_BIT if two_bit else ValueKind.BF16
+        kind = _sparseloco_value_kind(optimizer)
     else:
         kind = ValueKind.ONE_BIT if bool(_read(optimizer, "quantize_1bit")) else ValueKind.BF16
     layout = ResultLayout.for_parameters(
@@ -247,6 +246,15 @@ class Estimate:
             return f"1 ({self.device})"
         layout = "model sharded (--fsdp)" if spec.fsdp else "a full replica each"
         return f"{spec.world_size} ranks on {self.device.split(':')[0]}, {layout}"
+
+
+def _sparseloco_value_kind(optimizer: Any) -> ValueKind:
+    if bool(_read(optimizer, "quantize_4bit")):
+        return ValueKind.FOUR_BIT
+    if bool(_read(optimizer, "quantize_2bit")):
+        codebook = bool(_read(optimizer, "quantize_codebook"))
+        return ValueKind.TWO_BIT_CODEBOOK if codebook else ValueKind.TWO_BIT
+    return ValueKind.BF16
 
 
 def _read(obj: Any, name: str, default: Any = None) -> Any:

@@ -1,8 +1,10 @@
 """Optimizer variants (`model.LLM.optimizer`): `"Dummy"`, `[....optimizer.AdamW]`,
 `[....optimizer.Distro]` or `[....optimizer.SparseLoCo]` (ours, not the reference's). Optional
 fields (`clip_grad_norm`, Distro's `weight_decay` and `quantize_2bit`, SparseLoCo's
-`mean_over_choosers`, `clip_to_median` and `dct`) may be left out; left out, `quantize_2bit`,
-`mean_over_choosers` and `clip_to_median` are false, `dct` is true and a Distro table means what it means to the reference."""
+`quantize_codebook`, `quantize_4bit`, `mean_over_choosers`, `clip_to_median` and `dct`) may be
+left out; left out, `quantize_2bit`, `quantize_codebook`, `quantize_4bit`,
+`mean_over_choosers` and `clip_to_median` are false, `dct` is true and a Distro table means
+what it means to the reference."""
 
 from __future__ import annotations
 
@@ -66,6 +68,8 @@ class SparseLocoOptimizer(Variant):
     compression_topk: U16
     compression_chunk: U16
     quantize_2bit: Bool
+    quantize_codebook: Bool | None = None  # left out: false (2-bit levels s/3, s of the max)
+    quantize_4bit: Bool | None = None  # left out: false
     betas: tuple[Float, Float]
     weight_decay: Float
     eps: Float
@@ -75,7 +79,15 @@ class SparseLocoOptimizer(Variant):
     dct: Bool | None = None  # left out: true (top-k of each tile's DCT coefficients)
 
     def __str__(self) -> str:
-        values = "2-bit" if self.quantize_2bit else "bf16"
+        values = (
+            "4-bit"
+            if self.quantize_4bit
+            else "2-bit codebook"
+            if self.quantize_2bit and self.quantize_codebook
+            else "2-bit"
+            if self.quantize_2bit
+            else "bf16"
+        )
         mean = ", mean over choosers" if self.mean_over_choosers else ""
         clip = ", clipped to the median" if self.clip_to_median else ""
         dct = ", no DCT" if self.dct is False else ""

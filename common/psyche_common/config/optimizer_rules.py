@@ -2,6 +2,7 @@
 
 Errors: a chunk or top-k of 0; a `compression_decay` outside [0, 1] (the error feedback would
 grow without bound or flip sign); both `quantize_1bit` and `quantize_2bit` set; for SparseLoCo,
+both `quantize_2bit` and `quantize_4bit` set, `quantize_codebook` without `quantize_2bit`,
 `inner_steps` of 0, `outer_lr` not above 0, betas
 outside [0, 1), `eps` not above 0, a negative `weight_decay` or `clip_grad_norm`. Warning: a
 SparseLoCo run whose starting global batch is smaller than `inner_steps` (each client splits
@@ -40,6 +41,22 @@ def _compression_problems(
 
 def _sparseloco_problems(base: str, optimizer: SparseLocoOptimizer) -> list[ConfigProblem]:
     problems = []
+    if optimizer.quantize_2bit and optimizer.quantize_4bit:
+        problems.append(
+            _problem(
+                f"{base}.quantize_4bit",
+                f"{base}.quantize_4bit and quantize_2bit cannot both be true (values are sent "
+                "as 2 bits, 4 bits or bf16)",
+            )
+        )
+    if optimizer.quantize_codebook and not optimizer.quantize_2bit:
+        problems.append(
+            _problem(
+                f"{base}.quantize_codebook",
+                f"{base}.quantize_codebook needs quantize_2bit = true (it places the four "
+                "2-bit levels)",
+            )
+        )
     if optimizer.inner_steps == 0:
         problems.append(_problem(f"{base}.inner_steps", f"{base}.inner_steps must be at least 1"))
     if not optimizer.outer_lr > 0:
