@@ -76,10 +76,16 @@ class Candidate:
     name: str
     settings: CompressedSettings
     lrs: tuple[float, ...]
+    peers: tuple[int, ...] | None = None
+    """Peer counts of its fresh-seed runs (None: the protocol's `peers`)."""
+    synchronous_diagnostic: bool = True
+    """Whether the protocol's synchronous diagnostic runs it (when that is on)."""
 
     def __post_init__(self) -> None:
         if not self.lrs:
             raise ValueError(f"candidate {self.name!r}: no learning rate to sweep")
+        if self.peers is not None and not self.peers:
+            raise ValueError(f"candidate {self.name!r}: peers must name at least one count")
 
 
 @dataclass(frozen=True)
@@ -116,13 +122,19 @@ class StudyProtocol:
     seeds: tuple[int, ...]
     synchronous_diagnostic: bool
     diloco: DilocoSettings | None
+    diloco_outer_lrs: tuple[float, ...]
+    """DiLoCo's outer learning rates swept on `sweep_seed` with `sweep_peers` (its inner one
+    being `lr_of`'s tuned lr); the winner runs on the fresh seeds. Empty: `diloco.outer_lr`."""
     stats_every: int
     """Rounds between two measurements of captured energy and index overlap (0: never)."""
 
     def __post_init__(self) -> None:
         if self.sweep_seed in self.seeds:
             raise ValueError(f"seeds {self.seeds} must be fresh: the sweep used {self.sweep_seed}")
-        for peers in (self.sweep_peers, *self.peers):
+        all_peers = {self.sweep_peers, *self.peers}
+        for c in self.candidates:
+            all_peers.update(c.peers or ())
+        for peers in sorted(all_peers):
             if self.sequences_per_step % peers:
                 raise ValueError(
                     f"sequences_per_step {self.sequences_per_step} must split over {peers} peers"
@@ -130,11 +142,17 @@ class StudyProtocol:
         names = [c.name for c in self.candidates]
         if len(set(names)) != len(names) or "adamw" in names:
             raise ValueError(f"candidate names must be unique and not 'adamw': {names}")
+        if self.diloco_outer_lrs and self.diloco is None:
+            raise ValueError("diloco_outer_lrs needs diloco")
         if self.diloco is not None and self.diloco.lr_of not in names:
             raise ValueError(f"diloco.lr_of {self.diloco.lr_of!r} is not a candidate")
         for inner in self._inner_steps():
             if self.steps % inner:
                 raise ValueError(f"steps {self.steps} must be a multiple of inner_steps {inner}")
+
+    def candidate_peers(self, candidate: Candidate) -> tuple[int, ...]:
+        """The peer counts `candidate` runs at on the fresh seeds."""
+        return candidate.peers if candidate.peers is not None else self.peers
 
     def _inner_steps(self) -> list[int]:
         inner = [
@@ -168,30 +186,39 @@ SPARSELOCO_H5 = SparseLocoSettings(
 )
 """The best SparseLoCo of the 300-step study (docs/distro.md)."""
 
+
+def _variant(name: str, settings: CompressedSettings, lrs: tuple[float, ...]) -> Candidate:
+    """A variant: swept like a base candidate, then on the fresh seeds at 4 peers only, with no
+    synchronous twin (the base candidates measure what 16 peers and the delay cost)."""
+    return Candidate(name, settings, lrs, peers=(4,), synchronous_diagnostic=False)
+
+
+SPARSELOCO_LRS = (2e-3, 4e-3, 8e-3)
+DISTRO_LRS = (1e-3, 2e-3, 4e-3)
+TEMPLAR = dataclasses.replace(
+    SPARSELOCO_H5, mean_over_choosers=True, clip_to_median=True, dct=False
+)
+
 VARIANT_CANDIDATES = (
-    Candidate(
-        "sparseloco-templar",
-        dataclasses.replace(SPARSELOCO_H5, mean_over_choosers=True, clip_to_median=True, dct=False),
-        (1e-3, 2e-3, 4e-3),
+    _variant("sparseloco-templar", TEMPLAR, SPARSELOCO_LRS),
+    _variant(
+        "sparseloco-outer0.5", dataclasses.replace(SPARSELOCO_H5, outer_lr=0.5), SPARSELOCO_LRS
     ),
-    Candidate(
-        "distro-wd0.1",
-        dataclasses.replace(DISTRO_REFERENCE, weight_decay=0.1),
-        (1e-3, 2e-3, 4e-3),
+    _variant("sparseloco-outer2", dataclasses.replace(SPARSELOCO_H5, outer_lr=2.0), SPARSELOCO_LRS),
+    _variant(
+        "sparseloco-k128", dataclasses.replace(SPARSELOCO_H5, compression_topk=128), SPARSELOCO_LRS
     ),
-    Candidate(
-        "distro-wd1",
-        dataclasses.replace(DISTRO_REFERENCE, weight_decay=1.0),
-        (1e-3, 2e-3, 4e-3),
-    ),
+    _variant("distro-k32", dataclasses.replace(DISTRO_REFERENCE, compression_topk=32), DISTRO_LRS),
+    _variant("distro-wd0.1", dataclasses.replace(DISTRO_REFERENCE, weight_decay=0.1), DISTRO_LRS),
+    _variant("distro-wd1", dataclasses.replace(DISTRO_REFERENCE, weight_decay=1.0), DISTRO_LRS),
 )
 """Variants of issue 22's third item, added to `PROTOCOL` by `bench/distro.py --study
---variants` (each costs about what its base candidate does per run): SparseLoCo as Templar
-compresses, averages and bounds results (top-k of raw values, no DCT; each coefficient over
-the peers that chose it; each result clipped to the median RMS), and DisTrO with weight decay 0.1 and 1, each swept like its
-base candidate: together they add about 1.4 times the CPU time of `PROTOCOL`'s sweep and
-seeds stages (6.8 CPU s per step from the per-step costs above), plus their synchronous
-runs when the diagnostics are on."""
+--variants`: SparseLoCo as Templar compresses, averages and bounds results (top-k of raw
+values, no DCT; each coefficient over the peers that chose it; each result clipped to the
+median RMS); SparseLoCo's outer learning rate at 0.5 and 2 (it is 1); the bytes spent at the
+146x goal (SparseLoCo top-128, DisTrO top-32); DisTrO with weight decay 0.1 and 1. Each is
+swept like its base candidate and runs on the fresh seeds at 4 peers (`_variant`): six runs
+of a base candidate's cost each."""
 
 PROTOCOL = StudyProtocol(
     model=ModelShape(hidden=64, layers=4, heads=4, intermediate=192),  # 246,336 parameters
@@ -204,8 +231,8 @@ PROTOCOL = StudyProtocol(
     valid_windows=128,
     adamw_lrs=(2e-3, 4e-3, 8e-3),
     candidates=(
-        Candidate("distro", DISTRO_REFERENCE, (1e-3, 2e-3, 4e-3)),
-        Candidate("sparseloco", SPARSELOCO_H5, (1e-3, 2e-3, 4e-3)),
+        Candidate("distro", DISTRO_REFERENCE, DISTRO_LRS),
+        Candidate("sparseloco", SPARSELOCO_H5, SPARSELOCO_LRS),
     ),
     sweep_peers=4,
     peers=(4, 16),
@@ -213,6 +240,7 @@ PROTOCOL = StudyProtocol(
     seeds=(1, 2, 3),
     synchronous_diagnostic=True,
     diloco=DilocoSettings(inner_steps=5, outer_lr=0.7, outer_momentum=0.9, lr_of="sparseloco"),
+    diloco_outer_lrs=(0.1, 0.3, 0.7),
     stats_every=25,
 )
 
@@ -243,5 +271,6 @@ QUICK_PROTOCOL = StudyProtocol(
     seeds=(1, 2),
     synchronous_diagnostic=True,
     diloco=DilocoSettings(inner_steps=2, outer_lr=0.7, outer_momentum=0.9, lr_of="sparseloco"),
+    diloco_outer_lrs=(0.3, 0.7),
     stats_every=1,
 )

@@ -42,7 +42,7 @@ from tests.support.study_frontier import (
     pick_lr,
     study_row,
 )
-from tests.support.study_protocol import Candidate, StudyProtocol
+from tests.support.study_protocol import Candidate, DilocoSettings, StudyProtocol
 from tests.support.study_runs import RunOutcome, RunSpec, run_one, run_one_mapped, save_corpus
 
 Progress = Callable[[str], None]
@@ -91,13 +91,25 @@ def _key(spec: RunSpec) -> str:
         "valid_windows": p.valid_windows,
         "stats_every": p.stats_every,
     }
-    settings = None if spec.settings is None else dataclasses.asdict(spec.settings)
+    settings = None if spec.settings is None else _non_default_fields(spec.settings)
     kind = None if spec.settings is None else type(spec.settings).__name__
     diloco = None if spec.diloco is None else dataclasses.asdict(spec.diloco)
     return json.dumps(
         [shape, kind, settings, diloco, spec.lr, spec.seed, spec.peers, spec.synchronous],
         sort_keys=True,
     )
+
+
+def _non_default_fields(settings: object) -> dict[str, Any]:
+    """The settings' fields that differ from their defaults (so that a setting added later,
+    left at its default, keeps the cache keys of the runs made before it existed)."""
+    assert dataclasses.is_dataclass(settings) and not isinstance(settings, type)
+    values = dataclasses.asdict(settings)
+    return {
+        f.name: values[f.name]
+        for f in dataclasses.fields(settings)
+        if f.default is dataclasses.MISSING or values[f.name] != f.default
+    }
 
 
 def _outcome_from(entry: dict[str, Any]) -> RunOutcome:
@@ -193,7 +205,31 @@ def _sweep_plan(protocol: StudyProtocol) -> list[Planned]:
     return runs
 
 
-def _seeds_plan(protocol: StudyProtocol, winners: dict[str, float]) -> list[Planned]:
+def _diloco_sweep_plan(protocol: StudyProtocol, winners: dict[str, float]) -> list[Planned]:
+    """DiLoCo at each of `diloco_outer_lrs` on the sweep seed (none when not swept)."""
+    if protocol.diloco is None:
+        return []
+    lr = winners[protocol.diloco.lr_of]
+    return [
+        Planned(
+            f"diloco-p{protocol.sweep_peers}",
+            "diloco",
+            "diloco-sweep",
+            RunSpec(
+                protocol,
+                lr,
+                protocol.sweep_seed,
+                protocol.sweep_peers,
+                diloco=dataclasses.replace(protocol.diloco, outer_lr=outer_lr),
+            ),
+        )
+        for outer_lr in protocol.diloco_outer_lrs
+    ]
+
+
+def _seeds_plan(
+    protocol: StudyProtocol, winners: dict[str, float], diloco: DilocoSettings | None
+) -> list[Planned]:
     runs = [
         Planned("adamw", "adamw", "seeds", RunSpec(protocol, winners["adamw"], seed))
         for seed in protocol.seeds
@@ -201,17 +237,17 @@ def _seeds_plan(protocol: StudyProtocol, winners: dict[str, float]) -> list[Plan
     for seed in protocol.seeds:
         for c in protocol.candidates:
             lr = winners[c.name]
-            for peers in protocol.peers:
+            for peers in protocol.candidate_peers(c):
                 spec = RunSpec(protocol, lr, seed, peers, c.settings)
                 runs.append(Planned(f"{c.name}-p{peers}", _family(c), "seeds", spec))
-            if protocol.synchronous_diagnostic:
+            if protocol.synchronous_diagnostic and c.synchronous_diagnostic:
                 peers = protocol.sweep_peers
                 spec = RunSpec(protocol, lr, seed, peers, c.settings, synchronous=True)
                 runs.append(Planned(f"{c.name}-p{peers}-sync", _family(c), "synchronous", spec))
-        if protocol.diloco is not None:
-            lr = winners[protocol.diloco.lr_of]
+        if diloco is not None:
+            lr = winners[diloco.lr_of]
             for peers in protocol.peers:
-                spec = RunSpec(protocol, lr, seed, peers, diloco=protocol.diloco)
+                spec = RunSpec(protocol, lr, seed, peers, diloco=diloco)
                 runs.append(Planned(f"diloco-p{peers}", "diloco", "diloco", spec))
     return runs
 
@@ -269,7 +305,22 @@ def run_protocol(
             "at_edge": at_edge,
             "losses": {f"{k:g}": v for k, v in losses[label].items()},
         }
-    seeds = _seeds_plan(protocol, winners)
+    diloco_sweep = _diloco_sweep_plan(protocol, winners)
+    _execute(diloco_sweep, done, jobs, say)
+    diloco = protocol.diloco
+    if diloco is not None and diloco_sweep:
+        outer = {
+            planned.spec.lr_outer: done.done[_key(planned.spec)].final_val
+            for planned in diloco_sweep
+        }
+        outer_lr, at_edge = pick_lr(outer)
+        diloco = dataclasses.replace(diloco, outer_lr=outer_lr)
+        sweep_report["diloco"] = {
+            "outer_lr": outer_lr,
+            "at_edge": at_edge,
+            "losses": {f"{k:g}": v for k, v in outer.items()},
+        }
+    seeds = _seeds_plan(protocol, winners, diloco)
     _execute(seeds, done, jobs, say)
     params = _parameters(protocol)
     tuned = {
@@ -278,7 +329,7 @@ def run_protocol(
         if p.family == "adamw" and p.spec.lr == winners["adamw"]
     }
     rows: list[StudyRow] = []
-    for planned in sweep + seeds:
+    for planned in sweep + diloco_sweep + seeds:
         outcome = done.done[_key(planned.spec)]
         adamw = tuned[planned.spec.seed]
         rows.append(study_row(_measurement(planned, outcome), adamw.final_val, adamw.curve, params))
