@@ -9,7 +9,13 @@ import random
 
 import pytest
 import torch
-from psyche_client.distro import DctTransform, DistroOptimizer, DistroResult, DistroSettings
+from psyche_client.distro import (
+    DctTransform,
+    DistroOptimizer,
+    DistroResult,
+    DistroSettings,
+    canonical_order,
+)
 from psyche_client.distro.compress import topk_per_chunk
 from psyche_common.batch_id import BatchId
 
@@ -18,6 +24,7 @@ from tests.support.tiny_distro import SETTINGS, TinyNet, set_random_grads
 
 ONE_BIT = dataclasses.replace(SETTINGS, quantize_1bit=True)
 TWO_BIT = dataclasses.replace(SETTINGS, quantize_2bit=True)
+AGG_MOMENTUM = dataclasses.replace(SETTINGS, aggregate_momentum=0.9)
 
 
 def test_first_generate_momentum_is_lr_times_grad() -> None:
@@ -197,7 +204,11 @@ def test_apply_rejects_mismatched_layout() -> None:
         DistroOptimizer(model.named_parameters(), ONE_BIT).apply(results, 0.1)
 
 
-@pytest.mark.parametrize("settings", [SETTINGS, ONE_BIT, TWO_BIT], ids=["bf16", "1bit", "2bit"])
+@pytest.mark.parametrize(
+    "settings",
+    [SETTINGS, ONE_BIT, TWO_BIT, AGG_MOMENTUM],
+    ids=["bf16", "1bit", "2bit", "aggregate-momentum"],
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_four_peers_stay_bit_identical(settings: DistroSettings, dtype: torch.dtype) -> None:
     """4 replicas, each generating from its own data and applying all 4 results (shuffled
@@ -234,3 +245,98 @@ def test_four_peers_stay_bit_identical(settings: DistroSettings, dtype: torch.dt
             for p, q in zip(reference, model.parameters(), strict=True):
                 assert torch.equal(p, q)
     assert not torch.equal(models[0].w_z.detach(), TinyNet(seed=0, dtype=dtype).w_z)
+
+
+def _apply_steps(settings: DistroSettings, steps: int) -> tuple[TinyNet, DistroOptimizer]:
+    """A fresh TinyNet applying `steps` result sets (3 peers each, other grads every step)."""
+    model = TinyNet()
+    optimizer = DistroOptimizer(model.named_parameters(), settings)
+    for step in range(1, steps + 1):
+        results = []
+        for r in range(3):
+            peer = TinyNet(seed=r)
+            peer_optimizer = DistroOptimizer(peer.named_parameters(), settings)
+            set_random_grads(peer, 1000 * step + r)
+            batch = BatchId(4 * r, 4 * r + 3)
+            results.append(peer_optimizer.generate(0.1, step, batch, 0).transmit)
+        arrival = list(results)
+        random.Random(step).shuffle(arrival)
+        optimizer.apply(arrival, 0.05)
+    return model, optimizer
+
+
+def test_aggregate_momentum_keeps_replicas_bit_identical_and_changes_the_weights() -> None:
+    """Two replicas applying the same results with aggregate_momentum 0.9 end bit-identical
+    (weights and buffer); their weights differ from those of plain sign steps."""
+    first, first_opt = _apply_steps(AGG_MOMENTUM, 4)
+    second, second_opt = _apply_steps(AGG_MOMENTUM, 4)
+    plain, _ = _apply_steps(SETTINGS, 4)
+    for (name, p), (_, q), (_, r) in zip(
+        first.named_parameters(), second.named_parameters(), plain.named_parameters(), strict=True
+    ):
+        assert torch.equal(p, q), name
+        assert torch.equal(
+            first_opt.aggregate_momentum_buffer(name), second_opt.aggregate_momentum_buffer(name)
+        )
+        assert first_opt.aggregate_momentum_buffer(name).dtype == torch.float32
+        assert not torch.equal(p, r), name
+
+
+def test_aggregate_momentum_is_an_ema_of_the_applied_signs() -> None:
+    """One apply: m = (1 - beta) * sign(G) and theta -= lr * m; the sign is the one the plain
+    optimizer applies from the same results."""
+    settings = dataclasses.replace(SETTINGS, aggregate_momentum=0.75, weight_decay=0.5)
+    results = _peer_results(settings, 3)
+    plain, momentum = TinyNet(), TinyNet()
+    before = {n: p.detach().clone() for n, p in plain.named_parameters()}
+    DistroOptimizer(plain.named_parameters(), SETTINGS).apply(results, 0.25)
+    optimizer = DistroOptimizer(momentum.named_parameters(), settings)
+    optimizer.apply(results, 0.25)
+    for (name, p), (_, q) in zip(
+        plain.named_parameters(), momentum.named_parameters(), strict=True
+    ):
+        signs = (before[name] - p) / 0.25
+        assert set(signs.round().unique().tolist()) <= {-1.0, 0.0, 1.0}
+        expected_m = 0.25 * signs.round()
+        assert torch.equal(optimizer.aggregate_momentum_buffer(name), expected_m), name
+        expected = before[name] * (1 - 0.25 * 0.5) - 0.25 * expected_m
+        assert torch.allclose(q, expected, atol=1e-6), name
+
+
+def test_without_aggregate_momentum_apply_is_the_plain_sign_step() -> None:
+    """aggregate_momentum 0.0 (the default): every apply is theta -= lr * sign(G), G from the
+    results as the compressor aggregates them, over several steps; there is no buffer."""
+    model = TinyNet()
+    optimizer = DistroOptimizer(model.named_parameters(), SETTINGS)
+    for step in range(1, 4):
+        results = _peer_results(SETTINGS, 3, step)
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        optimizer.apply(results, 0.05)
+        ordered = canonical_order(results)
+        for i, (name, p) in enumerate(sorted(model.named_parameters())):
+            signs = optimizer.compressor.aggregated_signs(
+                i, [r.tensors[i] for r in ordered], device=p.device
+            )
+            assert signs.abs().sum() > 0
+            assert torch.equal(p, before[name] - 0.05 * signs), name
+    with pytest.raises(ValueError, match="aggregate_momentum"):
+        optimizer.aggregate_momentum_buffer("b")
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.0, 1.5])
+def test_aggregate_momentum_out_of_range_is_refused_naming_the_field(value: float) -> None:
+    with pytest.raises(ValueError, match="aggregate_momentum"):
+        dataclasses.replace(SETTINGS, aggregate_momentum=value)
+
+
+def test_zero_momentum_clears_the_aggregate_momentum() -> None:
+    _, optimizer = _apply_steps(AGG_MOMENTUM, 2)
+    names = [tensor.name for tensor in optimizer.layout.tensors]
+    assert all(optimizer.aggregate_momentum_buffer(n).abs().sum() > 0 for n in names)
+    optimizer.zero_momentum()
+    for name in names:
+        assert torch.equal(
+            optimizer.aggregate_momentum_buffer(name),
+            torch.zeros_like(optimizer.aggregate_momentum_buffer(name)),
+        )
+        assert optimizer.momentum(name).abs().sum() == 0

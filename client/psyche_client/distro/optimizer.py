@@ -20,10 +20,21 @@ saved copy keep the parameter dtype).
     opt.apply(results, lr)                # mean per coefficient over the results that chose
                                           # it, inverse DCT, theta -= lr * sign(.)
 
+With `aggregate_momentum` (beta > 0; study only, see below) apply keeps a second float32
+buffer `m` per parameter and, with `s` the sign of the aggregate above, does
+`m <- beta * m + (1 - beta) * s` (two separate elementwise ops) and
+`theta <- theta * (1 - lr * wd) - lr * m`. It costs no bytes: `m` is a function of the applied
+results only, so it is bit-identical on every client that applied the same results (with the
+same lr) from the start. A client that joins later, with weights fetched from a peer, does not
+have it: model sharing does not carry it. So the run config does NOT offer this setting (no
+field in the pydantic config, not read by `from_config`); it is a study-only setting
+(`DistroSettings(aggregate_momentum=...)` built by hand) until model sharing carries the
+buffer. At 0.0 (the default) apply is exactly the plain sign step.
+
 API: `DistroSettings` (+ `from_config(obj)` for the pydantic `Distro` optimizer model),
 `OwnResult`, `Generated`, `DistroOptimizer(named_parameters, settings)` with `.layout`,
 `.lookahead(prev_lr)`, `.generate(...)`, `.apply(results, lr) -> int`, `.zero_momentum()`,
-`.momentum(name)`.
+`.momentum(name)`, `.aggregate_momentum_buffer(name)`.
 """
 
 from __future__ import annotations
@@ -48,7 +59,11 @@ STATE_DTYPE = torch.float32
 @dataclass(frozen=True)
 class DistroSettings:
     """The knobs of `OptimizerDefinition::Distro` (spec section 1.1), plus `quantize_2bit`
-    (2-bit values with a bf16 scale per chunk; ours, not the reference's)."""
+    (2-bit values with a bf16 scale per chunk; ours, not the reference's) and
+    `aggregate_momentum` (ours; study only: a momentum on the applied sign aggregate, in
+    [0, 1), 0 = off). The run config does not offer `aggregate_momentum` and `from_config`
+    never sets it: a client joining with weights fetched from a peer would not have the
+    buffer, so it stays a study-only setting until model sharing carries the buffer."""
 
     compression_decay: float
     compression_topk: int
@@ -57,6 +72,7 @@ class DistroSettings:
     weight_decay: float = 0.0
     clip_grad_norm: float | None = None
     quantize_2bit: bool = False
+    aggregate_momentum: float = 0.0
 
     def __post_init__(self) -> None:
         if self.compression_topk < 1:
@@ -65,6 +81,8 @@ class DistroSettings:
             raise ValueError(f"compression_chunk must be >= 1, got {self.compression_chunk}")
         if self.quantize_1bit and self.quantize_2bit:
             raise ValueError("quantize_1bit and quantize_2bit cannot both be set")
+        if not 0.0 <= self.aggregate_momentum < 1.0:
+            raise ValueError(f"aggregate_momentum must be in [0, 1), got {self.aggregate_momentum}")
 
     @property
     def value_kind(self) -> ValueKind:
@@ -123,6 +141,12 @@ class DistroOptimizer:
             name: torch.zeros_like(p, dtype=STATE_DTYPE, memory_format=torch.contiguous_format)
             for name, p in self._params
         }
+        self._aggregate: dict[str, torch.Tensor] = {}
+        if settings.aggregate_momentum > 0.0:
+            self._aggregate = {
+                name: torch.zeros_like(p, dtype=STATE_DTYPE, memory_format=torch.contiguous_format)
+                for name, p in self._params
+            }
 
     @property
     def layout(self) -> ResultLayout:
@@ -132,9 +156,17 @@ class DistroOptimizer:
     def zero_momentum(self) -> None:
         for delta in self._delta.values():
             delta.zero_()
+        for buffer in self._aggregate.values():
+            buffer.zero_()
 
     def momentum(self, name: str) -> torch.Tensor:
         return self._delta[name]
+
+    def aggregate_momentum_buffer(self, name: str) -> torch.Tensor:
+        """The momentum on the applied aggregate of `name` (only with `aggregate_momentum`)."""
+        if not self._aggregate:
+            raise ValueError("aggregate_momentum is 0: there is no aggregate momentum buffer")
+        return self._aggregate[name]
 
     # ---- lookahead ---------------------------------------------------------------------
     @contextmanager
@@ -201,8 +233,10 @@ class DistroOptimizer:
         Per parameter: every coefficient is the mean over the results that chose it (one
         exact float64 scatter for all results), then the sign of the integer inverse DCT
         (`exact_idct`), then
-        `theta <- theta * (1 - lr * wd) - lr * sign(.)`. Clients applying the same set of
-        results with the same lr get bit-identical weights.
+        `theta <- theta * (1 - lr * wd) - lr * sign(.)`; with `aggregate_momentum` beta > 0,
+        `m <- beta * m + (1 - beta) * sign(.)` and `theta <- theta * (1 - lr * wd) - lr * m`.
+        Clients applying the same sequence of result sets with the same lrs get bit-identical
+        weights (and `m`).
         """
         if not results:
             return 0
@@ -210,11 +244,16 @@ class DistroOptimizer:
         for result in ordered:
             self.compressor.check(result)
         weight_decay = self.settings.weight_decay
-        for i, (_, p) in enumerate(self._params):
+        beta = self.settings.aggregate_momentum
+        for i, (name, p) in enumerate(self._params):
             signs = self.compressor.aggregated_signs(
                 i, [result.tensors[i] for result in ordered], device=p.device
             )
+            update = signs
+            if self._aggregate:
+                update = self._aggregate[name]
+                update.mul_(beta).add_(signs, alpha=1.0 - beta)
             if weight_decay != 0.0:
                 p.mul_(1.0 - lr * weight_decay)
-            p.add_(signs.to(p.dtype), alpha=-lr)
+            p.add_(update.to(p.dtype), alpha=-lr)
         return len(ordered)
