@@ -38,7 +38,12 @@ def test_the_quick_study_prints_the_study_object(tmp_path: Path) -> None:
     assert report["protocol"]["steps"] == QUICK_PROTOCOL.steps
     rows = report["study"]
     stages = {row["stage"] for row in rows}
-    assert stages == {"sweep", "seeds", "synchronous", "diloco"}
+    assert stages == {"sweep", "diloco-sweep", "seeds", "synchronous", "diloco"}
+    outer = {row["lr"] for row in rows if row["stage"] == "diloco-sweep"}
+    assert len(outer) == 1 and len([r for r in rows if r["stage"] == "diloco-sweep"]) == len(
+        QUICK_PROTOCOL.diloco_outer_lrs
+    )
+    assert report["sweep"]["diloco"]["outer_lr"] in QUICK_PROTOCOL.diloco_outer_lrs
     assert all(row["replicas_identical"] for row in rows)
     names = {row["name"] for row in rows if row["stage"] == "seeds"}
     assert names == {
@@ -49,8 +54,10 @@ def test_the_quick_study_prints_the_study_object(tmp_path: Path) -> None:
         "sparseloco-p4",
         "sparseloco-templar-p2",
         "sparseloco-templar-p4",
+        "sparseloco-codebook-p4",  # a candidate with its own peers and no synchronous twin
+        "distro-aggmom-p4",
     }
-    seeds = {row["seed"] for row in rows if row["stage"] != "sweep"}
+    seeds = {row["seed"] for row in rows if "sweep" not in row["stage"]}
     assert seeds == set(QUICK_PROTOCOL.seeds)
     compressed = [r for r in rows if r["family"] in ("distro", "sparseloco")]
     assert {r["name"] for r in compressed} >= {"sparseloco-templar-p4"}
@@ -69,6 +76,8 @@ def test_the_quick_study_prints_the_study_object(tmp_path: Path) -> None:
         "sparseloco-templar-p2",
         "sparseloco-templar-p4",
         "sparseloco-templar-p2-sync",
+        "sparseloco-codebook-p4",
+        "distro-aggmom-p4",
         "diloco-p2",
         "diloco-p4",
     }
@@ -90,6 +99,7 @@ def test_the_quick_study_prints_the_study_object(tmp_path: Path) -> None:
         ({"seeds": (0, 1)}, "must be fresh"),
         ({"peers": (3,)}, "must split over 3 peers"),
         ({"steps": 5}, "multiple of inner_steps"),
+        ({"diloco": None}, "diloco_outer_lrs needs diloco"),
     ],
 )
 def test_a_protocol_that_cannot_run_is_refused(changes: dict[str, object], message: str) -> None:

@@ -211,12 +211,35 @@ VARIANT_CANDIDATES = (
     _variant("distro-k32", dataclasses.replace(DISTRO_REFERENCE, compression_topk=32), DISTRO_LRS),
     _variant("distro-wd0.1", dataclasses.replace(DISTRO_REFERENCE, weight_decay=0.1), DISTRO_LRS),
     _variant("distro-wd1", dataclasses.replace(DISTRO_REFERENCE, weight_decay=1.0), DISTRO_LRS),
+    _variant(
+        "sparseloco-codebook",
+        dataclasses.replace(SPARSELOCO_H5, quantize_codebook=True),
+        SPARSELOCO_LRS,
+    ),
+    _variant(
+        "sparseloco-templar-codebook",
+        dataclasses.replace(TEMPLAR, quantize_codebook=True),
+        SPARSELOCO_LRS,
+    ),
+    _variant(
+        "sparseloco-4bit",
+        dataclasses.replace(SPARSELOCO_H5, quantize_2bit=False, quantize_4bit=True),
+        SPARSELOCO_LRS,
+    ),
+    _variant(
+        "distro-aggmom0.9",
+        dataclasses.replace(DISTRO_REFERENCE, aggregate_momentum=0.9),
+        (2e-3, 4e-3, 8e-3),
+    ),
 )
 """Variants of issue 22's third item, added to `PROTOCOL` by `bench/distro.py --study
 --variants`: SparseLoCo as Templar compresses, averages and bounds results (top-k of raw
 values, no DCT; each coefficient over the peers that chose it; each result clipped to the
 median RMS); SparseLoCo's outer learning rate at 0.5 and 2 (it is 1); the bytes spent at the
-146x goal (SparseLoCo top-128, DisTrO top-32); DisTrO with weight decay 0.1 and 1. Each is
+146x goal (SparseLoCo top-128, DisTrO top-32); DisTrO with weight decay 0.1 and 1; SparseLoCo's
+values on the 2-bit codebook (alone and with Templar's settings) and in 4 bits; DisTrO with
+momentum 0.9 on the applied sign aggregate (study-only: `DistroSettings.aggregate_momentum`,
+swept an octave higher since the averaged signs move weights less than signs). Each is
 swept like its base candidate and runs on the fresh seeds at 4 peers (`_variant`): six runs
 of a base candidate's cost each."""
 
@@ -263,6 +286,20 @@ QUICK_PROTOCOL = StudyProtocol(
                 2, 1.0, 0.9, 32, 64, mean_over_choosers=True, clip_to_median=True, dct=False
             ),
             (2e-3,),
+        ),
+        Candidate(
+            "sparseloco-codebook",
+            SparseLocoSettings(2, 1.0, 0.9, 32, 64, quantize_codebook=True),
+            (2e-3,),
+            peers=(4,),
+            synchronous_diagnostic=False,
+        ),
+        Candidate(
+            "distro-aggmom",
+            dataclasses.replace(DISTRO_REFERENCE, aggregate_momentum=0.9),
+            (4e-3,),
+            peers=(4,),
+            synchronous_diagnostic=False,
         ),
     ),
     sweep_peers=2,
