@@ -12,8 +12,9 @@ same tokens, in the same order, whatever the optimizer; `simulation.Corpus`) and
   applied before round r + 1 trains and nothing is in flight, so there is no lookahead (the
   trainers see steps 2, 4, 6, ...: their own last result is never one step old). Two replicas
   apply every result set independently and must stay bit-identical (`replicas_identical`);
-  the others take their weights (an apply changes only the weights, so this is the same as
-  applying, at a fraction of the cost with 16 peers). Every `stats_every` rounds replica 0's
+  the others take their weights (an apply changes only the weights, and with DisTrO's
+  `aggregate_momentum` a buffer that only apply reads, so this is the same as applying, at a
+  fraction of the cost with 16 peers). Every `stats_every` rounds replica 0's
   compressed buffer gives the captured energy (the share of each tile's DCT energy its top-k
   kept, averaged over tiles) and the round's results their index overlap
   (`distro.stats`).
