@@ -16,13 +16,17 @@ Default run:
 `--study`: instead, the optimizer study of issue 22 (tests/support/study_protocol.py: the
 protocol, its size and its measured timing; study_runner.py: the stages): a learning-rate
 sweep of AdamW, DisTrO and SparseLoCo on one seed, the winners on 3 fresh seeds at 4 and 16
-peers, the synchronous and DiLoCo diagnostics; prints `{"protocol", "sweep", "study",
-"frontier", "best_at_146", "best_at_600", "goals"}`. `--jobs N` runs N runs at once (one
-process and one torch thread each; 2 on a 2-core machine), `--cache FILE` keeps finished runs
-(JSON lines), `--no-diagnostics` leaves the synchronous and DiLoCo runs out, `--steps N`
-changes the run length, `--variants` adds the variant candidates (`VARIANT_CANDIDATES`:
-SparseLoCo as Templar runs it, DisTrO with weight decay). With `--quick` the same code path
-on a model and run of seconds, Templar's SparseLoCo included (its numbers mean nothing).
+peers, the synchronous and DiLoCo diagnostics (DiLoCo's outer lr swept first); prints
+`{"protocol", "sweep", "study", "frontier", "best_at_146", "best_at_600", "goals"}`.
+`--jobs N` runs N runs at once (one process and one torch thread each; 2 on a 2-core
+machine), `--cache FILE` keeps finished runs (JSON lines), `--no-diagnostics` leaves the
+synchronous and DiLoCo runs out, `--steps N` changes the run length, `--variants` adds the
+variant candidates (`VARIANT_CANDIDATES`: SparseLoCo as Templar runs it, with the 2-bit
+codebook or 4-bit values, at outer lr 0.5 and 2, top-128; DisTrO top-32, with weight decay,
+with momentum on the applied aggregate), each swept and then run on the fresh seeds at 4
+peers. With `--quick` the same code path on a model and run of seconds (its numbers mean
+nothing). `python -m tests.support.study_report FILE` renders a saved study as the tables of
+docs/distro.md.
 Both studies train on the CPU whatever `--device` says.
 
 `--variants-study`: the earlier 300-step study of docs/distro.md (tests/support/distro_study.py):
