@@ -35,6 +35,10 @@ def test_the_quick_study_prints_the_study_object(tmp_path: Path) -> None:
     report = json.loads(completed.stdout)
     for key in ("protocol", "study", "frontier", "best_at_146", "best_at_600", "sweep", "goals"):
         assert key in report, key
+    assert report["run_cpu_seconds"] == pytest.approx(
+        sum(r["cpu_seconds"] for r in report["study"])
+    )
+    assert report["run_cpu_seconds"] > 0
     assert report["protocol"]["steps"] == QUICK_PROTOCOL.steps
     rows = report["study"]
     stages = {row["stage"] for row in rows}

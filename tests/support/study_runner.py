@@ -6,7 +6,10 @@
 
     {"protocol": {...}, "sweep": {NAME: {"lr", "at_edge", "losses": {lr: loss}}},
      "study": [rows], "frontier": [entries], "best_at_146": NAME, "best_at_600": NAME,
-     "goals": [...]}
+     "goals": [...], "run_cpu_seconds": S}
+
+(`run_cpu_seconds`: the CPU time of all its runs as measured when each ran, cached or not:
+the study's cost on a free machine is about that over the cores it gets.)
 
 (rows, entries and goals: `study_frontier`). `jobs` runs that many runs at once, each in its
 own process with one torch thread. `cache` is a JSON-lines file of finished runs keyed by
@@ -342,4 +345,5 @@ def run_protocol(
         "best_at_146": best_at(entries, 146.0),
         "best_at_600": best_at(entries, 600.0),
         "goals": [dataclasses.asdict(goal) for goal in goals(entries)],
+        "run_cpu_seconds": sum(row.cpu_seconds for row in rows),
     }
