@@ -219,7 +219,7 @@ VARIANT_CANDIDATES = (
     _variant(
         "sparseloco-templar-codebook",
         dataclasses.replace(TEMPLAR, quantize_codebook=True),
-        SPARSELOCO_LRS,
+        (*SPARSELOCO_LRS, 1.6e-2),  # 8e-3 won the first three
     ),
     _variant(
         "sparseloco-4bit",
@@ -229,7 +229,12 @@ VARIANT_CANDIDATES = (
     _variant(
         "distro-aggmom0.9",
         dataclasses.replace(DISTRO_REFERENCE, aggregate_momentum=0.9),
-        (2e-3, 4e-3, 8e-3),
+        (2e-3, 4e-3, 8e-3, 1.6e-2),  # 8e-3 won the first three
+    ),
+    _variant(
+        "distro-dense",
+        dataclasses.replace(DISTRO_REFERENCE, compression_topk=64 * 64),
+        (*DISTRO_LRS, 8e-3),  # 4e-3 won the first three
     ),
 )
 """Variants of issue 22's third item, added to `PROTOCOL` by `bench/distro.py --study
@@ -239,7 +244,9 @@ median RMS); SparseLoCo's outer learning rate at 0.5 and 2 (it is 1); the bytes 
 146x goal (SparseLoCo top-128, DisTrO top-32); DisTrO with weight decay 0.1 and 1; SparseLoCo's
 values on the 2-bit codebook (alone and with Templar's settings) and in 4 bits; DisTrO with
 momentum 0.9 on the applied sign aggregate (study-only: `DistroSettings.aggregate_momentum`,
-swept an octave higher since the averaged signs move weights less than signs). Each is
+swept an octave higher since the averaged signs move weights less than signs); and DisTrO
+keeping every coefficient (`distro-dense`: the sign of the whole momentum, about as many
+bytes as bf16), the ceiling of the sign update as DiLoCo is of the local steps. Each is
 swept like its base candidate and runs on the fresh seeds at 4 peers (`_variant`): six runs
 of a base candidate's cost each."""
 
