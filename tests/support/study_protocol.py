@@ -28,7 +28,10 @@ synchronous at 4 + DiLoCo at 4 and 16)) 1.8 s: 6.6 CPU seconds per step in all. 
 that is 66 CPU minutes, about 33 minutes with `--jobs 2` on two free cores, so `PROTOCOL`
 runs 600 steps (5 tokens per parameter); the issue's 1,200 steps (10 tokens per parameter)
 fit 40 minutes without the diagnostics only on a faster machine (`--steps 1200
---no-diagnostics`: 4.8 CPU s per step, 48 minutes on two free cores).
+--no-diagnostics`: 4.8 CPU s per step, 48 minutes on two free cores). Measured in the full
+study of 2026-11-26 (every run's own CPU time, `run_cpu_seconds`): `PROTOCOL`'s 39 runs,
+with the DiLoCo outer-lr sweep, took 3,140 CPU s (about 26 minutes on two free cores); the
+variants' runs 6,280 CPU s more.
 
 API: `ModelShape`, `Candidate`, `DilocoSettings`, `StudyProtocol`, `PROTOCOL`,
 `VARIANT_CANDIDATES`, `QUICK_PROTOCOL`.
@@ -234,7 +237,7 @@ VARIANT_CANDIDATES = (
     _variant(
         "distro-dense",
         dataclasses.replace(DISTRO_REFERENCE, compression_topk=64 * 64),
-        (*DISTRO_LRS, 8e-3),  # 4e-3 won the first three
+        (*DISTRO_LRS, 8e-3, 1.6e-2),  # 4e-3 won the first three, then 8e-3 the first four
     ),
 )
 """Variants of issue 22's third item, added to `PROTOCOL` by `bench/distro.py --study

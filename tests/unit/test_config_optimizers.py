@@ -134,10 +134,17 @@ def test_sparseloco_example_builds_the_trainer_settings() -> None:
     state = load_state(REPO_ROOT / "state.sparseloco.toml.example")
     settings = optimizer_settings(state.model.optimizer)
     assert isinstance(settings, SparseLocoSettings)
-    assert (settings.inner_steps, settings.compression_topk, settings.quantize_2bit) == (
+    assert (settings.inner_steps, settings.compression_topk, settings.compression_decay) == (
         5,
         32,
+        0.9,
+    )
+    # the best setting at >= 600x of the optimizer study (docs/distro.md)
+    assert settings.value_kind.name == "TWO_BIT_CODEBOOK"
+    assert (settings.mean_over_choosers, settings.clip_to_median, settings.dct) == (
         True,
+        True,
+        False,
     )
     assert validate_state(state).ok and validate_state(state).warnings == []
 
