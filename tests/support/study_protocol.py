@@ -31,7 +31,7 @@ fit 40 minutes without the diagnostics only on a faster machine (`--steps 1200
 --no-diagnostics`: 4.8 CPU s per step, 48 minutes on two free cores). Measured in the full
 study of 2026-11-26 (every run's own CPU time, `run_cpu_seconds`): `PROTOCOL`'s 39 runs,
 with the DiLoCo outer-lr sweep, took 3,140 CPU s (about 26 minutes on two free cores); the
-variants' runs 6,280 CPU s more.
+variants' runs 6,810 CPU s more.
 
 API: `ModelShape`, `Candidate`, `DilocoSettings`, `StudyProtocol`, `PROTOCOL`,
 `VARIANT_CANDIDATES`, `QUICK_PROTOCOL`.

@@ -3,6 +3,9 @@ last, goals with their verdicts."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from tests.support.study_report import markdown
 
 REPORT = {
@@ -47,3 +50,13 @@ def test_tables_show_the_measured_figures() -> None:
     assert rows == ["| sparseloco-p4 | 651 | 1.250 (1.240, 1.260) | 0.010 | – |"]
     assert text.index("| sparseloco-p4") < text.index("| diagnostic: diloco-p4 | 5 |")
     assert "best `sparseloco-p4`, not met." in text
+
+
+def test_the_docs_tables_are_the_saved_study_rendered() -> None:
+    """docs/distro.md carries the tables of docs/optimizer-study.json, nothing else."""
+    root = Path(__file__).resolve().parents[2]
+    report = json.loads((root / "docs" / "optimizer-study.json").read_text())
+    docs = (root / "docs" / "distro.md").read_text()
+    for table in markdown(report).split("\n\n"):
+        assert table in docs
+    assert report["best_at_146"] and report["best_at_600"]
