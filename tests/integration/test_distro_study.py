@@ -43,10 +43,8 @@ def test_the_quick_study_prints_the_study_object(tmp_path: Path) -> None:
     rows = report["study"]
     stages = {row["stage"] for row in rows}
     assert stages == {"sweep", "diloco-sweep", "seeds", "synchronous", "diloco"}
-    outer = {row["lr"] for row in rows if row["stage"] == "diloco-sweep"}
-    assert len(outer) == 1 and len([r for r in rows if r["stage"] == "diloco-sweep"]) == len(
-        QUICK_PROTOCOL.diloco_outer_lrs
-    )
+    outer = {row["name"] for row in rows if row["stage"] == "diloco-sweep"}
+    assert outer == {f"diloco-p2-outer{lr:g}" for lr in QUICK_PROTOCOL.diloco_outer_lrs}
     assert report["sweep"]["diloco"]["outer_lr"] in QUICK_PROTOCOL.diloco_outer_lrs
     assert all(row["replicas_identical"] for row in rows)
     names = {row["name"] for row in rows if row["stage"] == "seeds"}

@@ -250,8 +250,8 @@ momentum 0.9 on the applied sign aggregate (study-only: `DistroSettings.aggregat
 swept an octave higher since the averaged signs move weights less than signs); and DisTrO
 keeping every coefficient (`distro-dense`: the sign of the whole momentum, about as many
 bytes as bf16), the ceiling of the sign update as DiLoCo is of the local steps. Each is
-swept like its base candidate and runs on the fresh seeds at 4 peers (`_variant`): six runs
-of a base candidate's cost each."""
+swept like its base candidate and runs on the fresh seeds at 4 peers (`_variant`): six or
+seven runs of about a base candidate's cost each (`distro-dense`'s three times that)."""
 
 PROTOCOL = StudyProtocol(
     model=ModelShape(hidden=64, layers=4, heads=4, intermediate=192),  # 246,336 parameters

@@ -215,7 +215,7 @@ def _diloco_sweep_plan(protocol: StudyProtocol, winners: dict[str, float]) -> li
     lr = winners[protocol.diloco.lr_of]
     return [
         Planned(
-            f"diloco-p{protocol.sweep_peers}",
+            f"diloco-p{protocol.sweep_peers}-outer{outer_lr:g}",
             "diloco",
             "diloco-sweep",
             RunSpec(
