@@ -57,12 +57,6 @@ class SparseLocoSettings:
     compression_topk: int
     compression_chunk: int
     quantize_2bit: bool = True
-    quantize_codebook: bool = False
-    """With `quantize_2bit`: the four levels at the magnitudes' mean +- their standard
-    deviation per chunk (`ValueKind.TWO_BIT_CODEBOOK`) instead of `s/3` and `s` of the
-    largest."""
-    quantize_4bit: bool = False
-    """4-bit values (`ValueKind.FOUR_BIT`) instead of 2-bit or bf16 ones."""
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
     weight_decay: float = 0.1
@@ -75,6 +69,12 @@ class SparseLocoSettings:
     median-norm clipping) instead of normalising every result to it (`influence`)."""
     dct: bool = True
     """Compress each tile's DCT coefficients; False: its raw values (Templar's SparseLoCo)."""
+    quantize_codebook: bool = False
+    """With `quantize_2bit`: the four levels at the magnitudes' mean +- their standard
+    deviation per chunk (`ValueKind.TWO_BIT_CODEBOOK`) instead of `s/3` and `s` of the
+    largest."""
+    quantize_4bit: bool = False
+    """4-bit values (`ValueKind.FOUR_BIT`) instead of 2-bit or bf16 ones."""
 
     def __post_init__(self) -> None:
         if self.inner_steps < 1:
