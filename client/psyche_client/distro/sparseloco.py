@@ -25,7 +25,8 @@ Only `apply` changes the weights, so clients applying the same results stay bit-
 the AdamW moments and the error-feedback buffer (float32 whatever the parameter dtype) are
 local.
 
-API: `SparseLocoSettings` (+ `from_config`), `SparseLocoOptimizer(named_parameters,
+API: `SparseLocoSettings` (+ `from_config`), `sparseloco_value_kind(two_bit, codebook,
+four_bit)`, `SparseLocoOptimizer(named_parameters,
 settings)` with `.layout`, `.local_round(own_pending)`, `.inner_step(lr)`, `.generate(...)`,
 `.apply(results, lr) -> int`, `.zero_state()`, `.error_buffer(name)`.
 """
@@ -45,6 +46,16 @@ from psyche_client.distro.compressor import Compressor, canonical_order
 from psyche_client.distro.optimizer import STATE_DTYPE, Generated, OwnResult
 from psyche_client.distro.result import DistroResult, ResultLayout
 from psyche_client.distro.values import ValueKind
+
+
+def sparseloco_value_kind(two_bit: bool, codebook: bool, four_bit: bool) -> ValueKind:
+    """How SparseLoCo's values travel, from its `quantize_2bit`, `quantize_codebook` and
+    `quantize_4bit` settings."""
+    if four_bit:
+        return ValueKind.FOUR_BIT
+    if two_bit:
+        return ValueKind.TWO_BIT_CODEBOOK if codebook else ValueKind.TWO_BIT
+    return ValueKind.BF16
 
 
 @dataclass(frozen=True)
@@ -92,11 +103,7 @@ class SparseLocoSettings:
 
     @property
     def value_kind(self) -> ValueKind:
-        if self.quantize_4bit:
-            return ValueKind.FOUR_BIT
-        if self.quantize_2bit:
-            return ValueKind.TWO_BIT_CODEBOOK if self.quantize_codebook else ValueKind.TWO_BIT
-        return ValueKind.BF16
+        return sparseloco_value_kind(self.quantize_2bit, self.quantize_codebook, self.quantize_4bit)
 
     @classmethod
     def from_config(cls, config: SparseLocoConfig) -> SparseLocoSettings:

@@ -114,11 +114,18 @@ def dequantize(data: bytes, kind: ValueKind, chunks: int, k: int) -> np.ndarray:
 _THIRD = 1.0 / 3.0
 
 
-def _quantize_two_bit(val: torch.Tensor) -> tuple[bytes, torch.Tensor]:
-    chunks = val.shape[0]
+def _absmax_scale(val: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per chunk the bf16 scale `max |v|` (`[chunks, 1]`), the same in float64, and every
+    `|v| / scale` in float64 (0 in an all-zero chunk): what the 2-bit and 4-bit grids share."""
     scale = val.detach().abs().amax(dim=-1, keepdim=True).to(torch.bfloat16)
     scale64 = scale.to(torch.float64)
     ratio = val.detach().abs().to(torch.float64) / torch.where(scale64 > 0, scale64, 1.0)
+    return scale, scale64, ratio
+
+
+def _quantize_two_bit(val: torch.Tensor) -> tuple[bytes, torch.Tensor]:
+    chunks = val.shape[0]
+    scale, scale64, ratio = _absmax_scale(val)
     full = ratio > 2.0 * _THIRD  # nearest of s/3 and s (|v| <= s by construction)
     negative = torch.signbit(val.detach())
     codes = torch.stack((negative, full), dim=-1).reshape(-1).to("cpu").numpy()
@@ -211,9 +218,7 @@ _MAGNITUDE_WEIGHTS = np.array([1, 2, 4], dtype=np.int64)
 
 def _quantize_four_bit(val: torch.Tensor) -> tuple[bytes, torch.Tensor]:
     chunks = val.shape[0]
-    scale = val.detach().abs().amax(dim=-1, keepdim=True).to(torch.bfloat16)
-    scale64 = scale.to(torch.float64)
-    ratio = val.detach().abs().to(torch.float64) / torch.where(scale64 > 0, scale64, 1.0)
+    scale, scale64, ratio = _absmax_scale(val)
     level = torch.round(ratio * _FOUR_BIT_STEPS).clamp(1, _FOUR_BIT_STEPS).to(torch.int64) - 1
     negative = torch.signbit(val.detach())
     level_bits = (level.unsqueeze(-1) >> torch.arange(3, device=level.device)) & 1

@@ -46,6 +46,7 @@ from transformers import AutoModelForCausalLM, PretrainedConfig
 from psyche_client.distro.optimizer import STATE_DTYPE
 from psyche_client.distro.result import ResultLayout
 from psyche_client.distro.size import encoded_result_size
+from psyche_client.distro.sparseloco import sparseloco_value_kind
 from psyche_client.distro.values import ValueKind
 from psyche_client.tools.estimate_parallel import per_device_memory
 from psyche_client.training.model.device import resolve_device
@@ -67,7 +68,11 @@ def result_bytes(shapes: Iterable[tuple[str, Sequence[int]]], optimizer: Any) ->
     "The result format (version 2)") for a DisTrO or SparseLoCo `optimizer` config: the exact
     size the result codec gives the run's layout."""
     if _read(optimizer, "kind") == "SparseLoCo":
-        kind = _sparseloco_value_kind(optimizer)
+        kind = sparseloco_value_kind(
+            bool(_read(optimizer, "quantize_2bit")),
+            bool(_read(optimizer, "quantize_codebook")),
+            bool(_read(optimizer, "quantize_4bit")),
+        )
     else:
         kind = ValueKind.ONE_BIT if bool(_read(optimizer, "quantize_1bit")) else ValueKind.BF16
     layout = ResultLayout.for_parameters(
@@ -246,15 +251,6 @@ class Estimate:
             return f"1 ({self.device})"
         layout = "model sharded (--fsdp)" if spec.fsdp else "a full replica each"
         return f"{spec.world_size} ranks on {self.device.split(':')[0]}, {layout}"
-
-
-def _sparseloco_value_kind(optimizer: Any) -> ValueKind:
-    if bool(_read(optimizer, "quantize_4bit")):
-        return ValueKind.FOUR_BIT
-    if bool(_read(optimizer, "quantize_2bit")):
-        codebook = bool(_read(optimizer, "quantize_codebook"))
-        return ValueKind.TWO_BIT_CODEBOOK if codebook else ValueKind.TWO_BIT
-    return ValueKind.BF16
 
 
 def _read(obj: Any, name: str, default: Any = None) -> Any:
