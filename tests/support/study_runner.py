@@ -313,8 +313,8 @@ def run_protocol(
     diloco = protocol.diloco
     if diloco is not None and diloco_sweep:
         outer = {
-            planned.spec.lr_outer: done.done[_key(planned.spec)].final_val
-            for planned in diloco_sweep
+            outer_lr: done.done[_key(planned.spec)].final_val
+            for outer_lr, planned in zip(protocol.diloco_outer_lrs, diloco_sweep, strict=True)
         }
         outer_lr, at_edge = pick_lr(outer)
         diloco = dataclasses.replace(diloco, outer_lr=outer_lr)

@@ -60,11 +60,6 @@ class RunSpec:
         if self.settings is not None and self.diloco is not None:
             raise ValueError("a run is compressed or DiLoCo, not both")
 
-    @property
-    def lr_outer(self) -> float:
-        """DiLoCo's outer learning rate (NaN for every other run)."""
-        return self.diloco.outer_lr if self.diloco is not None else float("nan")
-
 
 @dataclass
 class RunOutcome:
