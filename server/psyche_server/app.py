@@ -40,6 +40,7 @@ from .persistence import StateSaver
 from .reachability import ReachabilityChecker
 from .relay import RelayServer
 from .roster import ClientRoster
+from .run_events import CoordinatorEvents
 from .run_metrics import MetricsBoard, MetricsSnapshot, RunMetrics
 from .scheduler import TickScheduler, state_timeout_deadline
 
@@ -154,6 +155,8 @@ class ServerApp:
         )
         self.metrics_board = MetricsBoard(self.metrics_snapshot())
         """The latest metrics snapshot, for exporter threads (`metrics_export`)."""
+        self.events = CoordinatorEvents.open(self.options.events, coordinator)
+        """The coordinator's records in `--events-dir` (None without it; `run_events`)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -192,6 +195,8 @@ class ServerApp:
         if self.relay is not None:
             await self._start_relay(self.relay, self.port)
         self.save_progress()  # the latest file describes this process from its start on
+        if self.events is not None:
+            self.events.observe(self.coordinator)
         return self.port
 
     @property
@@ -238,6 +243,8 @@ class ServerApp:
         await self.connections.close()
         if self.data_server is not None:
             await self.data_server.close()
+        if self.events is not None:
+            self.events.close()
 
     # ------------------------------------------------------------------ ticking
 
@@ -351,6 +358,8 @@ class ServerApp:
             (c.id for c in self.coordinator.epoch_state.exited_clients),
         )
         self.metrics_board.publish(self.metrics_snapshot())
+        if self.events is not None:
+            self.events.observe(self.coordinator)
         if self.run_state in ACTIVE_STATES:
             self.coordinator.config.warmup_time = self.original_warmup_time
         self.save_progress()

@@ -81,3 +81,16 @@ def _register_run_command() -> None:
 
 
 _register_run_command()
+
+
+def _register_observe_and_help() -> None:
+    """`observe` (the run's event files) and `print-all-help`."""
+    from psyche_common.cli_help import print_all_help_command
+
+    from psyche_server.observe import observe
+
+    main.add_command(observe)
+    main.add_command(print_all_help_command(main, "psyche-server"))
+
+
+_register_observe_and_help()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from psyche_common.protocol import Identity
 
+from .events_options import EventsOptions
 from .limits import ConnectionLimits
 from .relay_quota import RelayLimits
 
@@ -44,6 +45,8 @@ class ServerOptions:
     """Push the same metrics over OTLP/HTTP to this URL (`--otlp-metrics-url`); None: off."""
     otlp_interval: float = 10.0
     """Seconds between two OTLP exports."""
+    events: EventsOptions = field(default_factory=EventsOptions)
+    """The run's event files (`--events-dir`, `--keep-event-files`; `run_events`)."""
 
 
 @dataclass

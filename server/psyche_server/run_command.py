@@ -12,6 +12,7 @@ from psyche_common.bool_flag import bool_flag
 from psyche_common.logs import LOG_LEVELS, LogFormat, setup_logging
 from psyche_common.protocol import Identity
 
+from .events_options import events_flags, events_from_flags
 from .limits import ConnectionLimits
 from .options import ServerOptions
 from .relay_quota import RelayLimits
@@ -311,6 +312,7 @@ def load_server_identity(path: Path | None) -> Identity:
     default=None,
     help="append logs to this file instead of stderr (with the dashboard: as well as its Logs tab)",
 )
+@events_flags  # --events-dir, --keep-event-files (events_options)
 def run(
     state_path: Path,
     server_port: int,
@@ -347,6 +349,8 @@ def run(
     log_format: str,
     log_level: str,
     log_file: Path | None,
+    events_dir: Path | None,
+    keep_event_files: int,
 ) -> None:
     """Run the coordinator server for the run described by --state."""
     use_tui = sys.stdout.isatty() if tui is None else tui
@@ -390,6 +394,7 @@ def run(
         metrics_port=metrics_port,
         otlp_metrics_url=otlp_metrics_url,
         otlp_interval=otlp_metrics_interval,
+        events=events_from_flags(events_dir, keep_event_files),
     )
     request = RunRequest(state_path, options, data_config, tui=use_tui)
     raise SystemExit(run_blocking(request))

@@ -19,6 +19,7 @@ from pathlib import Path
 from psyche_common.config import ConfigError, load_data_config, load_state, validate_state
 from psyche_common.config.data_location import ServerData
 from psyche_common.coordinator import Coordinator
+from psyche_common.events.files import EventFileError
 from psyche_common.protocol.authorization import AuthorizationError
 
 from .app import ServerApp
@@ -103,6 +104,8 @@ def build_app(request: RunRequest) -> ServerApp:
     data_server = build_data_server(coordinator, request.data_config_path, request.options)
     try:
         return ServerApp(coordinator, request.options, data_server=data_server)
+    except EventFileError as exc:
+        raise StartupError(f"--events-dir: {exc}") from None
     except (AuthorizationError, OSError, UnicodeDecodeError) as exc:
         raise StartupError(f"cannot read --authorized-keys: {exc}") from None
 
