@@ -63,6 +63,7 @@ def test_step_figures_name_every_value() -> None:
         "p2p/bytes_down": 3000.0,
         "p2p/bytes_up_per_sec": 500.0,
         "p2p/bytes_down_per_sec": 1500.0,
+        "round/seconds": 2.0,
         "coordinator/epoch": 1.0,
         "coordinator/num_clients": 3.0,
     }
@@ -71,7 +72,7 @@ def test_step_figures_name_every_value() -> None:
 def test_step_figures_leave_out_what_is_unknown_or_not_finite() -> None:
     values = figures(loss=None, applied_results=None, seconds=None, lr=float("nan")).values()
     assert not {"train/loss", "train/applied_results", "train/lr"} & set(values)
-    assert "p2p/bytes_up_per_sec" not in values
+    assert "p2p/bytes_up_per_sec" not in values and "round/seconds" not in values
 
 
 def test_reporter_emits_each_step_once_the_coordinator_moved_on(

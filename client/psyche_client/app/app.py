@@ -29,7 +29,8 @@ from psyche_client.app.parts import Parts
 from psyche_client.app.snapshot import ClientSnapshot, take_snapshot
 from psyche_client.evals.scheduler import EvalScheduler
 from psyche_client.metrics.reporter import StepReporter
-from psyche_client.metrics.sink import MetricsStartError, NullSink
+from psyche_client.metrics.run_outputs import RunOutputs
+from psyche_client.metrics.sink import FanoutSink, MetricsStartError, NullSink
 from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.phase import Phase
 from psyche_client.round.runner import RoundRunner
@@ -97,6 +98,8 @@ class ClientApp:
             lambda: take_optim_stats(self.runner and self.runner.backend),
         )
         """Hands each finished step's figures to the metrics sink (`run` opens it)."""
+        self.outputs = RunOutputs(self.stats, self.node.stats)
+        """The event files and the local metrics port (`run` opens what the flags ask for)."""
         self.evals: EvalScheduler | None = None
         if options.evals.enabled:
             self.evals = EvalScheduler(
@@ -185,13 +188,25 @@ class ClientApp:
             self.metrics.sink = await asyncio.to_thread(
                 self.parts.metrics, options.metrics, options.server.run_id, self.identity.short_id
             )
+            self.outputs = await asyncio.to_thread(
+                RunOutputs.open,
+                options.metrics,
+                options.server.run_id,
+                self.identity.public_key,
+                self.stats,
+                self.node.stats,
+            )
         except MetricsStartError as exc:
             log.error("%s", exc)
+            await asyncio.to_thread(self.metrics.sink.close)
             return 1
+        if self.outputs.sink is not None:
+            self.metrics.sink = FanoutSink(self.metrics.sink, self.outputs.sink)
         try:
             return await self._run()
         finally:
             await asyncio.to_thread(self.metrics.sink.close)
+            self.outputs.close()
 
     async def _run(self) -> int:
         await self.node.start()
@@ -239,6 +254,7 @@ class ClientApp:
                 self.lifecycle.shared.clear()
             await runner.on_state(coordinator)
             self.metrics.observe(coordinator)
+            self.outputs.observe(coordinator)
             if (
                 coordinator.run_state == RunState.Finished
                 and self.options.server.exit_when_finished

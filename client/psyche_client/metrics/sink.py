@@ -33,3 +33,18 @@ class NullSink:
 
     def close(self) -> None:
         return None
+
+
+class FanoutSink:
+    """Hands every step to each of `sinks` (the metrics system's and the event files')."""
+
+    def __init__(self, *sinks: ClientMetricsSink) -> None:
+        self.sinks = sinks
+
+    def log(self, step: int, values: Mapping[str, float]) -> None:
+        for sink in self.sinks:
+            sink.log(step, values)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()

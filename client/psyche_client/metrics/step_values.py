@@ -6,7 +6,8 @@ it trained none), `train/lr`, `train/tokens_per_sec` (the run's, over the last s
 `train/efficiency`, `train/total_tokens`, `train/applied_results` (results applied to the
 weights at S: the consensus of step S-2), `p2p/bytes_up` and `p2p/bytes_down` (bytes this
 client's P2P node sent and received during S) and their rates per second of the step,
-`coordinator/epoch` and `coordinator/num_clients`. Every value is a finite float; a figure
+`round/seconds` (how long S lasted as this client saw it), `coordinator/epoch` and
+`coordinator/num_clients`. Every value is a finite float; a figure
 the client does not have is left out.
 """
 
@@ -48,6 +49,7 @@ class StepFigures:
             "coordinator/num_clients": float(self.num_clients),
         }
         if self.seconds is not None and self.seconds > 0:
+            figures["round/seconds"] = self.seconds
             figures["p2p/bytes_up_per_sec"] = self.bytes_up / self.seconds
             figures["p2p/bytes_down_per_sec"] = self.bytes_down / self.seconds
         return {
