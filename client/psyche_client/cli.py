@@ -1,6 +1,6 @@
 """`psyche-client`: join a run and train (`train`), print the identity (`show-identity`),
 estimate whether a run fits this machine (`check`), sign a delegation for a permissioned run
-(`authorize`, in `authorize_cli`).
+(`authorize`, in `authorize_cli`), print every command's help as markdown (`print-all-help`).
 
 Every option of `train` can also be given as an environment variable with the upper-snake
 name (e.g. `SERVER_ADDR`, `RUN_ID`, `MICRO_BATCH_SIZE`), like the reference.
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 from psyche_common.bool_flag import bool_flag
+from psyche_common.cli_help import print_all_help_command
 from psyche_common.protocol import Identity
 
 from psyche_client.app.flags import (
@@ -150,6 +151,11 @@ def train(**flags: object) -> None:
     p2p = replace(options.p2p, advertise_host=advertise_host, advertise_port=advertise_port)
     options = replace(options, p2p=p2p)
     log_file = cast("Path | None", values["write_log"])
+    if values["logs"] == "tui-and-console" and sys.stdout.isatty():
+        raise click.UsageError(
+            "--logs tui-and-console prints the log lines on stdout while the dashboard draws "
+            "on the terminal: redirect stdout (e.g. > client.log), or use --logs tui"
+        )
     parts = click.get_current_context().find_object(Parts)  # an attack client's, in tests
     sys.exit(_run(options, str(values["logs"]), log_file, str(values["log_level"]), parts))
 
@@ -227,12 +233,18 @@ def _run(
 
     if write_log is not None:
         _add_file_log(write_log)
-    if logs == "tui":
+    if logs in ("tui", "tui-and-console"):
         from psyche_client.tui.app import run_dashboard
 
+        if logs == "tui-and-console":  # the readable lines on stdout, the dashboard on stderr
+            setup_logging("console", log_level.upper(), stream=sys.stdout)
         logging.getLogger().setLevel(log_level.upper())
         return run_dashboard(options, parts)
-    setup_logging(cast("LogFormat", logs), log_level.upper())
+    if logs == "none":  # nothing on the console (not even Python's last-resort handler)
+        logging.getLogger().addHandler(logging.NullHandler())
+        logging.getLogger().setLevel(log_level.upper())
+    else:
+        setup_logging(cast("LogFormat", logs), log_level.upper())
     try:
         import uvloop
 
@@ -334,6 +346,9 @@ def check(
     click.echo(estimate.render())
     if estimate.fits is False:
         sys.exit(1)
+
+
+main.add_command(print_all_help_command(main, "psyche-client"))
 
 
 if __name__ == "__main__":

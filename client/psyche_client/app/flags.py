@@ -27,6 +27,9 @@ F = TypeVar("F", bound=Callable[..., object])
 
 IDENTITY_ENV = "RAW_IDENTITY_SECRET_KEY"
 
+LOG_OUTPUTS = ("tui", "console", "json", "tui-and-console", "none")
+"""The values of `--logs` (the reference's five)."""
+
 
 def mbps_to_bytes(value: object) -> object:
     """Mbit/s (the flag) to bytes/s (`P2PConfig.max_upload_rate`)."""
@@ -245,11 +248,41 @@ FLAGS: tuple[Flag, ...] = (
         "checkpointing.hub_repo",
     ),
     Flag(
+        "--keep-steps",
+        "With --delete-old-steps: how many of the run's checkpoints --checkpoint-dir keeps "
+        "(the newest; deleted only once the new one is saved and uploaded).",
+        "checkpointing.keep",
+        3,
+        _int(1),
+        show_default=True,
+    ),
+    Flag(
+        "--delete-old-steps",
+        "Delete the run's older checkpoints in --checkpoint-dir beyond --keep-steps after each "
+        "epoch's checkpoint is saved (and uploaded); --no-delete-old-steps keeps them all.",
+        "checkpointing.delete_old_steps",
+        True,
+        is_flag=True,
+        show_default=True,
+    ),
+    Flag(
+        "--hub-max-concurrent-downloads",
+        "Files of a Hugging Face Hub model downloaded at once when the run's checkpoint is a "
+        "Hub repo.",
+        "backend.hub_max_concurrent_downloads",
+        3,
+        _int(1),
+        show_default=True,
+    ),
+    Flag(
         "--logs",
-        "tui: interactive dashboard; console: readable log lines; json: one JSON "
-        "object per line (fields client_id, epoch, step, state, loss, weights_hash).",
+        "tui: interactive dashboard; console: readable log lines; json: one JSON object per "
+        "line (fields client_id, epoch, step, state, loss, weights_hash); tui-and-console: the "
+        "dashboard, and the readable lines on stdout, which must then not be the terminal "
+        "(e.g. `> client.log`); none: no log output (--write-log, --events-dir and "
+        "--metrics-local-port still work).",
         default="tui",
-        type=click.Choice(["tui", "console", "json"]),
+        type=click.Choice(LOG_OUTPUTS),
         show_default=True,
     ),
     Flag(
@@ -263,6 +296,30 @@ FLAGS: tuple[Flag, ...] = (
         "--write-log",
         "Also append the logs (JSON lines) to this file.",
         type=click.Path(dir_okay=False, path_type=Path),
+    ),
+    Flag(
+        "--metrics-local-port",
+        "Serve this client's metrics in the Prometheus text format on "
+        "http://127.0.0.1:PORT/metrics: loss, tokens/s, P2P traffic, round and training "
+        "times, run state, epoch and step (0: a free port, logged at start).",
+        "metrics.local_port",
+        type=_int(0, 65535),
+    ),
+    Flag(
+        "--events-dir",
+        "Record this client's events (run-state changes, each finished step's figures, "
+        "checkpoints, warnings and errors) in DIR/<client id>/events-epoch-*.jsonl, one file "
+        "per epoch; `psyche-server observe --events-dir DIR` prints them.",
+        "metrics.events_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+    ),
+    Flag(
+        "--keep-event-files",
+        "Event files (one per epoch) kept in --events-dir; older ones are deleted.",
+        "metrics.keep_event_files",
+        5,
+        _int(1),
+        show_default=True,
     ),
     Flag(
         "--wandb-project",

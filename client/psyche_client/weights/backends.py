@@ -57,6 +57,8 @@ class BackendOptions:
     """Not None: the dummy backend (no model), every batch sleeping this long."""
     dummy_result_size: int = DummyBackend.PAYLOAD_SIZE
     dummy_model_size: int = 0
+    hub_max_concurrent_downloads: int = 3
+    """Files of a Hub model fetched at once (`--hub-max-concurrent-downloads`)."""
 
     @property
     def precision(self) -> Precision:

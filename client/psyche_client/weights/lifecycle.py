@@ -20,6 +20,7 @@ from pathlib import Path
 from psyche_common.client_id import short_id
 from psyche_common.config import HubCheckpoint
 from psyche_common.coordinator import Coordinator
+from psyche_common.model_source import SourceKind, classify_source
 from psyche_common.protocol import Identity
 
 from psyche_client.p2p.model_share import (
@@ -48,12 +49,19 @@ log = logging.getLogger("psyche.client")
 
 @dataclass(frozen=True)
 class CheckpointOptions:
-    """Where each Cooldown's checkpoint goes: `dir/{run_id}-step{N}` (None: not saved), the
-    newest `keep` of them kept, each also uploaded to the Hub repo `hub_repo` if given."""
+    """Where each Cooldown's checkpoint goes: `dir/{run_id}-step{N}` (None: not saved), each
+    also uploaded to the Hub repo `hub_repo` if given; with `delete_old_steps` only the newest
+    `keep` of the run are kept (`--keep-steps`, `--delete-old-steps`)."""
 
     dir: Path | None = None
     hub_repo: str | None = None
     keep: int = 3
+    delete_old_steps: bool = True
+
+    @property
+    def retained(self) -> int | None:
+        """How many checkpoints are kept (None: all)."""
+        return self.keep if self.delete_old_steps else None
 
 
 class ModelLifecycle:
@@ -114,6 +122,8 @@ class ModelLifecycle:
         # only once their Warmup weights check has run)
         vote = await poll_manifests(self.node, peers, wait=JOINER_WAIT) if from_peers else None
         if entry.builds_model:
+            if not from_peers:
+                await asyncio.to_thread(self._fetch_hub_model, coordinator)
             peer_config = None if vote is None else _peer_config(vote)
             backend = await asyncio.to_thread(
                 entry.load, coordinator, self.backend_options, peer_config, from_peers
@@ -123,6 +133,21 @@ class ModelLifecycle:
         if vote is not None:
             await self._download_from_peers(backend, peers, vote)
         return backend
+
+    def _fetch_hub_model(self, coordinator: Coordinator) -> None:
+        """A Hub repo checkpoint's files into the Hugging Face cache, with at most
+        `--hub-max-concurrent-downloads` at once, before the backend loads from it (blocking:
+        run in a thread). Local directories and `builtin:` presets fetch nothing."""
+        repo = coordinator.model.checkpoint.hub_repo()
+        if repo is None or classify_source(repo.repo_id) != SourceKind.HUB:
+            return
+        from psyche_client.training.model.loading import download_hub_model
+
+        workers = self.backend_options.hub_max_concurrent_downloads
+        log.info(
+            "downloading %s from the Hugging Face Hub (%d files at once)", repo.repo_id, workers
+        )
+        download_hub_model(repo.repo_id, repo.revision, workers)
 
     async def _download_from_peers(
         self, backend: TrainingBackend, peers: list[bytes], vote: ManifestVote
@@ -186,7 +211,7 @@ class ModelLifecycle:
             options.dir,
             self.run_id,
             step - 1,
-            options.keep,
+            options.retained,
             options.hub_repo,
             os.environ.get("HF_TOKEN"),
         )

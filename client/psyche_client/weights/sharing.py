@@ -66,10 +66,10 @@ class SharedModel:
 
 
 async def save_checkpoint(
-    backend: TrainingBackend, directory: Path, run_id: str, step: int, keep: int
+    backend: TrainingBackend, directory: Path, run_id: str, step: int
 ) -> Path:
-    """Save the model to `directory/{run_id}-step{step}` atomically (`checkpoint_dir`) and keep
-    only the newest `keep` checkpoints of the run; returns the new checkpoint's directory.
+    """Save the model to `directory/{run_id}-step{step}` atomically (`checkpoint_dir`);
+    returns the new checkpoint's directory.
 
     Raises `CheckpointError` naming the checkpoint when the backend or the disk fails (a full
     disk, a read-only directory, ...): no directory of that name is then left behind, and an
@@ -86,11 +86,21 @@ async def save_checkpoint(
             f"could not save the checkpoint {target}: {type(exc).__name__}: {exc}"
         ) from exc
     log.info("checkpoint saved to %s", target)
-    try:
-        await asyncio.to_thread(prune_checkpoints, directory, run_id, keep)
-    except OSError as exc:  # the new checkpoint is complete: an old one left over is harmless
-        log.warning("could not prune the old checkpoints in %s: %s", directory, exc)
     return target
+
+
+async def delete_old_checkpoints(directory: Path, run_id: str, keep: int | None) -> None:
+    """Keep the newest `keep` complete checkpoints of the run in `directory` (None: all of
+    them; `--keep-steps`, `--delete-old-steps`) and remove leftover temporary directories.
+    Called once the newest one is saved and uploaded, so neither it nor an upload in progress
+    is ever removed. A failure is logged: an old checkpoint left over is harmless."""
+    try:
+        removed = await asyncio.to_thread(prune_checkpoints, directory, run_id, keep or 0)
+    except OSError as exc:
+        log.warning("could not delete the old checkpoints in %s: %s", directory, exc)
+        return
+    for path in removed:
+        log.info("deleted the old checkpoint %s (--keep-steps %s)", path, keep)
 
 
 async def upload_checkpoint(target: Path, hub_repo: str, token: str | None, step: int) -> str:
@@ -132,17 +142,18 @@ async def checkpoint_model(
     directory: Path,
     run_id: str,
     step: int,
-    keep: int,
+    keep: int | None,
     hub_repo: str | None = None,
     token: str | None = None,
 ) -> CheckpointOutcome:
-    """Save (and with `hub_repo` upload) the checkpoint of `step`. A failure of either (a full
-    disk, a Hub error, anything the backend's save raises) is logged and returned, never
-    raised: a training client must not die of it, and the next Cooldown tries again with its
-    own checkpoint."""
+    """Save (and with `hub_repo` upload) the checkpoint of `step`, then keep only the newest
+    `keep` of the run (None: keep all). A failure of the save or the upload (a full disk, a
+    Hub error, anything the backend's save raises) is logged and returned, never raised: a
+    training client must not die of it, and the next Cooldown tries again with its own
+    checkpoint; old checkpoints are then left as they are."""
     path: Path | None = None
     try:
-        path = await save_checkpoint(backend, directory, run_id, step, keep)
+        path = await save_checkpoint(backend, directory, run_id, step)
         revision = await upload_checkpoint(path, hub_repo, token, step) if hub_repo else None
     except CheckpointError as exc:
         log.error(
@@ -151,4 +162,5 @@ async def checkpoint_model(
             extra={"checkpoint_step": step, "error": str(exc)},
         )
         return CheckpointOutcome(step, path, None, str(exc))
+    await delete_old_checkpoints(directory, run_id, keep)
     return CheckpointOutcome(step, path, revision, None)

@@ -247,14 +247,22 @@ def _local_directory(source: str) -> Path:
     return local
 
 
-def _snapshot(source: str, revision: str | None) -> Path:
+def _snapshot(source: str, revision: str | None, max_workers: int | None = None) -> Path:
     from huggingface_hub import snapshot_download
 
+    workers = {} if max_workers is None else {"max_workers": max_workers}
     with _hub_download(source, revision):
         path = snapshot_download(
-            repo_id=source, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS
+            repo_id=source, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS, **workers
         )
     return Path(path)
+
+
+def download_hub_model(source: str, revision: str | None, max_workers: int) -> Path:
+    """Fetch the files `load_model` reads of the Hub repo `source` into the Hugging Face
+    cache, at most `max_workers` files at once (`--hub-max-concurrent-downloads`); the load
+    that follows finds them there. Raises `ModelLoadError` naming the repo."""
+    return _snapshot(source, revision, max_workers)
 
 
 def _read_config(config_path: Path) -> dict[str, Any]:
