@@ -96,8 +96,10 @@ def describe(entry: EventEntry, previous_coordinator: Mapping[str, Any] | None =
             f"epoch {fields.get('epoch')}"
         )
     if entry.kind == "state_changed":
+        old = fields.get("old_state")
+        change = f"{old} -> " if old is not None else "first state "
         return (
-            f"{fields.get('old_state')} -> {fields.get('new_state')} "
+            f"{change}{fields.get('new_state')} "
             f"(epoch {fields.get('epoch')}, step {fields.get('step')})"
         )
     if entry.kind == "step":
