@@ -49,8 +49,12 @@ def test_event_files_of_a_run_and_observe(tmp_path: Path) -> None:
     try:
         c.start_server("--events-dir", str(events))
         watched = c.start_client(
-            "--events-dir", str(events), "--metrics-local-port", "0",
-            dummy_delay=0.2, run_id="events-run",
+            "--events-dir",
+            str(events),
+            "--metrics-local-port",
+            "0",
+            dummy_delay=0.2,
+            run_id="events-run",
         )
         c.start_client("--events-dir", str(events), dummy_delay=0.2, run_id="events-run")
         ports: list[int] = []

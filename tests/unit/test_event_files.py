@@ -95,7 +95,11 @@ def test_an_unwritable_directory_is_an_error_naming_it(tmp_path: Path) -> None:
 
 def test_the_timeline_tells_who_joined_and_left(tmp_path: Path) -> None:
     events = writer(tmp_path)
-    for clients in ([["aa", "Healthy"]], [["aa", "Healthy"], ["bb", "Healthy"]], [["bb", "Dropped"]]):
+    for clients in (
+        [["aa", "Healthy"]],
+        [["aa", "Healthy"], ["bb", "Healthy"]],
+        [["bb", "Dropped"]],
+    ):
         events.write(
             "coordinator",
             {"run_state": "RoundTrain", "epoch": 0, "step": 3, "clients": clients},

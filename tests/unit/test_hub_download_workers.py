@@ -47,8 +47,6 @@ def test_the_lifecycle_fetches_only_hub_repos(
         Identity.generate(),
         backend=BackendOptions(hub_max_concurrent_downloads=2),
     )
-    coordinator = coordinator_in(
-        RunState.Warmup, ids(2), checkpoint={"Hub": {"repo_id": repo_id}}
-    )
+    coordinator = coordinator_in(RunState.Warmup, ids(2), checkpoint={"Hub": {"repo_id": repo_id}})
     ClientApp(options).lifecycle._fetch_hub_model(coordinator)
     assert calls == ([(repo_id, None, 2)] if fetched else [])

@@ -47,9 +47,7 @@ class _EventLogHandler(logging.Handler):
             message = record.getMessage()
         except (TypeError, ValueError):
             message = str(record.msg)
-        self.writer.write(
-            "log", {"level": record.levelname, "logger": record.name, "msg": message}
-        )
+        self.writer.write("log", {"level": record.levelname, "logger": record.name, "msg": message})
 
 
 class ClientEvents:

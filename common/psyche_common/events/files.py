@@ -16,6 +16,7 @@ Any thread may write (a lock keeps lines whole).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -167,10 +168,8 @@ class EventFileWriter:
 
     def _close_file(self) -> None:
         if self._file is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self._file.close()
-            except OSError:
-                pass
             self._file = None
 
     def close(self) -> None:

@@ -57,7 +57,9 @@ def describe_coordinator(fields: Mapping[str, Any], previous: Mapping[str, Any] 
     before = _clients(previous or {})
     changes = [f"+{c}" for c in clients if c not in before]
     changes += [f"-{c}" for c in before if c not in clients]
-    changes += [f"{c} {before[c]}->{s}" for c, s in clients.items() if c in before and before[c] != s]
+    changes += [
+        f"{c} {before[c]}->{s}" for c, s in clients.items() if c in before and before[c] != s
+    ]
     if changes:
         text += " (" + ", ".join(changes) + ")"
     return text
