@@ -247,13 +247,17 @@ def _local_directory(source: str) -> Path:
     return local
 
 
-def _snapshot(source: str, revision: str | None, max_workers: int | None = None) -> Path:
+def _snapshot(source: str, revision: str | None, max_workers: int = 8) -> Path:
+    """The repo's files in the Hugging Face cache (`max_workers`: files fetched at once;
+    8 is huggingface_hub's own default)."""
     from huggingface_hub import snapshot_download
 
-    workers = {} if max_workers is None else {"max_workers": max_workers}
     with _hub_download(source, revision):
         path = snapshot_download(
-            repo_id=source, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS, **workers
+            repo_id=source,
+            revision=revision,
+            allow_patterns=HUB_ALLOW_PATTERNS,
+            max_workers=max_workers,
         )
     return Path(path)
 
