@@ -40,12 +40,11 @@ OTHER_PROGRAMS = {
 """Other programs' flags the docs quote."""
 
 REFERENCE_ONLY = {
-    "--events-dir",
+    "--sidecar-port",
     "--oltp-auth-header",
     "--oltp-tracing-url",
     "--oltp-logs-url",
     "--hf-token",
-    "--keep-steps",
     "--optim-stats",
     "--optim-stats-steps",
     "--write-distro-data",
