@@ -19,13 +19,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from threading import Thread
 from typing import TYPE_CHECKING
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from psyche_common.metrics_http import MetricsHttpServer
 
 from .run_metrics import MetricsBoard, MetricsSnapshot
 
@@ -179,37 +178,13 @@ class SnapshotCollector(Collector):
         yield from eval_families(snapshot)
 
 
-class PrometheusExporter:
+class PrometheusExporter(MetricsHttpServer):
     """`/metrics` on `host:port` (port 0: a free one, read back from `port`)."""
 
     def __init__(self, board: MetricsBoard, host: str, port: int) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotCollector(board))
-        self.host = host
-        self._server: WSGIServer | None = None
-        self._thread: Thread | None = None
-        self._requested_port = port
-
-    def start(self) -> int:
-        """Bind and serve from a daemon thread; returns the port."""
-        self._server, self._thread = start_http_server(
-            self._requested_port, addr=self.host, registry=self.registry
-        )
-        return self.port
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "the exporter is not started"
-        return int(self._server.server_address[1])
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(SnapshotCollector(board))
+        super().__init__(registry, host, port)
 
 
 class OtlpExporter:

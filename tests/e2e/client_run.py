@@ -56,6 +56,22 @@ clip_grad_norm = 1.0
 """
 
 
+def no_server_train(*extra: str) -> list[str]:
+    """`psyche-client train` of a dummy client against a port where no server listens
+    (127.0.0.1:9), with `extra` flags: for what a client does before (or without) a server."""
+    return [
+        str(BIN / "psyche-client"),
+        "train",
+        "--server-addr",
+        "127.0.0.1:9",
+        "--run-id",
+        "x",
+        "--dummy-training-delay-secs",
+        "0.1",
+        *extra,
+    ]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import BIN
+from tests.e2e.client_run import no_server_train
 from tests.e2e.wandb_run import wandb_env
 
 pytestmark = pytest.mark.timeout(240)
@@ -22,20 +22,7 @@ def test_online_wandb_without_credentials_stops_at_start(
     wandb_env(monkeypatch, tmp_path, "online")
     log = tmp_path / "client.log"
     result = subprocess.run(
-        [
-            str(BIN / "psyche-client"),
-            "train",
-            "--server-addr",
-            "127.0.0.1:9",
-            "--run-id",
-            "x",
-            "--logs",
-            "json",
-            "--dummy-training-delay-secs",
-            "0.1",
-            "--wandb-project",
-            "e2e",
-        ],
+        no_server_train("--logs", "json", "--wandb-project", "e2e"),
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
         env=dict(os.environ),

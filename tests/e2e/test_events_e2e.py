@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import BIN, Cluster, wait_for, write_state
+from tests.e2e.client_run import BIN, Cluster, no_server_train, wait_for, write_state
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -102,22 +102,7 @@ def test_event_files_of_a_run_and_observe(tmp_path: Path) -> None:
 def test_logs_none_prints_nothing_but_write_log_still_gets_the_lines(tmp_path: Path) -> None:
     log_file = tmp_path / "client.jsonl"
     result = subprocess.run(
-        [
-            str(BIN / "psyche-client"),
-            "train",
-            "--server-addr",
-            "127.0.0.1:9",
-            "--run-id",
-            "x",
-            "--dummy-training-delay-secs",
-            "0.1",
-            "--server-reconnect-timeout",
-            "0",
-            "--logs",
-            "none",
-            "--write-log",
-            str(log_file),
-        ],
+        no_server_train("--logs", "none", "--write-log", str(log_file)),
         capture_output=True,
         text=True,
         timeout=120,
@@ -131,18 +116,7 @@ def test_tui_and_console_refuses_a_terminal_stdout() -> None:
     leader, follower = pty.openpty()
     try:
         result = subprocess.run(
-            [
-                str(BIN / "psyche-client"),
-                "train",
-                "--server-addr",
-                "127.0.0.1:9",
-                "--run-id",
-                "x",
-                "--dummy-training-delay-secs",
-                "0.1",
-                "--logs",
-                "tui-and-console",
-            ],
+            no_server_train("--logs", "tui-and-console"),
             stdout=follower,
             stderr=subprocess.PIPE,
             text=True,

@@ -35,7 +35,7 @@ def test_the_local_port_serves_the_live_figures() -> None:
     )
     try:
         assert outputs.port is not None and outputs.events is None
-        port = int(outputs.port._server.server_address[1])  # type: ignore[union-attr]
+        port = outputs.port.port
         stats.losses.append((3, 2.25))
         stats.step_durations.append(1.5)
         traffic.record_sent(None, 1000)

@@ -11,12 +11,11 @@ scrape never waits on the event loop. Every metric carries the labels `run_id` a
 from __future__ import annotations
 
 from collections.abc import Iterator
-from threading import Thread
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from psyche_common.metrics_http import MetricsHttpServer
 
 from psyche_client.metrics.live_figures import SPECS, LiveFigures
 
@@ -59,32 +58,14 @@ class _FiguresCollector(Collector):
             yield evals
 
 
-class LocalMetricsServer:
+class LocalMetricsServer(MetricsHttpServer):
     def __init__(self, port: int, run_id: str, client: str) -> None:
         self.run_id = run_id
         self.client = client
         self.figures = LiveFigures()
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_FiguresCollector(self))
-        self._requested_port = port
-        self._server: WSGIServer | None = None
-        self._thread: Thread | None = None
-
-    def start(self) -> int:
-        """Bind and serve from a daemon thread; returns the port (OSError when it is taken)."""
-        self._server, self._thread = start_http_server(
-            self._requested_port, addr=HOST, registry=self.registry
-        )
-        return int(self._server.server_address[1])
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_FiguresCollector(self))
+        super().__init__(registry, HOST, port)
 
     def publish(self, figures: LiveFigures) -> None:
         self.figures = figures
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
