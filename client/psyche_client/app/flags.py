@@ -1,7 +1,7 @@
-"""Every option of `psyche-client train`, written once: its flag, environment variable, click
-type, default and help, and the field of `ClientOptions` it sets (`target`, a dotted path such
-as "p2p.gossip_fanout"; None for the few the CLI handles itself: logging, the identity file,
-the authorization file, the advertised address).
+"""Every option of `psyche-client train`, written once (a `psyche_common.flag_table`): its flag,
+environment variable, click type, default and help, and the field of `ClientOptions` it sets
+(`target`, a dotted path such as "p2p.gossip_fanout"; None for the few the CLI handles itself:
+logging, the identity file, the authorization file, the advertised address).
 
 `cli.py` builds its click options from `FLAGS`, and `ClientOptions.from_flags` fills the
 options from the parsed values, so a flag and the field it sets cannot drift apart
@@ -11,12 +11,11 @@ options from the parsed values, so a flag and the field it sets cannot drift apa
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import click
-from psyche_common.bool_flag import BoolFlag
+from psyche_common.flag_table import Flag, options
 from psyche_common.logs import LOG_LEVELS
 from psyche_common.pacing import MEGABIT
 
@@ -31,49 +30,6 @@ IDENTITY_ENV = "RAW_IDENTITY_SECRET_KEY"
 def mbps_to_bytes(value: object) -> object:
     """Mbit/s (the flag) to bytes/s (`P2PConfig.max_upload_rate`)."""
     return None if value is None else float(str(value)) * MEGABIT
-
-
-@dataclass(frozen=True)
-class Flag:
-    """One `train` option (see the module docstring)."""
-
-    name: str
-    help: str
-    target: str | None = None
-    default: object = None
-    type: click.ParamType | None = None
-    required: bool = False
-    is_flag: bool = False
-    """A boolean option (`psyche_common.bool_flag.BoolFlag`): `--x`, `--x false`, `--no-x`."""
-    show_default: bool = False
-    short: str | None = None
-    convert: Callable[[object], object] | None = None
-    """From the flag's value to the field's (None: the same)."""
-
-    @property
-    def param(self) -> str:
-        """The Python name click gives the value (`--gossip-fanout` → `gossip_fanout`)."""
-        return self.name.removeprefix("--").replace("-", "_")
-
-    @property
-    def envvar(self) -> str:
-        return self.param.upper()
-
-    def option(self) -> Callable[[F], F]:
-        decls = [self.short, self.name] if self.short else [self.name]
-        extra: dict[str, object] = {"show_default": True} if self.show_default else {}
-        if self.is_flag:  # `--x`, `--x true|false` (the reference's form) and `--no-x`
-            extra["cls"] = BoolFlag
-        if self.type is not None:
-            extra["type"] = self.type
-        return click.option(
-            *decls,
-            default=self.default,
-            required=self.required,
-            envvar=self.envvar,
-            help=self.help,
-            **extra,  # type: ignore[arg-type]
-        )
 
 
 def _int(low: int | None = None, high: int | None = None) -> click.IntRange:
@@ -572,6 +528,4 @@ def precision_options(command: F) -> F:
 
 def train_options(command: F) -> F:
     """Decorate `command` with every flag of `FLAGS`, in order."""
-    for flag in reversed(FLAGS):
-        command = flag.option()(command)
-    return command
+    return options(FLAGS)(command)
