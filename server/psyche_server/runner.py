@@ -1,8 +1,8 @@
 """Building and running a `ServerApp` from files: the body of `psyche-server run`.
 
-Loads and validates state.toml (and data.toml when the run hosts its data), builds the
-coordinator, the optional TCP data server and the optional dashboard, prints the listening
-line, and runs until SIGINT/SIGTERM (or `q` in the dashboard) on uvloop when available;
+Loads and validates state.toml (and data.toml when given) as `validate-config` does
+(`run_files.load_run`), takes its coordinator, builds the optional TCP data server and the
+optional dashboard, prints the listening line, and runs until SIGINT/SIGTERM (or `q` in the dashboard) on uvloop when available;
 SIGHUP re-reads `--authorized-keys`.
 """
 
@@ -16,15 +16,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from psyche_common.config import ConfigError, load_data_config, load_state, validate_state
+from psyche_common.config import ConfigError
 from psyche_common.config.data_location import ServerData
-from psyche_common.coordinator import Coordinator
+from psyche_common.data.errors import DataError
 from psyche_common.protocol.authorization import AuthorizationError
 
 from .app import ServerApp
 from .data_server import DataServer, parse_socket_address
 from .metrics_export import OtlpExporter, PrometheusExporter
 from .options import ServerOptions
+from .run_files import LoadedRun, load_run
 
 log = logging.getLogger("psyche.server")
 
@@ -43,36 +44,34 @@ class RunRequest:
     tui: bool = False
 
 
-def build_coordinator(state_path: Path, data_config_path: Path | None = None) -> Coordinator:
-    """Load and validate the run (with its data.toml when given, so the checks that need it
-    run and the 'needs --data-config' warning is not raised when one was passed)."""
+def load_checked_run(state_path: Path, data_config_path: Path | None = None) -> LoadedRun:
+    """The run's files through `run_files.load_run` (the checks `validate-config` makes, with
+    data.toml when given): warnings logged, errors raised as `StartupError`."""
     try:
-        state = load_state(state_path)
-        data_config = load_data_config(data_config_path) if data_config_path else None
-    except (ConfigError, OSError) as exc:
+        loaded = load_run(state_path, data_config_path)
+    except ConfigError as exc:
         raise StartupError(f"Error found in config: {exc}") from None
-    report = validate_state(state, data_config)
-    if not report.ok:
-        raise StartupError(f"Error found in config: {ConfigError(report.errors, state_path)}")
-    for warning in report.warnings:
+    for warning in loaded.report.warnings:
         log.warning("config: %s", warning)
-    return Coordinator.from_state_file(state)
+    error = loaded.error()
+    if error is not None:
+        raise StartupError(f"Error found in config: {error}")
+    return loaded
 
 
-def build_data_server(
-    coordinator: Coordinator, data_config_path: Path | None, options: ServerOptions
-) -> DataServer | None:
-    location = coordinator.model.data_location
+def build_data_server(loaded: LoadedRun, options: ServerOptions) -> DataServer | None:
+    """The TCP data server of a run whose data location is this server (else None)."""
+    location = loaded.state.model.data_location
     if not isinstance(location, ServerData):
         return None
-    if data_config_path is None:
+    data_config = loaded.data_config
+    if data_config is None:
         raise StartupError(
             "Coordinator state requires we host training data, but no --data-config passed."
         )
     from psyche_common.data.local import LocalDataProvider
 
     try:
-        data_config = load_data_config(data_config_path)
         provider = LocalDataProvider(
             data_config.dir,
             data_config.token_size,
@@ -80,29 +79,24 @@ def build_data_server(
             data_config.shuffle_seed_bytes,
         )
         _, port = parse_socket_address(location.address)
-    except (ConfigError, ValueError, OSError) as exc:
+    except (ConfigError, DataError, ValueError, OSError) as exc:
         raise StartupError(f"cannot start the data server: {exc}") from None
-    if data_config.seq_len != coordinator.model.max_seq_len:
-        log.warning(
-            "data.toml seq_len %d differs from the model's max_seq_len %d",
-            data_config.seq_len,
-            coordinator.model.max_seq_len,
-        )
     return DataServer(
         provider,
         options.data_host,
         port,
         options.limits,
-        run_id=coordinator.run_id,
+        run_id=loaded.state.run_id,
         identity=options.identity,
     )
 
 
 def build_app(request: RunRequest) -> ServerApp:
-    coordinator = build_coordinator(request.state_path, request.data_config_path)
-    data_server = build_data_server(coordinator, request.data_config_path, request.options)
+    loaded = load_checked_run(request.state_path, request.data_config_path)
+    assert loaded.coordinator is not None  # a run without errors has one
+    data_server = build_data_server(loaded, request.options)
     try:
-        return ServerApp(coordinator, request.options, data_server=data_server)
+        return ServerApp(loaded.coordinator, request.options, data_server=data_server)
     except (AuthorizationError, OSError, UnicodeDecodeError) as exc:
         raise StartupError(f"cannot read --authorized-keys: {exc}") from None
 
