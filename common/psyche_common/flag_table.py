@@ -87,9 +87,10 @@ class Flag:
         envvar = self.envvar if from_environment else self.env
         if envvar is not None:
             extra["envvar"] = envvar
+        default = False if self.switch and self.default is None else self.default
         return click.option(
             *decls,
-            default=self.default,
+            default=default,
             required=self.required,
             help=self.help,
             **extra,  # type: ignore[arg-type]
