@@ -70,7 +70,13 @@ def run(**values: object) -> None:
         # The dashboard owns the terminal: logs go only to its Logs tab.
         logging.getLogger().setLevel(log_level.upper())
     else:
-        setup_logging(cast(LogFormat, values["log_format"]), log_level, file=log_file)
+        try:
+            setup_logging(cast(LogFormat, values["log_format"]), log_level, file=log_file)
+        except OSError as exc:
+            raise click.BadParameter(
+                f"cannot create {log_file} ({exc.strerror or exc}: {exc.filename})",
+                param_hint="--log-file",
+            ) from None
     identity = load_server_identity(cast(Path | None, values["identity_secret_key_path"]))
     request = RunRequest(
         cast(Path, values["state_path"]),

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import signal
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,14 +92,39 @@ def build_data_server(loaded: LoadedRun, options: ServerOptions) -> DataServer |
     )
 
 
+def check_save_state_dir(path: Path) -> None:
+    """`--save-state-dir` must be a directory this process can write (made when missing):
+    found at start, not at the first save."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".psyche-write-check-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise StartupError(
+            f"--save-state-dir {path}: cannot write there ({reason}); give a directory this "
+            "user can create and write"
+        ) from None
+
+
 def build_app(request: RunRequest) -> ServerApp:
     loaded = load_checked_run(request.state_path, request.data_config_path)
     assert loaded.coordinator is not None  # a run without errors has one
+    if request.options.save_state_dir is not None:
+        check_save_state_dir(request.options.save_state_dir)
     data_server = build_data_server(loaded, request.options)
     try:
-        return ServerApp(loaded.coordinator, request.options, data_server=data_server)
+        app = ServerApp(loaded.coordinator, request.options, data_server=data_server)
     except (AuthorizationError, OSError, UnicodeDecodeError) as exc:
         raise StartupError(f"cannot read --authorized-keys: {exc}") from None
+    if app.admission is not None and not app.admission.keys.keys:
+        raise StartupError(
+            f"--authorized-keys {request.options.authorized_keys} lists no key, so nobody "
+            "could join this run: add the clients' public keys (64 hex characters per line, "
+            "as `psyche-client show-identity` prints them), or leave the flag out for an "
+            "open run"
+        )
+    return app
 
 
 async def run_app(app: ServerApp, tui: bool) -> None:
@@ -122,9 +148,7 @@ async def run_app(app: ServerApp, tui: bool) -> None:
     try:
         port = await app.start()
     except OSError as exc:
-        raise StartupError(
-            f"cannot listen on {app.options.host}:{app.options.port}: {exc}"
-        ) from None
+        raise StartupError(start_failure(app, exc)) from None
     print(f"psyche-server listening on {app.options.host}:{port}", flush=True)
     print(f"psyche-server key {app.options.identity.public_key.hex()}", flush=True)
     log.info(
@@ -165,6 +189,20 @@ async def run_app(app: ServerApp, tui: bool) -> None:
         for exporter in exporters:
             await asyncio.to_thread(exporter.close)  # a last OTLP export may take a while
         log.info("server stopped")
+
+
+def start_failure(app: ServerApp, exc: OSError) -> str:
+    """Why `app.start` failed, naming the port that could not be bound (it starts the data
+    server, then the coordinator port, then the relay's own port)."""
+    data_server = app.data_server
+    if data_server is not None and data_server.port is None:
+        return (
+            f"cannot start the data server on {data_server.host}:{data_server.requested_port} "
+            f"(model.LLM.data_location): {exc}"
+        )
+    if app.port is None:
+        return f"cannot listen on {app.options.host}:{app.options.port}: {exc}"
+    return str(exc)  # the relay's own port, named with the flags to change
 
 
 def start_exporters(app: ServerApp) -> list[PrometheusExporter | OtlpExporter]:
