@@ -6,7 +6,8 @@ type, default and help, and the options field it sets (`target`, a dotted path s
 `with_flags(base, flags, prefix, values)` fills one options section (a dataclass) from the
 parsed values, so a flag and the field it sets cannot drift apart (each program has a test
 that every target names a field with the flag's default). `psyche-client train`,
-`psyche-server run` and `psyche-local-testnet start` are built this way.
+`psyche-server run` and `psyche-local-testnet start` are built this way. `PublicKeyType` is
+the option type of a key the user pastes (`--server-key`, `--checkpointer`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -34,7 +35,7 @@ class Flag:
     help: str
     target: str | None = None
     default: object = None
-    type: click.ParamType | None = None
+    type: click.ParamType[Any, Any] | None = None
     required: bool = False
     is_flag: bool = False
     """A boolean option (`psyche_common.bool_flag.BoolFlag`): `--x`, `--x false`, `--no-x`."""
@@ -95,6 +96,36 @@ class Flag:
             help=self.help,
             **extra,  # type: ignore[arg-type]
         )
+
+
+if TYPE_CHECKING:
+    _ParamType = click.ParamType[bytes, object]
+else:
+    _ParamType = click.ParamType  # generic only in click 8.3 and later
+
+
+class PublicKeyType(_ParamType):
+    """An ed25519 public key given as 64 hex characters (an optional `0x` before them); a
+    value that is not one is refused naming `whose` key it should be and `where` to find it."""
+
+    name = "HEX"
+
+    def __init__(self, whose: str, where: str) -> None:
+        self.whose = whose
+        self.where = where
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> bytes:
+        if isinstance(value, bytes):
+            return value
+        try:
+            key = bytes.fromhex(str(value).strip().removeprefix("0x"))
+        except ValueError:
+            key = b""
+        if len(key) != 32:
+            self.fail(f"{value!r} is not {self.whose}: 64 hex characters, {self.where}", param, ctx)
+        return key
 
 
 def options(flags: Iterable[Flag], *, from_environment: bool = True) -> Callable[[F], F]:

@@ -11,12 +11,13 @@ fields). Unlike the client's, these options are not read from the environment.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import cast
 from urllib.parse import urlsplit
 
 import click
-from psyche_common.flag_table import Flag, default_of, with_flags
+from psyche_common.flag_table import Flag, PublicKeyType, default_of, with_flags
 from psyche_common.logs import LOG_LEVELS
 from psyche_common.protocol import Identity
 
@@ -25,30 +26,6 @@ from .options import ServerOptions
 from .relay_quota import RelayLimits
 
 _EXISTING_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
-
-
-class ClientKeyType(click.ParamType):
-    """A client public key given as 64 hex characters (`psyche-client show-identity`)."""
-
-    name = "KEY"
-
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> bytes:
-        if isinstance(value, bytes):
-            return value
-        try:
-            key = bytes.fromhex(str(value))
-        except ValueError:
-            key = b""
-        if len(key) != 32:
-            self.fail(
-                f"{value!r} is not a client public key (64 hex characters, as "
-                "`psyche-client show-identity` prints it)",
-                param,
-                ctx,
-            )
-        return key
 
 
 class HttpUrlType(click.ParamType):
@@ -85,6 +62,11 @@ def _limit(name: str) -> object:
 
 def _relay(name: str) -> object:
     return default_of(RelayLimits, name)
+
+
+def key_set(values: object) -> object:
+    """The repeated `--checkpointer` keys (a tuple) as the field's frozenset."""
+    return frozenset(cast(Iterable[bytes], values))
 
 
 def zero_is_none(value: object) -> object:
@@ -248,11 +230,11 @@ RUN_FLAGS: tuple[Flag, ...] = (
         "a client public key (hex) whose Checkpoint messages may set the run's checkpoint; "
         "repeat for several (default: none, every Checkpoint message is refused)",
         "checkpointers",
-        type=ClientKeyType(),
+        type=PublicKeyType("a client public key", "as `psyche-client show-identity` prints it"),
         multiple=True,
         metavar="KEY",
         dest="checkpointers",
-        convert=frozenset,
+        convert=key_set,
     ),
     Flag(
         "--authorized-keys",

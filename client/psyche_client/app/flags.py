@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import click
-from psyche_common.flag_table import Flag, options
+from psyche_common.flag_table import Flag, PublicKeyType, options
 from psyche_common.logs import LOG_LEVELS
 from psyche_common.pacing import MEGABIT
 
@@ -61,31 +61,6 @@ class TensorParallelismType(click.ParamType):
         return number
 
 
-class PublicKeyType(click.ParamType):
-    """A 32-byte ed25519 public key as 64 hex characters (`--server-key`)."""
-
-    name = "HEX"
-
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> bytes:
-        if isinstance(value, bytes):
-            return value
-        text = str(value).strip().removeprefix("0x")
-        try:
-            key = bytes.fromhex(text)
-        except ValueError:
-            key = b""
-        if len(key) != 32:
-            self.fail(
-                f"{value!r} is not a public key: 64 hex characters, as `psyche-server run` "
-                "prints it (`psyche-server key ...`)",
-                param,
-                ctx,
-            )
-        return key
-
-
 IDENTITY_FLAG = Flag(
     "--identity-secret-key-path",
     "File with the 32 raw bytes of this client's ed25519 secret key. Without it the key "
@@ -109,7 +84,9 @@ FLAGS: tuple[Flag, ...] = (
         "start). The client then talks only to a server that proves this key, on the "
         "coordinator, data-server and relay ports, and exits with an error otherwise.",
         "server.server_key",
-        type=PublicKeyType(),
+        type=PublicKeyType(
+            "a public key", "as `psyche-server run` prints it (`psyche-server key ...`)"
+        ),
     ),
     Flag(
         "--authorization",
