@@ -1,8 +1,8 @@
 """Building and running a `ServerApp` from files: the body of `psyche-server run`.
 
-Loads and validates state.toml (and data.toml when the run hosts its data), builds the
-coordinator, the optional TCP data server and the optional dashboard, prints the listening
-line, and runs until SIGINT/SIGTERM (or `q` in the dashboard) on uvloop when available;
+Loads and validates state.toml (and data.toml when given) as `validate-config` does
+(`run_files.load_run`), takes its coordinator, builds the optional TCP data server and the
+optional dashboard, prints the listening line, and runs until SIGINT/SIGTERM (or `q` in the dashboard) on uvloop when available;
 SIGHUP re-reads `--authorized-keys`.
 """
 
@@ -13,12 +13,13 @@ import contextlib
 import logging
 import signal
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from psyche_common.config import ConfigError, load_data_config, load_state, validate_state
+from psyche_common.config import ConfigError
 from psyche_common.config.data_location import ServerData
-from psyche_common.coordinator import Coordinator
+from psyche_common.data.errors import DataError
 from psyche_common.events.files import EventFileError
 from psyche_common.protocol.authorization import AuthorizationError
 
@@ -26,6 +27,7 @@ from .app import ServerApp
 from .data_server import DataServer, parse_socket_address
 from .metrics_export import OtlpExporter, PrometheusExporter
 from .options import ServerOptions
+from .run_files import LoadedRun, load_run
 
 log = logging.getLogger("psyche.server")
 
@@ -44,36 +46,34 @@ class RunRequest:
     tui: bool = False
 
 
-def build_coordinator(state_path: Path, data_config_path: Path | None = None) -> Coordinator:
-    """Load and validate the run (with its data.toml when given, so the checks that need it
-    run and the 'needs --data-config' warning is not raised when one was passed)."""
+def load_checked_run(state_path: Path, data_config_path: Path | None = None) -> LoadedRun:
+    """The run's files through `run_files.load_run` (the checks `validate-config` makes, with
+    data.toml when given): warnings logged, errors raised as `StartupError`."""
     try:
-        state = load_state(state_path)
-        data_config = load_data_config(data_config_path) if data_config_path else None
-    except (ConfigError, OSError) as exc:
+        loaded = load_run(state_path, data_config_path)
+    except ConfigError as exc:
         raise StartupError(f"Error found in config: {exc}") from None
-    report = validate_state(state, data_config)
-    if not report.ok:
-        raise StartupError(f"Error found in config: {ConfigError(report.errors, state_path)}")
-    for warning in report.warnings:
+    for warning in loaded.report.warnings:
         log.warning("config: %s", warning)
-    return Coordinator.from_state_file(state)
+    error = loaded.error()
+    if error is not None:
+        raise StartupError(f"Error found in config: {error}")
+    return loaded
 
 
-def build_data_server(
-    coordinator: Coordinator, data_config_path: Path | None, options: ServerOptions
-) -> DataServer | None:
-    location = coordinator.model.data_location
+def build_data_server(loaded: LoadedRun, options: ServerOptions) -> DataServer | None:
+    """The TCP data server of a run whose data location is this server (else None)."""
+    location = loaded.state.model.data_location
     if not isinstance(location, ServerData):
         return None
-    if data_config_path is None:
+    data_config = loaded.data_config
+    if data_config is None:
         raise StartupError(
             "Coordinator state requires we host training data, but no --data-config passed."
         )
     from psyche_common.data.local import LocalDataProvider
 
     try:
-        data_config = load_data_config(data_config_path)
         provider = LocalDataProvider(
             data_config.dir,
             data_config.token_size,
@@ -81,33 +81,53 @@ def build_data_server(
             data_config.shuffle_seed_bytes,
         )
         _, port = parse_socket_address(location.address)
-    except (ConfigError, ValueError, OSError) as exc:
+    except (ConfigError, DataError, ValueError, OSError) as exc:
         raise StartupError(f"cannot start the data server: {exc}") from None
-    if data_config.seq_len != coordinator.model.max_seq_len:
-        log.warning(
-            "data.toml seq_len %d differs from the model's max_seq_len %d",
-            data_config.seq_len,
-            coordinator.model.max_seq_len,
-        )
     return DataServer(
         provider,
         options.data_host,
         port,
         options.limits,
-        run_id=coordinator.run_id,
+        run_id=loaded.state.run_id,
         identity=options.identity,
     )
 
 
-def build_app(request: RunRequest) -> ServerApp:
-    coordinator = build_coordinator(request.state_path, request.data_config_path)
-    data_server = build_data_server(coordinator, request.data_config_path, request.options)
+def check_save_state_dir(path: Path) -> None:
+    """`--save-state-dir` must be a directory this process can write (made when missing):
+    found at start, not at the first save."""
     try:
-        return ServerApp(coordinator, request.options, data_server=data_server)
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".psyche-write-check-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise StartupError(
+            f"--save-state-dir {path}: cannot write there ({reason}); give a directory this "
+            "user can create and write"
+        ) from None
+
+
+def build_app(request: RunRequest) -> ServerApp:
+    loaded = load_checked_run(request.state_path, request.data_config_path)
+    assert loaded.coordinator is not None  # a run without errors has one
+    if request.options.save_state_dir is not None:
+        check_save_state_dir(request.options.save_state_dir)
+    data_server = build_data_server(loaded, request.options)
+    try:
+        app = ServerApp(loaded.coordinator, request.options, data_server=data_server)
     except EventFileError as exc:
         raise StartupError(f"--events-dir: {exc}") from None
     except (AuthorizationError, OSError, UnicodeDecodeError) as exc:
         raise StartupError(f"cannot read --authorized-keys: {exc}") from None
+    if app.admission is not None and not app.admission.keys.keys:
+        raise StartupError(
+            f"--authorized-keys {request.options.authorized_keys} lists no key, so nobody "
+            "could join this run: add the clients' public keys (64 hex characters per line, "
+            "as `psyche-client show-identity` prints them), or leave the flag out for an "
+            "open run"
+        )
+    return app
 
 
 async def run_app(app: ServerApp, tui: bool) -> None:
@@ -131,9 +151,7 @@ async def run_app(app: ServerApp, tui: bool) -> None:
     try:
         port = await app.start()
     except OSError as exc:
-        raise StartupError(
-            f"cannot listen on {app.options.host}:{app.options.port}: {exc}"
-        ) from None
+        raise StartupError(start_failure(app, exc)) from None
     print(f"psyche-server listening on {app.options.host}:{port}", flush=True)
     print(f"psyche-server key {app.options.identity.public_key.hex()}", flush=True)
     log.info(
@@ -174,6 +192,20 @@ async def run_app(app: ServerApp, tui: bool) -> None:
         for exporter in exporters:
             await asyncio.to_thread(exporter.close)  # a last OTLP export may take a while
         log.info("server stopped")
+
+
+def start_failure(app: ServerApp, exc: OSError) -> str:
+    """Why `app.start` failed, naming the port that could not be bound (it starts the data
+    server, then the coordinator port, then the relay's own port)."""
+    data_server = app.data_server
+    if data_server is not None and data_server.port is None:
+        return (
+            f"cannot start the data server on {data_server.host}:{data_server.requested_port} "
+            f"(model.LLM.data_location): {exc}"
+        )
+    if app.port is None:
+        return f"cannot listen on {app.options.host}:{app.options.port}: {exc}"
+    return str(exc)  # the relay's own port, named with the flags to change
 
 
 def start_exporters(app: ServerApp) -> list[PrometheusExporter | OtlpExporter]:

@@ -14,7 +14,14 @@ module makes (top level, function-local and type-only alike):
 - the client's layers: distro < verify < training < round (a lower layer never imports a
   higher one; `verify` is tensor math the training backend calls, so it sits below it); `p2p` and `session` import neither `training` nor `round`; only `cli` and `tui`
   import `app`;
-- importing every module of `psyche_client.round` and `psyche_client.p2p` loads no torch.
+- importing every module of `psyche_client.round` and `psyche_client.p2p` loads no torch;
+- only `psyche_client.app` imports `psyche_client.metrics` (the sink is built there and handed
+  down; nothing below the app reports metrics itself).
+
+The local testnet only starts processes: `psyche_local_testnet` imports nothing of
+`psyche_server` or `psyche_client` (it runs them as programs and reads what they print and
+log), and of `psyche_common` only what it needs to build their command lines
+(`TESTNET_COMMON`).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from pathlib import Path
 
 import psyche_client
 import psyche_common
+import psyche_local_testnet
 import psyche_server
 import pytest
 
@@ -46,6 +54,15 @@ CLIENT_FORBIDDEN = {
 
 APP_IMPORTERS = ("cli", "tui", "app")
 """The only parts of the client that may import `psyche_client.app`."""
+
+METRICS_IMPORTERS = ("app",)
+"""The only part of the client that may import `psyche_client.metrics`."""
+
+TESTNET_COMMON = (
+    "psyche_common.flag_table",  # its `start` command's option table
+    "psyche_common.protocol",  # `Identity`: the keys it derives for the server and clients
+)
+"""What `psyche_local_testnet` may import of `psyche_common` (and of our packages at all)."""
 
 
 def _imported_modules(path: Path) -> set[str]:
@@ -71,7 +88,7 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 def _module_name(path: Path) -> str:
-    for root in (psyche_common, psyche_server, psyche_client):
+    for root in (psyche_common, psyche_server, psyche_client, psyche_local_testnet):
         base = Path(root.__file__).parent.parent
         if path.is_relative_to(base / root.__name__):
             parts = path.relative_to(base).with_suffix("").parts
@@ -261,3 +278,24 @@ def test_the_round_pipeline_and_p2p_import_without_torch() -> None:
     count, heavy, _ = _heavy_modules_after_importing(["psyche_client.round", "psyche_client.p2p"])
     assert heavy == []
     assert count > 30
+
+
+def test_only_the_app_imports_the_metrics() -> None:
+    violations = sorted(
+        f"{source} imports psyche_client.metrics"
+        for source, target in _client_imports()
+        if target == "metrics" and _top(source) not in METRICS_IMPORTERS
+    )
+    assert violations == []
+
+
+def test_the_testnet_imports_only_what_builds_command_lines() -> None:
+    ours = ("psyche_common", "psyche_server", "psyche_client")
+    imported = {
+        f"{_module_name(path)} imports {name}"
+        for path in _package_files(psyche_local_testnet)
+        for name in _imported_modules(path)
+        if name.split(".")[0] in ours
+        and not any(name == allowed or name.startswith(f"{allowed}.") for allowed in TESTNET_COMMON)
+    }
+    assert sorted(imported) == []

@@ -4,12 +4,12 @@ command declares exactly the table's flags."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from psyche_client.app.flags import FLAGS
 from psyche_client.app.options import ClientOptions, ServerOptions
 from psyche_client.cli import train
 from psyche_common.protocol import Identity
+
+from tests.support.flag_tables import declaration_mismatches, fields_without_flag, target_mismatches
 
 NOT_FLAGS = {"server.exit_when_finished", "checkpointing.keep", "server.authorization"}
 """Fields of the client's own sections that no flag sets directly (tests and embedders set
@@ -17,49 +17,21 @@ them; `server.authorization` holds the checked contents of `--authorization FILE
 OWN_SECTIONS = ("server", "backend", "checkpointing")
 
 
-def field_of(options: object, target: str) -> tuple[object, dataclasses.Field[object]]:
-    """The dataclass holding `target` (a dotted path) and that field."""
-    *path, name = target.split(".")
-    holder = options
-    for part in path:
-        holder = getattr(holder, part)
-    fields = {f.name: f for f in dataclasses.fields(holder)}  # type: ignore[arg-type]
-    assert name in fields, f"{target}: no field {name} in {type(holder).__name__}"
-    return holder, fields[name]
-
-
 def defaults() -> ClientOptions:
     return ClientOptions(ServerOptions("h:1", "r"), Identity.generate())
 
 
 def test_every_flag_target_is_a_field_with_the_flags_default() -> None:
-    options = defaults()
-    for flag in FLAGS:
-        if flag.target is None:
-            continue
-        holder, field = field_of(options, flag.target)
-        if flag.default is None or flag.required:
-            continue
-        expected = flag.convert(flag.default) if flag.convert else flag.default
-        assert getattr(holder, field.name) == expected, flag.name
+    assert target_mismatches(FLAGS, defaults()) == []
 
 
 def test_every_field_of_the_clients_own_sections_has_a_flag() -> None:
-    targets = {flag.target for flag in FLAGS if flag.target is not None}
-    options = defaults()
-    for section in OWN_SECTIONS:
-        for field in dataclasses.fields(getattr(options, section)):
-            name = f"{section}.{field.name}"
-            if field.name == "parallel":  # a ParallelSpec: its fields are checked above
-                continue
-            assert name in targets or name in NOT_FLAGS, f"{name} has no flag"
+    # backend.parallel, a ParallelSpec, is a section of its own: its fields are checked above
+    assert fields_without_flag(FLAGS, defaults(), OWN_SECTIONS, NOT_FLAGS) == []
 
 
 def test_the_train_command_declares_exactly_the_tables_flags() -> None:
-    declared = [param.name for param in train.params]
-    assert declared == [flag.param for flag in FLAGS]
-    for param, flag in zip(train.params, FLAGS, strict=True):
-        assert flag.name in param.opts and param.envvar == flag.envvar  # type: ignore[attr-defined]
+    assert declaration_mismatches(train, FLAGS, from_environment=True) == []
 
 
 def test_from_flags_fills_each_section() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from psyche_common.config import parse_state, summary_lines
-from psyche_server.runner import build_coordinator
+from psyche_server.runner import load_checked_run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,11 +36,11 @@ def test_no_data_config_warning_when_one_is_passed(
     """Regression: `run --data-config data.toml` still warned that it needs --data-config."""
     state, data = write_server_data_run(tmp_path)
     with caplog.at_level(logging.WARNING):
-        build_coordinator(state, data)
+        load_checked_run(state, data)
     assert "--data-config" not in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        build_coordinator(state)
+        load_checked_run(state)
     assert "--data-config" in caplog.text
 
 

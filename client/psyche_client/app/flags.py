@@ -1,7 +1,7 @@
-"""Every option of `psyche-client train`, written once: its flag, environment variable, click
-type, default and help, and the field of `ClientOptions` it sets (`target`, a dotted path such
-as "p2p.gossip_fanout"; None for the few the CLI handles itself: logging, the identity file,
-the authorization file, the advertised address).
+"""Every option of `psyche-client train`, written once (a `psyche_common.flag_table`): its flag,
+environment variable, click type, default and help, and the field of `ClientOptions` it sets
+(`target`, a dotted path such as "p2p.gossip_fanout"; None for the few the CLI handles itself:
+logging, the identity file, the authorization file, the advertised address).
 
 `cli.py` builds its click options from `FLAGS`, and `ClientOptions.from_flags` fills the
 options from the parsed values, so a flag and the field it sets cannot drift apart
@@ -11,12 +11,11 @@ options from the parsed values, so a flag and the field it sets cannot drift apa
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import click
-from psyche_common.bool_flag import BoolFlag
+from psyche_common.flag_table import Flag, PublicKeyType, options
 from psyche_common.logs import LOG_LEVELS
 from psyche_common.pacing import MEGABIT
 
@@ -34,49 +33,6 @@ LOG_OUTPUTS = ("tui", "console", "json", "tui-and-console", "none")
 def mbps_to_bytes(value: object) -> object:
     """Mbit/s (the flag) to bytes/s (`P2PConfig.max_upload_rate`)."""
     return None if value is None else float(str(value)) * MEGABIT
-
-
-@dataclass(frozen=True)
-class Flag:
-    """One `train` option (see the module docstring)."""
-
-    name: str
-    help: str
-    target: str | None = None
-    default: object = None
-    type: click.ParamType | None = None
-    required: bool = False
-    is_flag: bool = False
-    """A boolean option (`psyche_common.bool_flag.BoolFlag`): `--x`, `--x false`, `--no-x`."""
-    show_default: bool = False
-    short: str | None = None
-    convert: Callable[[object], object] | None = None
-    """From the flag's value to the field's (None: the same)."""
-
-    @property
-    def param(self) -> str:
-        """The Python name click gives the value (`--gossip-fanout` → `gossip_fanout`)."""
-        return self.name.removeprefix("--").replace("-", "_")
-
-    @property
-    def envvar(self) -> str:
-        return self.param.upper()
-
-    def option(self) -> Callable[[F], F]:
-        decls = [self.short, self.name] if self.short else [self.name]
-        extra: dict[str, object] = {"show_default": True} if self.show_default else {}
-        if self.is_flag:  # `--x`, `--x true|false` (the reference's form) and `--no-x`
-            extra["cls"] = BoolFlag
-        if self.type is not None:
-            extra["type"] = self.type
-        return click.option(
-            *decls,
-            default=self.default,
-            required=self.required,
-            envvar=self.envvar,
-            help=self.help,
-            **extra,  # type: ignore[arg-type]
-        )
 
 
 def _int(low: int | None = None, high: int | None = None) -> click.IntRange:
@@ -108,31 +64,6 @@ class TensorParallelismType(click.ParamType):
         return number
 
 
-class PublicKeyType(click.ParamType):
-    """A 32-byte ed25519 public key as 64 hex characters (`--server-key`)."""
-
-    name = "HEX"
-
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> bytes:
-        if isinstance(value, bytes):
-            return value
-        text = str(value).strip().removeprefix("0x")
-        try:
-            key = bytes.fromhex(text)
-        except ValueError:
-            key = b""
-        if len(key) != 32:
-            self.fail(
-                f"{value!r} is not a public key: 64 hex characters, as `psyche-server run` "
-                "prints it (`psyche-server key ...`)",
-                param,
-                ctx,
-            )
-        return key
-
-
 IDENTITY_FLAG = Flag(
     "--identity-secret-key-path",
     "File with the 32 raw bytes of this client's ed25519 secret key. Without it the key "
@@ -156,7 +87,9 @@ FLAGS: tuple[Flag, ...] = (
         "start). The client then talks only to a server that proves this key, on the "
         "coordinator, data-server and relay ports, and exits with an error otherwise.",
         "server.server_key",
-        type=PublicKeyType(),
+        type=PublicKeyType(
+            "a public key", "as `psyche-server run` prints it (`psyche-server key ...`)"
+        ),
     ),
     Flag(
         "--authorization",
@@ -629,6 +562,4 @@ def precision_options(command: F) -> F:
 
 def train_options(command: F) -> F:
     """Decorate `command` with every flag of `FLAGS`, in order."""
-    for flag in reversed(FLAGS):
-        command = flag.option()(command)
-    return command
+    return options(FLAGS)(command)

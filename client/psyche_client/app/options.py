@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from psyche_common import flag_table
 from psyche_common.data.retry import RetryPolicy
 from psyche_common.protocol import Identity
 
@@ -46,27 +47,9 @@ class ServerOptions:
     """The server's identity key (`--server-key`): any other server is refused."""
 
 
-def section_values(section: str, values: Mapping[str, object] | None = None) -> dict[str, object]:
-    """The fields of `section` (a dotted prefix, e.g. "backend.parallel") that flags set, from
-    `values` by flag name (missing: the flag's default). A None leaves the field's default."""
-    chosen: dict[str, object] = {}
-    for flag in FLAGS:
-        if flag.target is None:
-            continue
-        prefix, _, name = flag.target.rpartition(".")
-        if prefix != section:
-            continue
-        value = flag.default if values is None else values.get(flag.param, flag.default)
-        if flag.convert is not None:
-            value = flag.convert(value)
-        if value is not None:
-            chosen[name] = value
-    return chosen
-
-
 def section(base: T, prefix: str, values: Mapping[str, object] | None = None) -> T:
     """`base` (a dataclass) with the fields the flags of `prefix` set."""
-    return dataclasses.replace(base, **section_values(prefix, values))  # type: ignore[type-var]
+    return flag_table.with_flags(base, FLAGS, prefix, values)
 
 
 def client_p2p_config(**changes: object) -> P2PConfig:

@@ -47,7 +47,10 @@ class _CheckpointVariant(Variant):
 
 class _HubCheckpoint(_CheckpointVariant):
     repo_id: ShortStr
+    """A Hub repository, or in this project a local directory written as a path or
+    `builtin:NAME`; not empty (but for Dummy)."""
     revision: ShortStr | None = None
+    """The Hub revision (branch, tag or commit); left out: the default branch."""
 
     @property
     def repo(self) -> HubRepo:
@@ -59,7 +62,9 @@ class _HubCheckpoint(_CheckpointVariant):
 
 class _GcsCheckpoint(_CheckpointVariant):
     bucket: ShortStr
+    """The Google Cloud Storage bucket; not empty."""
     prefix: ShortStr | None = None
+    """The folder of the checkpoint in the bucket; left out: its top level."""
 
     @property
     def repo(self) -> GcsRepo:

@@ -31,6 +31,7 @@ class SeededShuffle(Variant):
     kind: Literal["Seeded"] = "Seeded"
     SCALAR_FIELD: ClassVar[str | None] = "seed"
     seed: Annotated[tuple[U8, ...], Field(min_length=32, max_length=32)]
+    """The shuffle's seed: 32 integers 0-255."""
 
     @property
     def seed_bytes(self) -> bytes:
@@ -50,6 +51,7 @@ class SingleUrl(Variant):
     kind: Literal["SingleUrl"] = "SingleUrl"
     SCALAR_FIELD: ClassVar[str | None] = "url"
     url: UrlStr
+    """The file's URL; not empty."""
 
 
 class NumberedFiles(Variant):
@@ -57,9 +59,13 @@ class NumberedFiles(Variant):
 
     kind: Literal["NumberedFiles"] = "NumberedFiles"
     url_template: ShortStr
+    """The files' URL with `{}` where the number goes; not empty."""
     start_index: U32
+    """The first file's number."""
     n_left_pad_zeros: U8
+    """Width the numbers are zero-padded to."""
     num_files: U32
+    """How many files; at least 1."""
 
 
 class Gcp(Variant):
@@ -67,7 +73,9 @@ class Gcp(Variant):
 
     kind: Literal["Gcp"] = "Gcp"
     bucket_name: ShortStr
+    """The public bucket; not empty."""
     filter_directory: UrlStr
+    """The folder of the bucket whose token files are read."""
 
 
 AnyHttpLocation = SingleUrl | NumberedFiles | Gcp
@@ -94,6 +102,7 @@ class ServerData(Variant):
     kind: Literal["Server"] = "Server"
     SCALAR_FIELD: ClassVar[str | None] = "address"
     address: ShortStr
+    """`host:port` of the data server (`psyche-server run --data-config`); not empty."""
 
     def __str__(self) -> str:
         return f"data server {self.address}"
@@ -105,6 +114,7 @@ class LocalData(Variant):
     kind: Literal["Local"] = "Local"
     SCALAR_FIELD: ClassVar[str | None] = "path"
     path: UrlStr
+    """The directory of token files (or a data.toml) on every client."""
 
     def __str__(self) -> str:
         return f"local files {self.path}"
@@ -115,8 +125,11 @@ class HttpData(Variant):
 
     kind: Literal["Http"] = "Http"
     location: HttpLocation
+    """Which files: one URL, numbered files or a GCS folder."""
     token_size_in_bytes: TokenSize
+    """Token width in the files (TwoBytes: u16, FourBytes: u32, little-endian)."""
     shuffle: Shuffle
+    """Whether (and with which seed) all samples are shuffled once."""
 
     def __str__(self) -> str:
         location = self.location
@@ -135,6 +148,7 @@ class WeightedHttpData(Variant):
     kind: Literal["WeightedHttp"] = "WeightedHttp"
     SCALAR_FIELD: ClassVar[str | None] = "url"
     url: UrlStr
+    """The URL of the JSON file naming the sources and their weights; not empty."""
 
     def __str__(self) -> str:
         return f"weighted HTTP mixture {self.url}"
@@ -146,6 +160,7 @@ class PreprocessedData(Variant):
     kind: Literal["Preprocessed"] = "Preprocessed"
     SCALAR_FIELD: ClassVar[str | None] = "url"
     url: UrlStr
+    """The Hub dataset or local path of the parquet files (an `inputs` column); not empty."""
 
     def __str__(self) -> str:
         return f"preprocessed parquet {self.url}"
@@ -161,6 +176,7 @@ class BuiltinData(Variant):
     kind: Literal["Builtin"] = "Builtin"
     SCALAR_FIELD: ClassVar[str | None] = "name"
     name: ShortStr
+    """The corpus (`python-stdlib`); another name is a warning."""
 
     def __str__(self) -> str:
         return f"builtin corpus {self.name}"

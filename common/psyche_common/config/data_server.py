@@ -18,9 +18,14 @@ class DataServerConfig(StrictModel):
     """
 
     dir: Path
+    """The folder of token files (`*.bin`, `*.ds`, `*.npy`); only its top-level files are
+    read. Relative: to the folder holding data.toml."""
     token_size: TokenSize
+    """Token width in the files (TwoBytes: u16, FourBytes: u32, little-endian)."""
     seq_len: Annotated[U64, Field(gt=0)]
+    """Tokens per sample served; equal to the model's `max_seq_len`."""
     shuffle_seed: Annotated[tuple[U8, ...], Field(min_length=32, max_length=32)]
+    """Seed (32 integers 0-255) of the one global shuffle of all samples."""
 
     @property
     def shuffle_seed_bytes(self) -> bytes:

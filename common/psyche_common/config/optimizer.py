@@ -28,9 +28,13 @@ class AdamWOptimizer(Variant):
 
     kind: Literal["AdamW"] = "AdamW"
     betas: tuple[Float, Float]
+    """AdamW's two moment decays [b1, b2]."""
     weight_decay: Float
+    """AdamW's decoupled weight decay."""
     eps: Float
+    """AdamW's epsilon, added to the second moment's root."""
     clip_grad_norm: Float | None = None
+    """Clip the gradient to this global norm before the step; left out: no clipping."""
 
     def __str__(self) -> str:
         return f"AdamW (betas {self.betas[0]}/{self.betas[1]}, weight decay {self.weight_decay})"

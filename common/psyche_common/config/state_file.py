@@ -42,8 +42,11 @@ class StateFileProgress(StrictModel):
     `psyche_common.coordinator.Progress`)."""
 
     epoch: U16 = 0
+    """Epochs completed."""
     step: U32 = 1
+    """The next training step (steps count from 1)."""
     epoch_start_data_index: U64 = 0
+    """The global sample index at which the current epoch's data starts."""
 
 
 class StateFile(StrictModel):
@@ -53,13 +56,20 @@ class StateFile(StrictModel):
     """
 
     run_id: RunIdStr
+    """The run's name, which joining clients must send; not empty."""
     run_state: RunStateName = RunState.WaitingForMembers
+    """The state when the file was saved; the server always starts in WaitingForMembers."""
     model: LLMConfig
+    """`[model.LLM]`: what is trained, on which data, with which optimizer."""
     config: CoordinatorConfig
+    """`[config]`: timings, client counts and batch sizes."""
     progress: StateFileProgress = Field(default_factory=StateFileProgress)
+    """`[progress]`: where the run is."""
     epoch_state: dict[str, Any] | None = None
     run_state_start_unix_timestamp: U64 = 0
+    """Unix second at which `run_state` was entered (written in saved states)."""
     pending_pause: bool = False
+    """A pause asked for during an epoch, applied at its end (written in saved states)."""
     verification: dict[str, Any] | None = None
     """The kept convictions (`psyche_common.coordinator.VerificationRecord`'s TOML table);
     absent in files saved before verification existed or without any conviction."""
