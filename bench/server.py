@@ -19,6 +19,10 @@ probed:
 - `server_cpu_ms_per_tick`: the server process's user+system CPU over an idle window divided by
   the broadcasts received in it (one per tick).
 Baseline: the same measurements with 16 clients in the same run; `ratios_vs_baseline` divides.
+`cpu_us_per_added_connection`: the CPU per tick a size costs beyond the baseline, per
+connection beyond the baseline's (one state sealed and sent). `goals` says per size whether the server's goals hold (they are set for 1,000 connections:
+latency p99 under 100 ms, CPU per tick at most 10x the baseline's); `load_average` is
+`os.getloadavg()` before and after, since the figures depend on what else runs.
 The latency includes this process reading every socket in turn (one Python event loop for all
 clients), so it is an upper bound on what the server alone adds. CPU comes from the kernel's
 per-thread `schedstat` (nanoseconds) over ~10 server ticks (4 in `--quick`).
@@ -64,6 +68,8 @@ from psyche_common.protocol.secure_channel import TAG_SIZE
 
 BASELINE_CLIENTS = 16
 MAX_MEMBERS = 256  # the coordinator's cap on an epoch's clients
+LATENCY_P99_GOAL_MS = 100.0
+CPU_RATIO_GOAL = 10.0
 QUICK_MEMBERS = 24  # --quick: fewer members than clients, so some stay pending as at 1,000
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -359,6 +365,7 @@ async def measure(
 async def main_async(
     sizes: list[int], max_members: int, probes: int, idle_window: float, quick: bool
 ) -> dict[str, Any]:
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         baseline = await measure(BASELINE_CLIENTS, max_members, probes, idle_window, workdir)
@@ -390,6 +397,33 @@ async def main_async(
         "baseline": baseline,
         "results": results,
         "ratios_vs_baseline": ratios,
+        "cpu_us_per_added_connection": {
+            size: round(
+                1000
+                * (r["server_cpu_ms_per_tick"] - baseline["server_cpu_ms_per_tick"])
+                / max(1, r["clients"] - baseline["clients"]),
+                2,
+            )
+            for size, r in results.items()
+        },
+        "goals": {size: goals(results[size], ratios[size]) for size in results},
+        "cpu_count": os.cpu_count(),
+        "load_average": {
+            "before": [round(x, 2) for x in load_before],
+            "after": [round(x, 2) for x in os.getloadavg()],
+        },
+    }
+
+
+def goals(result: dict[str, Any], ratios: dict[str, float | None]) -> dict[str, bool | None]:
+    """The server's goals at one size (they are set for 1,000 connections): broadcast latency
+    p99 under 100 ms, CPU per tick at most 10x the baseline's."""
+    cpu_ratio = ratios["cpu_per_tick"]
+    return {
+        "latency_p99_under_100_ms": result["broadcast_latency_ms"]["p99"] < LATENCY_P99_GOAL_MS,
+        "cpu_per_tick_at_most_10x_baseline": (
+            None if cpu_ratio is None else cpu_ratio <= CPU_RATIO_GOAL
+        ),
     }
 
 
