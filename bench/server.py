@@ -20,9 +20,10 @@ probed:
   the broadcasts received in it (one per tick).
 Baseline: the same measurements with 16 clients in the same run; `ratios_vs_baseline` divides.
 `cpu_us_per_added_connection`: the CPU per tick a size costs beyond the baseline, per
-connection beyond the baseline's (one state sealed and sent). `goals` says per size whether the server's goals hold (they are set for 1,000 connections:
-latency p99 under 100 ms, CPU per tick at most 10x the baseline's); `load_average` is
-`os.getloadavg()` before and after, since the figures depend on what else runs.
+connection beyond the baseline's (one state sealed and sent). `goals` says per size whether
+the server's goals hold (they are set for 1,000 connections: latency p99 under 100 ms, CPU
+per tick at most 10x the baseline's); `load_average` is `os.getloadavg()` before and after,
+since the figures depend on what else runs.
 The latency includes this process reading every socket in turn (one Python event loop for all
 clients), so it is an upper bound on what the server alone adds. CPU comes from the kernel's
 per-thread `schedstat` (nanoseconds) over ~10 server ticks (4 in `--quick`).
