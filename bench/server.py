@@ -3,13 +3,15 @@
 A real `psyche-server run` subprocess on loopback (uvloop, 500 ms ticks) with N connected
 protocol clients in this process. The server sends states only to connections that joined
 (and closes the others after `--pre-join-timeout`), so every client joins, right after its
-handshake; the run enters a long Warmup with the first `min(N, 256)` of them as members (an
-epoch holds at most 256), and the others stay pending: they get every state and are listed
-in its peers. Every client advertises the P2P address of a stub listener of its own in this
+handshake. The first `min(N, members)` clients join first and the run enters a long Warmup
+with them as its members (an epoch holds at most 256); then the others join and stay pending:
+they get every state, which lists only the members as peers (the P2P layer serves and dials
+members only). Every client advertises the P2P address of a stub listener of its own in this
 process that answers the server's reachability probe as that client's P2P listener would (a
 `Challenge`, then a `Proof` of the client's key for the `Probe`), so the states carry no
-unreachable list. Measured per N, once every client holds a state that lists all N peers as
-probed and all members in Warmup:
+unreachable list. Measured per N, once every client (member or pending) holds a Warmup state
+whose members are exactly the first clients and whose peers are exactly those members, all
+probed:
 - `bytes_per_broadcast`: size of one state frame as received;
 - `broadcast_latency_ms`: a member sends a warmup witness (which changes the state, so the
   server ticks and broadcasts at once); latency = time from that send until each client holds
@@ -17,14 +19,19 @@ probed and all members in Warmup:
 - `server_cpu_ms_per_tick`: the server process's user+system CPU over an idle window divided by
   the broadcasts received in it (one per tick).
 Baseline: the same measurements with 16 clients in the same run; `ratios_vs_baseline` divides.
+`cpu_us_per_added_connection`: the CPU per tick a size costs beyond the baseline, per
+connection beyond the baseline's (one state sealed and sent). `goals` says per size whether
+the server's goals hold (they are set for 1,000 connections: latency p99 under 100 ms, CPU
+per tick at most 10x the baseline's); `load_average` is `os.getloadavg()` before and after,
+since the figures depend on what else runs.
 The latency includes this process reading every socket in turn (one Python event loop for all
 clients), so it is an upper bound on what the server alone adds. CPU comes from the kernel's
 per-thread `schedstat` (nanoseconds) over ~10 server ticks (4 in `--quick`).
 
-`--quick` (what `make test` runs): 32 clients against the baseline, 2 probes, a 2 s idle
-window: the same code path in seconds.
+`--quick` (what `make test` runs): 40 clients of which 24 are members (so 16 pending, as at
+1,000) against the baseline, 2 probes, a 2 s idle window: the same settle path in seconds.
 
-Usage: .venv/bin/python bench/server.py [--sizes 256,1000] [--probes 5] [--quick]
+Usage: .venv/bin/python bench/server.py [--sizes 256,1000] [--members 256] [--probes 5] [--quick]
 """
 
 from __future__ import annotations
@@ -62,6 +69,9 @@ from psyche_common.protocol.secure_channel import TAG_SIZE
 
 BASELINE_CLIENTS = 16
 MAX_MEMBERS = 256  # the coordinator's cap on an epoch's clients
+LATENCY_P99_GOAL_MS = 100.0
+CPU_RATIO_GOAL = 10.0
+QUICK_MEMBERS = 24  # --quick: fewer members than clients, so some stay pending as at 1,000
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -144,15 +154,15 @@ async def start_p2p_stub(identity: Identity) -> tuple[asyncio.Server, str]:
 class BenchClient:
     """One protocol client: joins right after its handshake and records the states it gets.
 
-    Until `settled` it decodes every frame to see whether the run has settled (`Warmup` with
-    `members` clients, all `n_clients` peers probed and reachable); after that it only
+    Until `settled` it decodes every frame to see whether the run has settled (`Warmup` whose
+    members and peers are exactly `member_ids`, none unreachable); after that it only
     timestamps frames (decoding them would delay reading the other sockets)."""
 
-    def __init__(self, port: int, n_clients: int, members: int) -> None:
+    def __init__(self, port: int, member_ids: set[bytes]) -> None:
         self.port = port
         self.p2p_address = ""
-        self.n_clients = n_clients
-        self.members = members
+        self.member_ids = member_ids
+        """The run's members (shared by every client of a size; filled before they join)."""
         self.identity = Identity.generate()
         self.stub: asyncio.Server | None = None
         self.frames = 0
@@ -160,6 +170,7 @@ class BenchClient:
         self.changed_at: list[float] = []  # receipt times of frames that differ from the last
         self.bytes_last = 0
         self.settled = False
+        self.task: asyncio.Task[None] | None = None
 
     async def connect_and_join(self) -> None:
         self.stub, self.p2p_address = await start_p2p_stub(self.identity)
@@ -175,10 +186,11 @@ class BenchClient:
         if not isinstance(message, dict) or message.get("type") != "CoordinatorState":
             return False  # e.g. the `Reachability` notice after this client's probe
         coordinator = message["coordinator"]
+        members = {entry[0] for entry in coordinator["epoch_state"]["clients"]}
         return (
             coordinator["run_state"] == RunState.Warmup
-            and len(coordinator["epoch_state"]["clients"]) == self.members
-            and len(message["peers"]) == self.n_clients
+            and members == self.member_ids
+            and set(message["peers"]) == self.member_ids
             and not message["unreachable"]
         )
 
@@ -203,8 +215,9 @@ class BenchClient:
         await self.channel.send(to_wire(message))
 
     def close(self) -> None:
-        self.writer.transport.abort()
-        self.task.cancel()
+        if self.task is not None:
+            self.writer.transport.abort()
+            self.task.cancel()
         if self.stub is not None:
             self.stub.close()
 
@@ -239,12 +252,17 @@ async def start_server(state_path: Path) -> tuple[asyncio.subprocess.Process, in
     return process, int(match.group(1))
 
 
-async def wait_until(predicate: Any, timeout: float) -> None:
+async def wait_until(predicate: Any, timeout: float, what: Any) -> None:
+    """Poll `predicate` until true; after `timeout` seconds raise, saying `what()`."""
     deadline = time.perf_counter() + timeout
     while not predicate():
         if time.perf_counter() > deadline:
-            raise TimeoutError("benchmark condition not reached")
+            raise TimeoutError(f"benchmark condition not reached within {timeout:g}s: {what()}")
         await asyncio.sleep(0.01)
+
+
+def settled_count(clients: list[BenchClient]) -> str:
+    return f"{sum(c.settled for c in clients)} of {len(clients)} clients settled"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -252,22 +270,38 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def measure(n_clients: int, probes: int, idle_window: float, workdir: Path) -> dict[str, Any]:
-    members = min(n_clients, MAX_MEMBERS)
+async def connect_all(clients: list[BenchClient]) -> None:
+    """Handshake and join, 100 clients at a time."""
+    for start in range(0, len(clients), 100):
+        await asyncio.gather(*(c.connect_and_join() for c in clients[start : start + 100]))
+
+
+async def measure(
+    n_clients: int, max_members: int, probes: int, idle_window: float, workdir: Path
+) -> dict[str, Any]:
+    members = min(n_clients, max_members)
     state_path = workdir / f"state-{n_clients}.toml"
     state_path.write_text(tomli_w.dumps(state_document(members)))
     process, port = await start_server(state_path)
-    clients: list[BenchClient] = []
+    member_ids: set[bytes] = set()
+    clients = [BenchClient(port, member_ids) for _ in range(n_clients)]
+    member_ids.update(c.identity.public_key for c in clients[:members])
     try:
-        for start in range(0, n_clients, 100):
-            batch = [
-                BenchClient(port, n_clients, members)
-                for _ in range(start, min(n_clients, start + 100))
-            ]
-            await asyncio.gather(*(c.connect_and_join() for c in batch))
-            clients.extend(batch)
-        # all members in Warmup, and every client holds a state listing every peer as probed
-        await wait_until(lambda: all(c.settled for c in clients), 60 + n_clients / 10)
+        # the members join and the run enters Warmup with them; then the pending ones join
+        await connect_all(clients[:members])
+        joined = clients[:members]
+        await wait_until(
+            lambda: all(c.settled for c in joined),
+            60 + members / 10,
+            lambda: f"the members in Warmup: {settled_count(joined)}",
+        )
+        await connect_all(clients[members:])
+        # every client holds a state listing every member as a probed peer
+        await wait_until(
+            lambda: all(c.settled for c in clients),
+            60 + n_clients / 10,
+            lambda: f"every client settled: {settled_count(clients)}",
+        )
         await asyncio.sleep(1.0)
         first = clients[0]
 
@@ -281,7 +315,7 @@ async def measure(n_clients: int, probes: int, idle_window: float, workdir: Path
         bytes_per_broadcast = first.bytes_last
 
         # latency probes: distinct members send a warmup witness each
-        member_ids = [
+        member_order = [
             entry[0]
             for entry in decode_payload(first.last)["coordinator"]["epoch_state"]["clients"]
         ]
@@ -290,7 +324,7 @@ async def measure(n_clients: int, probes: int, idle_window: float, workdir: Path
         for probe in range(probes):
             await asyncio.sleep(0.25)  # land between ticks
             counts = [len(c.changed_at) for c in clients]
-            sender = by_id[member_ids[probe]]
+            sender = by_id[member_order[probe]]
             witness = Witness(proof=WitnessProof(probe, probe, False))
             started = time.perf_counter()
             await sender.send(WarmupWitness(witness=witness.to_wire()))
@@ -299,6 +333,7 @@ async def measure(n_clients: int, probes: int, idle_window: float, workdir: Path
                     len(c.changed_at) > k for c, k in zip(clients, counts, strict=True)
                 ),
                 30,
+                lambda probe=probe: f"latency probe {probe}: not every client got its state",
             )
             delays = [
                 1000 * (c.changed_at[k] - started) for c, k in zip(clients, counts, strict=True)
@@ -329,12 +364,15 @@ async def measure(n_clients: int, probes: int, idle_window: float, workdir: Path
 
 
 async def main_async(
-    sizes: list[int], probes: int, idle_window: float, quick: bool
+    sizes: list[int], max_members: int, probes: int, idle_window: float, quick: bool
 ) -> dict[str, Any]:
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        baseline = await measure(BASELINE_CLIENTS, probes, idle_window, workdir)
-        results = {str(n): await measure(n, probes, idle_window, workdir) for n in sizes}
+        baseline = await measure(BASELINE_CLIENTS, max_members, probes, idle_window, workdir)
+        results = {
+            str(n): await measure(n, max_members, probes, idle_window, workdir) for n in sizes
+        }
 
     def ratio(value: float, base: float) -> float | None:
         return round(value / base, 2) if base > 0 else None
@@ -360,6 +398,33 @@ async def main_async(
         "baseline": baseline,
         "results": results,
         "ratios_vs_baseline": ratios,
+        "cpu_us_per_added_connection": {
+            size: round(
+                1000
+                * (r["server_cpu_ms_per_tick"] - baseline["server_cpu_ms_per_tick"])
+                / max(1, r["clients"] - baseline["clients"]),
+                2,
+            )
+            for size, r in results.items()
+        },
+        "goals": {size: goals(results[size], ratios[size]) for size in results},
+        "cpu_count": os.cpu_count(),
+        "load_average": {
+            "before": [round(x, 2) for x in load_before],
+            "after": [round(x, 2) for x in os.getloadavg()],
+        },
+    }
+
+
+def goals(result: dict[str, Any], ratios: dict[str, float | None]) -> dict[str, bool | None]:
+    """The server's goals at one size (they are set for 1,000 connections): broadcast latency
+    p99 under 100 ms, CPU per tick at most 10x the baseline's."""
+    cpu_ratio = ratios["cpu_per_tick"]
+    return {
+        "latency_p99_under_100_ms": result["broadcast_latency_ms"]["p99"] < LATENCY_P99_GOAL_MS,
+        "cpu_per_tick_at_most_10x_baseline": (
+            None if cpu_ratio is None else cpu_ratio <= CPU_RATIO_GOAL
+        ),
     }
 
 
@@ -368,11 +433,22 @@ def main() -> None:
     parser.add_argument("--sizes", default=None, help="client counts (default 256,1000)")
     parser.add_argument("--probes", type=int, default=None, help="latency probes (default 5)")
     parser.add_argument(
-        "--quick", action="store_true", help="32 clients, 2 probes, 2 s idle (seconds)"
+        "--members",
+        type=int,
+        default=None,
+        help=f"most members of the epoch, the rest pending (default {MAX_MEMBERS})",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="40 clients, 24 of them members, 2 probes, 2 s idle (seconds)",
     )
     args = parser.parse_args()
-    sizes_text = args.sizes or ("32" if args.quick else "256,1000")
+    sizes_text = args.sizes or ("40" if args.quick else "256,1000")
     sizes = [int(s) for s in sizes_text.split(",") if s]
+    max_members = args.members or (QUICK_MEMBERS if args.quick else MAX_MEMBERS)
+    if not BASELINE_CLIENTS <= max_members <= MAX_MEMBERS:
+        parser.error(f"--members must be from {BASELINE_CLIENTS} to {MAX_MEMBERS}")
     probes = args.probes or (2 if args.quick else 5)
     idle_window = 2.0 if args.quick else 5.0
     try:
@@ -382,7 +458,7 @@ def main() -> None:
     except ImportError:
         runner = asyncio.Runner()
     with runner:
-        report = runner.run(main_async(sizes, probes, idle_window, args.quick))
+        report = runner.run(main_async(sizes, max_members, probes, idle_window, args.quick))
     print(json.dumps(report))
 
 

@@ -40,7 +40,7 @@ BENCHES = [
         ("result_bytes", "ratio_vs_bf16", "decode_apply_ms_by_results", "convergence"),
         180,
     ),
-    Bench("server", ("baseline", "results", "ratios_vs_baseline"), 180),
+    Bench("server", ("baseline", "results", "ratios_vs_baseline", "goals", "load_average"), 180),
     Bench(
         "secure_link",
         ("plain", "encrypted", "model_share", "round_latency", "state_seal", "load_average"),
