@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import psyche_client
@@ -76,25 +76,33 @@ NOT_IN_COORDINATOR = (*UNREACHABLE_FROM_COORDINATOR, "os", "io", "pathlib", "shu
 """Imported by no module of the coordinator package itself: the above, and files."""
 
 
-def _imported_modules(path: Path) -> set[str]:
-    """Every absolute module name an `import` or `from ... import` in the file names (the
-    names imported from a module too, since they may be submodules)."""
+def _imports(path: Path) -> Iterator[tuple[str, list[str] | None]]:
+    """Each import of the file as (absolute module, the names imported from it), with None
+    for `import module`."""
     tree = ast.parse(path.read_text(), filename=str(path))
     package = _module_name(path).split(".")
     if path.name != "__init__.py":
         package = package[:-1]
-    names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
+            for alias in node.names:
+                yield alias.name, None
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - (node.level - 1)]
                 module = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 module = node.module or ""
-            names.add(module)
-            names.update(f"{module}.{alias.name}" for alias in node.names)
+            yield module, [alias.name for alias in node.names]
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every absolute module name an `import` or `from ... import` in the file names (the
+    names imported from a module too, since they may be submodules)."""
+    names: set[str] = set()
+    for module, imported in _imports(path):
+        names.add(module)
+        names.update(f"{module}.{name}" for name in imported or ())
     return names
 
 
@@ -121,6 +129,15 @@ def _node(module: str, modules: dict[str, Path], root: str) -> str:
     return module if folder == root else folder
 
 
+def _longest_module(name: str, modules: Mapping[str, Path]) -> str | None:
+    """The longest of `a.b.c`, `a.b`, `a` (for `name` "a.b.c") that is one of `modules`."""
+    parts = name.split(".")
+    return next(
+        (".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in modules),
+        None,
+    )
+
+
 def _package_graph(package: object) -> dict[str, dict[str, set[str]]]:
     """node -> imported node -> the module-level edges that make it (`a -> b`)."""
     root = package.__name__  # type: ignore[attr-defined]
@@ -129,15 +146,7 @@ def _package_graph(package: object) -> dict[str, dict[str, set[str]]]:
     for module, path in modules.items():
         source = _node(module, modules, root)
         for name in _imported_modules(path):
-            parts = name.split(".")
-            target = next(
-                (
-                    ".".join(parts[:i])
-                    for i in range(len(parts), 0, -1)
-                    if ".".join(parts[:i]) in modules
-                ),
-                None,
-            )
+            target = _longest_module(name, modules)
             if target is None:
                 continue
             target_node = _node(target, modules, root)
@@ -221,35 +230,13 @@ def _module_targets(path: Path, modules: dict[str, Path]) -> set[str]:
     """The modules of `modules` that the file imports: `from package import name` names the
     submodule `name` when there is one, else the package; `import a.b.c` the longest of
     `a.b.c`, `a.b`, `a` that is a module."""
-
-    def longest(name: str) -> str | None:
-        parts = name.split(".")
-        return next(
-            (
-                ".".join(parts[:i])
-                for i in range(len(parts), 0, -1)
-                if ".".join(parts[:i]) in modules
-            ),
-            None,
-        )
-
-    tree = ast.parse(path.read_text(), filename=str(path))
-    package = _module_name(path).split(".")
-    if path.name != "__init__.py":
-        package = package[:-1]
     found: set[str | None] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(longest(alias.name) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - (node.level - 1)]
-                module = ".".join([*base, *([node.module] if node.module else [])])
-            else:
-                module = node.module or ""
-            for alias in node.names:
-                submodule = f"{module}.{alias.name}"
-                found.add(submodule if submodule in modules else longest(module))
+    for module, imported in _imports(path):
+        if imported is None:
+            found.add(_longest_module(module, modules))
+        for name in imported or ():
+            submodule = f"{module}.{name}"
+            found.add(submodule if submodule in modules else _longest_module(module, modules))
     return {name for name in found if name is not None}
 
 
