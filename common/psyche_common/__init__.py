@@ -1,5 +1,10 @@
-"""Pure logic and wire formats shared by the server and the client.
+"""What the server and the client share: pure logic, wire formats and the shared clients.
 
-Nothing in this package opens sockets or imports torch (the data providers' network
-readers live in ``psyche_common.data`` and are only used by the processes that need them).
+Pure (no sockets, no asyncio, no cryptography, no files): the coordinator state machine
+(``coordinator``), the signed-commitment and announcement types (``announcements``), the
+config models and rules (``config``, apart from its file loaders), ``shuffle``, ``bloom``,
+``batch_id``, ``lr_schedule`` and the small value modules. Doing I/O: ``protocol`` (frames
+over asyncio streams, the ed25519 handshake, the encrypted channel), ``data`` (the HTTP and
+TCP data clients, memory-mapped token files), ``pacing``, ``atomic_file`` and ``logs``.
+Nothing here imports torch.
 """

@@ -19,6 +19,7 @@ from psyche_common.coordinator import Attestation as CoordinatorAttestation
 from psyche_common.coordinator import Coordinator, VerificationRecord
 from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.protocol import short_id
+from psyche_common.protocol.identity import verify_signature
 from psyche_common.protocol.messages import (
     Accusation,
     AnyClientMessage,
@@ -150,8 +151,9 @@ class ConvictionLog:
 
 
 def apply_equivocation(coordinator: Coordinator, client_id: bytes, message: Equivocation) -> None:
-    """Check an equivocation proof (both signatures) and convict its trainer on it (the
-    conviction is logged by `ConvictionLog`); only members of the epoch may report one (they
+    """Check an equivocation proof (both signatures, ed25519 by `verify_signature`: the
+    coordinator takes the check as an argument so that it loads no cryptography) and convict
+    its trainer on it (the conviction is logged by `ConvictionLog`); only members of the epoch may report one (they
     are the ones the trainer sends its announcements to)."""
     if coordinator.client_index(client_id) is None:
         log.warning(
@@ -163,7 +165,7 @@ def apply_equivocation(coordinator: Coordinator, client_id: bytes, message: Equi
         proof = EquivocationProof.from_wire({"first": message.first, "second": message.second})
     except ValueError as exc:
         raise InvalidMessage(f"Equivocation: {exc}") from exc
-    recorded = coordinator.equivocation(client_id, proof)
+    recorded = coordinator.equivocation(client_id, proof, verify_signature)
     if recorded is not None:
         log.info(
             "equivocation: %s signed two commitments for %s of step %d (reported by %s)",

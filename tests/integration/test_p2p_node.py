@@ -23,6 +23,7 @@ from psyche_client.p2p import (
     make_result_announcement,
 )
 from psyche_client.p2p.pushing import AnnounceReport
+from psyche_common.announcements import from_wire, to_wire
 from psyche_common.protocol import ConnectionClosed, Identity, read_frame, write_frame
 
 from tests.support.tamper_proxy import DOWN, Flip, TamperProxy
@@ -182,12 +183,12 @@ async def test_duplicate_announcement_is_delivered_once(cluster: Cluster) -> Non
 async def test_bad_signature_announcement_is_rejected(cluster: Cluster) -> None:
     a, b = await cluster.add(), await cluster.add()
     good = announce_blob(a, b"payload")
-    forged = dataclasses.replace(good, batch_start=11)  # field changed after signing
+    forged = from_wire(to_wire(good) | {"batch_start": 11})  # field changed after signing
     report = await a.announce(forged)
     assert report.delivered == []
     assert "signature does not verify" in report.failed[b.peer_id]
     stranger = Identity.generate()  # commitment signed by someone else
-    forged2 = dataclasses.replace(good, commitment_signature=stranger.sign(good.data_hash))
+    forged2 = from_wire(to_wire(good) | {"commitment_signature": stranger.sign(good.data_hash)})
     report = await a.announce(forged2)
     assert "commitment_signature does not verify" in report.failed[b.peer_id]
     assert cluster.received[b.peer_id] == []

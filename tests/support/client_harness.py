@@ -25,7 +25,7 @@ from psyche_common.coordinator import (
 )
 from psyche_common.coordinator.committee import CommitteeProof
 from psyche_common.coordinator.equivocation import EquivocationProof
-from psyche_common.protocol import Identity
+from psyche_common.protocol import Identity, verify_signature
 from psyche_common.protocol.messages import WitnessMetadata
 
 from tests.support.coordinators import state_document
@@ -164,7 +164,7 @@ class FakeServer:
     def on_equivocation(self, sender: bytes, proof: EquivocationProof) -> None:
         # through the wire form, as the server receives it
         received = EquivocationProof.from_wire(proof.to_wire())
-        self.call(lambda c: c.equivocation(sender, received))
+        self.call(lambda c: c.equivocation(sender, received, verify_signature))
 
     def on_attestation(
         self,

@@ -23,6 +23,7 @@ from psyche_client.p2p.announcements import (
     message_id,
 )
 from psyche_client.p2p.inbox import VerifiedAnnouncement, verify
+from psyche_common.announcements import ResultCommitment
 from psyche_common.batch_id import BatchId
 from psyche_common.config import HubCheckpoint
 from psyche_common.coordinator import Witness
@@ -232,13 +233,5 @@ def unsigned_result(
     sender_id: bytes, batch: BatchId, data_hash: bytes, *, size: int = 0, step: int = 0
 ) -> ResultAnnouncement:
     """A result announcement with empty signatures (for parts that never verify one)."""
-    return ResultAnnouncement(
-        step=step,
-        batch_start=batch.start,
-        batch_end=batch.end,
-        sender_id=sender_id,
-        data_hash=data_hash,
-        commitment_signature=b"",
-        blob_hash=bytes(32),
-        size=size,
-    )
+    commitment = ResultCommitment(sender_id, step, batch, data_hash, bytes(32), size, b"")
+    return ResultAnnouncement(commitment)

@@ -9,14 +9,20 @@ Between distributions:
 Inside the client and common packages (docs/architecture.md, "Layers"), over every import a
 module makes (top level, function-local and type-only alike):
 - no package-level import loop: each folder is a node, and so is each module that sits
-  directly in a distribution's root package (`psyche_client/cli.py`); the coordinator package
-  of `psyche_common` may loop inside itself, nothing else may;
+  directly in a distribution's root package (`psyche_client/cli.py`);
+- no module-level import loop in any of the three packages (`from package import name` counts
+  as importing the submodule `name` when there is one, else the package);
 - the client's layers: distro < verify < training < round (a lower layer never imports a
   higher one; `verify` is tensor math the training backend calls, so it sits below it); `p2p` and `session` import neither `training` nor `round`; only `cli` and `tui`
   import `app`;
 - importing every module of `psyche_client.round` and `psyche_client.p2p` loads no torch;
 - only `psyche_client.app` imports `psyche_client.metrics` (the sink is built there and handed
-  down; nothing below the app reports metrics itself).
+  down; nothing below the app reports metrics itself);
+- coordinator purity: the modules of `psyche_common.coordinator` import no I/O (sockets,
+  asyncio, HTTP, processes, files), no cryptography (nor `psyche_common.protocol`, whose package
+  loads the handshake and the secure channel) and no torch; no `psyche_common` module they reach
+  imports networking, asyncio, cryptography or torch; and importing the coordinator in a fresh
+  interpreter loads neither `cryptography` nor `asyncio`.
 
 The local testnet only starts processes: `psyche_local_testnet` imports nothing of
 `psyche_server` or `psyche_client` (it runs them as programs and reads what they print and
@@ -29,7 +35,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import psyche_client
@@ -64,26 +70,56 @@ TESTNET_COMMON = (
 )
 """What `psyche_local_testnet` may import of `psyche_common` (and of our packages at all)."""
 
+COORDINATOR = "psyche_common.coordinator"
 
-def _imported_modules(path: Path) -> set[str]:
-    """Every absolute module name an `import` or `from ... import` in the file names (the
-    names imported from a module too, since they may be submodules)."""
+UNREACHABLE_FROM_COORDINATOR = (
+    "asyncio",
+    "socket",
+    "ssl",
+    "selectors",
+    "http",
+    "httpx",
+    "urllib",
+    "subprocess",
+    "cryptography",
+    "torch",
+    "transformers",
+    "psyche_common.protocol",
+)
+"""Imported by no module the coordinator reaches: networking, asyncio, processes, crypto (the
+`psyche_common.protocol` package loads the handshake and the secure channel), torch."""
+
+NOT_IN_COORDINATOR = (*UNREACHABLE_FROM_COORDINATOR, "os", "io", "pathlib", "shutil", "tempfile")
+"""Imported by no module of the coordinator package itself: the above, and files."""
+
+
+def _imports(path: Path) -> Iterator[tuple[str, list[str] | None]]:
+    """Each import of the file as (absolute module, the names imported from it), with None
+    for `import module`."""
     tree = ast.parse(path.read_text(), filename=str(path))
     package = _module_name(path).split(".")
     if path.name != "__init__.py":
         package = package[:-1]
-    names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
+            for alias in node.names:
+                yield alias.name, None
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - (node.level - 1)]
                 module = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 module = node.module or ""
-            names.add(module)
-            names.update(f"{module}.{alias.name}" for alias in node.names)
+            yield module, [alias.name for alias in node.names]
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every absolute module name an `import` or `from ... import` in the file names (the
+    names imported from a module too, since they may be submodules)."""
+    names: set[str] = set()
+    for module, imported in _imports(path):
+        names.add(module)
+        names.update(f"{module}.{name}" for name in imported or ())
     return names
 
 
@@ -110,6 +146,15 @@ def _node(module: str, modules: dict[str, Path], root: str) -> str:
     return module if folder == root else folder
 
 
+def _longest_module(name: str, modules: Mapping[str, Path]) -> str | None:
+    """The longest of `a.b.c`, `a.b`, `a` (for `name` "a.b.c") that is one of `modules`."""
+    parts = name.split(".")
+    return next(
+        (".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in modules),
+        None,
+    )
+
+
 def _package_graph(package: object) -> dict[str, dict[str, set[str]]]:
     """node -> imported node -> the module-level edges that make it (`a -> b`)."""
     root = package.__name__  # type: ignore[attr-defined]
@@ -118,15 +163,7 @@ def _package_graph(package: object) -> dict[str, dict[str, set[str]]]:
     for module, path in modules.items():
         source = _node(module, modules, root)
         for name in _imported_modules(path):
-            parts = name.split(".")
-            target = next(
-                (
-                    ".".join(parts[:i])
-                    for i in range(len(parts), 0, -1)
-                    if ".".join(parts[:i]) in modules
-                ),
-                None,
-            )
+            target = _longest_module(name, modules)
             if target is None:
                 continue
             target_node = _node(target, modules, root)
@@ -194,9 +231,121 @@ def test_package_imports_only_what_it_may(package: object) -> None:
 @pytest.mark.parametrize("package", [psyche_common, psyche_client], ids=lambda p: p.__name__)
 def test_no_package_level_import_loop(package: object) -> None:
     graph = _package_graph(package)
-    allowed = {"psyche_common.coordinator"}  # may loop inside itself: it is one node already
-    loops = [_describe(graph, cycle) for cycle in _cycles(graph) if not set(cycle) <= allowed]
+    loops = [_describe(graph, cycle) for cycle in _cycles(graph)]
     assert loops == []
+
+
+def _all_modules() -> dict[str, Path]:
+    return {
+        _module_name(path): path
+        for package in (psyche_common, psyche_server, psyche_client)
+        for path in _package_files(package)
+    }
+
+
+def _module_targets(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules of `modules` that the file imports: `from package import name` names the
+    submodule `name` when there is one, else the package; `import a.b.c` the longest of
+    `a.b.c`, `a.b`, `a` that is a module."""
+    found: set[str | None] = set()
+    for module, imported in _imports(path):
+        if imported is None:
+            found.add(_longest_module(module, modules))
+        for name in imported or ():
+            submodule = f"{module}.{name}"
+            found.add(submodule if submodule in modules else _longest_module(module, modules))
+    return {name for name in found if name is not None}
+
+
+def _module_graph() -> dict[str, dict[str, set[str]]]:
+    """module -> imported module -> the edge (`a -> b`), over the three packages."""
+    modules = _all_modules()
+    graph: dict[str, dict[str, set[str]]] = {}
+    for module, path in modules.items():
+        for target in _module_targets(path, modules) - {module}:
+            graph.setdefault(module, {})[target] = {f"{module} -> {target}"}
+    return graph
+
+
+def test_no_module_level_import_loop() -> None:
+    graph = _module_graph()
+    assert any(source.startswith(COORDINATOR) for source in graph)  # the walk found them
+    loops = [_describe(graph, cycle) for cycle in _cycles(graph)]
+    assert loops == []
+
+
+def _names(imported: set[str], forbidden: tuple[str, ...]) -> list[str]:
+    return sorted(
+        name
+        for name in imported
+        if any(name == prefix or name.startswith(prefix + ".") for prefix in forbidden)
+    )
+
+
+def test_the_coordinator_imports_no_io_no_crypto_and_no_torch() -> None:
+    coordinator_files = [
+        path for path in _package_files(psyche_common) if _module_name(path).startswith(COORDINATOR)
+    ]
+    assert len(coordinator_files) > 10
+    violations = [
+        f"{_module_name(path)} imports {name}"
+        for path in coordinator_files
+        for name in _names(_imported_modules(path), NOT_IN_COORDINATOR)
+    ]
+    opens = [
+        f"{_module_name(path)} calls open()"
+        for path in coordinator_files
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open"
+    ]
+    assert violations + opens == []
+
+
+def test_nothing_the_coordinator_reaches_imports_networking_crypto_or_torch() -> None:
+    """Over the `psyche_common` modules the coordinator's imports reach (and their packages'
+    `__init__`, which Python runs first)."""
+    modules = _all_modules()
+    graph = _module_graph()
+    reached: set[str] = set()
+    todo = [name for name in modules if name.startswith(COORDINATOR)]
+    while todo:
+        module = todo.pop()
+        if module in reached:
+            continue
+        reached.add(module)
+        parts = module.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
+        todo.extend(graph.get(module, {}))
+    assert {"psyche_common.config", "psyche_common.announcements"} <= reached
+    violations = [
+        f"{module} imports {name}"
+        for module in sorted(reached)
+        for name in _names(_imported_modules(modules[module]), UNREACHABLE_FROM_COORDINATOR)
+    ]
+    assert violations == []
+
+
+def test_importing_the_coordinator_loads_no_crypto_and_no_asyncio() -> None:
+    """In a fresh interpreter: `cryptography`, `asyncio`, torch and the protocol package (the
+    handshake, the secure channel) stay unloaded."""
+    code = f"""
+import sys
+import {COORDINATOR}
+import {COORDINATOR}.machine
+loaded = [
+    name
+    for name in ("cryptography", "asyncio", "torch", "psyche_common.protocol")
+    if name in sys.modules
+]
+print(len(sys.modules), *loaded)
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    count, *loaded = result.stdout.split()
+    assert loaded == []
+    assert int(count) > 50  # the import really ran
 
 
 def _client_imports() -> Iterator[tuple[str, str]]:

@@ -40,7 +40,7 @@ from psyche_common.coordinator.committee import CommitteeSelection, WitnessProof
 from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.coordinator.errors import CoordinatorError
 from psyche_common.coordinator.health import participant_key
-from psyche_common.protocol import Identity
+from psyche_common.protocol import Identity, verify_signature
 
 from tests.support.coordinators import coordinator_in
 from tests.support.fakes import RecordingUplink
@@ -171,12 +171,13 @@ async def test_an_equivocation_proof_drops_the_trainer_and_every_client_skips_it
         coordinator = s1.runner.ctx.coordinator
         assert coordinator is not None
         reporter = s1.me
-        recorded = coordinator.equivocation(reporter, EquivocationProof.from_wire(proof.to_wire()))
+        received = EquivocationProof.from_wire(proof.to_wire())
+        recorded = coordinator.equivocation(reporter, received, verify_signature)
         assert recorded is not None and recorded.trainer == TRAINER.public_key
         assert recorded.proven and recorded.verifiers == (reporter,)
         # proven during RoundTrain of STEP: STEP - 1's results are not final yet either
         assert recorded.step == STEP - 1
-        assert coordinator.equivocation(reporter, proof) is None  # once per epoch
+        assert coordinator.equivocation(reporter, proof, verify_signature) is None  # once per epoch
         trainer = next(c for c in coordinator.epoch_state.clients if c.id == TRAINER.public_key)
         assert trainer.state == ClientState.Dropped
         record, epoch = coordinator.verification, coordinator.progress.epoch
@@ -211,7 +212,7 @@ async def test_the_same_data_hash_with_two_blobs_is_two_commitments() -> None:
         assert set(node.round_.downloads) == {good.commitment, junk.commitment}
         await asyncio.sleep(0)
         (proof,) = node.uplink.equivocations
-        proof.check()  # self-proving: both signatures, one batch, two statements
+        proof.check(verify_signature)  # self-proving: both signatures, one batch, two statements
     finally:
         node.close()
 
@@ -242,7 +243,7 @@ def test_a_trainer_nonce_outside_the_commitment_is_inside_it_now() -> None:
 
     first, second = announce(result.encode()), announce(renonced.encode())
     assert first.commitment != second.commitment
-    proof_of(first, second).check()
+    proof_of(first, second).check(verify_signature)
 
 
 def test_a_proof_that_proves_nothing_is_refused() -> None:
@@ -270,7 +271,7 @@ def test_a_proof_that_proves_nothing_is_refused() -> None:
         (forged, "second.signature does not verify"),
     ):
         with pytest.raises(CoordinatorError, match=why):
-            coordinator.equivocation(bytes(32), proof)
+            coordinator.equivocation(bytes(32), proof, verify_signature)
     assert coordinator.verification.convictions == []
 
 

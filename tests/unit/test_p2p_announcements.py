@@ -7,6 +7,7 @@ import hashlib
 
 import pytest
 from psyche_client.p2p.announcements import (
+    Announcement,
     AnnouncementError,
     FinishedAnnouncement,
     ResultAnnouncement,
@@ -17,8 +18,8 @@ from psyche_client.p2p.announcements import (
     to_wire,
     verify_announcement,
 )
+from psyche_common.announcements import commitment_statement
 from psyche_common.protocol import Identity, decode_payload, encode_payload, verify_signature
-from psyche_common.protocol.result_commitment import commitment_statement
 
 TRAINER = Identity.from_secret_bytes(bytes(range(32)))
 
@@ -35,6 +36,11 @@ def result() -> ResultAnnouncement:
     )
 
 
+def tampered(announcement: Announcement, **changes: object) -> Announcement:
+    """`announcement` with fields changed after signing, as a relaying peer could send it."""
+    return from_wire(to_wire(announcement) | changes)
+
+
 def test_result_commitment_signature_binds_the_data_hash_the_blob_and_the_size() -> None:
     a = result()
     assert a.sender_id == TRAINER.public_key and a.batch_range == (8, 11)
@@ -46,12 +52,13 @@ def test_result_commitment_signature_binds_the_data_hash_the_blob_and_the_size()
     verify_announcement(a)
     # the same data hash with another blob (another nonce in its header) is another
     # commitment, and a signature cannot be moved from one to the other
-    other = dataclasses.replace(a, blob_hash=hashlib.sha256(b"other blob").digest())
+    other = tampered(a, blob_hash=hashlib.sha256(b"other blob").digest())
     assert other.commitment != a.commitment
     with pytest.raises(AnnouncementError, match="commitment_signature"):
         verify_announcement(other)
-    assert a.signed_commitment().verifies()
-    assert a.signed_commitment().commitment_id == a.commitment
+    assert a.signed.verifies(verify_signature)
+    assert not tampered(a, size=1).signed.verifies(verify_signature)
+    assert a.signed.commitment_id == a.commitment
 
 
 def test_finished_commitment_is_sha256_of_the_merkle_root() -> None:
@@ -85,17 +92,17 @@ def test_wire_round_trip_through_msgpack(make) -> None:
     [("step", 6), ("batch_start", 9), ("batch_end", 12), ("blob_hash", bytes(32)), ("size", 1)],
 )
 def test_any_field_change_breaks_the_envelope(field: str, value: object) -> None:
-    tampered = dataclasses.replace(result(), **{field: value})
+    changed = tampered(result(), **{field: value})
     # the commitment signature covers these fields too, and is checked first
     with pytest.raises(AnnouncementError, match="signature does not verify"):
-        verify_announcement(tampered)
+        verify_announcement(changed)
 
 
 def test_foreign_commitment_signature_is_rejected() -> None:
     a = result()
     other = Identity.generate()
     with pytest.raises(AnnouncementError, match="commitment_signature"):
-        verify_announcement(dataclasses.replace(a, commitment_signature=other.sign(a.data_hash)))
+        verify_announcement(tampered(a, commitment_signature=other.sign(a.data_hash)))
 
 
 def test_message_id_differs_between_messages() -> None:

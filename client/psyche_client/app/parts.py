@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from psyche_common.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_common.data.fetcher import DataSource, SampleFetcher
 from psyche_common.data.retry import RetryPolicy
 from psyche_common.protocol import Identity
@@ -23,7 +24,6 @@ from psyche_common.protocol import Identity
 from psyche_client.metrics.factory import open_metrics_sink
 from psyche_client.metrics.options import MetricsOptions
 from psyche_client.metrics.sink import ClientMetricsSink
-from psyche_client.p2p.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_client.p2p.node import P2PNode
 from psyche_client.round.exchange import PublishHook
 from psyche_client.round.health import AccusationPolicy, clients_to_accuse

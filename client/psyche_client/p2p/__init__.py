@@ -7,7 +7,8 @@
 - `recent`: the announcements of recent steps, pushed to a peer whose link comes up.
 - `pacing`: a round's frames before model shares (priority writer lock, bulk-upload shaper
   with the optional `max_upload_rate` cap, a short kernel send queue).
-- `announcements`: signed `ResultAnnouncement` / `FinishedAnnouncement` messages.
+- `announcements`: signing and verifying the `ResultAnnouncement` / `FinishedAnnouncement`
+  messages (their types and wire form: `psyche_common.announcements`).
 - `blobs.BlobStore`: content-addressed (SHA-256) in-memory store of served blobs.
 - `fetch`: candidate ordering, timeouts, retries and hash checks of downloads.
 - `manifest` / `model_share`: late-joiner parameter download with a majority-agreed manifest.

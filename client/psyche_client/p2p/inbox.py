@@ -35,16 +35,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from psyche_common.protocol import short_id
-
-from .announcements import (
+from psyche_common.announcements import (
     Announcement,
     AnnouncementError,
     ResultAnnouncement,
     from_wire,
-    message_id,
-    verify_announcement,
 )
+from psyche_common.protocol import short_id
+
+from .announcements import message_id, verify_announcement
 from .rate import PeerRates
 
 log = logging.getLogger(__name__)

@@ -24,9 +24,9 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from psyche_common.announcements import Announcement
 from psyche_common.protocol import Identity, short_id
 
-from .announcements import Announcement
 from .blobs import BlobStore
 from .config import P2PConfig
 from .connection import (

@@ -21,9 +21,9 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from psyche_common.announcements import Announcement
 from psyche_common.protocol import ProtocolError, short_id
 
-from .announcements import Announcement
 from .links import LinkTable
 from .recent import RecentAnnouncements
 

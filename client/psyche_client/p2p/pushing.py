@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from psyche_common.announcements import Announcement, to_wire
 from psyche_common.protocol import ProtocolError, short_id
 
-from .announcements import Announcement, to_wire
 from .config import P2PConfig
 from .connection import raise_if_rejected
 from .inbox import AnnouncementInbox

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from .announcements import Announcement, message_id
+from psyche_common.announcements import Announcement
+
+from .announcements import message_id
 
 MAX_RECENT = 4096
 

@@ -28,9 +28,9 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from psyche_common.announcements import Announcement
 from psyche_common.protocol import ProtocolError, short_id
 
-from .announcements import Announcement
 from .blobs import BlobStore
 from .config import P2PConfig
 from .inbox import AnnouncementInbox

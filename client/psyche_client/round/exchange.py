@@ -28,17 +28,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from psyche_common.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_common.batch_id import BatchId
 from psyche_common.client_id import short_id
 from psyche_common.coordinator.committee import Committee
 from psyche_common.protocol import Identity
 
-from psyche_client.p2p.announcements import (
-    FinishedAnnouncement,
-    ResultAnnouncement,
-    make_result_announcement,
-    proof_of,
-)
+from psyche_client.p2p.announcements import make_result_announcement, proof_of
 from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.consensus import Candidate
 from psyche_client.round.context import RoundContext

@@ -19,9 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from psyche_common.announcements import ResultAnnouncement
 from psyche_common.pacing import MEGABIT
-
-from psyche_client.p2p.announcements import ResultAnnouncement
 
 
 @dataclass

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+from psyche_common.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
 from psyche_common.config import HubCheckpoint
@@ -22,7 +23,6 @@ from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.coordinator.types import Witness
 from psyche_common.protocol.messages import WitnessMetadata
 
-from psyche_client.p2p.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_client.round.witness_builder import EMPTY_MERKLE_ROOT
 from psyche_client.training.backend import TrainingBackend
 from psyche_client.verify.threshold import ACCUSE_BELOW

@@ -23,10 +23,10 @@ import itertools
 import logging
 import time
 
+from psyche_common.announcements import FinishedAnnouncement
 from psyche_common.coordinator import Coordinator
 from psyche_common.protocol import Identity
 
-from psyche_client.p2p.announcements import FinishedAnnouncement
 from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.apply import ApplyStep
 from psyche_client.round.context import RoundContext

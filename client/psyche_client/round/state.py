@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from psyche_common.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
 
-from psyche_client.p2p.announcements import FinishedAnnouncement, ResultAnnouncement
 from psyche_client.round.checks import VerifierChecks
 from psyche_client.round.consensus import Candidate
 from psyche_client.round.link_speed import BusyMeter

@@ -15,10 +15,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from psyche_common.announcements import FinishedAnnouncement
 from psyche_common.coordinator import Coordinator, RunState
 from psyche_common.coordinator.committee import WitnessProof
 
-from psyche_client.p2p.announcements import FinishedAnnouncement, make_finished_announcement
+from psyche_client.p2p.announcements import make_finished_announcement
 from psyche_client.round.context import RoundContext
 from psyche_client.round.ports import PeerNetwork, Uplink, WeightsCheck, empty_witness
 

@@ -27,12 +27,11 @@ Rules (docs/verification.md):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from psyche_common.batch_id import BatchId
 from psyche_common.client_id import short_id
 from psyche_common.coordinator.assignment import assign_data_for_round
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
+from psyche_common.coordinator.state import CoordinatorState
 from psyche_common.coordinator.types import ClientState, Round, RunState
 from psyche_common.coordinator.verdicts import (
     MAX_ACCUSATIONS,
@@ -52,9 +51,6 @@ from psyche_common.coordinator.verification import (
     verifier_sample,
 )
 
-if TYPE_CHECKING:
-    from psyche_common.coordinator.state import Coordinator
-
 Report = Accusation | Attestation
 
 
@@ -62,7 +58,7 @@ def _refuse(detail: str) -> CoordinatorError:
     return CoordinatorError(ErrorKind.InvalidAccusation, detail)
 
 
-def _round_of_step(coord: Coordinator, step: int) -> Round:
+def _round_of_step(coord: CoordinatorState, step: int) -> Round:
     if coord.run_state not in (RunState.RoundTrain, RunState.RoundWitness):
         raise _refuse(f"run is {coord.run_state.name}, not in a round")
     current_step = coord.progress.step
@@ -76,7 +72,7 @@ def _round_of_step(coord: Coordinator, step: int) -> Round:
     raise _refuse(f"step {step} is closed to accusations (current step {current_step})")
 
 
-def _check_report(coord: Coordinator, from_id: bytes, report: Report) -> None:
+def _check_report(coord: CoordinatorState, from_id: bytes, report: Report) -> None:
     """Raise `CoordinatorError(InvalidAccusation)` naming the rule `report` breaks."""
     if report.verifier != from_id:
         raise _refuse(f"{short_id(from_id)} sent a report signed as another verifier")
@@ -114,20 +110,20 @@ def _check_report(coord: Coordinator, from_id: bytes, report: Report) -> None:
         raise _refuse(f"{MAX_ACCUSATIONS} reports pending")
 
 
-def accuse(coord: Coordinator, from_id: bytes, accusation: Accusation) -> None:
+def accuse(coord: CoordinatorState, from_id: bytes, accusation: Accusation) -> None:
     """Record `accusation` (its `verifier` must be `from_id`); it is judged when its step
     closes (`judge_closed_step`). Raises `CoordinatorError(InvalidAccusation)`."""
     _check_report(coord, from_id, accusation)
     coord.verification.accusations.append(accusation)
 
 
-def attest(coord: Coordinator, from_id: bytes, attestation: Attestation) -> None:
+def attest(coord: CoordinatorState, from_id: bytes, attestation: Attestation) -> None:
     """Record that `from_id` checked a result and it passed (same rules as `accuse`)."""
     _check_report(coord, from_id, attestation)
     coord.verification.attestations.append(attestation)
 
 
-def judge_closed_step(coord: Coordinator) -> list[Conviction]:
+def judge_closed_step(coord: CoordinatorState) -> list[Conviction]:
     """Judge the reports of step `progress.step - 1`, which just closed to reports (the
     current round entered RoundWitness, or the Cooldown began); returns the convictions made.
     """
@@ -188,7 +184,7 @@ def judge_closed_step(coord: Coordinator) -> list[Conviction]:
 
 
 def convict_proven(
-    coord: Coordinator, trainer: bytes, step: int, batch: BatchId, reporter: bytes
+    coord: CoordinatorState, trainer: bytes, step: int, batch: BatchId, reporter: bytes
 ) -> Conviction:
     """Convict `trainer` on self-proving evidence about its result for `batch` at `step` that
     `reporter` sent and the caller has checked (e.g. two announcements it signed that name
@@ -211,7 +207,9 @@ def convict_proven(
     return conviction
 
 
-def _convict_false_accuser(coord: Coordinator, accusation: Accusation, step: int) -> Conviction:
+def _convict_false_accuser(
+    coord: CoordinatorState, accusation: Accusation, step: int
+) -> Conviction:
     record = coord.verification
     verifier = accusation.verifier
     conviction = Conviction(
@@ -229,7 +227,7 @@ def _convict_false_accuser(coord: Coordinator, accusation: Accusation, step: int
     return conviction
 
 
-def _record(coord: Coordinator, conviction: Conviction) -> None:
+def _record(coord: CoordinatorState, conviction: Conviction) -> None:
     """Keep `conviction` and drop its key from the epoch (it leaves at the next round start)."""
     record = coord.verification
     record.convictions.append(conviction)
@@ -269,7 +267,7 @@ def _batch_key(batch: BatchId) -> tuple[int, int]:
     return batch.start, batch.end
 
 
-def prune(coord: Coordinator) -> None:
+def prune(coord: CoordinatorState) -> None:
     """Forget reports of steps that can no longer be judged (called at round starts)."""
     oldest = coord.progress.step - 1
     record = coord.verification

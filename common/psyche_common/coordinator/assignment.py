@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from psyche_common.batch_id import BatchId
 from psyche_common.coordinator.committee import Committee, CommitteeSelection
+from psyche_common.coordinator.state import CoordinatorState
 from psyche_common.shuffle import deterministic_shuffle
-
-if TYPE_CHECKING:
-    from psyche_common.coordinator.state import Coordinator
 
 U16_MAX = 0xFFFF
 
@@ -71,7 +69,7 @@ class ClientLike(Protocol):
     id: bytes
 
 
-def round_batch_size(coordinator: Coordinator, round_: RoundLike | None) -> int:
+def round_batch_size(coordinator: CoordinatorState, round_: RoundLike | None) -> int:
     """`get_target_global_batch_size`: the batch size at the round's (or epoch's) data cursor."""
     index = round_.data_index if round_ is not None else coordinator.progress.epoch_start_data_index
     return get_batch_size(coordinator.config, index * coordinator.model.max_seq_len)
@@ -150,7 +148,7 @@ def assign_data_for_round(
     return dict(zip(batches, trainers, strict=False))
 
 
-def assign_data_for_state(coordinator: Coordinator) -> dict[BatchId, bytes]:
+def assign_data_for_state(coordinator: CoordinatorState) -> dict[BatchId, bytes]:
     """Batch id → trainer client id for the coordinator's current round."""
     return assign_data_for_round(
         coordinator.current_round(),
@@ -166,13 +164,13 @@ def batches_for_client(assignment: dict[BatchId, bytes], client_id: bytes) -> li
 
 
 def get_batch_ids_for_round(
-    round_: RoundLike, coordinator: Coordinator, num_trainers: int
+    round_: RoundLike, coordinator: CoordinatorState, num_trainers: int
 ) -> list[BatchId]:
     """All batch ids of a round (no owners), as trainers would split it."""
     return split_batch(round_.data_index, round_batch_size(coordinator, round_), num_trainers)
 
 
-def get_data_index_for_step(coordinator: Coordinator, target_step: int) -> int:
+def get_data_index_for_step(coordinator: CoordinatorState, target_step: int) -> int:
     """The data cursor at `target_step` assuming constant batch settings (0 if out of range)."""
     if target_step <= 1 or target_step > coordinator.config.total_steps:
         return 0

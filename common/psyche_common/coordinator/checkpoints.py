@@ -11,7 +11,6 @@ the run's persisted checkpoint. Here the checkpointers are the keys the operator
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING
 
 from psyche_common.client_id import short_id
 from psyche_common.config import (
@@ -23,9 +22,7 @@ from psyche_common.config import (
     P2PGcsCheckpoint,
 )
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
-
-if TYPE_CHECKING:
-    from psyche_common.coordinator.state import Coordinator
+from psyche_common.coordinator.state import CoordinatorState
 
 
 def after_cooldown(checkpoint: AnyCheckpoint) -> AnyCheckpoint:
@@ -63,7 +60,7 @@ def merge_uploaded(current: AnyCheckpoint, received: AnyCheckpoint) -> AnyCheckp
 
 
 def checkpoint_message(
-    coord: Coordinator,
+    coord: CoordinatorState,
     from_id: bytes,
     index: int,
     checkpoint: AnyCheckpoint,

@@ -12,15 +12,11 @@ import enum
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.shuffle import compute_shuffled_index, shuffled_positions
 from psyche_common.wire_checks import wire_map, wire_uint
-
-if TYPE_CHECKING:
-    from psyche_common.coordinator.state import Coordinator
-    from psyche_common.coordinator.types import Round
 
 MAX_WITNESSES = 32
 U64_MAX = (1 << 64) - 1
@@ -94,6 +90,42 @@ class HasId(Protocol):
     id: bytes
 
 
+class SelectionRound(Protocol):
+    """What a selection reads from a round (`types.Round` has it)."""
+
+    @property
+    def tie_breaker_tasks(self) -> int: ...
+
+    @property
+    def clients_len(self) -> int: ...
+
+    @property
+    def random_seed(self) -> int: ...
+
+
+class SelectionConfig(Protocol):
+    """The `[config]` settings a selection reads (`CoordinatorConfig` has them)."""
+
+    @property
+    def witness_nodes(self) -> int: ...
+
+    @property
+    def verification_percent(self) -> int: ...
+
+
+class RoundHistory(Protocol):
+    """A coordinator's config and its last three rounds (`CoordinatorState` is one)."""
+
+    @property
+    def config(self) -> SelectionConfig: ...
+
+    def current_round(self) -> SelectionRound: ...
+
+    def previous_round(self) -> SelectionRound | None: ...
+
+    def previous_previous_round(self) -> SelectionRound | None: ...
+
+
 def seed32_from_u64(seed: int) -> bytes:
     return hashlib.sha256((seed & U64_MAX).to_bytes(8, "little")).digest()
 
@@ -144,13 +176,13 @@ class CommitteeSelection:
         )
 
     @classmethod
-    def from_coordinator(cls, coordinator: Coordinator, offset: int) -> CommitteeSelection:
+    def from_coordinator(cls, coordinator: RoundHistory, offset: int) -> CommitteeSelection:
         """Selection for the current (0), previous (-1) or previous-previous (-2) round.
 
         Raises `CoordinatorError(NoActiveRound)` when that round does not exist and
         `CoordinatorError(InvalidCommitteeSelection)` when its inputs are inconsistent.
         """
-        round_: Round | None
+        round_: SelectionRound | None
         if offset == 0:
             round_ = coordinator.current_round()
         elif offset == -1:

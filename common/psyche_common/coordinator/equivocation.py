@@ -1,15 +1,18 @@
 """Equivocation: a trainer that signed two different commitments for one batch of one step.
 
-An `EquivocationProof` is two `ResultCommitment`s (`protocol.result_commitment`) of the same
+An `EquivocationProof` is two `ResultCommitment`s (`psyche_common.announcements`) of the same
 trainer for the same (step, batch) with different statements, both signatures valid. Any
 client that receives both sends them to the server; the proof needs no witness and no
 quorum: an honest trainer signs one result per batch, so the proof is its own evidence.
 
-`record_equivocation` (the coordinator's `equivocation(reporter, proof)`) checks the proof and
-convicts the trainer on it (`accusations.convict_proven`): it is dropped (it leaves the epoch
-at the next round start), every client skips its results from the first step whose results
-are not yet final (`first_open_step`) on, in that epoch (`VerificationRecord.excluded`), and
-no later epoch admits the key (`VerificationRecord.banned`). A step's results are final once
+`record_equivocation` (the coordinator's `equivocation(reporter, proof, verify)`) checks the
+proof, both signatures with the `verify` it is given (the server passes
+`protocol.identity.verify_signature`: the coordinator itself loads no cryptography, and takes
+no proof without a signature check), and convicts the trainer on it
+(`accusations.convict_proven`): it is dropped (it leaves the epoch at the next round start),
+every client skips its results from the first step whose results are not yet final
+(`first_open_step`) on, in that epoch (`VerificationRecord.excluded`), and no later epoch
+admits the key (`VerificationRecord.banned`). A step's results are final once
 the next round's witnesses are in (RoundWitness): from then on clients may apply them, so a
 proof cannot change what they apply.
 """
@@ -17,18 +20,16 @@ proof cannot change what they apply.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from psyche_common.announcements import ResultCommitment, SignatureCheck
 from psyche_common.client_id import short_id
-from psyche_common.coordinator import accusations
+from psyche_common.coordinator.accusations import convict_proven
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
+from psyche_common.coordinator.state import CoordinatorState
 from psyche_common.coordinator.types import RunState
 from psyche_common.coordinator.verdicts import Conviction
-from psyche_common.protocol.result_commitment import ResultCommitment
 from psyche_common.wire_checks import wire_map
-
-if TYPE_CHECKING:
-    from psyche_common.coordinator.state import Coordinator
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,8 @@ class EquivocationProof:
     def trainer(self) -> bytes:
         return self.first.trainer
 
-    def check(self) -> None:
-        """Raise ValueError naming what makes this no proof."""
+    def check(self, verify: SignatureCheck) -> None:
+        """Raise ValueError naming what makes this no proof (signatures checked by `verify`)."""
         a, b = self.first, self.second
         if a.trainer != b.trainer:
             raise ValueError("the two commitments are signed by different trainers")
@@ -55,7 +56,7 @@ class EquivocationProof:
         if a.statement() == b.statement():
             raise ValueError("the two commitments are the same")
         for name, commitment in (("first", a), ("second", b)):
-            if not commitment.verifies():
+            if not commitment.verifies(verify):
                 raise ValueError(
                     f"{name}.signature does not verify for trainer {short_id(a.trainer)}"
                 )
@@ -72,7 +73,7 @@ class EquivocationProof:
         )
 
 
-def first_open_step(coord: Coordinator) -> int:
+def first_open_step(coord: CoordinatorState) -> int:
     """The first step whose results no client may have applied yet: in RoundTrain of step C,
     C − 1 (its witnesses are still reporting); otherwise C."""
     step = coord.progress.step
@@ -82,13 +83,13 @@ def first_open_step(coord: Coordinator) -> int:
 
 
 def record_equivocation(
-    coord: Coordinator, reporter: bytes, proof: EquivocationProof
+    coord: CoordinatorState, reporter: bytes, proof: EquivocationProof, verify: SignatureCheck
 ) -> Conviction | None:
-    """Check `proof` (sent by `reporter`) and convict its trainer on it; None when it is
-    already convicted on proof in this epoch. Raises `CoordinatorError(InvalidEquivocation)`
-    when the proof is not one."""
+    """Check `proof` (sent by `reporter`; its signatures with `verify`) and convict its trainer
+    on it; None when it is already convicted on proof in this epoch. Raises
+    `CoordinatorError(InvalidEquivocation)` when the proof is not one."""
     try:
-        proof.check()
+        proof.check(verify)
     except ValueError as exc:
         raise CoordinatorError(ErrorKind.InvalidEquivocation, str(exc)) from exc
     epoch = coord.progress.epoch
@@ -97,6 +98,4 @@ def record_equivocation(
         for c in coord.verification.convictions
     ):
         return None
-    return accusations.convict_proven(
-        coord, proof.trainer, first_open_step(coord), proof.first.batch, reporter
-    )
+    return convict_proven(coord, proof.trainer, first_open_step(coord), proof.first.batch, reporter)

@@ -15,18 +15,14 @@ server's own: neither broadcast nor saved (a restart in the middle of an epoch f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from psyche_common.coordinator.state import CoordinatorState
 from psyche_common.coordinator.types import ClientState
-
-if TYPE_CHECKING:
-    from psyche_common.coordinator.state import Coordinator
 
 FALSE_REPORT_LIMIT = 2
 """False reports (weighted) in one epoch that remove a member."""
 
 
-def record_false_report(coord: Coordinator, reporter: bytes, weight: int = 1) -> bool:
+def record_false_report(coord: CoordinatorState, reporter: bytes, weight: int = 1) -> bool:
     """Count a false report of `reporter`; True when this one removed it (made it Dropped).
     Reports of keys that are not members of the epoch are not counted (bounded memory)."""
     client = next((c for c in coord.epoch_state.clients if c.id == reporter), None)

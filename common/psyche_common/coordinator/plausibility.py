@@ -16,17 +16,13 @@ API: `max_bloom_entries(coord) -> int`, `check_witness_blooms(witness, entries, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from psyche_common.client_id import short_id
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
+from psyche_common.coordinator.state import CoordinatorState
 from psyche_common.coordinator.types import Witness
 
-if TYPE_CHECKING:
-    from psyche_common.coordinator.state import Coordinator
 
-
-def max_bloom_entries(coord: Coordinator) -> int:
+def max_bloom_entries(coord: CoordinatorState) -> int:
     """The most entries an honest witness bloom of the current moment can hold."""
     counts = [len(coord.epoch_state.clients), coord.current_round().clients_len]
     previous = coord.previous_round()

@@ -21,25 +21,26 @@ of them joins again) and nothing tied to live connections. What the live state m
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
-from psyche_common.coordinator import checkpoints, transitions
+from psyche_common.coordinator import checkpoints, transitions, wire
+from psyche_common.coordinator.state import CoordinatorState
 from psyche_common.coordinator.types import NUM_STORED_ROUNDS, RunState
-
-if TYPE_CHECKING:
-    from psyche_common.coordinator.state import Coordinator
 
 ROUND_STATES = frozenset({RunState.RoundTrain, RunState.RoundWitness})
 APPLIED_FROM_HEIGHT = 2
 """The first round height at which clients have applied a round of the epoch (h − 2)."""
 
+_State = TypeVar("_State", bound=CoordinatorState)
+"""The state's class: a resume point of a `Coordinator` is a `Coordinator`."""
 
-def has_resume_point(coord: Coordinator) -> bool:
+
+def has_resume_point(coord: CoordinatorState) -> bool:
     """False in Warmup, where the point saved before it is still the one (cheap: no copy)."""
     return coord.run_state != RunState.Warmup
 
 
-def resume_point(coord: Coordinator) -> Coordinator | None:
+def resume_point(coord: _State) -> _State | None:
     """The coordinator a restarted server should load, or None in Warmup (keep the last one)."""
     if not has_resume_point(coord):
         return None
@@ -48,11 +49,11 @@ def resume_point(coord: Coordinator) -> Coordinator | None:
         drop_rounds_in_flight(point)
     elif point.run_state == RunState.Cooldown:
         transitions.finish_epoch(point)
-    point.reset_ephemeral()
+    wire.reset_ephemeral(point)
     return point
 
 
-def drop_rounds_in_flight(coord: Coordinator) -> None:
+def drop_rounds_in_flight(coord: CoordinatorState) -> None:
     """Move the data cursor back to the first round whose results nobody applied (see the
     module docstring) and name the P2P checkpoint when the members hold trained weights."""
     es = coord.epoch_state

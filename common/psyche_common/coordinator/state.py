@@ -1,38 +1,22 @@
-"""The `Coordinator` dataclass: its fields, read-only helpers and the small state primitives.
+"""The coordinator's state: `CoordinatorState`, its fields, read-only helpers and the small
+state primitives every rule module uses (the bottom of the coordinator package).
 
-The state transitions live in `transitions` (tick, pause, resume), witness and health rules in
-`witnesses`, checkpoint rules in `checkpoints` and (de)serialization in `wire`; the methods here
-delegate to them so callers see one object. Nothing here does I/O: the clock (`now`, integer
-unix seconds) and randomness (`seed`, u64) are arguments.
+The rules that change it sit above it, each taking the state: `transitions` (tick, pause,
+resume), `witnesses`, `accusations`, `equivocation`, `checkpoints`, `misconduct`, `resume`;
+the (de)serialization is `wire`; `machine.Coordinator` on top is the state with every input as
+a method. Nothing here does I/O: the clock (`now`, unix seconds) and randomness (`seed`, u64)
+are arguments.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Self
 
-from psyche_common.batch_id import BatchId
-from psyche_common.config import (
-    AnyCheckpoint,
-    CoordinatorConfig,
-    LLMConfig,
-    StateFile,
-    seconds_to_ms,
-)
-from psyche_common.coordinator import (
-    accusations,
-    checkpoints,
-    equivocation,
-    transitions,
-    wire,
-    witnesses,
-)
-from psyche_common.coordinator.assignment import get_batch_size
-from psyche_common.coordinator.committee import CommitteeProof
-from psyche_common.coordinator.equivocation import EquivocationProof
+from psyche_common.config import CoordinatorConfig, LLMConfig, seconds_to_ms
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.health import health_score
 from psyche_common.coordinator.types import (
@@ -46,15 +30,9 @@ from psyche_common.coordinator.types import (
     Progress,
     Round,
     RunState,
-    TickResult,
     Witness,
 )
-from psyche_common.coordinator.verdicts import (
-    Accusation,
-    Attestation,
-    Conviction,
-    VerificationRecord,
-)
+from psyche_common.coordinator.verdicts import VerificationRecord
 
 
 class CoordinatorInvariantError(RuntimeError):
@@ -67,7 +45,7 @@ def to_ms(now: float) -> int:
 
 
 @dataclass
-class Coordinator:
+class CoordinatorState:
     """The whole coordinator state; `run_state_start_ms` is when `run_state` began (unix ms).
 
     The clock (`now`) is unix seconds as a float; state starts and timeouts are kept in whole
@@ -93,82 +71,8 @@ class Coordinator:
     def run_state_start_unix_timestamp(self, seconds: int) -> None:
         self.run_state_start_ms = int(seconds) * 1000
 
-    # ----- construction and serialization (see `wire`) -----
-
-    @classmethod
-    def from_state_file(cls, state_file: StateFile) -> Coordinator:
-        return cls(**wire.fields_from_state_file(state_file))
-
-    def to_state_file(self) -> StateFile:
-        return wire.to_state_file(self)
-
-    def to_wire(self) -> dict[str, Any]:
-        return wire.to_wire(self)
-
-    @classmethod
-    def from_wire(cls, data: Any) -> Coordinator:
-        return cls(**wire.fields_from_wire(data))
-
-    def reset_ephemeral(self) -> None:
-        """What the server does to a loaded state at startup (and to a copy before saving)."""
-        wire.reset_ephemeral(self)
-
-    def copy(self) -> Coordinator:
+    def copy(self) -> Self:
         return copy.deepcopy(self)
-
-    # ----- inputs (see `transitions`, `witnesses`, `checkpoints`) -----
-
-    def tick(
-        self,
-        pending: Sequence[bytes] | None,
-        now: float,
-        seed: int,
-        holders: Collection[bytes] | None = None,
-    ) -> TickResult:
-        """Advance for the clock `now` (`transitions.tick`): `pending` the joined clients,
-        `holders` those of them holding the run's weights (None: all)."""
-        return transitions.tick(self, pending, now, seed, holders)
-
-    def warmup_witness(self, from_id: bytes, witness: Witness, now: float, seed: int) -> None:
-        witnesses.warmup_witness(self, from_id, witness, now, seed)
-
-    def witness(self, from_id: bytes, witness: Witness, now: float) -> None:
-        witnesses.witness(self, from_id, witness, now)
-
-    def health_check(self, from_id: bytes, checks: Sequence[tuple[bytes, CommitteeProof]]) -> int:
-        return witnesses.health_check(self, from_id, checks)
-
-    def accuse(self, from_id: bytes, accusation: Accusation) -> None:
-        accusations.accuse(self, from_id, accusation)
-
-    def attest(self, from_id: bytes, attestation: Attestation) -> None:
-        accusations.attest(self, from_id, attestation)
-
-    def convict_proven(
-        self, trainer: bytes, step: int, batch: BatchId, reporter: bytes
-    ) -> Conviction:
-        return accusations.convict_proven(self, trainer, step, batch, reporter)
-
-    def equivocation(self, reporter: bytes, proof: EquivocationProof) -> Conviction | None:
-        """A self-proving report that a trainer signed two commitments for one batch: convict
-        it on proof, so it is dropped, its results not yet final are skipped, and it is never
-        admitted again (`equivocation.record_equivocation`)."""
-        return equivocation.record_equivocation(self, reporter, proof)
-
-    def checkpoint(
-        self,
-        from_id: bytes,
-        index: int,
-        checkpoint: AnyCheckpoint,
-        checkpointers: Collection[bytes],
-    ) -> None:
-        checkpoints.checkpoint_message(self, from_id, index, checkpoint, checkpointers)
-
-    def pause(self, now: float) -> None:
-        transitions.pause(self, now)
-
-    def resume(self, now: float) -> None:
-        transitions.resume(self, now)
 
     def withdraw(self, index: int) -> None:
         """Mark the Healthy client at `index` Withdrawn (else `InvalidWithdraw`)."""
@@ -258,9 +162,6 @@ class Coordinator:
             start = self.epoch_state.start_step
             return start, start + steps
         return None
-
-    def batch_size_at(self, data_index: int) -> int:
-        return get_batch_size(self.config, data_index * self.model.max_seq_len)
 
     def trainer_health_score(self, client_id: bytes, round_witnesses: Sequence[Witness]) -> int:
         """How many witnesses saw `client_id`'s results (participant bloom of SHA-256(id))."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING
 
 from psyche_common.client_id import CLIENT_ID_LEN
 from psyche_common.coordinator import accusations, checkpoints
+from psyche_common.coordinator.assignment import round_batch_size
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.quorum import witness_quorum
+from psyche_common.coordinator.state import CoordinatorState
 from psyche_common.coordinator.types import (
     MAX_CLIENTS,
     NUM_STORED_ROUNDS,
@@ -20,9 +21,6 @@ from psyche_common.coordinator.types import (
     RunState,
     TickResult,
 )
-
-if TYPE_CHECKING:
-    from psyche_common.coordinator.state import Coordinator
 
 U64_MASK = (1 << 64) - 1
 NEXT_SEED_DOMAIN = b"psyche-py/next-round-seed/v1\x00"
@@ -35,7 +33,7 @@ def derive_seed(seed: int) -> int:
 
 
 def tick(
-    coord: Coordinator,
+    coord: CoordinatorState,
     pending: Sequence[bytes] | None,
     now: float,
     seed: int,
@@ -66,7 +64,7 @@ def _unique_pending(pending: Sequence[bytes]) -> list[bytes]:
 
 
 def tick_waiting_for_members(
-    coord: Coordinator,
+    coord: CoordinatorState,
     pending: Sequence[bytes] | None,
     now: float,
     holders: Collection[bytes] | None = None,
@@ -106,7 +104,7 @@ def tick_waiting_for_members(
     return TickResult.ticked()
 
 
-def tick_warmup(coord: Coordinator, now: float, seed: int) -> TickResult:
+def tick_warmup(coord: CoordinatorState, now: float, seed: int) -> TickResult:
     if coord.check_timeout(now, coord.config.warmup_time):
         start_round_train(coord, now, seed, 0)
     else:
@@ -117,7 +115,9 @@ def tick_warmup(coord: Coordinator, now: float, seed: int) -> TickResult:
     return TickResult.ticked()
 
 
-def start_round_train(coord: Coordinator, now: float, seed: int, tie_breaker_tasks: int) -> None:
+def start_round_train(
+    coord: CoordinatorState, now: float, seed: int, tie_breaker_tasks: int
+) -> None:
     es = coord.epoch_state
     if es.first_round:
         head, height, data_index = 0, 0, coord.progress.epoch_start_data_index
@@ -126,7 +126,7 @@ def start_round_train(coord: Coordinator, now: float, seed: int, tie_breaker_tas
         previous = es.rounds[es.rounds_head]
         head = (es.rounds_head + 1) % NUM_STORED_ROUNDS
         height = previous.height + 1
-        data_index = previous.data_index + coord.batch_size_at(previous.data_index)
+        data_index = previous.data_index + round_batch_size(coord, previous)
         # drawn (and published) when the previous round began: clients derive this round's
         # roles and batches while the previous round's witnesses still report
         round_seed, next_seed = previous.next_random_seed, seed & U64_MASK
@@ -143,20 +143,20 @@ def start_round_train(coord: Coordinator, now: float, seed: int, tie_breaker_tas
     coord.change_state(now, RunState.RoundTrain)
 
 
-def tick_round_train(coord: Coordinator, now: float) -> TickResult:
+def tick_round_train(coord: CoordinatorState, now: float) -> TickResult:
     if coord.check_timeout(now, coord.config.max_round_train_time):
         start_round_witness(coord, now)
     return TickResult.ticked()
 
 
-def start_round_witness(coord: Coordinator, now: float) -> None:
+def start_round_witness(coord: CoordinatorState, now: float) -> None:
     """The round's witnesses are in (or its time is up): the previous step closes to
     verification reports and is judged before any client may apply its results."""
     coord.change_state(now, RunState.RoundWitness)
     accusations.judge_closed_step(coord)
 
 
-def tick_round_witness(coord: Coordinator, now: float, seed: int) -> TickResult:
+def tick_round_witness(coord: CoordinatorState, now: float, seed: int) -> TickResult:
     if not coord.check_timeout(now, coord.config.round_witness_time):
         return TickResult.ticked()
     es, config, progress = coord.epoch_state, coord.config, coord.progress
@@ -189,13 +189,13 @@ def tick_round_witness(coord: Coordinator, now: float, seed: int) -> TickResult:
     return TickResult.ticked()
 
 
-def start_cooldown(coord: Coordinator, now: float) -> None:
+def start_cooldown(coord: CoordinatorState, now: float) -> None:
     coord.current_round().witnesses = []
     coord.change_state(now, RunState.Cooldown)
     accusations.judge_closed_step(coord)  # the last round's reports, before its apply
 
 
-def tick_cooldown(coord: Coordinator, now: float) -> TickResult:
+def tick_cooldown(coord: CoordinatorState, now: float) -> TickResult:
     if not coord.check_timeout(now, coord.config.cooldown_time):
         return TickResult.ticked()
     pausing = coord.pending_pause
@@ -207,15 +207,13 @@ def tick_cooldown(coord: Coordinator, now: float) -> TickResult:
     return TickResult.epoch_end(True)
 
 
-def finish_epoch(coord: Coordinator) -> None:
+def finish_epoch(coord: CoordinatorState) -> None:
     """The bookkeeping of a Cooldown that ends: the next epoch's data cursor and number, the
     non-Healthy members moved to exited, Hub→P2P (the members hold the model), and a pending
     pause withdraws everyone and makes the next epoch a cold start. The run state is left to
     the caller."""
     current = coord.current_round()
-    coord.progress.epoch_start_data_index = current.data_index + coord.batch_size_at(
-        current.data_index
-    )
+    coord.progress.epoch_start_data_index = current.data_index + round_batch_size(coord, current)
     coord.progress.epoch += 1
     coord.move_clients_to_exited(current.height)
     coord.model.checkpoint = checkpoints.after_cooldown(coord.model.checkpoint)
@@ -227,7 +225,7 @@ def finish_epoch(coord: Coordinator) -> None:
         coord.epoch_state.cold_start_epoch = False
 
 
-def start_waiting_for_members(coord: Coordinator, now: float) -> None:
+def start_waiting_for_members(coord: CoordinatorState, now: float) -> None:
     """WaitingForMembers, or Finished once `total_steps` is reached."""
     if coord.progress.step < coord.config.total_steps:
         coord.change_state(now, RunState.WaitingForMembers)
@@ -235,7 +233,7 @@ def start_waiting_for_members(coord: Coordinator, now: float) -> None:
         coord.change_state(now, RunState.Finished)
 
 
-def pause(coord: Coordinator, now: float) -> None:
+def pause(coord: CoordinatorState, now: float) -> None:
     if coord.halted():
         raise CoordinatorError(ErrorKind.Halted, f"run is {coord.run_state.name}")
     if coord.active():
@@ -246,7 +244,7 @@ def pause(coord: Coordinator, now: float) -> None:
     coord.epoch_state.cold_start_epoch = True
 
 
-def resume(coord: Coordinator, now: float) -> None:
+def resume(coord: CoordinatorState, now: float) -> None:
     if coord.run_state != RunState.Paused:
         raise CoordinatorError(ErrorKind.CannotResume, f"run is {coord.run_state.name}")
     start_waiting_for_members(coord, now)

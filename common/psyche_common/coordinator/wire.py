@@ -11,17 +11,15 @@ because TOML integers are signed 64-bit.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 from pydantic import ValidationError
 
 from psyche_common.config import CoordinatorConfig, LLMConfig, StateFile, StateFileProgress
+from psyche_common.coordinator.state import CoordinatorState
 from psyche_common.coordinator.types import ClientState, EpochState, Progress, RunState
 from psyche_common.coordinator.verdicts import VerificationRecord
 from psyche_common.wire_checks import wire_map, wire_uint
-
-if TYPE_CHECKING:
-    from psyche_common.coordinator.state import Coordinator
 
 
 class CoordinatorFields(TypedDict):
@@ -50,7 +48,7 @@ WIRE_KEYS = (
 )
 
 
-def to_wire(coord: Coordinator) -> dict[str, Any]:
+def to_wire(coord: CoordinatorState) -> dict[str, Any]:
     return {
         "run_id": coord.run_id,
         "run_state": int(coord.run_state),
@@ -97,7 +95,7 @@ def fields_from_wire(data: Any) -> CoordinatorFields:
     )
 
 
-def reset_ephemeral(coord: Coordinator) -> None:
+def reset_ephemeral(coord: CoordinatorState) -> None:
     """Forget everything tied to live connections, as the server does at startup.
 
     The run waits for members again (a run whose step already reached `total_steps` starts as
@@ -141,7 +139,7 @@ def fields_from_state_file(state_file: StateFile) -> CoordinatorFields:
     )
 
 
-def to_state_file(coord: Coordinator) -> StateFile:
+def to_state_file(coord: CoordinatorState) -> StateFile:
     return StateFile(
         run_id=coord.run_id,
         run_state=coord.run_state,

@@ -12,7 +12,6 @@ of a healthy trainer) count against it, and enough of them remove it (`misconduc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from psyche_common.client_id import short_id
 from psyche_common.coordinator import transitions
@@ -22,13 +21,11 @@ from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.misconduct import FALSE_REPORT_LIMIT, record_false_report
 from psyche_common.coordinator.plausibility import check_witness_blooms, max_bloom_entries
 from psyche_common.coordinator.quorum import witness_quorum
+from psyche_common.coordinator.state import CoordinatorState
 from psyche_common.coordinator.types import MAX_WITNESSES, ClientState, RunState, Witness
 
-if TYPE_CHECKING:
-    from psyche_common.coordinator.state import Coordinator
 
-
-def _check_not_duplicate(coord: Coordinator, from_id: bytes) -> None:
+def _check_not_duplicate(coord: CoordinatorState, from_id: bytes) -> None:
     clients = coord.epoch_state.clients
     for stored in coord.current_round().witnesses:
         index = stored.proof.index
@@ -38,7 +35,7 @@ def _check_not_duplicate(coord: Coordinator, from_id: bytes) -> None:
             )
 
 
-def _store(coord: Coordinator, witness: Witness) -> None:
+def _store(coord: CoordinatorState, witness: Witness) -> None:
     stored = coord.current_round().witnesses
     if len(stored) >= MAX_WITNESSES:
         raise CoordinatorError(ErrorKind.WitnessesFull, f"{MAX_WITNESSES} witnesses stored")
@@ -46,7 +43,7 @@ def _store(coord: Coordinator, witness: Witness) -> None:
 
 
 def warmup_witness(
-    coord: Coordinator, from_id: bytes, witness: Witness, now: float, seed: int
+    coord: CoordinatorState, from_id: bytes, witness: Witness, now: float, seed: int
 ) -> None:
     """A client finished loading the model. Anyone in the epoch may send one."""
     if coord.halted():
@@ -70,7 +67,7 @@ def warmup_witness(
         transitions.start_round_train(coord, now, seed, 0)
 
 
-def witness(coord: Coordinator, from_id: bytes, witness: Witness, now: float) -> None:
+def witness(coord: CoordinatorState, from_id: bytes, witness: Witness, now: float) -> None:
     """A round witness (its blooms describe the previous round's results)."""
     if coord.halted():
         raise CoordinatorError(ErrorKind.Halted, f"run is {coord.run_state.name}")
@@ -98,7 +95,7 @@ def witness(coord: Coordinator, from_id: bytes, witness: Witness, now: float) ->
         transitions.start_round_witness(coord, now)
 
 
-def trainer_healthy(coord: Coordinator, client_id: bytes) -> bool:
+def trainer_healthy(coord: CoordinatorState, client_id: bytes) -> bool:
     """Whether a quorum of the previous round's witnesses saw `client_id`'s results."""
     previous = coord.previous_round()
     if previous is None:
@@ -107,7 +104,7 @@ def trainer_healthy(coord: Coordinator, client_id: bytes) -> bool:
     return score >= witness_quorum(coord.config.witness_nodes, len(previous.witnesses))
 
 
-def attested_trainers(coord: Coordinator) -> set[bytes] | None:
+def attested_trainers(coord: CoordinatorState) -> set[bytes] | None:
     """The trainers of the round the previous round's witnesses attest (two rounds back: a
     witness reports the results of the round before its own) that were given a batch, or None
     when that cannot be told (no such round, or the members changed since).
@@ -126,7 +123,7 @@ def attested_trainers(coord: Coordinator) -> set[bytes] | None:
     return set(assignment.values())
 
 
-def healthy(coord: Coordinator, client_id: bytes, proof: CommitteeProof) -> bool:
+def healthy(coord: CoordinatorState, client_id: bytes, proof: CommitteeProof) -> bool:
     """Whether the previous-round member `client_id` (committee proof `proof`) was healthy.
 
     Raises `InvalidCommitteeProof` when the proof does not name that member.
@@ -160,7 +157,7 @@ def healthy(coord: Coordinator, client_id: bytes, proof: CommitteeProof) -> bool
     return True  # tie-breakers and verifiers are not judged (the reference has todo!() here)
 
 
-def _check_entitled_to_accuse(coord: Coordinator, from_id: bytes) -> None:
+def _check_entitled_to_accuse(coord: CoordinatorState, from_id: bytes) -> None:
     """The sender must be a witness of the previous round: the round whose trainers are
     judged (its index in the epoch's client list, as `healthy` reads the proofs)."""
     previous = coord.previous_round()
@@ -178,7 +175,7 @@ def _check_entitled_to_accuse(coord: Coordinator, from_id: bytes) -> None:
 
 
 def health_check(
-    coord: Coordinator, from_id: bytes, checks: Sequence[tuple[bytes, CommitteeProof]]
+    coord: CoordinatorState, from_id: bytes, checks: Sequence[tuple[bytes, CommitteeProof]]
 ) -> int:
     """Drop every accused client; any accusation of a healthy client rejects them all.
 

@@ -152,7 +152,7 @@ class Attestation(_Message):
 class Equivocation(_Message):
     """Proof that a trainer signed two different commitments for one batch of one step
     (`coordinator.equivocation`): `first` and `second` are `ResultCommitment` wire dicts
-    (`protocol.result_commitment`), checked by the coordinator with both signatures."""
+    (`psyche_common.announcements`), checked by the coordinator with both signatures."""
 
     type: Literal["Equivocation"] = "Equivocation"
     first: WireDict

@@ -7,12 +7,12 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from psyche_common.announcements import ResultCommitment, commitment_statement
 from psyche_common.batch_id import BatchId
 from psyche_common.config import load_state
 from psyche_common.coordinator import ClientState, Coordinator, CoordinatorError, RunState
 from psyche_common.protocol import Identity, InvalidMessage, parse_client_message, to_wire
 from psyche_common.protocol.messages import Equivocation
-from psyche_common.protocol.result_commitment import ResultCommitment, commitment_statement
 from psyche_server.client_messages import apply_client_message
 from psyche_server.persistence import save_state
 
