@@ -92,7 +92,10 @@ def load_server_identity(path: Path | None) -> Identity:
     "--save-state-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="write the state at every successful epoch end (resume with `run --state FILE`)",
+    metavar="DIR",
+    help="keep DIR/{run_id}-latest.toml where a restart resumes (written at start-up, at every "
+    "round and run-state change, and on SIGTERM/SIGINT) and write DIR/{run_id}-step{N}.toml at "
+    "every successful epoch end (resume with `run --state FILE`)",
 )
 @click.option(
     "--init-warmup-time",

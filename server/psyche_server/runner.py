@@ -82,12 +82,6 @@ def build_data_server(
         _, port = parse_socket_address(location.address)
     except (ConfigError, ValueError, OSError) as exc:
         raise StartupError(f"cannot start the data server: {exc}") from None
-    if data_config.seq_len != coordinator.model.max_seq_len:
-        log.warning(
-            "data.toml seq_len %d differs from the model's max_seq_len %d",
-            data_config.seq_len,
-            coordinator.model.max_seq_len,
-        )
     return DataServer(
         provider,
         options.data_host,
