@@ -104,11 +104,12 @@ def retrying(
     options: dict[str, Any] = {}
     if sleep is not None:
         options["sleep"] = sleep
+    if after is not None:
+        options["after"] = after
     return AsyncRetrying(
         stop=stops,
         wait=wait,
         retry=retry,
-        after=after,
         before_sleep=before_sleep,
         retry_error_callback=on_give_up,
         reraise=True,

@@ -227,7 +227,7 @@ class RoundRunner:
     async def _initialize(self, coordinator: Coordinator) -> None:
         """Load the model (retrying, with the latest state, while it is unavailable), then
         act on the latest state."""
-        latest, attempts = coordinator, 0
+        newest, attempts = coordinator, 0
 
         def log_failure(state: RetryCallState) -> None:
             log.warning(
@@ -238,12 +238,12 @@ class RoundRunner:
             )
 
         async def load() -> TrainingBackend:
-            nonlocal latest, attempts
+            nonlocal newest, attempts
             attempts += 1
-            if attempts > 1:  # after a wait: the latest state
-                latest = self.ctx.coordinator or latest
+            if attempts > 1:  # after a wait: the newest state
+                newest = self.ctx.coordinator or newest
             log.info("loading the model for this run", extra=self.ctx.fields())
-            return await self.load_backend(latest)
+            return await self.load_backend(newest)
 
         loading = retrying(
             wait=doubling(self.options.load_retry_first, self.options.load_retry_max),
@@ -251,7 +251,7 @@ class RoundRunner:
             before_sleep=log_failure,
         )
         backend = await call(loading, load)
-        coordinator = latest
+        coordinator = newest
         self.ctx.backend = backend
         # we joined without weights (a new or restarted process): say that we hold them now
         await self.uplink.send_join()
