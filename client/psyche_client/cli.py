@@ -230,7 +230,9 @@ def _run(
     from psyche_common.logs import setup_logging
 
     from psyche_client.app.app import ClientApp
+    from psyche_client.app.progress_bars import silence_progress_bars
 
+    silence_progress_bars(logs)
     if write_log is not None:
         _add_file_log(write_log)
     if logs in ("tui", "tui-and-console"):

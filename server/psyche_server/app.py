@@ -23,13 +23,13 @@ from psyche_common.coordinator import Coordinator
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.types import ACTIVE_STATES, ClientState, RunState, TickResult
 from psyche_common.protocol import coordinator_domain, short_id
-from psyche_common.protocol.messages import parse_client_message
+from psyche_common.protocol.messages import AnyClientMessage, parse_client_message
 
 from .admission import Admission, AuthorizedKeysFile
 from .bridge import unhealthy_exited_ids
 from .broadcast import StateBroadcaster
 from .client_messages import ConvictionLog
-from .connections import ConnectionManager
+from .connections import Connection, ConnectionManager
 from .consistency import WeightsHashMonitor
 from .data_end import DataEnd
 from .data_server import DataServer
@@ -43,6 +43,7 @@ from .roster import ClientRoster
 from .run_events import CoordinatorEvents
 from .run_metrics import MetricsBoard, MetricsSnapshot, RunMetrics
 from .scheduler import TickScheduler, state_timeout_deadline
+from .state_log import RunStateLog
 
 __all__ = ["ServerApp", "ServerOptions", "ServerStats", "state_timeout_deadline"]
 
@@ -92,7 +93,7 @@ class ServerApp:
         self.connections = ConnectionManager(
             "coordinator",
             parse_client_message,
-            lambda conn, message: self.dispatcher.on_message(conn, message),
+            self.on_client_message,
             self.options.limits,
             identity=self.options.identity,
             domain=coordinator_domain(coordinator.run_id),
@@ -153,6 +154,8 @@ class ServerApp:
             self.scheduler,
             self.membership.on_join,
         )
+        self.state_log = RunStateLog(coordinator)
+        """Logs each change of run state, made by a tick or by a client message."""
         self.metrics_board = MetricsBoard(self.metrics_snapshot())
         """The latest metrics snapshot, for exporter threads (`metrics_export`)."""
         self.events = CoordinatorEvents.open(self.options.events, coordinator)
@@ -231,6 +234,12 @@ class ServerApp:
             self.save_on_exit()
             await self.close()
 
+    async def on_client_message(self, conn: Connection, message: AnyClientMessage) -> None:
+        """A client message (`message_dispatch`), then the run-state change it made, logged
+        at once (the next tick would not see it as its own)."""
+        await self.dispatcher.on_message(conn, message)
+        self.state_log.note(f"{message.type} from {short_id(conn.peer_id)}")
+
     def seconds_until_timeout(self) -> float | None:
         """Seconds until the current state's timeout can first pass (`scheduler`)."""
         return self.scheduler.seconds_until_timeout()
@@ -275,7 +284,6 @@ class ServerApp:
         """One server tick: kick the unhealthy, tick the coordinator, save, broadcast."""
         key = self.scheduler.state_key()
         self.kick_unhealthy_clients()
-        before = (self.run_state, self.coordinator.progress.epoch)
         result: TickResult | None
         try:
             result = self.coordinator.tick(
@@ -289,21 +297,7 @@ class ServerApp:
         self.stats.ticks += 1
         self._check_data_end()
         self.kick_unhealthy_clients()  # records this tick moved to exited, before the broadcast
-        after = (self.run_state, self.coordinator.progress.epoch)
-        if after != before:
-            log.info(
-                "run state %s -> %s (epoch %d, step %d)",
-                before[0].name,
-                after[0].name,
-                after[1],
-                self.coordinator.progress.step,
-                extra={
-                    "old_state": before[0].name,
-                    "new_state": after[0].name,
-                    "epoch": after[1],
-                    "step": self.coordinator.progress.step,
-                },
-            )
+        self.state_log.note("tick")
         if result is not None and result.epoch_ended:
             self._on_epoch_end(result.success)
         self.scheduler.note_state_change(key)

@@ -105,9 +105,12 @@ RUN_FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         "--save-state-dir",
-        "write the state at every successful epoch end (resume with `run --state FILE`)",
+        "keep DIR/{run_id}-latest.toml where a restart resumes (written at start-up, at every "
+        "round and run-state change, and on SIGTERM/SIGINT) and write DIR/{run_id}-step{N}.toml "
+        "at every successful epoch end (resume with `run --state FILE`)",
         "save_state_dir",
         type=click.Path(file_okay=False, path_type=Path),
+        metavar="DIR",
     ),
     Flag(
         "--init-warmup-time",

@@ -1,10 +1,9 @@
 """The flags the docs quote exist.
 
-Every command line in README.md and docs/*.md that starts with one of our programs
-(`psyche-server run ...`, `.venv/bin/psyche-client train ...`, `bench/client.py ...`) may only
-use flags of that very command, and every other `--flag` the docs mention must be a flag of one
-of our commands or benches, or one of the few named below (another program's, or the
-reference's where the docs say we lack it). The click commands are read in-process (their
+Every `--flag` README.md and docs/*.md mention, in a command line or in prose, must be a flag of
+one of our commands or benches, or one of the few named below (another program's, or the
+reference's where the docs say we lack it). Whether each command line uses only its own
+command's flags is `test_docs_executable.py`. The click commands are read in-process (their
 options, not their help text) and the benches' argparse flags from their source, so this runs
 in about a second.
 """
@@ -12,7 +11,6 @@ in about a second.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -54,10 +52,6 @@ REFERENCE_ONLY = {
 """The reference's flags that docs/deviations.md names as missing or not forwarded here."""
 
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*(?![\w-])")  # not `--no-` (a prefix)
-COMMAND = re.compile(
-    r"(?:^|[\s`(/])(psyche-server|psyche-client|psyche-local-testnet|psyche-data) ([a-z-]+)"
-    r"|(?:^|[\s`(])(bench/[a-z_]+\.py)"
-)
 
 
 def command_flags(command: click.Command) -> set[str]:
@@ -86,63 +80,15 @@ def bench_flags() -> dict[str, set[str]]:
     }
 
 
-def command_lines(text: str) -> Iterator[tuple[str, str]]:
-    """(`program subcommand` or `bench/x.py`, the rest of its command line) for every command
-    in `text`: inline code spans and fenced blocks, backslash continuations joined, up to a
-    comment, a pipe or the end of the span."""
-    for block in re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S):
-        yield from _commands(block.replace("\\\n", " "))
-    for span in re.findall(r"`([^`]+)`", re.sub(r"```.*?```", "", text, flags=re.S)):
-        yield from _commands(span.replace("\n", " "))
-
-
-def _commands(text: str) -> Iterator[tuple[str, str]]:
-    for line in text.splitlines():
-        line = re.split(r"\s#|\||&&|;", line)[0]
-        for match in COMMAND.finditer(line):
-            rest = line[match.end() :]
-            name = match.group(3) or f"{match.group(1)} {match.group(2)}"
-            yield name, rest
-
-
-def test_the_scan_sees_the_commands_and_flags() -> None:
-    """The scanner itself: what it finds in a sample, so a broken pattern cannot pass."""
-    sample = (
-        "Run `psyche-server run --state s.toml --no-tui`.\n"
-        "```sh\n.venv/bin/psyche-client train --server-addr A \\\n    --run-id R  # a --comment\n"
-        "bench/client.py --skip-fetch | tee --x\n```\n"
-    )
-    found = sorted((name, FLAG.findall(rest)) for name, rest in command_lines(sample))
-    assert found == [
-        ("bench/client.py", ["--skip-fetch"]),
-        ("psyche-client train", ["--server-addr", "--run-id"]),
-        ("psyche-server run", ["--state", "--no-tui"]),
-    ]
-
-
-@pytest.mark.parametrize("doc", DOCS, ids=lambda path: path.name)
-def test_quoted_command_lines_use_only_their_command_flags(doc: Path) -> None:
-    programs = program_flags()
-    benches = bench_flags()
-    problems = []
-    for name, rest in command_lines(doc.read_text()):
-        if name.startswith("bench/"):
-            known = benches.get(name)
-        else:
-            program, subcommand = name.split(" ")
-            known = programs.get((program, subcommand))
-        flags = FLAG.findall(rest)
-        if known is None:  # a log line such as `psyche-server listening on ...`, or a typo
-            problems += [f"{name}: no such command" for _ in flags[:1]]
-            continue
-        problems += [f"{name} {flag}" for flag in flags if flag not in known]
-    assert not problems, f"{doc.name} quotes flags its commands do not have: {problems}"
-
-
 @pytest.mark.parametrize("doc", DOCS, ids=lambda path: path.name)
 def test_every_quoted_flag_exists(doc: Path) -> None:
     known = set().union(*program_flags().values(), *bench_flags().values(), OTHER_PROGRAMS)
     if doc.name == "deviations.md":
         known |= REFERENCE_ONLY
-    unknown = sorted(set(FLAG.findall(doc.read_text())) - known)
-    assert not unknown, f"{doc.name} quotes flags that no command has: {unknown}"
+    unknown = [
+        f"{doc.relative_to(ROOT)}:{number}: {flag}"
+        for number, line in enumerate(doc.read_text().splitlines(), start=1)
+        for flag in FLAG.findall(line)
+        if flag not in known
+    ]
+    assert not unknown, "flags the docs quote that no command has:\n" + "\n".join(unknown)

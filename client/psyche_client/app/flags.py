@@ -66,7 +66,8 @@ class TensorParallelismType(click.ParamType):
 
 IDENTITY_FLAG = Flag(
     "--identity-secret-key-path",
-    "File with the 32 raw bytes of this client's ed25519 secret key. Without it the key "
+    "File with this client's ed25519 secret key: 32 raw bytes or 64 hex characters. Without "
+    "it the key "
     f"comes from ${IDENTITY_ENV} (64 hex chars), or a random one is made for this run.",
     short="-i",
     type=click.Path(dir_okay=False, path_type=Path),

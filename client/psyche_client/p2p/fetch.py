@@ -2,7 +2,8 @@
 
 `fetch_verified` tries candidates one after another (best first, see `order_candidates`),
 each attempt bounded by the caller's per-chunk read timeout, the whole fetch bounded by an
-overall deadline, and makes up to `rounds` passes over the candidates with a short backoff.
+overall deadline, and makes up to `rounds` passes over the candidates with a short backoff
+(doubling, through `psyche_common.retry`).
 Bytes whose SHA-256 differs from the expected hash are never returned: the serving peer is
 reported through `on_corrupt`, skipped for the rest of this fetch, and the next peer is tried.
 A fetch therefore always ends: with verified bytes or a `FetchError` listing every attempt.
@@ -18,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from psyche_common.protocol import ProtocolError, short_id
+from psyche_common.retry import call, doubling, retry_on, retrying
 
 from .transfer import NotHeld, Received
 
@@ -124,34 +126,48 @@ async def fetch_verified(
     failures: list[FetchFailure] = []
     banned: set[bytes] = set()
     started = time.monotonic()
+
+    def ordered() -> list[bytes]:
+        ranked = order_candidates(candidates, health, rotate=rotate, prefer_fast=prefer_fast)
+        return [p for p in ranked if p not in banned]
+
+    order = ordered()
+
+    async def one_round() -> tuple[bytes, bytes]:
+        """Every candidate once, in order; the next round's order is made before its wait."""
+        nonlocal order
+        for peer_id in order:
+            result = await _try_once(attempt, peer_id, expected_sha256, health, failures)
+            if result is not None:
+                return result, peer_id
+            if failures and failures[-1].corrupt:
+                banned.add(peer_id)
+                if on_corrupt is not None:
+                    on_corrupt(peer_id, expected_sha256)
+        order = ordered()
+        raise _RoundFailed
+
+    fetching = retrying(
+        wait=doubling(backoff),
+        retry=retry_on(lambda exc: isinstance(exc, _RoundFailed) and bool(order)),
+        attempts=rounds,
+    )
     try:
         async with asyncio.timeout(deadline):
-            for round_index in range(rounds):
-                order = [
-                    p
-                    for p in order_candidates(
-                        candidates, health, rotate=rotate, prefer_fast=prefer_fast
-                    )
-                    if p not in banned
-                ]
-                if not order:
-                    break
-                if round_index > 0:
-                    await asyncio.sleep(backoff * 2 ** (round_index - 1))
-                for peer_id in order:
-                    result = await _try_once(attempt, peer_id, expected_sha256, health, failures)
-                    if result is not None:
-                        return result, peer_id
-                    if failures and failures[-1].corrupt:
-                        banned.add(peer_id)
-                        if on_corrupt is not None:
-                            on_corrupt(peer_id, expected_sha256)
+            if order and rounds > 0:
+                return await call(fetching, one_round)
     except TimeoutError:
         elapsed = time.monotonic() - started
         raise FetchError(
             what, failures, f"overall deadline of {deadline}s passed after {elapsed:.1f}s"
         ) from None
+    except _RoundFailed:
+        pass
     raise FetchError(what, failures, f"every candidate failed ({rounds} round(s))")
+
+
+class _RoundFailed(Exception):
+    """No candidate of a round served the bytes."""
 
 
 async def _try_once(

@@ -34,9 +34,10 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from psyche_common.protocol import short_id
+from psyche_common.retry import call, polling
 
 from .fetch import TRANSIENT_ERRORS, FetchError, PeerHealth, fetch_verified
 from .manifest import ManifestError, ModelManifest, ParameterInfo
@@ -121,15 +122,16 @@ async def poll_manifests(
     (`choose_manifest`); while none is trusted, ask again every `POLL_INTERVAL` seconds for up
     to `wait` seconds. Raises `ModelShareError` naming what each peer answered."""
     peers = [p for p in dict.fromkeys(peer_ids) if p != node.peer_id]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
-    while True:
+
+    async def ask() -> _Poll:
         answers, problems, not_shared = await _ask_manifests(node, peers)
         holders, why = choose_manifest(answers, len(peers))
         hopeless = not answers and not not_shared  # every peer unreachable
-        if why is None or hopeless or loop.time() >= deadline:
-            break
-        await asyncio.sleep(POLL_INTERVAL)
+        return _Poll(answers, problems, holders, why, hopeless)
+
+    answers, problems, holders, why, _ = await call(
+        polling(lambda poll: poll.why is None or poll.hopeless, POLL_INTERVAL, wait), ask
+    )
     if why is not None:
         raise ModelShareError(
             f"{why}; peers were unreachable for P2P parameter requests or disagree, try "
@@ -140,6 +142,17 @@ async def poll_manifests(
             problems[peer_id] = "manifest disagrees with the majority"
     manifest = answers[holders[0]]
     return ManifestVote(manifest, holders, len(answers), problems)
+
+
+class _Poll(NamedTuple):
+    """One manifest poll: the answers, the problems by peer, who vouches for the trusted
+    manifest (or why none is trusted), and whether every peer was unreachable."""
+
+    answers: dict[bytes, ModelManifest]
+    problems: dict[bytes, str]
+    holders: list[bytes]
+    why: str | None
+    hopeless: bool
 
 
 async def _ask_manifests(

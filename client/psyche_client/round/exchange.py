@@ -33,6 +33,8 @@ from psyche_common.batch_id import BatchId
 from psyche_common.client_id import short_id
 from psyche_common.coordinator.committee import Committee
 from psyche_common.protocol import Identity
+from psyche_common.retry import call, doubling, failure, retry_on, retrying
+from tenacity import RetryCallState
 
 from psyche_client.p2p.announcements import make_result_announcement, proof_of
 from psyche_client.p2p.inbox import VerifiedAnnouncement
@@ -41,7 +43,7 @@ from psyche_client.round.context import RoundContext
 from psyche_client.round.early import EarlyAnnouncements
 from psyche_client.round.ports import PeerNetwork, RunnerOptions, Uplink
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
-from psyche_client.training.backend import TrainedResult
+from psyche_client.training.backend import DecodedResult, TrainedResult
 
 DOWNLOAD_RETRIES = 3
 REBROADCAST_INTERVAL = 10.0
@@ -215,60 +217,66 @@ class ResultExchange:
         backend = self.ctx.require_backend()
         announcement, batch = download.announcement, download.batch
         sender = short_id(announcement.sender_id)
-        for attempt in range(DOWNLOAD_RETRIES + 1):
-            try:
-                if own_payload is not None:
-                    payload = own_payload
-                else:
-                    providers = [announcement.sender_id] + [
-                        peer
-                        for peer in self.ctx.members()
-                        if peer not in (announcement.sender_id, self.ctx.me)
-                    ]
-                    payload = await self._fetch(round_, announcement, providers)
-                    self.ctx.stats.downloaded(len(payload))
-                result = await asyncio.to_thread(
-                    backend.decode, round_.step, batch, payload, announcement.data_hash
-                )
-            except asyncio.CancelledError:
-                raise
-            except ValueError as exc:
-                log.warning(
-                    "result for %s from %s rejected: %s",
-                    batch,
-                    sender,
-                    exc,
-                    extra=self.ctx.fields(),
-                )
-                download.status = DownloadStatus.REJECTED
-                self.on_change()
-                return
-            except Exception as exc:
-                delay = self.options.download_backoff * 2**attempt
-                log.warning(
-                    "download of %s from %s failed (%s); retry in %.0fs",
-                    batch,
-                    sender,
-                    exc,
-                    delay,
-                    extra=self.ctx.fields(),
-                )
-                if attempt < DOWNLOAD_RETRIES:
-                    await asyncio.sleep(delay)
-                continue
-            round_.witness.record_verified(announcement.sender_id, batch, announcement.commitment)
-            download.result = result
-            download.status = DownloadStatus.VERIFIED
+        wait = doubling(self.options.download_backoff)
+
+        async def attempt() -> DecodedResult:
+            if own_payload is not None:
+                payload = own_payload
+            else:
+                providers = [announcement.sender_id] + [
+                    peer
+                    for peer in self.ctx.members()
+                    if peer not in (announcement.sender_id, self.ctx.me)
+                ]
+                payload = await self._fetch(round_, announcement, providers)
+                self.ctx.stats.downloaded(len(payload))
+            return await asyncio.to_thread(
+                backend.decode, round_.step, batch, payload, announcement.data_hash
+            )
+
+        def log_failure(state: RetryCallState) -> None:
+            log.warning(
+                "download of %s from %s failed (%s); retry in %.0fs",
+                batch,
+                sender,
+                failure(state),
+                wait(state),
+                extra=self.ctx.fields(),
+            )
+
+        downloading = retrying(
+            wait=wait,
+            retry=retry_on(lambda exc: not isinstance(exc, ValueError)),
+            attempts=DOWNLOAD_RETRIES + 1,
+            after=log_failure,
+        )
+        try:
+            result = await call(downloading, attempt)
+        except ValueError as exc:
+            log.warning(
+                "result for %s from %s rejected: %s",
+                batch,
+                sender,
+                exc,
+                extra=self.ctx.fields(),
+            )
+            download.status = DownloadStatus.REJECTED
             self.on_change()
             return
-        log.warning(
-            "giving up on the result for %s from %s after %d attempts",
-            batch,
-            sender,
-            DOWNLOAD_RETRIES + 1,
-            extra=self.ctx.fields(),
-        )
-        download.status = DownloadStatus.FAILED
+        except Exception:
+            log.warning(
+                "giving up on the result for %s from %s after %d attempts",
+                batch,
+                sender,
+                DOWNLOAD_RETRIES + 1,
+                extra=self.ctx.fields(),
+            )
+            download.status = DownloadStatus.FAILED
+            self.on_change()
+            return
+        round_.witness.record_verified(announcement.sender_id, batch, announcement.commitment)
+        download.result = result
+        download.status = DownloadStatus.VERIFIED
         self.on_change()
 
     async def _fetch(

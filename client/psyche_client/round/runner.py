@@ -19,13 +19,14 @@ results, announce Finished, witness; at Cooldown share and save the model. docs/
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 
 from psyche_common.announcements import FinishedAnnouncement
 from psyche_common.coordinator import Coordinator
 from psyche_common.protocol import Identity
+from psyche_common.retry import call, doubling, failure, retry_on, retrying
+from tenacity import RetryCallState
 
 from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.apply import ApplyStep
@@ -226,21 +227,31 @@ class RoundRunner:
     async def _initialize(self, coordinator: Coordinator) -> None:
         """Load the model (retrying, with the latest state, while it is unavailable), then
         act on the latest state."""
-        for attempt in itertools.count():
+        newest, attempts = coordinator, 0
+
+        def log_failure(state: RetryCallState) -> None:
+            log.warning(
+                "could not load the model: %s; trying again in %.0f s",
+                failure(state),
+                state.upcoming_sleep,
+                extra=self.ctx.fields(),
+            )
+
+        async def load() -> TrainingBackend:
+            nonlocal newest, attempts
+            attempts += 1
+            if attempts > 1:  # after a wait: the newest state
+                newest = self.ctx.coordinator or newest
             log.info("loading the model for this run", extra=self.ctx.fields())
-            try:
-                backend = await self.load_backend(coordinator)
-                break
-            except ModelUnavailable as exc:
-                delay = min(self.options.load_retry_max, self.options.load_retry_first * 2**attempt)
-                log.warning(
-                    "could not load the model: %s; trying again in %.0f s",
-                    exc,
-                    delay,
-                    extra=self.ctx.fields(),
-                )
-                await asyncio.sleep(delay)
-                coordinator = self.ctx.coordinator or coordinator
+            return await self.load_backend(newest)
+
+        loading = retrying(
+            wait=doubling(self.options.load_retry_first, self.options.load_retry_max),
+            retry=retry_on(lambda exc: isinstance(exc, ModelUnavailable)),
+            before_sleep=log_failure,
+        )
+        backend = await call(loading, load)
+        coordinator = newest
         self.ctx.backend = backend
         # we joined without weights (a new or restarted process): say that we hold them now
         await self.uplink.send_join()

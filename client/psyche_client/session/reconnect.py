@@ -13,12 +13,14 @@ will drop it, so that one is retried. `status` is what the dashboard shows.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+
+from psyche_common.retry import call, retry_on, retrying
+from tenacity import RetryCallState
 
 from psyche_client.session.server_link import (
     CONNECT_TIMEOUT,
@@ -148,12 +150,28 @@ class ServerSession:
             status.lost_at = self._clock()
             log.warning("%s", error, extra={"error": str(error)})
         deadline = status.lost_at + self.give_up_after
-        while True:
+        first = True
+
+        async def connect() -> ServerLink:
+            """The lost connection is the failure the retrying starts from; then connect."""
+            nonlocal first
+            if first:
+                first = False
+                raise error
+            timeout = max(MIN_CONNECT_TIMEOUT, min(CONNECT_TIMEOUT, deadline - self._clock()))
+            try:
+                return await self._connect(timeout)
+            except ServerLinkError as exc:
+                status.last_error = str(exc)
+                raise
+
+        def next_delay(state: RetryCallState) -> float:
             remaining = deadline - self._clock()
-            if remaining <= 0:
-                raise self._gave_up(error)
+            return min(self.backoff.delay(status.attempt + 1, self._rng.random()), remaining)
+
+        def before_attempt(state: RetryCallState) -> None:
             status.attempt += 1
-            delay = min(self.backoff.delay(status.attempt, self._rng.random()), remaining)
+            delay = state.upcoming_sleep
             status.next_attempt_at = self._clock() + delay
             log.warning(
                 "server connection lost: reconnecting (attempt %d, next in %.1f s)",
@@ -161,25 +179,29 @@ class ServerSession:
                 delay,
                 extra={"attempt": status.attempt, "delay_s": round(delay, 3)},
             )
-            await asyncio.sleep(delay)
-            timeout = max(MIN_CONNECT_TIMEOUT, min(CONNECT_TIMEOUT, deadline - self._clock()))
-            try:
-                link = await self._connect(timeout)
-            except WrongServerKey:
-                raise  # another server answers at the address: final, like a rejection
-            except ServerLinkError as exc:
-                status.last_error = str(exc)
-                continue
-            self._attach(link)
-            self.reconnects += 1
-            log.info(
-                "reconnected to the server",
-                extra={
-                    "attempt": status.attempt,
-                    "downtime_s": round(self._clock() - status.lost_at, 3),
-                },
-            )
-            return
+
+        def give_up(state: RetryCallState) -> ServerLink:
+            raise self._gave_up(error)
+
+        reconnecting = retrying(
+            wait=next_delay,
+            retry=retry_on(
+                lambda exc: isinstance(exc, ServerLinkError) and not isinstance(exc, WrongServerKey)
+            ),  # another server at the address (WrongServerKey) is final, like a rejection
+            stop=lambda state: deadline - self._clock() <= 0,
+            before_sleep=before_attempt,
+            on_give_up=give_up,
+        )
+        link = await call(reconnecting, connect)
+        self._attach(link)
+        self.reconnects += 1
+        log.info(
+            "reconnected to the server",
+            extra={
+                "attempt": status.attempt,
+                "downtime_s": round(self._clock() - status.lost_at, 3),
+            },
+        )
 
     def _gave_up(self, error: ServerLinkError) -> ServerLinkError:
         status = self.status

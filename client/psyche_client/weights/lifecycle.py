@@ -21,8 +21,10 @@ from psyche_common.client_id import short_id
 from psyche_common.config import HubCheckpoint
 from psyche_common.coordinator import Coordinator
 from psyche_common.model_source import SourceKind, classify_source
+from psyche_common.progress import TransferProgress, report_progress
 from psyche_common.protocol import Identity
 
+from psyche_client.p2p.manifest import ParameterInfo
 from psyche_client.p2p.model_share import (
     JOINER_WAIT,
     ManifestVote,
@@ -153,11 +155,25 @@ class ModelLifecycle:
         self, backend: TrainingBackend, peers: list[bytes], vote: ManifestVote
     ) -> None:
         log.info("fetching the model from %d peer(s)", len(vote.holders))
+        received = 0
+
+        def arrived(info: ParameterInfo, data: bytes) -> None:
+            nonlocal received
+            received += len(data)
 
         def progress(done: int, total: int) -> None:
             self.download_progress = (done, total)
 
-        download = await download_model(self.node, peers, on_progress=progress, vote=vote)
+        download = await report_progress(
+            TransferProgress(
+                "fetching the model from peers",
+                vote.manifest.total_bytes,
+                log,
+                fields={"client_id": self.identity.short_id},
+            ),
+            lambda: received,
+            download_model(self.node, peers, on_parameter=arrived, on_progress=progress, vote=vote),
+        )
         await asyncio.to_thread(backend.load_parameters, download.parameters)
         log.info(
             "model fetched peer-to-peer",

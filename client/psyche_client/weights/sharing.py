@@ -6,7 +6,7 @@ upload is a `CheckpointError`; `checkpoint_model` logs it and reports it in its 
 of raising, so a full disk or a Hub outage never ends a training client.
 
 Every step that touches the model or the disk runs in a worker thread; the caller holds the
-model lock.
+model lock. Saving and uploading log progress every few seconds (`psyche_common.progress`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from psyche_common.progress import TransferProgress, directory_bytes, report_progress
 
 from psyche_client.p2p.manifest import ModelManifest, parameter_info
 from psyche_client.training.backend import TrainingBackend
@@ -75,12 +77,23 @@ async def save_checkpoint(
     disk, a read-only directory, ...): no directory of that name is then left behind, and an
     earlier checkpoint of the same name is untouched."""
     target = directory / checkpoint_name(run_id, step)
+    partial_dir: list[Path] = []
 
     def write(partial: Path) -> None:
+        partial_dir.append(partial)
         backend.save_checkpoint(str(partial))
 
+    def written() -> int:
+        """Bytes on disk so far: the partial directory until it is renamed to `target`."""
+        return max(directory_bytes(partial_dir[-1]) if partial_dir else 0, directory_bytes(target))
+
+    progress = TransferProgress(f"saving the checkpoint {target}", None, log)
     try:
-        await asyncio.to_thread(write_checkpoint_dir, directory, run_id, step, write)
+        await report_progress(
+            progress,
+            written,
+            asyncio.to_thread(write_checkpoint_dir, directory, run_id, step, write),
+        )
     except Exception as exc:
         raise CheckpointError(
             f"could not save the checkpoint {target}: {type(exc).__name__}: {exc}"
@@ -111,8 +124,13 @@ async def upload_checkpoint(target: Path, hub_repo: str, token: str | None, step
         # looked up at call time: tests replace upload_to_hub (and it imports torch)
         from psyche_client.training.model import loading
 
-        revision = await asyncio.to_thread(
-            loading.upload_to_hub, target, hub_repo, token, f"step {step}"
+        progress = TransferProgress(
+            f"uploading {target} to the Hub repo {hub_repo}", directory_bytes(target), log
+        )
+        revision = await report_progress(
+            progress,
+            lambda: None,  # the Hub client does not say how far it got: the elapsed time
+            asyncio.to_thread(loading.upload_to_hub, target, hub_repo, token, f"step {step}"),
         )
     except CheckpointError:  # upload_to_hub's own error already names both
         raise

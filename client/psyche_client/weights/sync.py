@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from psyche_common.client_id import short_id
 from psyche_common.coordinator import Coordinator
+from psyche_common.retry import call, polling
 
 from psyche_client.p2p.fetch import TRANSIENT_ERRORS
 from psyche_client.p2p.manifest import ManifestError, ModelManifest
@@ -79,19 +80,21 @@ class WeightsSync:
         differ. Gives up (undecided) after `wait` seconds without a majority."""
         mine = await self.serve_current(backend, coordinator)
         peers = [member for member in members if member != self.node.peer_id]
-        deadline = asyncio.get_running_loop().time() + self.wait
-        while True:
+
+        async def ask() -> tuple[dict[bytes, ModelManifest], tuple[bytes, list[bytes]] | None]:
             answers = await self._manifests(peers)
-            found = majority_weights(mine, answers, len(members))
-            if found is not None:
-                digest, holders = found
-                if digest == mine:
-                    return SyncOutcome("in sync", len(holders) + 1, len(members))
-                await self._download(backend, coordinator, answers, holders)
-                return SyncOutcome("resynced", len(holders), len(members))
-            if asyncio.get_running_loop().time() >= deadline:
-                return SyncOutcome("undecided", 0, len(members))
-            await asyncio.sleep(POLL_INTERVAL)
+            return answers, majority_weights(mine, answers, len(members))
+
+        answers, found = await call(
+            polling(lambda poll: poll[1] is not None, POLL_INTERVAL, self.wait), ask
+        )
+        if found is None:
+            return SyncOutcome("undecided", 0, len(members))
+        digest, holders = found
+        if digest == mine:
+            return SyncOutcome("in sync", len(holders) + 1, len(members))
+        await self._download(backend, coordinator, answers, holders)
+        return SyncOutcome("resynced", len(holders), len(members))
 
     async def _manifests(self, peers: Sequence[bytes]) -> dict[bytes, ModelManifest]:
         answers: dict[bytes, ModelManifest] = {}

@@ -1,21 +1,23 @@
 """Retrying data reads with the reference's linear backoff (0, 2, 4, … 12 s over 7 attempts).
 
-``RetryPolicy`` holds the schedule (configurable so tests run fast); ``retry_async`` runs one
-operation under it, and ``get_samples_with_retries`` wraps a whole provider call the way the
-reference client's data fetcher does. Only transient failures are retried: network errors,
+``RetryPolicy`` (``psyche_common.retry``, re-exported here) holds the schedule (configurable so
+tests run fast); ``retry_async`` runs one operation under it with the project's retry builders,
+and ``get_samples_with_retries`` wraps a whole provider call the way the reference client's data
+fetcher does. Only transient failures are retried: network errors,
 timeouts and ``DataFetchError(retryable=True)``; a missing sample or a bad file fails at once.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
+
+from tenacity import RetryCallState
 
 from psyche_common.batch_id import BatchId
 from psyche_common.data.errors import DataFetchError
+from psyche_common.retry import RetryPolicy, call, failure, linear, retry_on, retrying
 
 if TYPE_CHECKING:
     import numpy as np
@@ -23,24 +25,9 @@ if TYPE_CHECKING:
     from psyche_common.data.provider import DataProvider
 
 T = TypeVar("T")
+
+__all__ = ["RetryPolicy", "get_samples_with_retries", "is_transient", "retry_async"]
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """``attempts`` tries; the wait before attempt k (1-based) is ``delay_step * (k - 1)`` s."""
-
-    attempts: int = 7
-    delay_step: float = 2.0
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError(f"RetryPolicy.attempts must be at least 1, got {self.attempts}")
-        if self.delay_step < 0:
-            raise ValueError(f"RetryPolicy.delay_step must be >= 0, got {self.delay_step}")
-
-    def delay_before(self, attempt: int) -> float:
-        return self.delay_step * (attempt - 1)
 
 
 def is_transient(error: BaseException) -> bool:
@@ -56,28 +43,31 @@ async def retry_async(operation: Callable[[], Awaitable[T]], policy: RetryPolicy
     After the last attempt fails it raises ``DataFetchError(retryable=False)`` naming ``what``,
     so an outer retry loop does not multiply the attempts.
     """
-    last_error: BaseException | None = None
-    for attempt in range(1, policy.attempts + 1):
-        delay = policy.delay_before(attempt)
-        if delay > 0:
-            await asyncio.sleep(delay)
-        try:
-            return await operation()
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            last_error = exc
-            logger.warning(
-                "%s failed (attempt %d of %d): %s",
-                what,
-                attempt,
-                policy.attempts,
-                exc,
-                extra={"attempt": attempt, "attempts": policy.attempts},
-            )
-    raise DataFetchError(
-        f"{what} failed after {policy.attempts} attempts: {last_error}", retryable=False
-    ) from last_error
+
+    def log_failure(state: RetryCallState) -> None:
+        logger.warning(
+            "%s failed (attempt %d of %d): %s",
+            what,
+            state.attempt_number,
+            policy.attempts,
+            failure(state),
+            extra={"attempt": state.attempt_number, "attempts": policy.attempts},
+        )
+
+    def give_up(state: RetryCallState) -> T:
+        last_error = failure(state)
+        raise DataFetchError(
+            f"{what} failed after {policy.attempts} attempts: {last_error}", retryable=False
+        ) from last_error
+
+    policy_retrying = retrying(
+        wait=linear(policy.delay_step),
+        retry=retry_on(is_transient),
+        attempts=policy.attempts,
+        after=log_failure,
+        on_give_up=give_up,
+    )
+    return await call(policy_retrying, operation)
 
 
 async def get_samples_with_retries(
