@@ -18,7 +18,7 @@ from psyche_client.round.roles import RoundRoles
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
 from psyche_client.round.stats import ClientStats
 from psyche_client.round.verifier import RoundVerifier
-from psyche_client.training.backend import DummyBackend
+from psyche_client.training.backend import Capabilities, DummyBackend
 from psyche_client.training.trainer import Trainer
 from psyche_client.verify.agreement import (
     ACCUSE_BELOW,
@@ -89,6 +89,7 @@ class FakeVerifyingBackend:
     def __init__(self) -> None:
         self.weights = b"w" * 32
         self.recomputed: list[int] = []
+        self.capabilities = Capabilities(verifier=self)
 
     def weights_hash(self) -> bytes:
         return self.weights
