@@ -35,9 +35,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.client_run import Proc, wait_for, write_state  # noqa: E402
-from tests.netlab.cluster import LabCluster  # noqa: E402
-from tests.netlab.lab import Lab  # noqa: E402
+from bench.harness.client_run import Proc, wait_for, write_state  # noqa: E402
+from bench.harness.netlab.cluster import LabCluster  # noqa: E402
+from bench.harness.netlab.lab import Lab  # noqa: E402
 
 
 def run_once(setup: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:

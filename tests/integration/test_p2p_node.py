@@ -25,7 +25,7 @@ from psyche_client.p2p import (
 from psyche_client.p2p.pushing import AnnounceReport
 from psyche_common.protocol import ConnectionClosed, Identity, read_frame, write_frame
 
-from tests.support.tamper_proxy import DOWN, Flip, TamperProxy
+from bench.harness.tamper_proxy import DOWN, Flip, TamperProxy
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,6 +15,9 @@ module makes (top level, function-local and type-only alike):
   higher one; `verify` is tensor math the training backend calls, so it sits below it); `p2p` and `session` import neither `training` nor `round`; only `cli` and `tui`
   import `app`;
 - importing every module of `psyche_client.round` and `psyche_client.p2p` loads no torch.
+
+Between the benches and the tests: nothing under `bench/` imports `tests` (the tests may import
+the benches' harnesses, studies and run configs).
 """
 
 from __future__ import annotations
@@ -47,6 +50,11 @@ CLIENT_FORBIDDEN = {
 APP_IMPORTERS = ("cli", "tui", "app")
 """The only parts of the client that may import `psyche_client.app`."""
 
+PACKAGES = (psyche_common, psyche_server, psyche_client)
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+"""The benches and what they run (`bench/harness`, `bench/study`, `bench/support`)."""
+
 
 def _imported_modules(path: Path) -> set[str]:
     """Every absolute module name an `import` or `from ... import` in the file names (the
@@ -71,10 +79,10 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 def _module_name(path: Path) -> str:
-    for root in (psyche_common, psyche_server, psyche_client):
-        base = Path(root.__file__).parent.parent
-        if path.is_relative_to(base / root.__name__):
-            parts = path.relative_to(base).with_suffix("").parts
+    bases = [Path(root.__file__).parent.parent / root.__name__ for root in PACKAGES]
+    for base in [*bases, BENCH]:
+        if path.is_relative_to(base):
+            parts = path.relative_to(base.parent).with_suffix("").parts
             return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
     raise ValueError(path)
 
@@ -261,3 +269,15 @@ def test_the_round_pipeline_and_p2p_import_without_torch() -> None:
     count, heavy, _ = _heavy_modules_after_importing(["psyche_client.round", "psyche_client.p2p"])
     assert heavy == []
     assert count > 30
+
+
+def test_bench_imports_nothing_from_tests() -> None:
+    files = sorted(BENCH.rglob("*.py"))
+    violations = [
+        f"{_module_name(path)} imports {name}"
+        for path in files
+        for name in sorted(_imported_modules(path))
+        if name.split(".")[0] == "tests"
+    ]
+    assert violations == []
+    assert len(files) > 20  # the walk really found the benches and their packages

@@ -28,7 +28,7 @@ from psyche_client.training.backend import Capabilities
 from psyche_client.training.model.loading import load_model
 from psyche_common.config import BuiltinData, LocalData
 
-from tests.support.eval_tasks import DOCS, write_tasks
+from bench.support.eval_tasks import DOCS, write_tasks
 
 
 @pytest.fixture(scope="module")

@@ -33,8 +33,8 @@ from psyche_common.coordinator.committee import Committee, CommitteeProof
 from psyche_common.coordinator.verification import verifier_sample
 from psyche_common.protocol import Identity
 
+from bench.study.simulation import build_model, load_stdlib_corpus, prototype_llama_config
 from tests.support.fakes import RecordingUplink, unsigned_result
-from tests.support.simulation import build_model, load_stdlib_corpus, prototype_llama_config
 
 SETTINGS = DistroSettings(
     compression_decay=0.999,
