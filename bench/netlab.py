@@ -1,6 +1,6 @@
 """Training speed with every client behind NAT (through the server's relay) vs every client public.
 
-Builds the network lab of tests/netlab (root, `ip`, `iptables`): a server host and `--clients`
+Builds the network lab of bench/harness/netlab (root, `ip`, `iptables`): a server host and `--clients`
 client hosts, first all public, then each behind its own NAT router that allows outbound
 connections only, so every P2P byte between clients crosses the relay. Both runs use the same
 state (dummy training, `--step-delay` s per batch, `--steps` steps) and the same processes;

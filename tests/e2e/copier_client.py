@@ -26,18 +26,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from psyche_client.app.parts import Parts
 from psyche_client.distro.result import DistroResult
 from psyche_client.training.backend import Samples, TrainedResult
-from psyche_client.training.distro_backend import DistroBackend
 from psyche_client.weights.backends import with_distro_backend
 from psyche_common.batch_id import BatchId
 
-from tests.e2e.freerider_client import relabelled
+from tests.e2e.rewriting_backend import RewritingBackend, relabelled
 
 COPY_WAIT = 10.0
 
 log = logging.getLogger("psyche.client")
 
 
-class CopierBackend(DistroBackend):
+class CopierBackend(RewritingBackend):
     """The DisTrO backend, publishing a peer's result of the same step as its own."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -65,23 +64,26 @@ class CopierBackend(DistroBackend):
             self._mine.add((step, batch))
             self._mine = {(s, b) for s, b in self._mine if s >= step - 2}
             self._peers = {s: found for s, found in self._peers.items() if s >= step - 2}
-        output = super().train(step, batch, samples, cancelled)
-        if output is None:
-            return None
+        return super().train(step, batch, samples, cancelled)
+
+    def rewrite(self, mine: DistroResult, cancelled: Callable[[], bool]) -> DistroResult:
         deadline = time.monotonic() + COPY_WAIT
-        found = self._peer_result(step)
+        found = self._peer_result(mine.step)
         while found is None and time.monotonic() < deadline and not cancelled():
             time.sleep(0.05)
-            found = self._peer_result(step)
+            found = self._peer_result(mine.step)
         if found is None:
-            return output
+            return mine
         copied_batch, copied = found
         log.info(
             "copier: copied a result",
-            extra={"step": step, "batch": str(batch), "copied_batch": str(copied_batch)},
+            extra={
+                "step": mine.step,
+                "batch": str(mine.batch_id),
+                "copied_batch": str(copied_batch),
+            },
         )
-        mine = DistroResult.decode(output.payload, self.trainer.layout)
-        return relabelled(copied, mine, output)
+        return relabelled(copied, mine)
 
 
 def main() -> None:

@@ -22,41 +22,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from psyche_client.app.parts import Parts
 from psyche_client.distro.result import DistroResult
-from psyche_client.training.backend import Samples, TrainedResult
-from psyche_client.training.distro_backend import DistroBackend
 from psyche_client.weights.backends import with_distro_backend
-from psyche_common.batch_id import BatchId
+
+from tests.e2e.rewriting_backend import RewritingBackend, relabelled
 
 log = logging.getLogger("psyche.client")
 
 
-def relabelled(source: DistroResult, mine: DistroResult, output: TrainedResult) -> TrainedResult:
-    """`output` carrying `source`'s values and indices under `mine`'s step, batch and nonce."""
-    result = DistroResult(
-        mine.step, mine.batch_id, mine.trainer_nonce, source.value_kind, source.tensors
-    )
-    return TrainedResult(output.loss, result.encode(), result.data_hash(), output.tokens)
-
-
-class StaleResultsBackend(DistroBackend):
+class StaleResultsBackend(RewritingBackend):
     """The DisTrO backend, publishing its first result again for every later batch."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.kept: DistroResult | None = None
 
-    def train(
-        self, step: int, batch: BatchId, samples: Samples | None, cancelled: Callable[[], bool]
-    ) -> TrainedResult | None:
-        output = super().train(step, batch, samples, cancelled)
-        if output is None:
-            return None
-        mine = DistroResult.decode(output.payload, self.trainer.layout)
+    def rewrite(self, mine: DistroResult, cancelled: Callable[[], bool]) -> DistroResult:
         if self.kept is None:
             self.kept = mine
-            return output
-        log.info("free rider: sent a stale result", extra={"step": step, "batch": str(batch)})
-        return relabelled(self.kept, mine, output)
+            return mine
+        log.info(
+            "free rider: sent a stale result",
+            extra={"step": mine.step, "batch": str(mine.batch_id)},
+        )
+        return relabelled(self.kept, mine)
 
 
 def main() -> None:

@@ -25,10 +25,9 @@ from psyche_client.app.parts import Parts
 from psyche_client.distro.compress import pack_bf16
 from psyche_client.distro.result import DistroResult
 from psyche_client.distro.values import ValueKind
-from psyche_client.training.backend import Samples, TrainedResult
-from psyche_client.training.distro_backend import DistroBackend
 from psyche_client.weights.backends import with_distro_backend
-from psyche_common.batch_id import BatchId
+
+from tests.e2e.rewriting_backend import RewritingBackend
 
 SCALE = 1e30
 BF16_MAX = 3.3e38  # just under bf16's largest finite value (3.39e38)
@@ -47,18 +46,12 @@ def enormous(result: DistroResult) -> DistroResult:
     )
 
 
-class HugeValuesBackend(DistroBackend):
+class HugeValuesBackend(RewritingBackend):
     """The DisTrO backend, sending every result it trains with enormous values (its momentum
     and error feedback keep the honest result)."""
 
-    def train(
-        self, step: int, batch: BatchId, samples: Samples | None, cancelled: Callable[[], bool]
-    ) -> TrainedResult | None:
-        output = super().train(step, batch, samples, cancelled)
-        if output is None:
-            return None
-        huge = enormous(DistroResult.decode(output.payload, self.trainer.layout))
-        return TrainedResult(output.loss, huge.encode(), huge.data_hash(), output.tokens)
+    def rewrite(self, mine: DistroResult, cancelled: Callable[[], bool]) -> DistroResult:
+        return enormous(mine)
 
 
 def main() -> None:
