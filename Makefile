@@ -22,7 +22,7 @@ tmux:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq tmux >/dev/null; } || { \
 	  echo "tmux is required: install it with your package manager" >&2; exit 1; }
 
-# ip, iptables and tc build the network lab of tests/netlab (as root); installed like tmux. Without
+# ip, iptables and tc build the network lab (bench/harness/netlab; as root); installed like tmux. Without
 # root nothing is installed and the lab tests skip, saying why.
 netlab-tools:
 	@[ "$$(id -u)" != 0 ] || { command -v ip >/dev/null 2>&1 && command -v iptables >/dev/null 2>&1 \

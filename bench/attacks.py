@@ -2,7 +2,7 @@
 one JSON object.
 
 For each size `M/N` of `--sizes` (default 1/4 and 2/8: M of N clients malicious) and each
-attack of `--only` (default all of `tests.e2e.attack_run.ATTACKS`), one run of real processes
+attack of `--only` (default all of `bench.harness.attack_run.ATTACKS`), one run of real processes
 (`psyche-server` and `psyche-client`s on loopback, `builtin:llama-tiny` on CPU, `--steps`
 steps (default 30), global batch max(6, N) × 32 tokens, every member a witness, max round time 10 s) with N − M honest clients and M
 attackers, and one clean run of N honest clients per distinct setting of the selected
@@ -66,7 +66,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.attack_run import (  # noqa: E402
+from bench.harness.attack_run import (  # noqa: E402
     ATTACKS,
     Attack,
     RunOutcome,

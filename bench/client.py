@@ -28,7 +28,7 @@
    training itself and the idle time after it, and the RoundWitness phase.
    `--model M` measures another model on both sides (a local directory too); `--build-134m
    DIR` writes the ~134M-parameter Llama of docs/benchmarks.md there first
-   (`tests/support/bench_models.py`).
+   (`bench/support/models.py`).
    For it, `--batch 32 --short-batch 4 --micro-batch 4` gives the 8,192- and 1,024-token steps.
 2. Late-joiner model fetch: seconds to fetch a ~20M-parameter model's bytes peer-to-peer
    (`psyche_client.p2p.benchmark`, 3 serving peers, hash-checked parameters) vs a raw
@@ -71,7 +71,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support.bench_models import write_llama_134m  # noqa: E402 - needs ROOT on sys.path
+from bench.support.models import write_llama_134m  # noqa: E402 - needs ROOT on sys.path
 
 MODEL = "builtin:llama-2m"
 QUICK_MODEL = "builtin:llama-tiny"
@@ -327,8 +327,8 @@ def client_run(
     from psyche_client.weights.backends import BackendOptions
     from psyche_common.protocol import Identity
 
-    from tests.e2e.client_run import Cluster, write_state
-    from tests.support.eval_tasks import write_tasks
+    from bench.harness.client_run import Cluster, write_state
+    from bench.support.eval_tasks import write_tasks
 
     state = write_state(
         tmp / "state.toml",

@@ -1,5 +1,5 @@
 """False-conviction rate of the verification rules: whole runs of the pure coordinator with
-simulated verifiers (tests/support/verification_sim.py), one lying verifier that accuses every
+simulated verifiers (bench/study/verification_sim.py), one lying verifier that accuses every
 result it checks, optionally a cheat whose every result fails the check, optionally honest
 results that fail the check by bad luck (`unlucky`: each with probability 1 %, about the
 measured rate of honest tiny-batch checks below the threshold, docs/verification.md); prints
@@ -38,7 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support.verification_sim import measure  # noqa: E402
+from bench.study.verification_sim import measure  # noqa: E402
 
 UNLUCKY = 0.01
 """Rate at which an honest result fails the check in the `unlucky` settings."""

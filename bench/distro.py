@@ -13,7 +13,7 @@ Default run:
 3. DisTrO / AdamW validation loss at equal tokens from a short convergence run of the
    prototype model (4 simulated peers, pipeline with the two-round delay).
 
-`--study`: instead, the optimizer study of issue 22 (tests/support/study_protocol.py: the
+`--study`: instead, the optimizer study of issue 22 (bench/study/study_protocol.py: the
 protocol, its size and its measured timing; study_runner.py: the stages): a learning-rate
 sweep of AdamW, DisTrO and SparseLoCo on one seed, the winners on 3 fresh seeds at 4 and 16
 peers, the synchronous and DiLoCo diagnostics (DiLoCo's outer lr swept first); prints
@@ -25,17 +25,17 @@ variant candidates (`VARIANT_CANDIDATES`: SparseLoCo as Templar runs it, with th
 codebook or 4-bit values, at outer lr 0.5 and 2, top-128; DisTrO top-32, with weight decay,
 with momentum on the applied aggregate), each swept and then run on the fresh seeds at 4
 peers. With `--quick` the same code path on a model and run of seconds (its numbers mean
-nothing). `python -m tests.support.study_report FILE` renders a saved study as the tables of
+nothing). `python -m bench.study.study_report FILE` renders a saved study as the tables of
 docs/distro.md.
 Both studies train on the CPU whatever `--device` says.
 
-`--variants-study`: the earlier 300-step study of docs/distro.md (tests/support/distro_study.py):
+`--variants-study`: the earlier 300-step study of docs/distro.md (bench/study/distro_study.py):
 Psyche's settings against variants, `--steps` steps (300 in the docs) on seeds `--seeds`, each
 row's validation loss over AdamW's and bytes per token; prints `{"study": [...], "best": NAME,
 ...}`. It runs for hours on a 2-core CPU; `--cache FILE` keeps finished runs.
 
 `--build-134m DIR` writes the ~134M-parameter Llama of docs/benchmarks.md (hidden 768, 12
-layers, vocabulary 32,000, untied; `tests/support/bench_models.py`) into DIR as a config-only
+layers, vocabulary 32,000, untied; `bench/support/models.py`) into DIR as a config-only
 Hugging Face directory and measures that model (as `--model DIR`).
 
 `--quick` (what `make test` runs): the default run at its smallest, in seconds: the tiny preset
@@ -82,19 +82,19 @@ from psyche_common.batch_id import BatchId
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support.bench_models import write_llama_134m  # noqa: E402 - needs ROOT on sys.path
-from tests.support.distro_study import VARIANTS, run_study  # noqa: E402
-from tests.support.simulation import (  # noqa: E402
+from bench.study.distro_study import VARIANTS, run_study  # noqa: E402
+from bench.study.simulation import (  # noqa: E402
     load_stdlib_corpus,
     run_adamw,
     run_distro,
 )
-from tests.support.study_protocol import (  # noqa: E402
+from bench.study.study_protocol import (  # noqa: E402
     PROTOCOL,
     QUICK_PROTOCOL,
     VARIANT_CANDIDATES,
 )
-from tests.support.study_runner import run_protocol  # noqa: E402
+from bench.study.study_runner import run_protocol  # noqa: E402
+from bench.support.models import write_llama_134m  # noqa: E402 - needs ROOT on sys.path
 
 SETTINGS = DistroSettings(
     compression_decay=0.999,

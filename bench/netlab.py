@@ -1,6 +1,6 @@
 """Training speed with every client behind NAT (through the server's relay) vs every client public.
 
-Builds the network lab of tests/netlab (root, `ip`, `iptables`): a server host and `--clients`
+Builds the network lab of bench/harness/netlab (root, `ip`, `iptables`): a server host and `--clients`
 client hosts, first all public, then each behind its own NAT router that allows outbound
 connections only, so every P2P byte between clients crosses the relay. Both runs use the same
 state (dummy training, `--step-delay` s per batch, `--steps` steps) and the same processes;
@@ -35,9 +35,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.client_run import Proc, wait_for, write_state  # noqa: E402
-from tests.netlab.cluster import LabCluster  # noqa: E402
-from tests.netlab.lab import Lab  # noqa: E402
+from bench.harness.client_run import Proc, wait_for, write_state  # noqa: E402
+from bench.harness.netlab.cluster import LabCluster  # noqa: E402
+from bench.harness.netlab.lab import Lab  # noqa: E402
 
 
 def run_once(setup: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:

@@ -48,13 +48,11 @@ def progress(message: str) -> None:
 
 
 def coordinator(model: str, seq_len: int) -> Coordinator:
-    """The Warmup (where backends load) of a DisTrO run of `model`."""
-    from psyche_common.coordinator import RunState
+    """A coordinator of a DisTrO run of `model` (what the backends load for)."""
+    from bench.support.run_configs import distro_model, make_coordinator
 
-    from tests.support.coordinators import coordinator_in, distro_model, ids
-
-    llm = distro_model(model, chunk=64, topk=8, max_seq_len=seq_len)
-    return coordinator_in(RunState.Warmup, ids(2), model=llm)
+    # the backends read only the run's model and its cold-start bounds (none in this run)
+    return make_coordinator(distro_model(model, chunk=64, topk=8, max_seq_len=seq_len))
 
 
 def batches(args: argparse.Namespace) -> list[np.ndarray]:

@@ -1,6 +1,6 @@
 """Sign agreement of honest and malicious DisTrO results with a verifier's recomputed gradient.
 
-Runs the simulation of tests/support/simulation.py (prototype model, 4 peers, chunk 64,
+Runs the simulation of bench/study/simulation.py (prototype model, 4 peers, chunk 64,
 top-k 8, 1-bit, decay 0.999, the two-round apply delay) for `--steps` steps. At each step of
 `--at`, before the peers train, a verifier recomputes the plain gradient of every peer's batch
 on the round's weights (no lookahead, no momentum) and takes its DCT; after training, each
@@ -73,7 +73,7 @@ from psyche_client.verify.copying import index_overlap  # noqa: E402
 from psyche_client.verify.recompute import recompute_gradient  # noqa: E402
 from psyche_common.batch_id import BatchId  # noqa: E402
 
-from tests.support.simulation import (  # noqa: E402
+from bench.study.simulation import (  # noqa: E402
     build_model,
     cosine_schedule,
     load_stdlib_corpus,

@@ -1,5 +1,5 @@
 """End-to-end on a GPU: a real `psyche-server` and two `psyche-client train --device cuda`
-processes (`tests/e2e/client_run.py`), and a CUDA client next to a CPU client.
+processes (`bench/harness/client_run.py`), and a CUDA client next to a CPU client.
 
 Both clients apply every common step to the same weights hash; the checkpoint written from
 the GPU reloads in transformers on the CPU with the last common step's weights. With
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.harness.client_run import Cluster, applied_hashes, losses, wait_for, write_state
 from tests.cuda.gpus import needs_gpus
-from tests.e2e.client_run import Cluster, applied_hashes, losses, wait_for, write_state
 
 pytestmark = [pytest.mark.cuda, needs_gpus(1), pytest.mark.timeout(400)]
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.e2e.attack_run import RunOutcome, run_attack
+from bench.harness.attack_run import RunOutcome, run_attack
 
 ATTACK_TEST_STEPS = 8
 

@@ -1,10 +1,11 @@
 """A test-only trainer that sends finite but enormous values (bf16 runs).
 
-It is `psyche-client` with one change: every result it generates has its values multiplied
-by `SCALE` (1e30) before it is encoded, clipped to the largest finite bf16 magnitude so the
-bytes stay valid (a NaN or infinity would be a decode error that every client refuses
-alike). Its momentum, signatures, announcements and witnessing are honest. Only results
-with bf16 values (`quantize_1bit = false`) are changed; the client exits otherwise.
+It is `psyche-client` with one change, its training backend (`Parts(backends=...)`): every
+result it trains is sent with its values multiplied by `SCALE` (1e30), clipped to the largest
+finite bf16 magnitude so the bytes stay valid (a NaN or infinity would be a decode error that
+every client refuses alike). Its momentum, signatures, announcements and witnessing are
+honest. Only results with bf16 values (`quantize_1bit = false`) are changed; the client exits
+otherwise.
 Run it with `psyche-client`'s arguments: `python tests/e2e/huge_client.py train ...`.
 """
 
@@ -22,11 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from psyche_client.app.parts import Parts
 from psyche_client.distro.compress import pack_bf16
-from psyche_client.distro.optimizer import Generated
 from psyche_client.distro.result import DistroResult
 from psyche_client.distro.values import ValueKind
-from psyche_client.training.trainer import NamedParameters
-from psyche_client.weights.backends import with_generate_hook
+from psyche_client.weights.backends import with_distro_backend
+
+from tests.e2e.rewriting_backend import RewritingBackend
 
 SCALE = 1e30
 BF16_MAX = 3.3e38  # just under bf16's largest finite value (3.39e38)
@@ -45,16 +46,18 @@ def enormous(result: DistroResult) -> DistroResult:
     )
 
 
-def enormous_values(generate: Callable[[], Generated], _parameters: NamedParameters) -> Generated:
-    """A `GenerateHook`: the honest result with enormous values (the momentum is honest)."""
-    generated = generate()
-    return Generated(enormous(generated.transmit), generated.own)
+class HugeValuesBackend(RewritingBackend):
+    """The DisTrO backend, sending every result it trains with enormous values (its momentum
+    and error feedback keep the honest result)."""
+
+    def rewrite(self, mine: DistroResult, cancelled: Callable[[], bool]) -> DistroResult:
+        return enormous(mine)
 
 
 def main() -> None:
     from psyche_client.cli import main as client_main
 
-    client_main(obj=Parts(backends=with_generate_hook(enormous_values)))
+    client_main(obj=Parts(backends=with_distro_backend(HugeValuesBackend)))
 
 
 if __name__ == "__main__":

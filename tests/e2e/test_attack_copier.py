@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.attack_run import ATTACKS, client_id, run_attack
+from bench.harness.attack_run import ATTACKS, client_id, run_attack
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # the tiny real model, 14 steps
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import Cluster, finish_in_agreement, write_state
-from tests.e2e.flood import Flood
+from bench.harness.client_run import Cluster, finish_in_agreement, write_state
+from bench.harness.flood import Flood
 
 pytestmark = pytest.mark.timeout(300)
 

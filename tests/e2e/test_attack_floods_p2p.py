@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.attack_run import DROPPED_LINE
-from tests.e2e.client_run import Cluster, finish_in_agreement, write_state
+from bench.harness.attack_run import DROPPED_LINE
+from bench.harness.client_run import Cluster, finish_in_agreement, write_state
 
 pytestmark = pytest.mark.timeout(300)
 

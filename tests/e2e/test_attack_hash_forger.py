@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import Cluster, finish_in_agreement, write_state
-from tests.e2e.hostile_hosts import FORGED_STEPS, HashForger
+from bench.harness.client_run import Cluster, finish_in_agreement, write_state
+from bench.harness.hostile_hosts import FORGED_STEPS, HashForger
 
 pytestmark = pytest.mark.timeout(300)
 

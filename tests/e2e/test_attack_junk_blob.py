@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.attack_run import client_id
-from tests.e2e.client_run import Cluster, finish_in_agreement, write_state
+from bench.harness.attack_run import client_id
+from bench.harness.client_run import Cluster, finish_in_agreement, write_state
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # about a minute
 

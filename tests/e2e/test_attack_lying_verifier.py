@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.attack_run import ATTACKS, run_attack
+from bench.harness.attack_run import ATTACKS, run_attack
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # the tiny real model, 10 steps
 

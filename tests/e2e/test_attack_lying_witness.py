@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import Cluster, finish_in_agreement, write_state
+from bench.harness.client_run import Cluster, finish_in_agreement, write_state
 
 pytestmark = pytest.mark.timeout(300)
 

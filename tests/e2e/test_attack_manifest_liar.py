@@ -16,7 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import Cluster, applied_hashes, finish_in_agreement, wait_for, write_state
+from bench.harness.client_run import (
+    Cluster,
+    applied_hashes,
+    finish_in_agreement,
+    wait_for,
+    write_state,
+)
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -17,9 +17,15 @@ import numpy as np
 import pytest
 from psyche_common.protocol import coordinator_domain, data_server_domain
 
-from tests.e2e.client_run import Cluster, applied_hashes, finish_in_agreement, free_port, wait_for
-from tests.e2e.client_run import write_state as write_run_state
-from tests.e2e.hostile_hosts import DecodeBomber, RelayExhauster
+from bench.harness.client_run import (
+    Cluster,
+    applied_hashes,
+    finish_in_agreement,
+    free_port,
+    wait_for,
+)
+from bench.harness.client_run import write_state as write_run_state
+from bench.harness.hostile_hosts import DecodeBomber, RelayExhauster
 
 pytestmark = pytest.mark.timeout(400)
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from psyche_client.verify.threshold import ACCUSE_BELOW
 
-from tests.e2e.attack_run import ATTACKS, RunOutcome, run_attack
-from tests.e2e.client_run import Cluster, Proc, applied_hashes, wait_for, write_state
+from bench.harness.attack_run import ATTACKS, RunOutcome, run_attack
+from bench.harness.client_run import Cluster, Proc, applied_hashes, wait_for, write_state
 from tests.e2e.conftest import ATTACK_TEST_STEPS
 
 pytestmark = pytest.mark.timeout(900)
@@ -138,7 +138,7 @@ def test_a_sign_flip_trainer_costs_less_than_5_percent_of_the_loss(
     tmp_path: Path, clean_run: Callable[[bool, int], RunOutcome]
 ) -> None:
     """The sign-flipper among four clients at 50% verification, against a clean run of the
-    same settings (tests/e2e/attack_run.py): it is removed, the honest weights agree at every
+    same settings (bench/harness/attack_run.py): it is removed, the honest weights agree at every
     step, and the held-out loss after the run is within 5% of the clean run's. A conviction
     needs accusations from two different verifiers (docs/verification.md); at 25% four clients
     have one verifier a round, too few to be sure of two within this short run."""

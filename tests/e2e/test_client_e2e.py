@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import Cluster, applied_hashes, losses, wait_for, write_state
+from bench.harness.client_run import Cluster, applied_hashes, losses, wait_for, write_state
 from tests.e2e.wandb_run import WANDB_FLAGS, assert_offline_wandb_runs, wandb_env
 
 pytestmark = pytest.mark.timeout(400)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import no_server_train
+from bench.harness.client_run import no_server_train
 from tests.e2e.wandb_run import wandb_env
 
 pytestmark = pytest.mark.timeout(240)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.e2e.client_run import Cluster, finish_in_agreement, free_port, losses, write_state
+from bench.harness.client_run import Cluster, finish_in_agreement, free_port, losses, write_state
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.e2e.client_run import Cluster, applied_hashes, wait_for, write_state
+from bench.harness.client_run import Cluster, applied_hashes, wait_for, write_state
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # about 60 s, mostly torch start-up
 

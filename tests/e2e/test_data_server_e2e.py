@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.e2e.client_run import Cluster, applied_hashes, free_port, wait_for, write_state
+from bench.harness.client_run import Cluster, applied_hashes, free_port, wait_for, write_state
 
 pytestmark = pytest.mark.timeout(400)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import Cluster, applied_hashes, free_port, wait_for, write_state
-from tests.support.eval_tasks import write_tasks
+from bench.harness.client_run import Cluster, applied_hashes, free_port, wait_for, write_state
+from bench.support.eval_tasks import write_tasks
 
 pytestmark = pytest.mark.timeout(240)
 

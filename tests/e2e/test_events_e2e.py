@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import BIN, Cluster, no_server_train, wait_for, write_state
+from bench.harness.client_run import BIN, Cluster, no_server_train, wait_for, write_state
 
 pytestmark = pytest.mark.timeout(240)
 

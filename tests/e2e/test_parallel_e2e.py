@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import (
+from bench.harness.client_run import (
     BIN,
     Cluster,
     Proc,

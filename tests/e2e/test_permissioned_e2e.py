@@ -19,7 +19,7 @@ import pytest
 from psyche_common.protocol import Identity
 from psyche_common.protocol.authorization import encode_authorization, sign_authorization
 
-from tests.e2e.client_run import BIN, Cluster, applied_hashes, wait_for, write_state
+from bench.harness.client_run import BIN, Cluster, applied_hashes, wait_for, write_state
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from psyche_common.protocol import Identity
 
-from tests.e2e.client_run import Cluster, applied_hashes, wait_for, write_state
+from bench.harness.client_run import Cluster, applied_hashes, wait_for, write_state
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from psyche_common.protocol import Identity
 
-from tests.e2e.client_run import Cluster, finish_in_agreement, wait_for, write_state
-from tests.support.tamper_proxy import DOWN, UP, Flip, TamperProxy
+from bench.harness.client_run import Cluster, finish_in_agreement, wait_for, write_state
+from bench.harness.tamper_proxy import DOWN, UP, Flip, TamperProxy
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -107,7 +107,7 @@ def test_flipped_bytes_are_refused_and_the_wire_shows_nothing(tmp_path: Path) ->
 
 def proxied_id(proc: object) -> str:
     """The short id of a client, from its log."""
-    from tests.e2e.client_run import Proc
+    from bench.harness.client_run import Proc
 
     assert isinstance(proc, Proc)
     for line in proc.log_path.read_text().splitlines():

@@ -17,7 +17,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
-from tests.e2e.client_run import Cluster, free_port, wait_for, write_state
+from bench.harness.client_run import Cluster, free_port, wait_for, write_state
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from psyche_common.config import P2PCheckpoint, load_state
 
-from tests.e2e.client_run import Cluster, Proc, wait_for, write_state
+from bench.harness.client_run import Cluster, Proc, wait_for, write_state
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.e2e.client_run import Cluster, applied_hashes, wait_for
+from bench.harness.client_run import Cluster, applied_hashes, wait_for
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]  # about 70 s: the config's own
 # waits (3 s for members, a 10 s cooldown) and two real steps of 8 x 2048 tokens

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import Cluster, applied_hashes, wait_for, write_state
+from bench.harness.client_run import Cluster, applied_hashes, wait_for, write_state
 from tests.support.model_families import short_directory, write_family
 
 pytestmark = pytest.mark.timeout(400)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import Proc, losses
+from bench.harness.client_run import Proc, losses
 from tests.support.wandb_offline import read_run
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.netlab.shell import unavailable_reason
+from bench.harness.netlab.shell import unavailable_reason
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.simulation import (
+from bench.study.simulation import (
     Corpus,
     RunReport,
     load_stdlib_corpus,

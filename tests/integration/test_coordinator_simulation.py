@@ -14,7 +14,7 @@ import msgpack
 from psyche_common.config import HubCheckpoint, P2PCheckpoint
 from psyche_common.coordinator import ClientState, Coordinator, RunState, TickResult
 
-from tests.support.coordinator_sim import SimulatedRun, client_id
+from bench.study.coordinator_sim import SimulatedRun, client_id
 from tests.support.coordinators import make_coordinator
 
 

@@ -13,7 +13,7 @@ from psyche_common.data.local import LocalDataProvider
 from psyche_server.data_end import data_end_step
 from psyche_server.data_server import DataServer
 
-from tests.support.protocol_client import start_clients
+from bench.harness.protocol_client import start_clients
 from tests.support.server_harness import (
     load_coordinator,
     poll_until,

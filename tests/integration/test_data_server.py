@@ -32,7 +32,7 @@ from psyche_server.app import ServerOptions
 from psyche_server.data_server import DataServer
 from psyche_server.runner import RunRequest, StartupError, build_app
 
-from tests.support.protocol_client import start_clients
+from bench.harness.protocol_client import start_clients
 from tests.support.server_harness import poll_until, running_server, write_state
 
 SEQ_LEN = 8

@@ -1,5 +1,5 @@
 """`bench/distro.py --study --quick`: the optimizer study's whole code path at a size of
-seconds (tests/support/study_protocol.py's QUICK_PROTOCOL) prints the study object of issue
+seconds (bench/study/study_protocol.py's QUICK_PROTOCOL) prints the study object of issue
 22, with every stage's rows and a frontier computed from them. The figures are too small to
 judge; the shape, the stages and the replicas' bit-identity are asserted."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.study_protocol import QUICK_PROTOCOL
+from bench.study.study_protocol import QUICK_PROTOCOL
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 FRONTIER_KEYS = {

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import free_port, write_state
+from bench.harness.client_run import free_port, write_state
 from tests.support.fake_hub import FakeHub
 
 pytestmark = [

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from psyche_client.training.backend import shared_config_json
 from psyche_client.training.distro_backend import DistroBackend
 from psyche_client.training.model.checkpoint import save_state_checkpoint
 from psyche_client.training.trainer import weights_digest
@@ -82,7 +83,10 @@ def test_family_trains_with_identical_hashes_and_reloads(family: Family, short_t
     exported = a.export_parameters()
     assert len(exported) == len(distinct)
     joiner = DistroBackend.load(
-        coordinator, device="cpu", micro_batch_size=2, peer_config=json.loads(a.config_json())
+        coordinator,
+        device="cpu",
+        micro_batch_size=2,
+        peer_config=json.loads(shared_config_json(a.capabilities)),
     )
     joiner.load_parameters({name: data for name, _, _, data in exported})
     assert joiner.weights_hash() == a.weights_hash()

@@ -26,7 +26,7 @@ from psyche_client.p2p.pushing import AnnounceReport
 from psyche_common.announcements import from_wire, to_wire
 from psyche_common.protocol import ConnectionClosed, Identity, read_frame, write_frame
 
-from tests.support.tamper_proxy import DOWN, Flip, TamperProxy
+from bench.harness.tamper_proxy import DOWN, Flip, TamperProxy
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -20,8 +20,8 @@ from psyche_common.protocol import (
 )
 from psyche_server.relay import RelayServer
 
+from bench.harness.protocol_client import ProtocolClient
 from tests.support.p2p import dead_address
-from tests.support.protocol_client import ProtocolClient
 from tests.support.server_harness import poll_until, running_server, write_state
 
 pytestmark = pytest.mark.timeout(60)

@@ -15,7 +15,7 @@ import pytest
 from psyche_common.config import load_state
 from psyche_common.coordinator import RunState
 
-from tests.support.protocol_client import ProtocolClient, start_clients
+from bench.harness.protocol_client import ProtocolClient, start_clients
 from tests.support.server_harness import poll_until, write_state
 
 LISTENING = re.compile(r"psyche-server listening on ([0-9.]+):(\d+)")

@@ -20,7 +20,7 @@ from psyche_common.coordinator import RunState
 from psyche_common.protocol import Identity, connect_handshake, coordinator_domain, encode_payload
 from psyche_server.connections import ConnectionLimits
 
-from tests.support.protocol_client import start_clients
+from bench.harness.protocol_client import start_clients
 from tests.support.server_harness import poll_until, running_server, write_state
 
 FRAMES_PER_WORKER = 600

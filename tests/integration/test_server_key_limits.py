@@ -14,7 +14,7 @@ from psyche_client.session.server_link import ServerLink
 from psyche_common.protocol import Identity, SecureChannel
 from psyche_server.connections import ConnectionLimits
 
-from tests.support.protocol_client import ProtocolClient
+from bench.harness.protocol_client import ProtocolClient
 from tests.support.server_harness import poll_until, running_server, write_state
 
 from .test_server_robustness import (

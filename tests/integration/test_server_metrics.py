@@ -12,7 +12,7 @@ from psyche_common.coordinator.types import Witness, WitnessProof
 from psyche_common.protocol.messages import Witness as WitnessMessage
 from psyche_common.protocol.messages import WitnessMetadata
 
-from tests.support.protocol_client import ProtocolClient, start_clients
+from bench.harness.protocol_client import ProtocolClient, start_clients
 from tests.support.server_harness import poll_until, running_server, write_state
 
 

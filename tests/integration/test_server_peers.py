@@ -9,7 +9,7 @@ from pathlib import Path
 
 from psyche_common.coordinator.types import RunState
 
-from tests.support.protocol_client import ProtocolClient, start_clients
+from bench.harness.protocol_client import ProtocolClient, start_clients
 from tests.support.server_harness import poll_until, running_server, write_state
 
 

@@ -23,7 +23,7 @@ from psyche_common.protocol.framing import encode_payload
 from psyche_server.options import ServerOptions
 from psyche_server.runner import RunRequest, StartupError, build_app
 
-from tests.support.protocol_client import ProtocolClient
+from bench.harness.protocol_client import ProtocolClient
 from tests.support.server_harness import poll_until, running_server, write_state
 
 

@@ -26,7 +26,7 @@ from psyche_common.protocol import (
 )
 from psyche_server.connections import Connection, ConnectionLimits, ConnectionManager
 
-from tests.support.protocol_client import ProtocolClient
+from bench.harness.protocol_client import ProtocolClient
 from tests.support.server_harness import poll_until, running_server, write_state
 
 from .test_server_robustness import assert_closed, reason_logged

@@ -14,8 +14,8 @@ from psyche_client.p2p import P2PConfig, P2PNode
 from psyche_common.protocol import Identity
 from psyche_server.reachability import UNREACHABLE_DETAIL
 
+from bench.harness.protocol_client import ProtocolClient
 from tests.support.p2p import dead_address
-from tests.support.protocol_client import ProtocolClient
 from tests.support.server_harness import poll_until, running_server, write_state
 
 pytestmark = pytest.mark.timeout(60)

@@ -13,7 +13,7 @@ from psyche_common.coordinator import RunState
 from psyche_common.protocol import Identity
 from psyche_server.persistence import latest_state_name
 
-from tests.support.protocol_client import ProtocolClient
+from bench.harness.protocol_client import ProtocolClient
 from tests.support.server_harness import poll_until, write_state
 
 from .test_server_cli import start_server

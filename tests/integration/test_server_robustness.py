@@ -26,7 +26,7 @@ from psyche_common.protocol.messages import Join, to_wire
 from psyche_common.protocol.secure_channel import EphemeralKey
 from psyche_server.connections import ConnectionLimits
 
-from tests.support.protocol_client import ProtocolClient
+from bench.harness.protocol_client import ProtocolClient
 from tests.support.server_harness import poll_until, running_server, write_state
 
 LIMITS = ConnectionLimits(max_frame_size=64 * 1024, handshake_timeout=1.0)

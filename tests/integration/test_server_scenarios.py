@@ -13,7 +13,7 @@ from pathlib import Path
 from psyche_common.coordinator import RunState
 from psyche_common.coordinator.types import ClientState
 
-from tests.support.protocol_client import ProtocolClient, start_clients
+from bench.harness.protocol_client import ProtocolClient, start_clients
 from tests.support.server_harness import poll_until, running_server, write_state
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.verification_sim import measure
+from bench.study.verification_sim import measure
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from .lab import Lab
-from .shell import remove_stale, unavailable_reason
+from bench.harness.netlab.lab import Lab
+from bench.harness.netlab.shell import remove_stale, unavailable_reason
 
 
 @pytest.fixture(scope="session")

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from . import plan
-from .lab import Lab
-from .shell import namespaces, remove_stale, run
+from bench.harness.netlab import plan
+from bench.harness.netlab.lab import Lab
+from bench.harness.netlab.shell import namespaces, remove_stale, run
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,11 +17,10 @@ import pytest
 from psyche_common.config.loading import load_state
 from psyche_common.coordinator import Coordinator, RunState
 
-from tests.e2e.client_run import Proc, applied_hashes, wait_for, write_state
-from tests.support.coordinator_sim import SimulatedRun, client_id
-
-from .cluster import LabCluster
-from .lab import Lab
+from bench.harness.client_run import Proc, applied_hashes, wait_for, write_state
+from bench.harness.netlab.cluster import LabCluster
+from bench.harness.netlab.lab import Lab
+from bench.study.coordinator_sim import SimulatedRun, client_id
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from .lab import Lab
+from bench.harness.netlab.lab import Lab
 
 pytestmark = pytest.mark.timeout(180)
 

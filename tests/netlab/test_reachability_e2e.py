@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import Proc, wait_for, write_state
-
-from .cluster import P2P_PORT, LabCluster
-from .lab import Lab
+from bench.harness.client_run import Proc, wait_for, write_state
+from bench.harness.netlab.cluster import P2P_PORT, LabCluster
+from bench.harness.netlab.lab import Lab
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client_run import Proc, applied_hashes, wait_for, write_state
-
-from .cluster import LabCluster
-from .lab import Lab
+from bench.harness.client_run import Proc, applied_hashes, wait_for, write_state
+from bench.harness.netlab.cluster import LabCluster
+from bench.harness.netlab.lab import Lab
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -37,7 +36,7 @@ MODEL_BYTES = 6_000_000
 
 def llama20m_result_size(chunk: int = 64, topk: int = 8, one_bit: bool = True) -> int:
     """Bytes of every DisTrO result of `builtin:llama-20m` with the lab state's compression
-    settings (those of tests.e2e.client_run.STATE_TEMPLATE)."""
+    settings (those of bench.harness.client_run.STATE_TEMPLATE)."""
     import torch
     from psyche_client.distro.result import ResultLayout
     from psyche_client.distro.size import encoded_result_size

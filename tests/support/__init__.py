@@ -12,14 +12,11 @@ Fakes and builders:
 
 Harnesses and simulations:
 - `client_harness`: N round runners against a fake server and a real coordinator.
-- `coordinator_sim`: a whole run of the coordinator on a fake clock with simulated clients.
 - `server_harness` and `protocol_client`: a real server in-process and a protocol client.
 - `p2p`: small P2P helpers (a dead address, a polling wait, a `Finished` announcement).
 - `tiny_distro`: a tiny net and DisTrO results for the DisTrO unit tests.
-- `simulation`: in-process DisTrO peers and an AdamW baseline on a tiny byte-level Llama (used
-  by the convergence test and `bench/distro.py`); `distro_study` (the 300-step study of
-  variants) builds on it.
-- The optimizer study of issue 22 (`bench/distro.py --study`): `study_protocol` (what is run),
-  `study_runs` (one run), `study_frontier` (rows, frontier and bests, pure), `study_runner`
-  (the stages, cached and in parallel).
+
+The studies and simulations the benches run (and some tests check) live in `bench/study`, and
+what the benches build their runs from in `bench/support` (`coordinators` takes its configs
+from `bench.support.run_configs`): `bench/` imports nothing from `tests/`.
 """

@@ -1,4 +1,4 @@
-"""Real coordinators for tests: configs, a builder that brings a `Coordinator` to a chosen run
+"""Real coordinators for tests: configs (`bench.support.run_configs`), a builder that brings a `Coordinator` to a chosen run
 state, step, epoch and membership by the transitions a run takes, ids and real witnesses."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from typing import Any
 
 from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
-from psyche_common.config import CoordinatorConfig, LLMConfig
 from psyche_common.config.loading import parse_state
 from psyche_common.coordinator import Client, Coordinator, EpochState, RunState, Witness
 from psyche_common.coordinator.assignment import assign_data_for_state
@@ -18,76 +17,12 @@ from psyche_common.coordinator.committee import CommitteeSelection, WitnessProof
 from psyche_common.coordinator.verification import round_verifiers, verifier_sample
 from psyche_common.coordinator.wire import epoch_state_to_toml
 
-BASE_CONFIG: dict[str, Any] = {
-    "warmup_time": 5,
-    "cooldown_time": 5,
-    "max_round_train_time": 5,
-    "round_witness_time": 2,
-    "global_batch_size_warmup_tokens": 0,
-    "epoch_time": 60,
-    "total_steps": 100,
-    "init_min_clients": 2,
-    "min_clients": 2,
-    "witness_nodes": 1,
-    "global_batch_size_start": 4,
-    "global_batch_size_end": 4,
-    "verification_percent": 0,
-    "waiting_for_members_extra_time": 3,
-}
-
-BASE_MODEL: dict[str, Any] = {
-    "max_seq_len": 512,
-    "cold_start_warmup_steps": 0,
-    "architecture": "HfLlama",
-    "checkpoint": {"Hub": {"repo_id": "builtin:llama-tiny"}},
-    "data_type": "Pretraining",
-    "data_location": "Dummy",
-    "lr_schedule": {"Constant": {"base_lr": 1e-3, "warmup_init_lr": 0.0, "warmup_steps": 1}},
-    "optimizer": "Dummy",
-}
-
-
-def distro_model(
-    repo_id: str = "builtin:llama-tiny",
-    *,
-    chunk: int,
-    topk: int,
-    quantize_1bit: bool = True,
-    max_seq_len: int = 16,
-) -> dict[str, Any]:
-    """`[model.LLM]` overrides for a DisTrO run of the Hub model `repo_id` at a constant lr
-    of 3e-3 (gradients clipped to norm 1)."""
-    return {
-        "checkpoint": {"Hub": {"repo_id": repo_id}},
-        "max_seq_len": max_seq_len,
-        "lr_schedule": {"Constant": {"base_lr": 3e-3, "warmup_init_lr": 0.0, "warmup_steps": 0}},
-        "optimizer": {
-            "Distro": {
-                "compression_chunk": chunk,
-                "compression_topk": topk,
-                "quantize_1bit": quantize_1bit,
-                "compression_decay": 0.999,
-                "clip_grad_norm": 1.0,
-            }
-        },
-    }
-
-
-def make_config(**overrides: Any) -> CoordinatorConfig:
-    return CoordinatorConfig.model_validate({**BASE_CONFIG, **overrides})
-
-
-def make_model(**overrides: Any) -> LLMConfig:
-    return LLMConfig.model_validate({**BASE_MODEL, **overrides})
-
-
-def make_coordinator(model: dict[str, Any] | None = None, **config: Any) -> Coordinator:
-    return Coordinator(
-        run_id="test",
-        run_state=RunState.WaitingForMembers,
-        model=make_model(**(model or {})),
-        config=make_config(**config),
-    )
+from bench.support.run_configs import BASE_CONFIG as BASE_CONFIG
+from bench.support.run_configs import BASE_MODEL as BASE_MODEL
+from bench.support.run_configs import distro_model as distro_model
+from bench.support.run_configs import make_config as make_config
+from bench.support.run_configs import make_coordinator as make_coordinator
+from bench.support.run_configs import make_model as make_model
 
 
 def state_document(

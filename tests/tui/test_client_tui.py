@@ -131,7 +131,7 @@ async def test_dashboard_follows_a_live_run(tmp_path) -> None:
     from psyche_client.weights.backends import BackendOptions
     from psyche_common.protocol import Identity
 
-    from tests.e2e.client_run import Cluster, write_state
+    from bench.harness.client_run import Cluster, write_state
 
     cluster = Cluster(
         tmp_path, write_state(tmp_path / "state.toml", init_min_clients=2, total_steps=6)

@@ -28,6 +28,9 @@ The local testnet only starts processes: `psyche_local_testnet` imports nothing 
 `psyche_server` or `psyche_client` (it runs them as programs and reads what they print and
 log), and of `psyche_common` only what it needs to build their command lines
 (`TESTNET_COMMON`).
+
+Between the benches and the tests: nothing under `bench/` imports `tests` (the tests may import
+the benches' harnesses, studies and run configs).
 """
 
 from __future__ import annotations
@@ -63,6 +66,11 @@ APP_IMPORTERS = ("cli", "tui", "app")
 
 METRICS_IMPORTERS = ("app",)
 """The only part of the client that may import `psyche_client.metrics`."""
+
+PACKAGES = (psyche_common, psyche_server, psyche_client)
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+"""The benches and what they run (`bench/harness`, `bench/study`, `bench/support`)."""
 
 TESTNET_COMMON = (
     "psyche_common.flag_table",  # its `start` command's option table
@@ -124,10 +132,11 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 def _module_name(path: Path) -> str:
-    for root in (psyche_common, psyche_server, psyche_client, psyche_local_testnet):
-        base = Path(root.__file__).parent.parent
-        if path.is_relative_to(base / root.__name__):
-            parts = path.relative_to(base).with_suffix("").parts
+    roots = (*PACKAGES, psyche_local_testnet)
+    bases = [Path(root.__file__).parent.parent / root.__name__ for root in roots]
+    for base in [*bases, BENCH]:
+        if path.is_relative_to(base):
+            parts = path.relative_to(base.parent).with_suffix("").parts
             return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
     raise ValueError(path)
 
@@ -448,3 +457,15 @@ def test_the_testnet_imports_only_what_builds_command_lines() -> None:
         and not any(name == allowed or name.startswith(f"{allowed}.") for allowed in TESTNET_COMMON)
     }
     assert sorted(imported) == []
+
+
+def test_bench_imports_nothing_from_tests() -> None:
+    files = sorted(BENCH.rglob("*.py"))
+    violations = [
+        f"{_module_name(path)} imports {name}"
+        for path in files
+        for name in sorted(_imported_modules(path))
+        if name.split(".")[0] == "tests"
+    ]
+    assert violations == []
+    assert len(files) > 20  # the walk really found the benches and their packages

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 
 import numpy as np
 import pytest
 import torch
-from psyche_client.distro.optimizer import Generated
 from psyche_client.distro.values import ValueKind
+from psyche_client.training.backend import shared_config_json
 from psyche_client.training.distro_backend import DistroBackend
-from psyche_client.training.trainer import NamedParameters
-from psyche_client.weights.backends import BACKENDS, BackendOptions, with_generate_hook
+from psyche_client.weights.backends import BACKENDS, BackendOptions, with_distro_backend
 from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Coordinator, RunState
 
+from tests.e2e.signflip_client import SignFlipBackend
 from tests.support.coordinators import coordinator_in, distro_model, ids
 
 
@@ -79,7 +78,10 @@ def test_parameters_round_trip_through_export() -> None:
     a.train(1, BatchId(0, 1), np.ones((2, 16), dtype=np.int64), lambda: False)
     entries = a.export_parameters()
     b = DistroBackend.load(
-        coordinator, device="cpu", micro_batch_size=2, peer_config=json.loads(a.config_json())
+        coordinator,
+        device="cpu",
+        micro_batch_size=2,
+        peer_config=json.loads(shared_config_json(a.capabilities)),
     )
     assert b.info.kind == "p2p"
     with torch.no_grad():
@@ -113,36 +115,30 @@ def test_weights_from_peers_restart_the_momentum_and_snapshots_restore_exactly()
     assert a.weights_hash() == before == a.trainer.weights_digest()
 
 
-def test_a_generate_hook_from_the_registry_changes_the_result_before_it_is_encoded() -> None:
-    """`with_generate_hook` (how tests/e2e/signflip_client.py is built): the registry's
-    distro entry hands the hook to the trainer, which runs DisTrO's generate step through it
-    on the gradients not yet folded into the momentum."""
+def test_a_distro_backend_subclass_from_the_registry_trains_instead() -> None:
+    """`with_distro_backend` (how tests/e2e/signflip_client.py is built): the registry's
+    distro entry loads the subclass, here the sign flipper, whose results are the honest ones
+    negated, the same positions chosen (its gradients are negated as they are computed)."""
     torch.set_num_threads(1)
     coordinator = coordinator_in(
         RunState.Warmup, ids(2), model=distro_model(chunk=16, topk=4, quantize_1bit=False)
     )
-    calls: list[list[str]] = []
-
-    def negate_gradients(generate: Callable[[], Generated], params: NamedParameters) -> Generated:
-        calls.append([name for name, _ in params])
-        for _, parameter in params:
-            assert parameter.grad is not None
-            parameter.grad.neg_()
-        return generate()
-
     options = BackendOptions(device="cpu", micro_batch_size=2)
     honest = BACKENDS["distro"].load(coordinator, options, None, False)
-    hooked = with_generate_hook(negate_gradients)["distro"].load(coordinator, options, None, False)
-    assert isinstance(honest, DistroBackend) and isinstance(hooked, DistroBackend)
-    assert honest.trainer.wrap_generate is None
+    flipper = with_distro_backend(SignFlipBackend)["distro"].load(coordinator, options, None, False)
+    assert type(honest) is DistroBackend and isinstance(flipper, SignFlipBackend)
     batch, tokens = BatchId(0, 1), np.arange(32, dtype=np.int64).reshape(2, 16)
     out_honest = honest.train(1, batch, tokens, lambda: False)
-    out_hooked = hooked.train(1, batch, tokens, lambda: False)
-    assert out_honest is not None and out_hooked is not None
-    names = sorted(name for name, _ in hooked.trainer.model.named_parameters())
-    assert calls == [names]
+    out_flipped = flipper.train(1, batch, tokens, lambda: False)
+    assert out_honest is not None and out_flipped is not None
     mine = honest.decode(1, batch, out_honest.payload, out_honest.data_hash)
-    negated = hooked.decode(1, batch, out_hooked.payload, out_hooked.data_hash)
+    negated = flipper.decode(1, batch, out_flipped.payload, out_flipped.data_hash)
     for a, b in zip(mine.tensors, negated.tensors, strict=True):
         assert a.idx == b.idx
         np.testing.assert_array_equal(b.values(ValueKind.BF16), -a.values(ValueKind.BF16))
+    # a verifier's recomputed reference stays honest
+    reference_honest = honest.recompute(tokens)
+    reference_flipper = flipper.recompute(tokens)
+    assert reference_honest is not None and reference_flipper is not None
+    for a, b in zip(reference_honest, reference_flipper, strict=True):
+        np.testing.assert_array_equal(a, b)

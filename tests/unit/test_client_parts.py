@@ -1,6 +1,6 @@
 """A part swapped through `Parts` is what the client's round pipeline uses: the accusation
-policy a witness's health check runs, and the hook that replaces our result before it is
-published (the seams the attack clients in tests/e2e use instead of patching modules)."""
+policy a witness's health check runs, and the training backend the registry builds (what the
+attack clients in tests/e2e swap instead of patching modules)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,19 @@ from collections.abc import Callable, Sequence
 from psyche_client.app import ClientApp, ClientOptions, ServerOptions
 from psyche_client.app.parts import Parts
 from psyche_client.round.consensus import BloomLike
-from psyche_client.round.context import RoundContext
 from psyche_client.round.health import clients_to_accuse
-from psyche_client.round.state import RoundState
-from psyche_client.training.backend import DummyBackend, TrainedResult, result_commitment
-from psyche_client.weights.backends import BackendOptions
+from psyche_client.training.backend import (
+    DummyBackend,
+    Samples,
+    TrainedResult,
+    result_commitment,
+)
+from psyche_client.weights.backends import BACKENDS, BackendEntry, BackendOptions
 from psyche_common.batch_id import BatchId
 from psyche_common.coordinator.committee import CommitteeProof
 from psyche_common.protocol import Identity
 
 from tests.support.coordinators import ids, make_coordinator, to_round_train, witness_round
-from tests.support.fakes import MemoryNetwork, lone_network
-from tests.support.rounds import observer_round
 
 
 def make_app(parts: Parts, identity: Identity) -> ClientApp:
@@ -70,39 +71,30 @@ async def test_the_accusation_policy_given_in_parts_runs_the_health_check() -> N
 def test_the_honest_parts_accuse_with_the_honest_policy() -> None:
     app = make_app(Parts(), Identity.generate())
     assert app.make_runner().witnessing.accuse is clients_to_accuse
-    assert app.make_runner().exchange.before_publish is None
 
 
-async def test_the_publish_hook_given_in_parts_replaces_our_result() -> None:
-    identity = Identity.generate()
-    network = lone_network(identity.public_key)
-    batch = BatchId(0, 3)
-    other = b"o" * DummyBackend.PAYLOAD_SIZE
-    replaced = TrainedResult(1.0, other, result_commitment(3, batch, other), tokens=4)
-    seen: list[TrainedResult] = []
+class ConstantBackend(DummyBackend):
+    """A dummy backend whose every result has the same payload."""
 
-    async def replace_result(
-        _ctx: RoundContext, _round: RoundState, _batch: BatchId, output: TrainedResult
-    ) -> TrainedResult:
-        seen.append(output)
-        return replaced
+    def train(
+        self, step: int, batch: BatchId, samples: Samples | None, cancelled: Callable[[], bool]
+    ) -> TrainedResult | None:
+        payload = b"o" * self.payload_size
+        return TrainedResult(1.0, payload, result_commitment(step, batch, payload), len(batch))
 
-    def network_of(_node: object) -> MemoryNetwork:
-        return network
 
-    app = make_app(Parts(network=network_of, before_publish=replace_result), identity)
-    runner = app.make_runner()
-    runner.backend = DummyBackend(0.0)
-    round_ = observer_round(3, {batch: b"t" * 32})
-    mine = b"m" * DummyBackend.PAYLOAD_SIZE
-    honest = TrainedResult(1.0, mine, result_commitment(3, batch, mine), tokens=4)
+async def test_the_backend_given_in_parts_is_the_one_the_client_loads_and_trains() -> None:
+    def load_constant(*_: object) -> ConstantBackend:
+        return ConstantBackend(0.0)
 
-    await runner.exchange.publish(round_, batch, honest)
-
-    assert seen == [honest]
-    [announcement] = network.announced
-    assert announcement.data_hash == replaced.data_hash
-    assert network.hub.blobs[identity.public_key][announcement.blob_hash] == other
+    backends = {**BACKENDS, "dummy": BackendEntry(load_constant, builds_model=False)}
+    app = make_app(Parts(backends=backends), Identity.generate())
+    backend = await app.lifecycle.load_backend(make_coordinator())
+    assert isinstance(backend, ConstantBackend)
+    output = backend.train(3, BatchId(0, 3), None, lambda: False)
+    assert output is not None and output.payload == b"o" * DummyBackend.PAYLOAD_SIZE
+    honest = await make_app(Parts(), Identity.generate()).lifecycle.load_backend(make_coordinator())
+    assert type(honest) is DummyBackend
 
 
 async def test_the_metrics_sink_given_in_parts_is_opened_and_closed() -> None:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from psyche_common.coordinator import Coordinator, RunState
 from psyche_common.coordinator.assignment import assign_data_for_round, get_batch_size
 
-from tests.support.coordinator_sim import SimulatedRun, client_id
+from bench.study.coordinator_sim import SimulatedRun, client_id
 from tests.support.coordinators import make_coordinator
 
 PROPERTY_SETTINGS = settings(

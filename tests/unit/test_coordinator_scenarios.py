@@ -7,7 +7,7 @@ import random
 
 from psyche_common.coordinator import RunState
 
-from tests.support.coordinator_sim import SimulatedRun, client_id
+from bench.study.coordinator_sim import SimulatedRun, client_id
 from tests.support.coordinators import make_coordinator
 
 TIMINGS = {

@@ -24,10 +24,11 @@ from psyche_client.evals.heldout import (
 )
 from psyche_client.evals.tokenizer import ByteTokenizer, NoTokenizer, tokenizer_for
 from psyche_client.round.stats import HELDOUT_LOSS, ClientStats
+from psyche_client.training.backend import Capabilities
 from psyche_client.training.model.loading import load_model
 from psyche_common.config import BuiltinData, LocalData
 
-from tests.support.eval_tasks import DOCS, write_tasks
+from bench.support.eval_tasks import DOCS, write_tasks
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +136,7 @@ class _Backend:
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
         self.digest = b"a" * 32
+        self.capabilities = Capabilities(live_model=self.live_model)
 
     def live_model(self) -> torch.nn.Module:
         return self.model

@@ -10,13 +10,10 @@ logs, the same result without the lookahead scores 0.999.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import torch
-from psyche_client.distro import Generated
 from psyche_client.distro.in_flight import OwnSteps
-from psyche_client.training.trainer import NamedParameters, Trainer
+from psyche_client.training.trainer import Trainer
 from psyche_client.verify.recompute import recompute_gradient
 from psyche_common.batch_id import BatchId
 
@@ -72,18 +69,18 @@ def test_lookahead_after_training_the_step_before() -> None:
 def test_a_trainer_back_from_a_verifier_round_folds_in_the_verifiers_gradient() -> None:
     """What the verifier recomputes (the plain gradient at the round's weights) is exactly
     what a trainer that skipped the step before folds into its momentum (before clipping)."""
-    captured: list[list[torch.Tensor]] = []
-
-    def capture(generate: Callable[[], Generated], params: NamedParameters) -> Generated:
-        captured.append([p.grad.detach().clone() for _, p in params if p.grad is not None])
-        return generate()
-
-    trainer = make_trainer(wrap_generate=capture)
+    latest: dict[str, torch.Tensor] = {}
+    trainer = make_trainer()
+    for name, parameter in trainer.model.named_parameters():
+        # after each micro-batch's backward: the last call sees the gradient generate gets
+        parameter.register_post_accumulate_grad_hook(
+            lambda p, name=name: latest.__setitem__(name, p.grad.detach().clone())
+        )
     result_bytes(trainer, 1, BatchId(0, 3), tokens(0))
     data = tokens(5)
     expected = recompute_gradient(trainer.model, data, 2, torch.device("cpu"))
     result_bytes(trainer, 3, BatchId(8, 11), data)
-    got = captured[-1]
+    got = [latest[name] for name in sorted(latest)]
     assert trainer.settings.clip_grad_norm is None  # what generate sees is the whole gradient
     assert len(got) == len(expected)
     for grad, reference in zip(got, expected, strict=True):

@@ -1,4 +1,4 @@
-"""The optimizer study's figures (tests/support/study_frontier.py): tokens to reach a loss on
+"""The optimizer study's figures (bench/study/study_frontier.py): tokens to reach a loss on
 AdamW's curve, the sweep's pick, a row's ratios, the frontier, the bests and the goals."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from tests.support.study_frontier import (
+from bench.study.study_frontier import (
     FrontierEntry,
     Measurement,
     StudyRow,

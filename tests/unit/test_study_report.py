@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support.study_report import markdown
+from bench.study.study_report import markdown
 
 REPORT = {
     "sweep": {

@@ -18,7 +18,7 @@ from psyche_client.round.roles import RoundRoles
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
 from psyche_client.round.stats import ClientStats
 from psyche_client.round.verifier import RoundVerifier
-from psyche_client.training.backend import DummyBackend
+from psyche_client.training.backend import Capabilities, DummyBackend
 from psyche_client.training.trainer import Trainer
 from psyche_client.verify.agreement import (
     ACCUSE_BELOW,
@@ -33,8 +33,8 @@ from psyche_common.coordinator.committee import Committee, CommitteeProof
 from psyche_common.coordinator.verification import verifier_sample
 from psyche_common.protocol import Identity
 
+from bench.study.simulation import build_model, load_stdlib_corpus, prototype_llama_config
 from tests.support.fakes import RecordingUplink, unsigned_result
-from tests.support.simulation import build_model, load_stdlib_corpus, prototype_llama_config
 
 SETTINGS = DistroSettings(
     compression_decay=0.999,
@@ -89,6 +89,7 @@ class FakeVerifyingBackend:
     def __init__(self) -> None:
         self.weights = b"w" * 32
         self.recomputed: list[int] = []
+        self.capabilities = Capabilities(verifier=self)
 
     def weights_hash(self) -> bytes:
         return self.weights

@@ -39,7 +39,7 @@ from psyche_client.session.data_source import run_data_source
 from psyche_client.session.reachability import PeerReachability
 from psyche_client.session.reconnect import ServerSession
 from psyche_client.session.server_link import ServerLink, ServerLinkError
-from psyche_client.training.backend import take_optim_stats
+from psyche_client.training.backend import OptimStats
 from psyche_client.weights.lifecycle import ModelLifecycle
 
 log = logging.getLogger("psyche.client")
@@ -95,7 +95,7 @@ class ClientApp:
             NullSink(),
             self.stats,
             self.node.stats,
-            lambda: take_optim_stats(self.runner and self.runner.backend),
+            self._take_optim_stats,
         )
         """Hands each finished step's figures to the metrics sink (`run` opens it)."""
         self.outputs = RunOutputs(self.stats, self.node.stats)
@@ -117,6 +117,13 @@ class ClientApp:
                 self.identity,
                 options.data,
             )
+
+    def _take_optim_stats(self) -> OptimStats:
+        """The loaded backend's optimizer statistics measured since the last call (none
+        from a backend that measures none, or before one is loaded)."""
+        backend = self.runner.backend if self.runner is not None else None
+        take = None if backend is None else backend.capabilities.optim_stats
+        return [] if take is None else take()
 
     async def _connect(self, timeout: float) -> ServerLink:
         """A new connection to the server, with our identity and P2P address (sends Join)."""
@@ -177,7 +184,6 @@ class ClientApp:
             stats=self.stats,
             check_weights=self.lifecycle.check_weights,
             accuse=self.parts.accusation,
-            before_publish=self.parts.before_publish,
         )
 
     # ------------------------------------------------------------------ main loop

@@ -2,13 +2,17 @@
 
 `ClientApp` builds its P2P node, the round pipeline's view of it (the network), the uplink,
 the training backend (a registry entry), the data fetcher and the metrics sink only through a
-`Parts`, and hands the round pipeline its policies from it: which trainers a witness accuses
-(`accusation`) and what replaces our own result before it is published (`before_publish`). This is the one place
-a test or an attack client (tests/e2e/*_client.py) swaps a part:
-`ClientApp(options, parts=Parts(network=MyNetwork))`, or
-`psyche_client.cli.main(obj=Parts(...))` for a whole `psyche-client` process. A result's
-values are changed before they are encoded through the backend registry
-(`Parts(backends=weights.backends.with_generate_hook(hook))`).
+`Parts`, and hands the round pipeline its one policy from it: which trainers a witness
+accuses (`accusation`).
+
+`Parts` is the client's one extension point: a test or an attack client (tests/e2e/*_client.py)
+changes the client only by swapping a part here, never by patching a module or through a hook
+in the layers below: `ClientApp(options, parts=Parts(network=MyNetwork))`, or
+`psyche_client.cli.main(obj=Parts(...))` for a whole `psyche-client` process. What a client
+trains, the results it publishes included, is changed by a backend of its own in the registry
+(a `DistroBackend` subclass: `Parts(backends=weights.backends.with_distro_backend(MyBackend))`);
+what it sends to the server, by its uplink; what it announces and serves to peers, by its node
+or network; whom it accuses as a witness, by `accusation`.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ from psyche_client.metrics.factory import open_metrics_sink
 from psyche_client.metrics.options import MetricsOptions
 from psyche_client.metrics.sink import ClientMetricsSink
 from psyche_client.p2p.node import P2PNode
-from psyche_client.round.exchange import PublishHook
 from psyche_client.round.health import AccusationPolicy, clients_to_accuse
 from psyche_client.round.ports import PeerNetwork
 from psyche_client.session.uplink import SwitchableUplink
@@ -72,7 +75,6 @@ class Parts:
         make_fetcher
     )
     accusation: AccusationPolicy = clients_to_accuse
-    before_publish: PublishHook | None = None
     metrics: Callable[[MetricsOptions, str, str], ClientMetricsSink] = open_metrics_sink
     """(options, run id, client short id) → where the client's metrics go (blocking: run
     off the event loop; raises `metrics.sink.MetricsStartError` when it cannot start)."""

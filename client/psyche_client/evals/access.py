@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import torch
 
-from psyche_client.training.backend import LocalModelBackend, TrainingBackend
+from psyche_client.training.backend import TrainingBackend
 
 T = TypeVar("T")
 
@@ -46,11 +46,12 @@ class WeightsChanged(EvalCancelled):
 def live_model(backend: TrainingBackend) -> torch.nn.Module:
     """The backend's model (only a backend whose model lives in this process has one: the
     single-device DisTrO backend)."""
-    if not isinstance(backend, LocalModelBackend):
+    model = backend.capabilities.live_model
+    if model is None:
         raise EvalCancelled(
             f"evals need a model in this process; the {type(backend).__name__} backend has none"
         )
-    return backend.live_model()
+    return model()
 
 
 class ModelAccess:

@@ -34,7 +34,7 @@ from psyche_client.evals.options import EvalOptions
 from psyche_client.evals.tokenizer import NoTokenizer, tokenizer_for
 from psyche_client.round.runner import RoundRunner
 from psyche_client.round.stats import HELDOUT_LOSS, ClientStats
-from psyche_client.training.backend import TrainingBackend, model_info
+from psyche_client.training.backend import TrainingBackend
 
 log = logging.getLogger("psyche.client")
 
@@ -209,7 +209,7 @@ class EvalScheduler:
         self, coordinator: Coordinator, backend: TrainingBackend
     ) -> Callable[[ModelAccess], EvalOutcome | None]:
         options = self.options
-        info = model_info(backend)
+        info = backend.capabilities.model_info
         config: dict[str, Any] = dict(info.config) if info is not None else {}
         files: list[Path] = list(info.tokenizer_files) if info is not None else []
         if info is not None and info.path is not None and (info.path / "tokenizer.json").is_file():

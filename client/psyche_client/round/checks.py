@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 
 from psyche_common.batch_id import BatchId
 
+from psyche_client.training.backend import Reference
 from psyche_client.verify.threshold import ACCUSE_BELOW, COPY_OVERLAP, MARGIN_BELOW
 
 
 @dataclass
 class VerifierChecks:
     expected_weights: bytes
-    references: dict[BatchId, object] = field(default_factory=dict)
+    references: dict[BatchId, Reference] = field(default_factory=dict)
     scored: set[bytes] = field(default_factory=set)
     """Commitments (`ResultAnnouncement.commitment`) already scored."""
     reported: set[BatchId] = field(default_factory=set)

@@ -16,16 +16,13 @@ Announcements for a round we have not started yet are kept and replayed (`replay
 within the bounds of `round.early`; whatever is not kept is answered "not now" (`route`
 returns False): the P2P inbox then forgets it, so a later copy is taken. Our own
 announcements are re-sent every 10 s.
-
-The exchange may receive a `PublishHook` that replaces our own result before it is published
-(the honest client has none; the copier and free-rider test clients of tests/e2e use one).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 from psyche_common.announcements import FinishedAnnouncement, ResultAnnouncement
@@ -50,9 +47,6 @@ REBROADCAST_INTERVAL = 10.0
 
 log = logging.getLogger("psyche.client")
 
-PublishHook = Callable[[RoundContext, RoundState, BatchId, TrainedResult], Awaitable[TrainedResult]]
-"""(context, round, batch, our trained result) -> the result to publish for that batch."""
-
 
 class ResultExchange:
     def __init__(
@@ -62,14 +56,12 @@ class ResultExchange:
         options: RunnerOptions,
         on_change: Callable[[], None],
         uplink: Uplink,
-        before_publish: PublishHook | None = None,
     ) -> None:
         self.ctx = ctx
         self.network = network
         self.options = options
         self.on_change = on_change
         self.uplink = uplink
-        self.before_publish = before_publish
         self.early = EarlyAnnouncements()
         self._reported: set[tuple[int, bytes]] = set()
         """(epoch, trainer) whose equivocation this client reported."""
@@ -80,8 +72,6 @@ class ResultExchange:
         return self.ctx.identity
 
     async def publish(self, round_: RoundState, batch: BatchId, output: TrainedResult) -> None:
-        if self.before_publish is not None:
-            output = await self.before_publish(self.ctx, round_, batch, output)
         blob_hash = self.network.publish_blob(output.payload, round_.step)
         announcement = make_result_announcement(
             self.identity,

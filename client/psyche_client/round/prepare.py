@@ -133,7 +133,7 @@ class NextRoundPreparer:
             RoundKey.of(roles, have_training), witnesses_key(witnesses), round_
         )
         self.prepared = prepared
-        self.ctx.require_backend().begin_round(predicted)
+        self.ctx.require_backend().begin_round(predicted.get_cold_start_warmup_bounds())
         previous = self.ctx.previous
         tasks = self.ctx.tasks
         # long-lived: only `revert` may stop them (a cancelled task would leave its worker

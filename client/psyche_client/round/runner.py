@@ -7,9 +7,8 @@ table names (`phase.ACTIONS`).
 It never blocks the event loop: training, decoding and applying run in worker threads under
 one model lock; downloads and fetches are tasks with timeouts. Transport is behind
 `PeerNetwork` and `Uplink`, the model behind `TrainingBackend`, so it runs in-process in tests.
-Two policies are passed in too, with the honest ones as defaults: which trainers a witness
-accuses (`accuse`) and what replaces our own result before it is published (`before_publish`);
-test and attack clients swap them through `app.parts.Parts`.
+One policy is passed in too, with the honest one as default: which trainers a witness accuses
+(`accuse`); test and attack clients swap it through `app.parts.Parts`.
 
 Per round h: apply round h−2's consensus results (early, while round h−1's witnesses report,
 when they are all in), train round h's batches and publish them, download round h−1's
@@ -32,7 +31,7 @@ from psyche_client.p2p.inbox import VerifiedAnnouncement
 from psyche_client.round.apply import ApplyStep
 from psyche_client.round.context import RoundContext
 from psyche_client.round.cooldown import CooldownStep
-from psyche_client.round.exchange import PublishHook, ResultExchange
+from psyche_client.round.exchange import ResultExchange
 from psyche_client.round.health import AccusationPolicy, clients_to_accuse
 from psyche_client.round.phase import Action, Phase, action_for
 from psyche_client.round.ports import (
@@ -54,7 +53,7 @@ from psyche_client.round.training import RoundTraining
 from psyche_client.round.verifier import RoundVerifier
 from psyche_client.round.warmup import Warmup
 from psyche_client.round.witness import Witnessing
-from psyche_client.training.backend import TrainingBackend, model_info
+from psyche_client.training.backend import TrainingBackend
 
 log = logging.getLogger("psyche.client")
 
@@ -74,16 +73,13 @@ class RoundRunner:
         stats: ClientStats | None = None,
         check_weights: WeightsCheck | None = None,
         accuse: AccusationPolicy = clients_to_accuse,
-        before_publish: PublishHook | None = None,
     ) -> None:
         self.ctx = RoundContext(identity, stats or ClientStats())
         self.uplink = uplink
         self.network = network
         self.load_backend = load_backend
         self.options = options
-        self.exchange = ResultExchange(
-            self.ctx, network, options, self._poke, uplink, before_publish
-        )
+        self.exchange = ResultExchange(self.ctx, network, options, self._poke, uplink)
         self.verifier = RoundVerifier(self.ctx, uplink, fetch_samples, options.verify_threshold)
         self.training = RoundTraining(
             self.ctx, self.exchange, fetch_samples, options, self._poke, self.verifier
@@ -261,7 +257,9 @@ class RoundRunner:
             "model ready",
             extra=self.ctx.fields(
                 weights_hash=backend.weights_hash().hex(),
-                model_source=info.kind if (info := model_info(backend)) is not None else "dummy",
+                model_source=info.kind
+                if (info := backend.capabilities.model_info) is not None
+                else "dummy",
             ),
         )
         latest = self.ctx.coordinator
@@ -309,7 +307,7 @@ class RoundRunner:
             ctx.tasks.spawn(self._report_after(prelude, step))
         if full and prior is not None and prior.roles.is_witness:
             ctx.tasks.spawn(self.witnessing.send_health_checks(coordinator, after=prelude))
-        backend.begin_round(coordinator)
+        backend.begin_round(coordinator.get_cold_start_warmup_bounds())
         ctx.previous, ctx.current = prior, round_
         ctx.phase = Phase.TRAINING
         self.warmup.reset()

@@ -3,7 +3,7 @@
 A client whose committee is `Verifier` in round h trains nothing. Once the apply before round
 h is done (the weights every trainer of round h starts from), it fetches the samples of its
 batches (`verifier_sample`: chosen from the round's seed and its own id) and, under the model
-lock, recomputes each batch's reference (`VerifyingBackend.recompute`: the DCT of the plain
+lock, recomputes each batch's reference (`ResultVerifier.recompute`: the DCT of the plain
 gradient; weights unchanged). Every verified result announced for those batches is then scored
 (`score_result`: its agreement with its batch, its margin over the sample's other batch, its
 top-k overlap with every result of another trainer announced before it) once those earlier
@@ -37,7 +37,7 @@ from psyche_client.round.checks import (
 from psyche_client.round.context import RoundContext
 from psyche_client.round.ports import DataFetcher, Uplink
 from psyche_client.round.state import DownloadStatus, ResultDownload, RoundState
-from psyche_client.training.backend import DecodedResult, VerifyingBackend
+from psyche_client.training.backend import DecodedResult, ResultVerifier
 from psyche_client.verify.threshold import ACCUSE_BELOW
 
 log = logging.getLogger("psyche.client")
@@ -59,7 +59,8 @@ class RoundVerifier:
     async def recompute(self, round_: RoundState) -> None:
         """Build `round_.checks` (call once its weights are applied, before it trains)."""
         backend = self.ctx.backend
-        if not isinstance(backend, VerifyingBackend) or self.fetch_samples is None:
+        checker = None if backend is None else backend.capabilities.verifier
+        if backend is None or checker is None or self.fetch_samples is None:
             log.info(
                 "verifier of step %d: this backend cannot check results",
                 round_.step,
@@ -87,7 +88,7 @@ class RoundVerifier:
                     )
                     return
                 reference = await asyncio.to_thread(
-                    backend.recompute, np.asarray(samples, dtype=np.int64)
+                    checker.recompute, np.asarray(samples, dtype=np.int64)
                 )
             if reference is None:
                 log.info("verifier: this run's optimizer has no check", extra=self.ctx.fields())
@@ -132,12 +133,13 @@ class RoundVerifier:
         earlier: list[tuple[bytes, DecodedResult]],
     ) -> None:
         backend = self.ctx.backend
-        if not isinstance(backend, VerifyingBackend) or download.result is None:
+        checker = None if backend is None else backend.capabilities.verifier
+        if checker is None or download.result is None:
             return
         trainer = download.announcement.sender_id
         try:
             score = await asyncio.to_thread(
-                score_result, backend, checks, download.batch, download.result, earlier
+                score_result, checker, checks, download.batch, download.result, earlier
             )
         except ValueError as exc:
             log.warning("verifier: cannot score %s: %s", download.batch, exc)
@@ -199,7 +201,7 @@ def earlier_results(round_: RoundState, data_hash: bytes) -> list[tuple[bytes, D
 
 
 def score_result(
-    backend: VerifyingBackend,
+    verifier: ResultVerifier,
     checks: VerifierChecks,
     batch: BatchId,
     result: DecodedResult,
@@ -208,15 +210,15 @@ def score_result(
     """Every check of one result (runs in a worker thread): its agreement with its batch's
     reference, the margin over the other batch of the sample, and the earlier result of
     another trainer it overlaps most."""
-    agreement = backend.agreement(checks.references[batch], result)
+    agreement = verifier.agreement(checks.references[batch], result)
     others = [b for b in checks.references if b != batch]
     margin = None
     if others:
-        margin = agreement - backend.agreement(checks.references[others[0]], result)
+        margin = agreement - verifier.agreement(checks.references[others[0]], result)
     overlap = 0.0
     copied_from = None
     for other_hash, other in earlier:
-        value = backend.overlap(result, other)
+        value = verifier.overlap(result, other)
         if value > overlap:
             overlap, copied_from = value, other_hash
     return Score(agreement, margin, overlap, copied_from)

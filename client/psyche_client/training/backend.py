@@ -5,19 +5,26 @@ The round runner never touches torch: it calls a `TrainingBackend` from a worker
 `DummyBackend` (`--dummy-training-delay-secs`) sleeps instead of training and produces tiny
 fake results, so protocol-level runs are fast and still prove that every client applies the
 same results in the same order (its "weights" are a hash chain over what was applied).
+
+Every backend declares what it supports beyond training in one typed value,
+`TrainingBackend.capabilities` (`Capabilities`: its model's description, a result verifier,
+the live model for evals, optimizer statistics; None where it has none), so no caller asks a
+backend's type what it can do.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
+import numpy.typing as npt
 from psyche_common.batch_id import BatchId
-from psyche_common.coordinator import Coordinator
 
 if TYPE_CHECKING:  # the round pipeline imports this module without torch
     import torch
@@ -54,6 +61,17 @@ class DecodedResult(Protocol):
 WeightsSnapshot = object
 """What `TrainingBackend.snapshot` returns; only `restore` reads it."""
 
+Samples = npt.NDArray[np.int64]
+"""A batch's token sequences, `(samples, seq_len)`."""
+
+Reference = list[npt.NDArray[np.float32]]
+"""A verifier's reference of one batch (`ResultVerifier.recompute`): per parameter, the DCT
+coefficients of the plain gradient."""
+
+WarmupBounds = tuple[int, int]
+"""The cold-start warmup of an epoch: ``(start, end)``, the steps whose learning rate ramps
+up from 0 (`Coordinator.get_cold_start_warmup_bounds`, `lr_schedule.cold_start_factor`)."""
+
 
 @dataclass(frozen=True)
 class DummyResult:
@@ -63,13 +81,57 @@ class DummyResult:
     trainer_nonce: int = 0
 
 
+class ResultVerifier(Protocol):
+    """Checks peers' results (DisTrO): `recompute` the reference of one batch on the current
+    weights (weights unchanged), then score a result against it."""
+
+    def recompute(self, samples: Samples) -> Reference | None:
+        """The reference of a batch's samples; None when this run's optimizer has none."""
+        ...
+
+    def agreement(self, reference: Reference, result: DecodedResult) -> float:
+        """How well `result` agrees with `reference`, in [0, 1]; ValueError if it cannot."""
+        ...
+
+    def overlap(self, result: DecodedResult, other: DecodedResult) -> float:
+        """Share of `result`'s chosen positions that `other` chose too, in [0, 1];
+        ValueError if the two cannot be compared."""
+        ...
+
+
+OptimStats = list[tuple[int, dict[str, float]]]
+"""Optimizer statistics per measured step, oldest first (`--optim-stats-steps`)."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend supports beyond training and applying: each is None where it does not
+    (the dummy backend supports none of them)."""
+
+    model_info: ModelInfo | None = None
+    """Where the backend's real model came from (its config is what late joiners get)."""
+    verifier: ResultVerifier | None = None
+    """How this backend checks peers' results (a verifier's work, docs/verification.md)."""
+    live_model: Callable[[], torch.nn.Module] | None = None
+    """The model being trained, as it is now, when it lives in this process (evals run on
+    it)."""
+    optim_stats: Callable[[], OptimStats] | None = None
+    """The optimizer statistics measured since the last call (callable from any thread)."""
+
+
 class TrainingBackend(Protocol):
     """What the round pipeline needs from a model + optimizer. All methods may block."""
 
+    @property
+    def capabilities(self) -> Capabilities:
+        """What else this backend supports (fixed once it is loaded)."""
+        ...
+
     def train(
-        self, step: int, batch: BatchId, samples: Any, cancelled: Callable[[], bool]
+        self, step: int, batch: BatchId, samples: Samples | None, cancelled: Callable[[], bool]
     ) -> TrainedResult | None:
-        """Train one batch; None when ``cancelled()`` turned true (weights left unchanged)."""
+        """Train one batch (``samples`` is None only for a backend that trains without data);
+        None when ``cancelled()`` turned true (weights left unchanged)."""
         ...
 
     def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> DecodedResult:
@@ -90,8 +152,9 @@ class TrainingBackend(Protocol):
 
     def restore(self, snapshot: WeightsSnapshot) -> None: ...
 
-    def begin_round(self, coordinator: Coordinator) -> None:
-        """A round starts (called on the event loop; must be quick)."""
+    def begin_round(self, warmup_bounds: WarmupBounds | None) -> None:
+        """A round starts, in an epoch with these cold-start warmup bounds (called on the
+        event loop; must be quick)."""
         ...
 
     def cancel_round(self) -> None:
@@ -110,66 +173,12 @@ class TrainingBackend(Protocol):
 
     def save_checkpoint(self, directory: str) -> None: ...
 
-    def config_json(self) -> str:
-        """The model config as JSON, shared with late joiners ("" when there is none)."""
-        ...
 
-
-@runtime_checkable
-class VerifyingBackend(Protocol):
-    """A backend that can check peers' results (DisTrO): `recompute` the reference of one
-    batch on the current weights (weights unchanged), then score a result against it."""
-
-    def recompute(self, samples: Any) -> object | None:
-        """The reference of a batch's samples; None when this run's optimizer has none."""
-        ...
-
-    def agreement(self, reference: object, result: DecodedResult) -> float:
-        """How well `result` agrees with `reference`, in [0, 1]; ValueError if it cannot."""
-        ...
-
-    def overlap(self, result: DecodedResult, other: DecodedResult) -> float:
-        """Share of `result`'s chosen positions that `other` chose too, in [0, 1];
-        ValueError if the two cannot be compared."""
-        ...
-
-
-@runtime_checkable
-class OptimStatsSource(Protocol):
-    """A backend that measures its optimizer every N steps (`--optim-stats-steps`)."""
-
-    def take_optim_stats(self) -> list[tuple[int, dict[str, float]]]:
-        """The statistics measured since the last call, per step, oldest first (callable
-        from any thread)."""
-        ...
-
-
-@runtime_checkable
-class DescribedBackend(Protocol):
-    """A backend over a real model, which knows where the model came from."""
-
-    @property
-    def info(self) -> ModelInfo: ...
-
-
-@runtime_checkable
-class LocalModelBackend(Protocol):
-    """A backend whose model lives in this process (evals run on it)."""
-
-    def live_model(self) -> torch.nn.Module:
-        """The model being trained, as it is now."""
-        ...
-
-
-def model_info(backend: object) -> ModelInfo | None:
-    """Where `backend`'s model came from; None for a backend without a real model."""
-    return backend.info if isinstance(backend, DescribedBackend) else None
-
-
-def take_optim_stats(backend: object) -> list[tuple[int, dict[str, float]]]:
-    """`backend`'s optimizer statistics measured since the last call; none from a backend
-    that does not measure them (or from no backend yet)."""
-    return backend.take_optim_stats() if isinstance(backend, OptimStatsSource) else []
+def shared_config_json(capabilities: Capabilities) -> str:
+    """The model config shared with late joiners, as JSON ("" for a backend without a real
+    model)."""
+    info = capabilities.model_info
+    return "" if info is None else json.dumps(info.config, sort_keys=True)
 
 
 PADDING_PARAMETER = 1 << 20
@@ -202,8 +211,10 @@ class DummyBackend:
         self.payload_size = result_size
         self.model_size = model_size
 
+    capabilities = Capabilities()
+
     def train(
-        self, step: int, batch: BatchId, samples: Any, cancelled: Callable[[], bool]
+        self, step: int, batch: BatchId, samples: Samples | None, cancelled: Callable[[], bool]
     ) -> TrainedResult | None:
         time.sleep(self.delay_secs)
         if cancelled():
@@ -250,7 +261,7 @@ class DummyBackend:
     def cancel_round(self) -> None:
         return None
 
-    def begin_round(self, coordinator: Coordinator) -> None:
+    def begin_round(self, warmup_bounds: WarmupBounds | None) -> None:
         return None
 
     def weights_hash(self) -> bytes:
@@ -281,9 +292,6 @@ class DummyBackend:
         ):
             raise ValueError("peer model's 'dummy.padding.N' parameters do not match its weights")
         self.weights = weights
-
-    def config_json(self) -> str:
-        return ""
 
     def save_checkpoint(self, directory: str) -> None:
         import pathlib

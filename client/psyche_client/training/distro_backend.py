@@ -12,7 +12,6 @@ the multi-device backend (`psyche_client.training.parallel`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -27,7 +26,15 @@ from psyche_common.lr_schedule import effective_lr
 from psyche_client.distro.optimizer import DistroOptimizer
 from psyche_client.distro.result import DistroResult, ResultDecodeError, ResultLayout
 from psyche_client.distro.size import encoded_result_size
-from psyche_client.training.backend import DecodedResult, TrainedResult, WeightsSnapshot
+from psyche_client.training.backend import (
+    Capabilities,
+    DecodedResult,
+    Reference,
+    Samples,
+    TrainedResult,
+    WarmupBounds,
+    WeightsSnapshot,
+)
 from psyche_client.training.model.device import resolve_device
 from psyche_client.training.model.loading import (
     ModelInfo,
@@ -42,7 +49,7 @@ from psyche_client.training.model.loading import (
 )
 from psyche_client.training.model.numerics import configure_model, model_dtype
 from psyche_client.training.model.precision import Precision
-from psyche_client.training.trainer import GenerateHook, Trainer, TrainingCancelled
+from psyche_client.training.trainer import Trainer, TrainingCancelled
 from psyche_client.verify.agreement import gradient_coefficients, sign_agreement
 from psyche_client.verify.copying import index_overlap
 from psyche_client.verify.recompute import recompute_gradient
@@ -146,13 +153,19 @@ class DistroBackend:
         trainer: Trainer,
         info: ModelInfo,
         lr_schedule: AnyLRSchedule,
-        warmup_bounds: tuple[int, int] | None,
+        warmup_bounds: WarmupBounds | None,
     ) -> None:
         self.trainer = trainer
         self.info = info
         self.lr_schedule = lr_schedule
         self.warmup_bounds = warmup_bounds
         self._weights_digest: bytes | None = None
+        self.capabilities = Capabilities(
+            model_info=info,
+            verifier=self,
+            live_model=self.live_model,
+            optim_stats=self.take_optim_stats,
+        )
 
     def live_model(self) -> torch.nn.Module:
         """The trainer's model, as it is now."""
@@ -161,22 +174,21 @@ class DistroBackend:
     @classmethod
     def load(
         cls,
-        coordinator: Any,
+        coordinator: Coordinator,
         *,
         device: str,
         micro_batch_size: int,
         from_peers: bool = False,
         peer_config: dict[str, Any] | None = None,
         precision: Precision | None = None,
-        wrap_generate: GenerateHook | None = None,
         optim_stats_steps: int = 0,
     ) -> DistroBackend:
         """Build the model for the coordinator's run. With ``peer_config`` (the config a peer
         majority shared) the model is built from it and its weights come later from
         `load_parameters`; otherwise it is loaded from the checkpoint's repository (and, when
-        ``from_peers``, its weights are replaced by the peers' afterwards). ``wrap_generate``
-        is the trainer's (test and attack clients only); ``optim_stats_steps`` N > 0 measures
-        the optimizer every N steps (`take_optim_stats`)."""
+        ``from_peers``, its weights are replaced by the peers' afterwards).
+        ``optim_stats_steps`` N > 0 measures the optimizer every N steps
+        (`take_optim_stats`)."""
         torch.manual_seed(RNG_SEED)
         llm = coordinator.model
         checkpoint = llm.checkpoint
@@ -198,22 +210,23 @@ class DistroBackend:
             device=torch_device,
             micro_batch_size=micro_batch_size,
             grad_accum_in_fp32=(precision or Precision()).grad_accum_in_fp32,
-            wrap_generate=wrap_generate,
             optim_stats_steps=optim_stats_steps,
         )
         bounds = coordinator.get_cold_start_warmup_bounds()
         return cls(trainer, info, llm.lr_schedule, bounds)
 
-    def begin_round(self, coordinator: Coordinator) -> None:
+    def begin_round(self, warmup_bounds: WarmupBounds | None) -> None:
         """Refresh what changes per epoch (the cold-start bounds)."""
-        self.warmup_bounds = coordinator.get_cold_start_warmup_bounds()
+        self.warmup_bounds = warmup_bounds
 
     def lr(self, step: int) -> float:
         return effective_lr(self.lr_schedule, step, self.warmup_bounds)
 
     def train(
-        self, step: int, batch: BatchId, samples: Any, cancelled: Callable[[], bool]
+        self, step: int, batch: BatchId, samples: Samples | None, cancelled: Callable[[], bool]
     ) -> TrainedResult | None:
+        if samples is None:
+            raise ValueError(f"step {step} {batch}: the DisTrO backend trains on samples, got none")
         tokens = np.asarray(samples, dtype=np.int64)
         if not self.trainer.is_distro:
             self._weights_digest = None  # an AdamW trainer steps its weights in `train`
@@ -255,7 +268,7 @@ class DistroBackend:
         # hash here, in the caller's worker thread, not later on the event loop
         self._weights_digest = self.trainer.weights_digest()
 
-    def recompute(self, samples: Any) -> object | None:
+    def recompute(self, samples: Samples) -> Reference | None:
         """The DCT coefficients of the plain gradient of `samples` at the current weights
         (a verifier's reference, `psyche_client.verify`); None unless the run is DisTrO."""
         distro = self.trainer.distro
@@ -267,10 +280,10 @@ class DistroBackend:
         )
         return gradient_coefficients(distro.compressor, grads)
 
-    def agreement(self, reference: object, result: DecodedResult) -> float:
+    def agreement(self, reference: Reference, result: DecodedResult) -> float:
         """The |coefficient|-weighted sign agreement of `result` with `reference`."""
-        if not isinstance(result, DistroResult) or not isinstance(reference, list):
-            raise ValueError("agreement needs a DistroResult and recomputed coefficients")
+        if not isinstance(result, DistroResult):
+            raise ValueError("agreement needs a DistroResult")
         return sign_agreement(result, reference).weighted
 
     def overlap(self, result: DecodedResult, other: DecodedResult) -> float:
@@ -323,10 +336,6 @@ class DistroBackend:
         # restarts from zero
         self.trainer.reset_optimizer_state()
         self._weights_digest = self.trainer.weights_digest()
-
-    def config_json(self) -> str:
-        """The model config shared with late joiners (JSON)."""
-        return json.dumps(self.info.config, sort_keys=True)
 
     def save_checkpoint(self, directory: str) -> None:
         model = cast("PreTrainedModel", self.trainer.model)  # loaded by `load_model`

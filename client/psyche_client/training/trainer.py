@@ -34,10 +34,9 @@ the gradients and loss sums over the ranks (before clipping and `generate`) or, 
 stopped, tells every rank to raise `TrainingCancelled`.
 
 API: `AdamWSettings`, `optimizer_settings(config)` (from `optimizer_settings`), `TrainOutput`,
-`TrainingCancelled`, `GradientSync`, `Fp32GradAccumulator`, `GenerateHook` (wraps DisTrO's
-generate step: test and attack clients only),
-`Trainer(model, optimizer, *, device, micro_batch_size, dtype=None, grad_accum_in_fp32=False,
-wrap_generate=None)` with
+`TrainingCancelled`, `GradientSync`, `Fp32GradAccumulator`,
+`Trainer(model, optimizer, *, device, micro_batch_size, dtype=None, grad_accum_in_fp32=False)`
+with
 `.train(...)`,
 `.apply(results, step, lr) -> int`, `.evaluate(tokens) -> float`, `.decode_result(data)`,
 `.drop_pending_result()`, `.weights_hash() -> bytes` (= `.weights_digest()`), `.layout`, and
@@ -51,7 +50,6 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -62,7 +60,6 @@ from psyche_client.distro import (
     DistroOptimizer,
     DistroResult,
     DistroSettings,
-    Generated,
     OwnResult,
     ResultLayout,
 )
@@ -122,14 +119,6 @@ class GradientSync(Protocol):
         otherwise sum every parameter's gradient (None counts as zeros) and the loss sums over
         the ranks, in place, and return the summed `(loss_sum, counted)`."""
         ...
-
-
-NamedParameters = Sequence[tuple[str, torch.nn.Parameter]]
-GenerateHook = Callable[[Callable[[], Generated], NamedParameters], Generated]
-"""Wraps DisTrO's generate step in `Trainer.train`: called with that step (gradients are in
-each parameter's `.grad`, not yet folded into the momentum) and the parameters sorted by name;
-returns what is published (`transmit`) and remembered for error feedback (`own`). Only test
-and attack clients set one (tests/e2e/signflip_client.py, huge_client.py)."""
 
 
 @dataclass(frozen=True)
@@ -198,7 +187,6 @@ class Trainer:
         micro_batch_size: int,
         dtype: torch.dtype | str | None = None,
         grad_accum_in_fp32: bool = False,
-        wrap_generate: GenerateHook | None = None,
         optim_stats_steps: int = 0,
     ) -> None:
         if micro_batch_size < 1:
@@ -210,7 +198,6 @@ class Trainer:
         self.grad_accum_in_fp32 = grad_accum_in_fp32
         self.settings = optimizer_settings(optimizer)
         self.trainer_nonce = 0
-        self.wrap_generate = wrap_generate
         self.optim_stats = OptimStatsRecorder(optim_stats_steps)
         self._params = sorted(self.model.named_parameters(), key=lambda item: item[0])
         self._pending_own: list[OwnResult] = []
@@ -294,19 +281,9 @@ class Trainer:
         grad_norm = self._clip()
         result = None
         if isinstance(self._distro, DistroOptimizer):
-            generate = partial(
-                self._distro.generate,
-                lr,
-                step,
-                batch_id,
-                nonce,
-                self._pending_own,
-                stats=self.optim_stats.due(step),
+            generated = self._distro.generate(
+                lr, step, batch_id, nonce, self._pending_own, stats=self.optim_stats.due(step)
             )
-            if self.wrap_generate is None:
-                generated = generate()
-            else:
-                generated = self.wrap_generate(generate, self._params)
             self._pending_own = [generated.own]
             self._own_steps.trained(step)
             self.optim_stats.record(step, generated.stats)

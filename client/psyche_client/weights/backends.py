@@ -7,9 +7,9 @@ on a loaded machine, and the event loop must keep reading the server's states) a
 the coordinator state, the options, and the model config a majority of peers shares (None
 when the model comes from its checkpoint's repository).
 
-`with_generate_hook` gives a registry whose distro entry wraps the trainer's DisTrO generate
-step (`training.trainer.GenerateHook`), so a test or attack client can change the result
-before it is encoded (`Parts(backends=with_generate_hook(hook))`).
+`with_distro_backend` gives a registry whose distro entry loads a `DistroBackend` subclass
+the same way, for a test or attack client that trains differently
+(`Parts(backends=with_distro_backend(MyBackend))`, tests/e2e/signflip_client.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from psyche_client.training.model.precision import AttnImplementation, DtypeName
 from psyche_client.training.parallel.plan import ParallelSpec
 
 if TYPE_CHECKING:
-    from psyche_client.training.trainer import GenerateHook
+    from psyche_client.training.distro_backend import DistroBackend
 
 log = logging.getLogger("psyche.client")
 
@@ -99,18 +99,27 @@ def load_distro(
     options: BackendOptions,
     peer_config: PeerConfig | None,
     from_peers: bool,
-    wrap_generate: GenerateHook | None = None,
 ) -> TrainingBackend:
     from psyche_client.training.distro_backend import DistroBackend
 
-    return DistroBackend.load(
+    return load_distro_as(DistroBackend, coordinator, options, peer_config, from_peers)
+
+
+def load_distro_as(
+    backend: type[DistroBackend],
+    coordinator: Coordinator,
+    options: BackendOptions,
+    peer_config: PeerConfig | None,
+    from_peers: bool,
+) -> DistroBackend:
+    """`backend` (the `DistroBackend` or a subclass) loaded for the run with `options`."""
+    return backend.load(
         coordinator,
         device=options.device,
         micro_batch_size=options.micro_batch_size,
         from_peers=from_peers,
         peer_config=peer_config,
         precision=options.precision,
-        wrap_generate=wrap_generate,
         optim_stats_steps=options.optim_stats_steps,
     )
 
@@ -156,8 +165,8 @@ BACKENDS: dict[BackendKind, BackendEntry] = {
 }
 
 
-def with_generate_hook(
-    hook: GenerateHook, backends: Mapping[BackendKind, BackendEntry] = BACKENDS
+def with_distro_backend(
+    backend: type[DistroBackend], backends: Mapping[BackendKind, BackendEntry] = BACKENDS
 ) -> dict[BackendKind, BackendEntry]:
-    """`backends` with the distro entry's trainer wrapping its generate step in `hook`."""
-    return {**backends, "distro": BackendEntry(partial(load_distro, wrap_generate=hook))}
+    """`backends` with the distro entry loading `backend`, a `DistroBackend` subclass."""
+    return {**backends, "distro": BackendEntry(partial(load_distro_as, backend))}

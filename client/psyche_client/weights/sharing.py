@@ -19,7 +19,7 @@ from pathlib import Path
 from psyche_common.progress import TransferProgress, directory_bytes, report_progress
 
 from psyche_client.p2p.manifest import ModelManifest, parameter_info
-from psyche_client.training.backend import TrainingBackend
+from psyche_client.training.backend import TrainingBackend, shared_config_json
 from psyche_client.training.model.checkpoint_dir import (
     CheckpointError,
     checkpoint_name,
@@ -56,7 +56,7 @@ class SharedModel:
             step=step,
             epoch=epoch,
             parameters=infos,
-            config_json=await asyncio.to_thread(backend.config_json),
+            config_json=shared_config_json(backend.capabilities),
         )
         self.parameters = {name: data for name, _, _, data in entries}
         self.manifest = manifest

@@ -17,7 +17,6 @@ dead, frozen or disagreeing rank ends the client (`supervisor`).
 from __future__ import annotations
 
 import atexit
-import json
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,12 +25,20 @@ import numpy as np
 import torch.distributed as dist
 from psyche_common.batch_id import BatchId
 from psyche_common.config import AnyLRSchedule
+from psyche_common.coordinator import Coordinator
 from psyche_common.lr_schedule import effective_lr
 
 from psyche_client.distro import DistroSettings
 from psyche_client.distro.result import DistroResult
 from psyche_client.distro.size import encoded_result_size
-from psyche_client.training.backend import DecodedResult, TrainedResult, WeightsSnapshot
+from psyche_client.training.backend import (
+    Capabilities,
+    DecodedResult,
+    Samples,
+    TrainedResult,
+    WarmupBounds,
+    WeightsSnapshot,
+)
 from psyche_client.training.distro_backend import checkpoint_source, decode_checked
 from psyche_client.training.model.checkpoint import save_state_checkpoint
 from psyche_client.training.model.device import resolve_device
@@ -77,7 +84,7 @@ class ParallelBackend:
         supervisor: Supervisor,
         engine: Engine,
         lr_schedule: AnyLRSchedule,
-        warmup_bounds: tuple[int, int] | None,
+        warmup_bounds: WarmupBounds | None,
     ) -> None:
         self.groups = groups
         self.channel = channel
@@ -86,11 +93,14 @@ class ParallelBackend:
         self.lr_schedule = lr_schedule
         self.warmup_bounds = warmup_bounds
         self._closed = False
+        self.capabilities = Capabilities(model_info=engine.info)
+        """The model spans several processes: no live model for evals, no verifier, no
+        optimizer statistics."""
 
     @classmethod
     def load(
         cls,
-        coordinator: Any,
+        coordinator: Coordinator,
         *,
         spec: ParallelSpec,
         device: str,
@@ -146,15 +156,17 @@ class ParallelBackend:
     def info(self) -> ModelInfo:
         return self.engine.info
 
-    def begin_round(self, coordinator: Any) -> None:
-        self.warmup_bounds = coordinator.get_cold_start_warmup_bounds()
+    def begin_round(self, warmup_bounds: WarmupBounds | None) -> None:
+        self.warmup_bounds = warmup_bounds
 
     def lr(self, step: int) -> float:
         return effective_lr(self.lr_schedule, step, self.warmup_bounds)
 
     def train(
-        self, step: int, batch: BatchId, samples: Any, cancelled: Callable[[], bool]
+        self, step: int, batch: BatchId, samples: Samples | None, cancelled: Callable[[], bool]
     ) -> TrainedResult | None:
+        if samples is None:
+            raise ValueError(f"step {step} {batch}: a multi-device client trains on samples")
         tokens = np.asarray(samples, dtype=np.int64)
         command = Train(step, batch, self.lr(step), self.lr(step - 1), tokens)
         try:
@@ -170,7 +182,7 @@ class ParallelBackend:
             tokens=int(tokens.size),
         )
 
-    def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> Any:
+    def decode(self, step: int, batch: BatchId, payload: bytes, data_hash: bytes) -> DistroResult:
         return decode_checked(payload, self.engine.layout, step, batch, data_hash)
 
     def result_size(self) -> int:
@@ -234,9 +246,6 @@ class ParallelBackend:
         assert state is not None
         config = config_from_dict(self.info.config)
         save_state_checkpoint(state, config, directory, self.info.extra_files)
-
-    def config_json(self) -> str:
-        return json.dumps(self.info.config, sort_keys=True)
 
     # ---- lifetime --------------------------------------------------------------------------
     def close(self) -> None:

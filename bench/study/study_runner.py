@@ -35,8 +35,8 @@ import torch
 import transformers
 from psyche_client.distro.sparseloco import SparseLocoSettings
 
-from tests.support.simulation import load_stdlib_corpus
-from tests.support.study_frontier import (
+from bench.study.simulation import load_stdlib_corpus
+from bench.study.study_frontier import (
     Measurement,
     StudyRow,
     best_at,
@@ -45,8 +45,8 @@ from tests.support.study_frontier import (
     pick_lr,
     study_row,
 )
-from tests.support.study_protocol import Candidate, DilocoSettings, StudyProtocol
-from tests.support.study_runs import RunOutcome, RunSpec, run_one, run_one_mapped, save_corpus
+from bench.study.study_protocol import Candidate, DilocoSettings, StudyProtocol
+from bench.study.study_runs import RunOutcome, RunSpec, run_one, run_one_mapped, save_corpus
 
 Progress = Callable[[str], None]
 

@@ -31,7 +31,7 @@ import transformers
 from psyche_client.distro import DistroSettings
 from psyche_client.distro.sparseloco import SparseLocoSettings
 
-from tests.support.simulation import (
+from bench.study.simulation import (
     load_stdlib_corpus,
     prototype_llama_config,
     run_adamw,

@@ -11,7 +11,7 @@ clients of a permissioned run (`--authorized-keys` lists the honest clients' key
 not listed, or whose delegation expired or is forged. Flooding hosts and intruders are no
 members: only the honest clients are. Or, for `tamper`, a man in the middle: `malicious` of
 the (all honest) clients reach the server through a proxy that flips one byte of their `Join`
-and then one of a state on their next connection (`tests.support.tamper_proxy`). The first
+and then one of a state on their next connection (`bench.harness.tamper_proxy`). The first
 honest client writes a checkpoint at the end; its loss on a fixed held-out slice of the
 training corpus (`eval_loss`) is what "loss vs clean" compares, so the attacked run and its
 clean twin are judged on the same tokens whatever batches each trainer happened to get.
@@ -35,7 +35,7 @@ import numpy as np
 from psyche_common.protocol import Identity, coordinator_domain
 from psyche_common.protocol.authorization import encode_authorization, sign_authorization
 
-from tests.e2e.client_run import (
+from bench.harness.client_run import (
     Cluster,
     Proc,
     applied_hashes,
@@ -44,13 +44,14 @@ from tests.e2e.client_run import (
     wait_for,
     write_state,
 )
-from tests.e2e.flood import Flood
-from tests.e2e.hostile_hosts import DecodeBomber, HashForger, RelayExhauster
-from tests.support.tamper_proxy import DOWN, UP, Flip, TamperProxy
+from bench.harness.flood import Flood
+from bench.harness.hostile_hosts import DecodeBomber, HashForger, RelayExhauster
+from bench.harness.tamper_proxy import DOWN, UP, Flip, TamperProxy
 
 Host = Flood | DecodeBomber | RelayExhauster | HashForger
 
-HERE = Path(__file__).resolve().parent
+ATTACK_CLIENTS = Path(__file__).resolve().parents[2] / "tests" / "e2e"
+"""Where the attack programs are (test-only clients, run as programs)."""
 EVAL_SEQUENCES = 64
 EVAL_SEQ_LEN = 32
 FLOOD_SOCKETS = 300
@@ -85,7 +86,7 @@ class Attack:
     def command(self) -> list[str]:
         if self.program is None:
             raise ValueError(f"{self.name} runs no attacker client")
-        return [sys.executable, str(HERE / self.program)]
+        return [sys.executable, str(ATTACK_CLIENTS / self.program)]
 
 
 ATTACKS: dict[str, Attack] = {

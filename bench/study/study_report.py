@@ -4,7 +4,7 @@
 the learning-rate sweep (each candidate's final validation loss at each swept lr, the one
 picked and whether it lies at an end of the range), the frontier (every setting measured on
 the fresh seeds: bytes ratio, mean loss ratio with the per-seed ones, the worst seed above
-the mean, tokens to target) and the goals. `python -m tests.support.study_report FILE` prints
+the mean, tokens to target) and the goals. `python -m bench.study.study_report FILE` prints
 it for a saved study, so the docs' tables are the measured JSON and nothing else.
 
 API: `markdown(report) -> str`.
@@ -78,5 +78,5 @@ def _goals(report: Mapping[str, Any]) -> str:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m tests.support.study_report STUDY.json")
+        sys.exit("usage: python -m bench.study.study_report STUDY.json")
     print(markdown(json.loads(Path(sys.argv[1]).read_text())))

@@ -47,7 +47,7 @@ from psyche_common.protocol import (
 )
 from psyche_common.protocol.messages import HealthCheck
 
-from tests.support.protocol_client import ProtocolClient
+from bench.harness.protocol_client import ProtocolClient
 
 TIMEOUT = 5.0
 

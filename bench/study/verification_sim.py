@@ -35,8 +35,8 @@ from psyche_common.coordinator.verification import (
 )
 from psyche_common.coordinator.witnesses import attested_trainers
 
-from tests.support.coordinator_sim import RoundRecord, SimulatedRun, client_id
-from tests.support.coordinators import make_coordinator
+from bench.study.coordinator_sim import RoundRecord, SimulatedRun, client_id
+from bench.support.run_configs import make_coordinator
 
 
 @dataclass

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.e2e.client_run import Proc, wait_for
+from bench.harness.client_run import Proc, wait_for
 
 from .lab import Lab
 

@@ -40,8 +40,8 @@ from psyche_client.distro.stats import captured_energy, index_overlap
 from psyche_client.training.trainer import AdamWSettings, Trainer
 from psyche_common.batch_id import BatchId
 
-from tests.support.simulation import Corpus, build_model, cosine_schedule
-from tests.support.study_protocol import CompressedSettings, DilocoSettings, StudyProtocol
+from bench.study.simulation import Corpus, build_model, cosine_schedule
+from bench.study.study_protocol import CompressedSettings, DilocoSettings, StudyProtocol
 
 APPLYING_REPLICAS = 2
 
