@@ -15,7 +15,8 @@ and bit 0 to +1, so a coefficient of exactly +0 arrives as +1.
 
 API: `topk_per_chunk(encoded, topk) -> (idx int64 [chunks, k], val [chunks, k])`,
 `index_bits(totalk)`, `index_bytes(count, totalk)`, `pack_indices`, `unpack_indices`,
-`pack_bf16`, `unpack_bf16`, `pack_signs`, `unpack_signs`, `payload_sizes(...)`.
+`pack_bf16`, `unpack_bf16`, `pack_signs`, `unpack_signs` (a value format's byte count is its
+codec's `size`, `values`).
 """
 
 from __future__ import annotations
@@ -128,14 +129,3 @@ def unpack_signs(data: bytes, count: int) -> torch.Tensor:
         raise ValueError("padding bits after the last sign are not zero")
     signs = 1.0 - 2.0 * bits[:count].astype(np.float32)
     return torch.from_numpy(signs)
-
-
-def value_bytes(count: int, one_bit: bool) -> int:
-    """Bytes taken by `count` transmitted values."""
-    return (count + 7) // 8 if one_bit else 2 * count
-
-
-def payload_sizes(chunks: int, totalk: int, topk: int, one_bit: bool) -> tuple[int, int]:
-    """Bytes of one tensor's entry: `(idx_bytes, val_bytes)` (bit-packed indices)."""
-    k = effective_k(topk, totalk)
-    return index_bytes(chunks * k, totalk), value_bytes(chunks * k, one_bit)
