@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from psyche_client.distro.compress import pack_bf16, unpack_bf16
 from psyche_client.distro.values.codec import ValueCodec
+from psyche_client.distro.values.packing import pack_bf16, unpack_bf16
 
 
 class Bf16Values(ValueCodec):

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from psyche_client.distro.compress import pack_bf16
 from psyche_client.distro.values.codec import ValueCodec, packed_codes, read_codes, read_statistics
+from psyche_client.distro.values.packing import pack_bf16
 
 
 class CodebookValues(ValueCodec):

@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 import torch
 
-from psyche_client.distro.compress import unpack_bf16
+from psyche_client.distro.values.packing import unpack_bf16
 
 
 class ValueCodec(ABC):

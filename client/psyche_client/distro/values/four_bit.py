@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from psyche_client.distro.compress import pack_bf16
 from psyche_client.distro.values.codec import (
     ValueCodec,
     absmax_scale,
@@ -17,6 +16,7 @@ from psyche_client.distro.values.codec import (
     read_codes,
     read_statistics,
 )
+from psyche_client.distro.values.packing import pack_bf16
 
 _STEPS = 8
 _MAGNITUDE_WEIGHTS = np.array([1, 2, 4], dtype=np.int64)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from psyche_client.distro.compress import pack_signs, unpack_signs
 from psyche_client.distro.values.codec import ValueCodec
+from psyche_client.distro.values.packing import pack_signs, unpack_signs
 
 
 class OneBitValues(ValueCodec):

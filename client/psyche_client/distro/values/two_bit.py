@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from psyche_client.distro.compress import pack_bf16
 from psyche_client.distro.values.codec import (
     ValueCodec,
     absmax_scale,
@@ -17,6 +16,7 @@ from psyche_client.distro.values.codec import (
     read_codes,
     read_statistics,
 )
+from psyche_client.distro.values.packing import pack_bf16
 
 _THIRD = 1.0 / 3.0
 
