@@ -46,11 +46,13 @@ from dataclasses import dataclass, field
 import torch
 from psyche_common.batch_id import BatchId
 from psyche_common.config import DistroOptimizer as DistroConfig
+from psyche_common.config.optimizer import DISTRO_CLASHES, DISTRO_SPELLINGS
+from psyche_common.config.value_format import resolve_value_format
 
 from psyche_client.distro.compressor import Compressor, canonical_order
 from psyche_client.distro.result import DistroResult, ResultLayout
 from psyche_client.distro.stats import l1_energy, mean_captured_energy
-from psyche_client.distro.values import ValueKind
+from psyche_client.distro.values import ValueKind, value_kind_named
 
 STATE_DTYPE = torch.float32
 """The dtype of the momentum (and of SparseLoCo's error feedback), whatever the parameters'."""
@@ -79,28 +81,32 @@ class DistroSettings:
             raise ValueError(f"compression_topk must be >= 1, got {self.compression_topk}")
         if self.compression_chunk < 1:
             raise ValueError(f"compression_chunk must be >= 1, got {self.compression_chunk}")
-        if self.quantize_1bit and self.quantize_2bit:
-            raise ValueError("quantize_1bit and quantize_2bit cannot both be set")
+        self.value_kind  # noqa: B018  (raises ValueFormatConflict on clashing booleans)
         if not 0.0 <= self.aggregate_momentum < 1.0:
             raise ValueError(f"aggregate_momentum must be in [0, 1), got {self.aggregate_momentum}")
 
     @property
     def value_kind(self) -> ValueKind:
-        if self.quantize_1bit:
-            return ValueKind.ONE_BIT
-        return ValueKind.TWO_BIT if self.quantize_2bit else ValueKind.BF16
+        """The value format the booleans spell (as in a Distro table without `value_format`)."""
+        given = {"quantize_1bit": self.quantize_1bit, "quantize_2bit": self.quantize_2bit}
+        named = resolve_value_format(
+            "DistroSettings", None, given, DISTRO_SPELLINGS, DISTRO_CLASHES
+        )
+        return value_kind_named(named)
 
     @classmethod
     def from_config(cls, config: DistroConfig) -> DistroSettings:
-        """From the run config's `Distro` optimizer table."""
+        """From the run config's `Distro` optimizer table (its value format spelled by the
+        booleans these settings keep)."""
+        spelled = DISTRO_SPELLINGS[config.resolved_value_format()]
         return cls(
             compression_decay=float(config.compression_decay),
             compression_topk=int(config.compression_topk),
             compression_chunk=int(config.compression_chunk),
-            quantize_1bit=bool(config.quantize_1bit),
+            quantize_1bit=spelled["quantize_1bit"],
             weight_decay=float(config.weight_decay or 0.0),
             clip_grad_norm=config.clip_grad_norm,
-            quantize_2bit=bool(config.quantize_2bit or False),
+            quantize_2bit=spelled["quantize_2bit"],
         )
 
 
