@@ -49,13 +49,11 @@ from psyche_common.config import DistroOptimizer as DistroConfig
 from psyche_common.config.optimizer import DISTRO_CLASHES, DISTRO_SPELLINGS
 from psyche_common.config.value_format import resolve_value_format
 
-from psyche_client.distro.compressor import Compressor, canonical_order
+from psyche_client.distro.compressor import canonical_order
+from psyche_client.distro.parameters import compressed_parameters, zero_buffers
 from psyche_client.distro.result import DistroResult, ResultLayout
 from psyche_client.distro.stats import l1_energy, mean_captured_energy
 from psyche_client.distro.values import ValueKind, value_kind_named
-
-STATE_DTYPE = torch.float32
-"""The dtype of the momentum (and of SparseLoCo's error feedback), whatever the parameters'."""
 
 
 @dataclass(frozen=True)
@@ -133,26 +131,12 @@ class DistroOptimizer:
         self, named_parameters: Iterable[tuple[str, torch.nn.Parameter]], settings: DistroSettings
     ) -> None:
         self.settings = settings
-        self._params = sorted(named_parameters, key=lambda item: item[0])
+        self._params, self.compressor = compressed_parameters(named_parameters, settings)
         names = [name for name, _ in self._params]
-        if len(set(names)) != len(names):
-            raise ValueError("parameter names must be unique")
-        self.compressor = Compressor(
-            ((name, tuple(p.shape)) for name, p in self._params),
-            settings.compression_chunk,
-            settings.compression_topk,
-            settings.value_kind,
-        )
-        self._delta = {
-            name: torch.zeros_like(p, dtype=STATE_DTYPE, memory_format=torch.contiguous_format)
-            for name, p in self._params
-        }
+        self._delta = dict(zip(names, zero_buffers(self._params), strict=True))
         self._aggregate: dict[str, torch.Tensor] = {}
         if settings.aggregate_momentum > 0.0:
-            self._aggregate = {
-                name: torch.zeros_like(p, dtype=STATE_DTYPE, memory_format=torch.contiguous_format)
-                for name, p in self._params
-            }
+            self._aggregate = dict(zip(names, zero_buffers(self._params), strict=True))
 
     @property
     def layout(self) -> ResultLayout:

@@ -43,8 +43,9 @@ from psyche_common.config import SparseLocoOptimizer as SparseLocoConfig
 from psyche_common.config.optimizer import SPARSELOCO_CLASHES, SPARSELOCO_SPELLINGS
 from psyche_common.config.value_format import resolve_value_format
 
-from psyche_client.distro.compressor import Compressor, canonical_order
-from psyche_client.distro.optimizer import STATE_DTYPE, Generated, OwnResult
+from psyche_client.distro.compressor import canonical_order
+from psyche_client.distro.optimizer import Generated, OwnResult
+from psyche_client.distro.parameters import compressed_parameters, zero_buffers
 from psyche_client.distro.result import DistroResult, ResultLayout
 from psyche_client.distro.values import ValueKind, value_kind_named
 
@@ -135,22 +136,10 @@ class SparseLocoOptimizer:
         settings: SparseLocoSettings,
     ) -> None:
         self.settings = settings
-        self._params = sorted(named_parameters, key=lambda item: item[0])
-        names = [name for name, _ in self._params]
-        if len(set(names)) != len(names):
-            raise ValueError("parameter names must be unique")
-        self.compressor = Compressor(
-            ((name, tuple(p.shape)) for name, p in self._params),
-            settings.compression_chunk,
-            settings.compression_topk,
-            settings.value_kind,
-            clip_influence=settings.clip_to_median,
-            dct=settings.dct,
+        self._params, self.compressor = compressed_parameters(
+            named_parameters, settings, clip_influence=settings.clip_to_median, dct=settings.dct
         )
-        self._error = [
-            torch.zeros_like(p, dtype=STATE_DTYPE, memory_format=torch.contiguous_format)
-            for _, p in self._params
-        ]
+        self._error = zero_buffers(self._params)
         self._inner = self._new_inner_optimizer()
         self._pseudo: list[torch.Tensor] | None = None
 

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
-from psyche_client.distro.optimizer import STATE_DTYPE
+from psyche_client.distro.parameters import STATE_DTYPE
 from psyche_client.distro.result import ResultLayout
 from psyche_client.distro.size import encoded_result_size
 from psyche_client.distro.values import value_kind_named
