@@ -256,7 +256,8 @@ def test_full_topk_roundtrip_is_lossless(rows: int, cols: int, chunk: int, seed:
 def test_payload_formula_table(
     shape: tuple[int, ...], chunk: int, topk: int, one_bit: bool, payload: int
 ) -> None:
-    layout = ResultLayout.for_parameters([("w", shape)], chunk, topk, one_bit)
+    kind = ValueKind.ONE_BIT if one_bit else ValueKind.BF16
+    layout = ResultLayout.for_parameters([("w", shape)], chunk, topk, kind)
     assert layout.payload_bytes() == payload
 
 

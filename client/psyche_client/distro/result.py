@@ -28,7 +28,7 @@ bytes) and raises `ResultDecodeError` naming the tensor and field at fault. Vers
 indices) is refused with an error that says so.
 
 API: `ValueKind`, `TensorLayout`, `ResultLayout.for_parameters(named_shapes, chunk, topk,
-quantize_1bit | ValueKind)`, `TensorPayload` (with cached `.indices()`, `.values(kind)` and
+kind)`, `TensorPayload` (with cached `.indices()`, `.values(kind)` and
 `.rms(kind)`),
 `DistroResult(step, batch_id, trainer_nonce, value_kind, tensors)` with `.encode() -> bytes`,
 `.decode(data, layout)`, `.data_hash() -> bytes`, `.payload_bytes() -> int`, and
@@ -114,10 +114,9 @@ class ResultLayout:
         named_shapes: Iterable[tuple[str, Sequence[int]]],
         chunk: int,
         topk: int,
-        quantize_1bit: bool | ValueKind,
+        kind: ValueKind,
     ) -> ResultLayout:
-        """Layout of results for these parameters; the last argument is the run's
-        `quantize_1bit` (one-bit or bf16 values) or a `ValueKind`."""
+        """Layout of results for these parameters whose values travel as `kind`."""
         tensors = []
         for name, shape in sorted(named_shapes, key=lambda item: item[0]):
             shape_t = tuple(int(d) for d in shape)
@@ -125,10 +124,6 @@ class ResultLayout:
             tile_dims = 2 if len(shape_t) >= 2 else 1
             totalk = math.prod(xshape[-tile_dims:])
             tensors.append(TensorLayout(name, shape_t, xshape, totalk, effective_k(topk, totalk)))
-        if isinstance(quantize_1bit, ValueKind):
-            kind = quantize_1bit
-        else:
-            kind = ValueKind.ONE_BIT if quantize_1bit else ValueKind.BF16
         return cls(tuple(tensors), kind)
 
     def payload_bytes(self) -> int:
