@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import torch
 from psyche_client.distro import DistroResult, ResultLayout
-from psyche_client.distro.compress import unpack_bf16, unpack_signs
 from psyche_client.training.distro_backend import DistroBackend
 from psyche_client.training.model.numerics import torch_dtype
 from psyche_client.training.model.precision import Precision
@@ -37,9 +36,13 @@ from psyche_common.coordinator import Coordinator, RunState
 from tests.support.coordinators import coordinator_in, distro_model, ids
 
 
-def coordinator(model: str, chunk: int, topk: int, one_bit: bool) -> Coordinator:
-    """The Warmup (where backends load) of a DisTrO run of `model`, 32-token sequences."""
-    llm = distro_model(model, chunk=chunk, topk=topk, quantize_1bit=one_bit, max_seq_len=32)
+def coordinator(model: str, chunk: int, topk: int, values: str) -> Coordinator:
+    """The Warmup (where backends load) of a DisTrO run of `model`, 32-token sequences, its
+    values in the value format `values`."""
+    llm = distro_model(model, chunk=chunk, topk=topk, max_seq_len=32)
+    distro = llm["optimizer"]["Distro"]
+    del distro["quantize_1bit"]
+    distro["value_format"] = values
     return coordinator_in(RunState.Warmup, ids(2), model=llm)
 
 
@@ -49,9 +52,9 @@ def agreement(a: DistroResult, b: DistroResult, layout: ResultLayout) -> dict[st
     (0 with 1-bit values)."""
     chosen = shared = same_sign = 0
     worst = 0.0
-    for ta, tb, expected in zip(a.tensors, b.tensors, layout.tensors, strict=True):
+    for ta, tb in zip(a.tensors, b.tensors, strict=True):
         ia, ib = ta.indices(), tb.indices()
-        va, vb = (_values(t, expected.count).reshape(ia.shape) for t in (ta, tb))
+        va, vb = (t.values(layout.value_kind) for t in (ta, tb))
         for chunk in range(ia.shape[0]):
             values_a = dict(zip(ia[chunk].tolist(), va[chunk].tolist(), strict=True))
             values_b = dict(zip(ib[chunk].tolist(), vb[chunk].tolist(), strict=True))
@@ -65,15 +68,10 @@ def agreement(a: DistroResult, b: DistroResult, layout: ResultLayout) -> dict[st
     return {"indices": shared / chosen, "signs": int(same_sign) / max(shared, 1), "values": worst}
 
 
-def _values(payload: Any, count: int) -> np.ndarray:
-    if len(payload.val) == (count + 7) // 8:
-        return unpack_signs(payload.val, count).numpy()
-    return unpack_bf16(payload.val).float().numpy()
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(1)
-    setup = coordinator(args.model, args.chunk, args.topk, not args.bf16_values)
+    values = "bf16" if args.bf16_values else args.value_format
+    setup = coordinator(args.model, args.chunk, args.topk, values)
     spec = ParallelSpec(args.ranks, args.fsdp)
     precision = Precision(dtype=args.dtype)
     parallel = ParallelBackend.load(
@@ -200,6 +198,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="--parallel-timeout")
     parser.add_argument("--idle", type=float, default=0.0, help="seconds to idle after loading")
     parser.add_argument("--bf16-values", action="store_true", help="send bf16 values, not signs")
+    parser.add_argument("--value-format", default="1-bit", help="the Distro table's value_format")
     parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="--dtype")
     parser.add_argument("--device", default="cpu", help="--device: cpu, or cuda (rank r on GPU r)")
     args = parser.parse_args()

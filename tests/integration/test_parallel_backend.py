@@ -113,6 +113,15 @@ def test_sharded_matches_single_device_and_holds_half_the_model(repo_root: Path)
     assert storage["owned_copies"] <= 0.6 * total  # full copies of the parameters it owns
 
 
+def test_sharded_two_bit_values_match_single_device(repo_root: Path) -> None:
+    """`value_format = "2-bit"`: the sharded engine's results carry the run's value kind (it
+    once labelled them from `quantize_1bit` alone, as bf16, and no peer could decode them)."""
+    report = run_driver(
+        repo_root, "--fsdp", "--steps", "3", "--batch", "5", "--mbs", "2", "--value-format", "2-bit"
+    )
+    check_ends_with_single_device_weights(report)
+
+
 def test_sharded_bf16_ranks_hold_the_single_devices_weights(repo_root: Path) -> None:
     """`--dtype bf16 --fsdp`: bf16 shards and owner copies, fp32 momentum; the micro-batches
     differ from the single device's, so results agree loosely, but applying the same results

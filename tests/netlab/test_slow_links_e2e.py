@@ -38,7 +38,7 @@ def llama20m_result_size(chunk: int = 64, topk: int = 8, one_bit: bool = True) -
     """Bytes of every DisTrO result of `builtin:llama-20m` with the lab state's compression
     settings (those of bench.harness.client_run.STATE_TEMPLATE)."""
     import torch
-    from psyche_client.distro.result import ResultLayout
+    from psyche_client.distro.result import ResultLayout, ValueKind
     from psyche_client.distro.size import encoded_result_size
     from psyche_client.training.model.loading import builtin_config, config_from_dict
     from transformers import AutoModelForCausalLM
@@ -46,7 +46,8 @@ def llama20m_result_size(chunk: int = 64, topk: int = 8, one_bit: bool = True) -
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config_from_dict(builtin_config("llama-20m")))
     shapes = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
-    return encoded_result_size(ResultLayout.for_parameters(shapes, chunk, topk, one_bit))
+    kind = ValueKind.ONE_BIT if one_bit else ValueKind.BF16
+    return encoded_result_size(ResultLayout.for_parameters(shapes, chunk, topk, kind))
 
 
 def test_rounds_complete_over_slow_links_and_a_late_joiner_gets_the_model(

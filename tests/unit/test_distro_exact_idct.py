@@ -17,6 +17,7 @@ from psyche_client.distro import exact_idct
 from psyche_client.distro.dct import DctTransform, dct_basis
 from psyche_client.distro.exact_idct import P_BITS, Q_BITS, ExactSignDecoder, integer_basis
 from psyche_client.distro.result import ResultLayout, TensorLayout
+from psyche_client.distro.values import ValueKind
 
 from tests.support.exact_idct_reference import integer_sign_definition as _definition
 
@@ -24,7 +25,7 @@ CPU = torch.device("cpu")
 
 
 def _layout(shape: tuple[int, ...], chunk: int = 8) -> TensorLayout:
-    return ResultLayout.for_parameters([("w", shape)], chunk, 4, True).tensors[0]
+    return ResultLayout.for_parameters([("w", shape)], chunk, 4, ValueKind.ONE_BIT).tensors[0]
 
 
 def _random_coefficients(

@@ -17,13 +17,13 @@ from psyche_client.distro.compress import (
     pack_bf16,
     pack_indices,
     pack_signs,
-    payload_sizes,
     topk_per_chunk,
     unpack_bf16,
     unpack_indices,
     unpack_signs,
 )
 from psyche_client.distro.compressor import Compressor
+from psyche_client.distro.result import ResultLayout
 from psyche_client.distro.values import ValueKind
 
 
@@ -256,11 +256,9 @@ def test_full_topk_roundtrip_is_lossless(rows: int, cols: int, chunk: int, seed:
 def test_payload_formula_table(
     shape: tuple[int, ...], chunk: int, topk: int, one_bit: bool, payload: int
 ) -> None:
-    xshape = encoded_shape(shape, chunk)
-    tile_dims = 2 if len(shape) >= 2 else 1
-    totalk = math.prod(xshape[-tile_dims:])
-    idx_bytes, val_bytes = payload_sizes(num_chunks(shape, chunk), totalk, topk, one_bit)
-    assert idx_bytes + val_bytes == payload
+    kind = ValueKind.ONE_BIT if one_bit else ValueKind.BF16
+    layout = ResultLayout.for_parameters([("w", shape)], chunk, topk, kind)
+    assert layout.payload_bytes() == payload
 
 
 def test_blocked_encode_selects_what_one_pass_selects(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,6 +20,7 @@ from psyche_client.distro import (
     ResultDecodeError,
     ResultLayout,
     TensorPayload,
+    ValueKind,
 )
 from psyche_client.distro.compress import pack_indices
 from psyche_common.batch_id import BatchId
@@ -76,14 +77,14 @@ def test_prototype_model_payload_is_3038_bytes() -> None:
     """224 tiles x 8 x 12 bits + 18 norm chunks x 8 x 6 bits of indices, 1,936 sign bits
     (the reference's u16/u8 indices made it 3,970)."""
     shapes = llama_shapes(hidden=128, intermediate=384, layers=4, heads=4, vocab=256)
-    layout = ResultLayout.for_parameters(shapes, chunk=64, topk=8, quantize_1bit=True)
+    layout = ResultLayout.for_parameters(shapes, chunk=64, topk=8, kind=ValueKind.ONE_BIT)
     assert sum(t.idx_bytes() for t in layout.tensors) == 2688 + 108
     assert layout.payload_bytes() == 2796 + 242
 
 
 def test_20m_model_blob_within_one_percent_of_formula() -> None:
     shapes = llama_shapes(hidden=256, intermediate=768, layers=4, heads=8, vocab=32000)
-    layout = ResultLayout.for_parameters(shapes, chunk=64, topk=8, quantize_1bit=True)
+    layout = ResultLayout.for_parameters(shapes, chunk=64, topk=8, kind=ValueKind.ONE_BIT)
     tensors = tuple(
         TensorPayload(
             t.xshape,
@@ -141,7 +142,7 @@ def test_rejects_mis_shaped_result() -> None:
         [(t.name, t.shape) for t in optimizer.layout.tensors],
         chunk=2,
         topk=3,
-        quantize_1bit=False,
+        kind=ValueKind.BF16,
     )
     with pytest.raises(ResultDecodeError, match="xshape"):
         DistroResult.decode(data, other_chunk)
@@ -149,7 +150,7 @@ def test_rejects_mis_shaped_result() -> None:
         [(t.name, t.shape) for t in optimizer.layout.tensors],
         chunk=4,
         topk=2,
-        quantize_1bit=False,
+        kind=ValueKind.BF16,
     )
     with pytest.raises(ResultDecodeError, match=" k "):
         DistroResult.decode(data, other_k)
@@ -160,7 +161,7 @@ def test_rejects_mis_shaped_result() -> None:
         [("b", (16,)), ("w_a", (10, 8)), ("w_z", (16, 24))],
         chunk=4,
         topk=3,
-        quantize_1bit=False,
+        kind=ValueKind.BF16,
     )
     with pytest.raises(ResultDecodeError, match="tensor 'b': xshape"):
         DistroResult.decode(data, bigger)

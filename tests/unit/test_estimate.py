@@ -65,6 +65,27 @@ def test_the_distro_result_size_is_what_the_client_encodes(chunk, topk, one_bit)
     assert estimate.distro_result_bytes == len(result.encode())
 
 
+@pytest.mark.parametrize(
+    "spelling",
+    [{"quantize_1bit": False, "quantize_2bit": True}, {"value_format": "2-bit"}],
+    ids=["booleans", "value_format"],
+)
+def test_a_two_bit_distro_result_size_is_the_two_bit_codecs(spelling: dict[str, object]) -> None:
+    """The value format comes from the table's one resolution (`value_format` or the
+    booleans): a 2-bit DisTrO run is estimated at its 2-bit size, not at bf16's."""
+    config = DistroOptimizer(
+        compression_decay=0.999, compression_topk=8, compression_chunk=64, **spelling
+    )
+    estimate = estimate_run(LLM(config, 256), builtin_config("llama-2m"), 1, "cpu")
+    model = build_model_from_config(builtin_config("llama-2m"))
+    settings = DistroSettings.from_config(config)
+    optimizer = DistroTrainerOptimizer(model.named_parameters(), settings)
+    assert optimizer.layout.value_kind.codec.name == "2-bit"
+    set_random_grads(model, 1)
+    result = optimizer.generate(0.1, 3, BatchId(0, 7), 0).transmit
+    assert estimate.distro_result_bytes == len(result.encode())
+
+
 def test_the_sparseloco_result_size_is_the_codecs() -> None:
     """SparseLoCo's result (2-bit values) as its trainer's optimizer lays it out; the codec's
     size of a layout is the encoded length (tests/unit/test_distro_size.py)."""

@@ -1,12 +1,14 @@
 """DisTrO (Psyche's DeMo variant): DCT + top-k compression of a decoupled momentum.
 
 Modules: `chunking` (chunk sizes), `dct` (orthonormal DCT-II bases, tiled transform),
-`compress` (top-k, index/sign/bf16 packing), `values` (value kinds and quantizers),
+`compress` (top-k, index packing), `values` (value formats: one codec per kind, registered
+by header byte in `values.kinds.ValueKind`),
 `wire` (varints, bounds-checked reader), `result` (binary result format, strict decode,
 SHA-256 commitment), `aggregate` (exact one-scatter aggregation of many results),
 `influence` (per-tensor normalisation of bf16 / 2-bit results before aggregation),
 `size` (the exact encoded size of every result of a layout),
-`compressor` (buffer -> result and back, shared by the optimizers), `optimizer`
+`compressor` (buffer -> result and back, shared by the optimizers), `parameters` (what both
+optimizers set up on the parameters), `optimizer`
 (`DistroOptimizer`: lookahead, generate, apply), `in_flight` (whether the lookahead applies:
 only after training the step before). See docs/distro.md.
 """

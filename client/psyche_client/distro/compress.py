@@ -9,13 +9,12 @@ index j are bits `j*w .. j*w + w - 1` of the stream, least significant bit first
 stream is packed LSB-first into bytes (bit i of the stream is bit i % 8 of byte i // 8) and
 zero-padded to a whole byte. The reference instead sends u8/u16/u32 little-endian indices.
 
-Values travel either as bf16 (little-endian) or as 1 bit each: the sign bit (negative, -0.0
-included, is 1), packed LSB-first, zero-padded to whole bytes. The receiver maps bit 1 to -1
-and bit 0 to +1, so a coefficient of exactly +0 arrives as +1.
+The value packers (`pack_bf16`, `pack_signs` and their inverses) live with the value formats
+(`values.packing`) and are re-exported here.
 
 API: `topk_per_chunk(encoded, topk) -> (idx int64 [chunks, k], val [chunks, k])`,
 `index_bits(totalk)`, `index_bytes(count, totalk)`, `pack_indices`, `unpack_indices`,
-`pack_bf16`, `unpack_bf16`, `pack_signs`, `unpack_signs`, `payload_sizes(...)`.
+and the re-exported `pack_bf16`, `unpack_bf16`, `pack_signs`, `unpack_signs`.
 """
 
 from __future__ import annotations
@@ -24,6 +23,21 @@ import math
 
 import numpy as np
 import torch
+
+from psyche_client.distro.values.packing import pack_bf16, pack_signs, unpack_bf16, unpack_signs
+
+__all__ = [
+    "effective_k",
+    "index_bits",
+    "index_bytes",
+    "pack_bf16",
+    "pack_indices",
+    "pack_signs",
+    "topk_per_chunk",
+    "unpack_bf16",
+    "unpack_indices",
+    "unpack_signs",
+]
 
 _WINDOW_BITS = 25  # an index of up to 25 bits, starting at any bit, fits in 4 bytes
 
@@ -97,45 +111,3 @@ def unpack_indices(data: bytes, totalk: int, count: int) -> np.ndarray:
         | window[byte + 3] << np.uint64(24)
     )
     return ((word >> shift) & np.uint64((1 << width) - 1)).astype(np.int64)
-
-
-def pack_bf16(val: torch.Tensor) -> bytes:
-    """Values rounded to bf16, raw little-endian bytes."""
-    bits = val.detach().to(torch.bfloat16).to("cpu").contiguous().view(torch.int16)
-    return bits.numpy().astype("<i2").tobytes()
-
-
-def unpack_bf16(data: bytes) -> torch.Tensor:
-    """Inverse of `pack_bf16` (flat bf16 tensor on CPU)."""
-    if len(data) % 2:
-        raise ValueError(f"bf16 value bytes ({len(data)}) are not a multiple of 2")
-    raw = np.frombuffer(data, dtype="<i2").astype(np.int16)
-    return torch.from_numpy(raw).view(torch.bfloat16)
-
-
-def pack_signs(val: torch.Tensor) -> bytes:
-    """1-bit quantization: `signbit(val)` of every element, packed LSB-first."""
-    bits = torch.signbit(val.detach()).to("cpu").reshape(-1).numpy()
-    return np.packbits(bits, bitorder="little").tobytes()
-
-
-def unpack_signs(data: bytes, count: int) -> torch.Tensor:
-    """Inverse of `pack_signs` as float32 +-1 (bit 1 -> -1, bit 0 -> +1); checks padding."""
-    if len(data) != (count + 7) // 8:
-        raise ValueError(f"sign bytes ({len(data)}) do not hold exactly {count} bits")
-    bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
-    if bits[count:].any():
-        raise ValueError("padding bits after the last sign are not zero")
-    signs = 1.0 - 2.0 * bits[:count].astype(np.float32)
-    return torch.from_numpy(signs)
-
-
-def value_bytes(count: int, one_bit: bool) -> int:
-    """Bytes taken by `count` transmitted values."""
-    return (count + 7) // 8 if one_bit else 2 * count
-
-
-def payload_sizes(chunks: int, totalk: int, topk: int, one_bit: bool) -> tuple[int, int]:
-    """Bytes of one tensor's entry: `(idx_bytes, val_bytes)` (bit-packed indices)."""
-    k = effective_k(topk, totalk)
-    return index_bytes(chunks * k, totalk), value_bytes(chunks * k, one_bit)

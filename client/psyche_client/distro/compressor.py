@@ -11,7 +11,7 @@ transformed on integers (`exact_idct`), so it is the same on every device.
 `aggregated(i, payloads, ...)` is SparseLoCo's: the float64 inverse DCT (as tiles;
 `untile(i, tiles)` reshapes), whose float sums may differ between devices only within ~1e-16
 of a value. Results whose values carry magnitudes
-(bf16, 2-bit) are first normalised per tensor to a common RMS (`influence`; with
+(every format but 1-bit: `ValueCodec.carries_magnitudes`) are first normalised per tensor to a common RMS (`influence`; with
 `clip_influence` only scaled down to it), so no single result outweighs a typical one;
 with `dct=False` the tiles are taken as they are, untransformed (SparseLoCo only: DisTrO's
 exact sign decoder inverts a DCT); one-bit results are aggregated as they are. `check(result)` compares a result's
@@ -133,7 +133,7 @@ class Compressor:
         return self.sign_decoder.signs(positions, means, expected, device)
 
     def _scales(self, payloads: Sequence[TensorPayload]) -> list[float] | None:
-        if self.kind == ValueKind.ONE_BIT:
+        if not self.kind.codec.carries_magnitudes:
             return None
         return influence_scales([p.rms(self.kind) for p in payloads], clip=self.clip_influence)
 

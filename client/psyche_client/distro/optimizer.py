@@ -46,14 +46,14 @@ from dataclasses import dataclass, field
 import torch
 from psyche_common.batch_id import BatchId
 from psyche_common.config import DistroOptimizer as DistroConfig
+from psyche_common.config.optimizer import DISTRO_CLASHES, DISTRO_SPELLINGS
+from psyche_common.config.value_format import resolve_value_format
 
-from psyche_client.distro.compressor import Compressor, canonical_order
+from psyche_client.distro.compressor import canonical_order
+from psyche_client.distro.parameters import compressed_parameters, zero_buffers
 from psyche_client.distro.result import DistroResult, ResultLayout
 from psyche_client.distro.stats import l1_energy, mean_captured_energy
-from psyche_client.distro.values import ValueKind
-
-STATE_DTYPE = torch.float32
-"""The dtype of the momentum (and of SparseLoCo's error feedback), whatever the parameters'."""
+from psyche_client.distro.values import ValueKind, value_kind_named
 
 
 @dataclass(frozen=True)
@@ -79,28 +79,32 @@ class DistroSettings:
             raise ValueError(f"compression_topk must be >= 1, got {self.compression_topk}")
         if self.compression_chunk < 1:
             raise ValueError(f"compression_chunk must be >= 1, got {self.compression_chunk}")
-        if self.quantize_1bit and self.quantize_2bit:
-            raise ValueError("quantize_1bit and quantize_2bit cannot both be set")
+        self.value_kind  # noqa: B018  (raises ValueFormatConflict on clashing booleans)
         if not 0.0 <= self.aggregate_momentum < 1.0:
             raise ValueError(f"aggregate_momentum must be in [0, 1), got {self.aggregate_momentum}")
 
     @property
     def value_kind(self) -> ValueKind:
-        if self.quantize_1bit:
-            return ValueKind.ONE_BIT
-        return ValueKind.TWO_BIT if self.quantize_2bit else ValueKind.BF16
+        """The value format the booleans spell (as in a Distro table without `value_format`)."""
+        given = {"quantize_1bit": self.quantize_1bit, "quantize_2bit": self.quantize_2bit}
+        named = resolve_value_format(
+            "DistroSettings", None, given, DISTRO_SPELLINGS, DISTRO_CLASHES
+        )
+        return value_kind_named(named)
 
     @classmethod
     def from_config(cls, config: DistroConfig) -> DistroSettings:
-        """From the run config's `Distro` optimizer table."""
+        """From the run config's `Distro` optimizer table (its value format spelled by the
+        booleans these settings keep)."""
+        spelled = DISTRO_SPELLINGS[config.resolved_value_format()]
         return cls(
             compression_decay=float(config.compression_decay),
             compression_topk=int(config.compression_topk),
             compression_chunk=int(config.compression_chunk),
-            quantize_1bit=bool(config.quantize_1bit),
+            quantize_1bit=spelled["quantize_1bit"],
             weight_decay=float(config.weight_decay or 0.0),
             clip_grad_norm=config.clip_grad_norm,
-            quantize_2bit=bool(config.quantize_2bit or False),
+            quantize_2bit=spelled["quantize_2bit"],
         )
 
 
@@ -127,26 +131,12 @@ class DistroOptimizer:
         self, named_parameters: Iterable[tuple[str, torch.nn.Parameter]], settings: DistroSettings
     ) -> None:
         self.settings = settings
-        self._params = sorted(named_parameters, key=lambda item: item[0])
+        self._params, self.compressor = compressed_parameters(named_parameters, settings)
         names = [name for name, _ in self._params]
-        if len(set(names)) != len(names):
-            raise ValueError("parameter names must be unique")
-        self.compressor = Compressor(
-            ((name, tuple(p.shape)) for name, p in self._params),
-            settings.compression_chunk,
-            settings.compression_topk,
-            settings.value_kind,
-        )
-        self._delta = {
-            name: torch.zeros_like(p, dtype=STATE_DTYPE, memory_format=torch.contiguous_format)
-            for name, p in self._params
-        }
+        self._delta = dict(zip(names, zero_buffers(self._params), strict=True))
         self._aggregate: dict[str, torch.Tensor] = {}
         if settings.aggregate_momentum > 0.0:
-            self._aggregate = {
-                name: torch.zeros_like(p, dtype=STATE_DTYPE, memory_format=torch.contiguous_format)
-                for name, p in self._params
-            }
+            self._aggregate = dict(zip(names, zero_buffers(self._params), strict=True))
 
     @property
     def layout(self) -> ResultLayout:

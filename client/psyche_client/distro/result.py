@@ -1,20 +1,21 @@
 """The transmitted DisTrO result: layout, compact binary format, strict decode, commitment.
 
 One `DistroResult` is one trainer's compressed update for one batch of one step: for every
-parameter (sorted by name) the packed top-k indices and the values (bf16, 1-bit signs or
-2-bit codes with per-chunk scales; see `values`).
+parameter (sorted by name) the packed top-k indices and the values in the run's value
+format (bf16, 1-bit signs, or 2-bit or 4-bit codes with per-chunk statistics; see `values`).
 
 Binary format (version 2; integers in the fixed header are big-endian, `varint` is unsigned
 LEB128 in its shortest form):
 
-    header   magic b"PSDR" | version u8 = 2 | value kind u8 (0 = bf16, 1 = one-bit, 2 = two-bit)
+    header   magic b"PSDR" | version u8 = 2 | value kind u8 (`values.ValueKind`: 0 = bf16,
+             1 = one-bit, 2 = two-bit, 3 = two-bit codebook, 4 = four-bit)
              | step u32 | trainer_nonce u32 | batch start u64 | batch end u64
              | tensor count varint
     tensor   ndim varint | xshape: ndim varints | totalk varint | k varint
              | idx bytes (ceil(chunks*k*w/8), w = ceil(log2(totalk)) bits per index,
                bit-packed LSB-first, zero padding)
-             | val bytes (by value kind, see `values`: chunks*k*2 bf16 little-endian,
-               ceil(chunks*k/8) LSB-first sign bits, or chunks bf16 scales + 2-bit codes)
+             | val bytes (`kind.codec.size(chunks, k)`; the layout is the kind's codec
+               module's, see `values`)
 
 Nothing else follows; `chunks = prod(xshape[:-2])` for matrices (`xshape[:-1]` for vectors).
 Commitment (as the reference): `data_hash = SHA-256(step u32 BE || start u64 BE || end u64 BE
@@ -27,7 +28,7 @@ bytes) and raises `ResultDecodeError` naming the tensor and field at fault. Vers
 indices) is refused with an error that says so.
 
 API: `ValueKind`, `TensorLayout`, `ResultLayout.for_parameters(named_shapes, chunk, topk,
-quantize_1bit | ValueKind)`, `TensorPayload` (with cached `.indices()`, `.values(kind)` and
+kind)`, `TensorPayload` (with cached `.indices()`, `.values(kind)` and
 `.rms(kind)`),
 `DistroResult(step, batch_id, trainer_nonce, value_kind, tensors)` with `.encode() -> bytes`,
 `.decode(data, layout)`, `.data_hash() -> bytes`, `.payload_bytes() -> int`, and
@@ -113,10 +114,9 @@ class ResultLayout:
         named_shapes: Iterable[tuple[str, Sequence[int]]],
         chunk: int,
         topk: int,
-        quantize_1bit: bool | ValueKind,
+        kind: ValueKind,
     ) -> ResultLayout:
-        """Layout of results for these parameters; the last argument is the run's
-        `quantize_1bit` (one-bit or bf16 values) or a `ValueKind`."""
+        """Layout of results for these parameters whose values travel as `kind`."""
         tensors = []
         for name, shape in sorted(named_shapes, key=lambda item: item[0]):
             shape_t = tuple(int(d) for d in shape)
@@ -124,10 +124,6 @@ class ResultLayout:
             tile_dims = 2 if len(shape_t) >= 2 else 1
             totalk = math.prod(xshape[-tile_dims:])
             tensors.append(TensorLayout(name, shape_t, xshape, totalk, effective_k(topk, totalk)))
-        if isinstance(quantize_1bit, ValueKind):
-            kind = quantize_1bit
-        else:
-            kind = ValueKind.ONE_BIT if quantize_1bit else ValueKind.BF16
         return cls(tuple(tensors), kind)
 
     def payload_bytes(self) -> int:
@@ -290,7 +286,7 @@ def _read_tensor(reader: Reader, expected: TensorLayout, kind: ValueKind) -> Ten
     _check_indices(payload, where)
     try:
         payload.values(kind)
-        if kind != ValueKind.ONE_BIT:
+        if kind.codec.carries_magnitudes:
             payload.rms(kind)  # for the bounded-influence apply, here in the decoding thread
     except ValueError as exc:
         raise ResultDecodeError(f"{where}: {exc}") from exc

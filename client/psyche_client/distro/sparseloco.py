@@ -25,8 +25,7 @@ Only `apply` changes the weights, so clients applying the same results stay bit-
 the AdamW moments and the error-feedback buffer (float32 whatever the parameter dtype) are
 local.
 
-API: `SparseLocoSettings` (+ `from_config`), `sparseloco_value_kind(two_bit, codebook,
-four_bit)`, `SparseLocoOptimizer(named_parameters,
+API: `SparseLocoSettings` (+ `from_config`), `SparseLocoOptimizer(named_parameters,
 settings)` with `.layout`, `.local_round(own_pending)`, `.inner_step(lr)`, `.generate(...)`,
 `.apply(results, lr) -> int`, `.zero_state()`, `.error_buffer(name)`.
 """
@@ -41,21 +40,14 @@ from dataclasses import dataclass
 import torch
 from psyche_common.batch_id import BatchId
 from psyche_common.config import SparseLocoOptimizer as SparseLocoConfig
+from psyche_common.config.optimizer import SPARSELOCO_CLASHES, SPARSELOCO_SPELLINGS
+from psyche_common.config.value_format import resolve_value_format
 
-from psyche_client.distro.compressor import Compressor, canonical_order
-from psyche_client.distro.optimizer import STATE_DTYPE, Generated, OwnResult
+from psyche_client.distro.compressor import canonical_order
+from psyche_client.distro.optimizer import Generated, OwnResult
+from psyche_client.distro.parameters import compressed_parameters, zero_buffers
 from psyche_client.distro.result import DistroResult, ResultLayout
-from psyche_client.distro.values import ValueKind
-
-
-def sparseloco_value_kind(two_bit: bool, codebook: bool, four_bit: bool) -> ValueKind:
-    """How SparseLoCo's values travel, from its `quantize_2bit`, `quantize_codebook` and
-    `quantize_4bit` settings."""
-    if four_bit:
-        return ValueKind.FOUR_BIT
-    if two_bit:
-        return ValueKind.TWO_BIT_CODEBOOK if codebook else ValueKind.TWO_BIT
-    return ValueKind.BF16
+from psyche_client.distro.values import ValueKind, value_kind_named
 
 
 @dataclass(frozen=True)
@@ -96,28 +88,37 @@ class SparseLocoSettings:
             raise ValueError(f"compression_topk must be >= 1, got {self.compression_topk}")
         if self.compression_chunk < 1:
             raise ValueError(f"compression_chunk must be >= 1, got {self.compression_chunk}")
-        if self.quantize_2bit and self.quantize_4bit:
-            raise ValueError("quantize_2bit and quantize_4bit cannot both be set")
-        if self.quantize_codebook and not self.quantize_2bit:
-            raise ValueError("quantize_codebook needs quantize_2bit")
+        self.value_kind  # noqa: B018  (raises ValueFormatConflict on clashing booleans)
 
     @property
     def value_kind(self) -> ValueKind:
-        return sparseloco_value_kind(self.quantize_2bit, self.quantize_codebook, self.quantize_4bit)
+        """The value format the booleans spell (as in a SparseLoCo table without
+        `value_format`)."""
+        given = {
+            "quantize_2bit": self.quantize_2bit,
+            "quantize_codebook": self.quantize_codebook,
+            "quantize_4bit": self.quantize_4bit,
+        }
+        named = resolve_value_format(
+            "SparseLocoSettings", None, given, SPARSELOCO_SPELLINGS, SPARSELOCO_CLASHES
+        )
+        return value_kind_named(named)
 
     @classmethod
     def from_config(cls, config: SparseLocoConfig) -> SparseLocoSettings:
-        """From the run config's `SparseLoCo` optimizer table."""
+        """From the run config's `SparseLoCo` optimizer table (its value format spelled by
+        the booleans these settings keep)."""
         beta1, beta2 = config.betas
+        spelled = SPARSELOCO_SPELLINGS[config.resolved_value_format()]
         return cls(
             inner_steps=int(config.inner_steps),
             outer_lr=float(config.outer_lr),
             compression_decay=float(config.compression_decay),
             compression_topk=int(config.compression_topk),
             compression_chunk=int(config.compression_chunk),
-            quantize_2bit=bool(config.quantize_2bit),
-            quantize_codebook=bool(config.quantize_codebook or False),
-            quantize_4bit=bool(config.quantize_4bit or False),
+            quantize_2bit=spelled["quantize_2bit"],
+            quantize_codebook=spelled["quantize_codebook"],
+            quantize_4bit=spelled["quantize_4bit"],
             betas=(float(beta1), float(beta2)),
             eps=float(config.eps),
             weight_decay=float(config.weight_decay),
@@ -135,22 +136,10 @@ class SparseLocoOptimizer:
         settings: SparseLocoSettings,
     ) -> None:
         self.settings = settings
-        self._params = sorted(named_parameters, key=lambda item: item[0])
-        names = [name for name, _ in self._params]
-        if len(set(names)) != len(names):
-            raise ValueError("parameter names must be unique")
-        self.compressor = Compressor(
-            ((name, tuple(p.shape)) for name, p in self._params),
-            settings.compression_chunk,
-            settings.compression_topk,
-            settings.value_kind,
-            clip_influence=settings.clip_to_median,
-            dct=settings.dct,
+        self._params, self.compressor = compressed_parameters(
+            named_parameters, settings, clip_influence=settings.clip_to_median, dct=settings.dct
         )
-        self._error = [
-            torch.zeros_like(p, dtype=STATE_DTYPE, memory_format=torch.contiguous_format)
-            for _, p in self._params
-        ]
+        self._error = zero_buffers(self._params)
         self._inner = self._new_inner_optimizer()
         self._pseudo: list[torch.Tensor] | None = None
 

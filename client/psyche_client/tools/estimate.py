@@ -43,11 +43,10 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
-from psyche_client.distro.optimizer import STATE_DTYPE
+from psyche_client.distro.parameters import STATE_DTYPE
 from psyche_client.distro.result import ResultLayout
 from psyche_client.distro.size import encoded_result_size
-from psyche_client.distro.sparseloco import sparseloco_value_kind
-from psyche_client.distro.values import ValueKind
+from psyche_client.distro.values import value_kind_named
 from psyche_client.tools.estimate_parallel import per_device_memory
 from psyche_client.training.model.device import resolve_device
 from psyche_client.training.model.loading import config_from_dict
@@ -67,14 +66,7 @@ def result_bytes(shapes: Iterable[tuple[str, Sequence[int]]], optimizer: Any) ->
     """Bytes of one encoded result of this client (`DistroResult.encode()`, docs/distro.md,
     "The result format (version 2)") for a DisTrO or SparseLoCo `optimizer` config: the exact
     size the result codec gives the run's layout."""
-    if _read(optimizer, "kind") == "SparseLoCo":
-        kind = sparseloco_value_kind(
-            bool(_read(optimizer, "quantize_2bit")),
-            bool(_read(optimizer, "quantize_codebook")),
-            bool(_read(optimizer, "quantize_4bit")),
-        )
-    else:
-        kind = ValueKind.ONE_BIT if bool(_read(optimizer, "quantize_1bit")) else ValueKind.BF16
+    kind = value_kind_named(optimizer.resolved_value_format())
     layout = ResultLayout.for_parameters(
         shapes,
         int(_read(optimizer, "compression_chunk")),

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
-from psyche_client.distro.optimizer import STATE_DTYPE
+from psyche_client.distro.parameters import STATE_DTYPE
 from psyche_client.training.parallel.collectives import BUCKET_ELEMENTS
 from psyche_client.training.parallel.plan import (
     ParallelSpec,

@@ -23,7 +23,6 @@ from psyche_common.config.architecture_rules import model_config_problem
 from psyche_common.coordinator import Coordinator
 from psyche_common.lr_schedule import effective_lr
 
-from psyche_client.distro.optimizer import DistroOptimizer
 from psyche_client.distro.result import DistroResult, ResultDecodeError, ResultLayout
 from psyche_client.distro.size import encoded_result_size
 from psyche_client.training.backend import (
@@ -271,14 +270,14 @@ class DistroBackend:
     def recompute(self, samples: Samples) -> Reference | None:
         """The DCT coefficients of the plain gradient of `samples` at the current weights
         (a verifier's reference, `psyche_client.verify`); None unless the run is DisTrO."""
-        distro = self.trainer.distro
-        if not isinstance(distro, DistroOptimizer):
+        compressor = self.trainer.optimizer.verifier_compressor
+        if compressor is None:
             return None
         tokens = np.asarray(samples, dtype=np.int64)
         grads = recompute_gradient(
             self.trainer.model, tokens, self.trainer.micro_batch_size, self.trainer.device
         )
-        return gradient_coefficients(distro.compressor, grads)
+        return gradient_coefficients(compressor, grads)
 
     def agreement(self, reference: Reference, result: DecodedResult) -> float:
         """The |coefficient|-weighted sign agreement of `result` with `reference`."""

@@ -1,4 +1,4 @@
-"""Local training of one client: micro-batched forward/backward, clipping, DisTrO or AdamW.
+"""Local training of one client: micro-batched forward/backward, clipping, the optimizer step.
 
 Reference: spec sections 1.5, 2.5.3-2.5.5, 2.9. The client's round pipeline calls, from one
 worker thread (the methods are not re-entrant):
@@ -11,19 +11,22 @@ worker thread (the methods are not re-entrant):
     trainer.drop_pending_result()                      # only if the result was NOT published
     trainer.weights_hash()                             # == model.loading.weights_hash(model)
 
-`train` runs the lookahead (theta - prev_lr*sign(delta); only when this trainer trained the
-step before, whose result is still in flight: `distro.in_flight`), forward/backward over
-micro-batches of `micro_batch_size` samples (each micro-batch's mean loss weighted by its share
-of the tokens), restores the exact weights, clips the gradient (global L2) and calls DisTrO's
-`generate`. The client's own unquantized result is remembered and subtracted from the
-momentum at the next `train` (error feedback). The parameters and gradients keep the model's
-dtype (bf16 or fp32; with `grad_accum_in_fp32` the micro-batch gradients are summed in float32
-and rounded once); the momentum is float32 (`training.model.precision` says what stays in fp32
-and why). With a SparseLoCo config `train` splits the samples into
-`inner_steps` equal parts and takes one local AdamW step per part inside
-`SparseLocoOptimizer.local_round`, then generates the result from the pseudo-gradient. With an
-AdamW config `train` steps AdamW directly and returns no result (central or comparison runs);
-`apply` is DisTrO and SparseLoCo only.
+`train` hands one step to the run's optimizer (`optimizers`: one `TrainingOptimizer`
+interface, the variant found by name in `optimizers.registry` from the run config's table or
+from settings built in code), lending it the forward/backward over micro-batches of
+`micro_batch_size` samples (each micro-batch's mean loss weighted by its share of the
+tokens) and the gradient clip (global L2). DisTrO (`optimizers.distro`)
+trains at the lookahead point (theta - prev_lr*sign(delta); only when this trainer trained
+the step before, whose result is still in flight: `distro.in_flight`), restores the exact
+weights, clips and generates the result; its own unquantized result is remembered and
+subtracted from the momentum at the next `train` (error feedback). SparseLoCo
+(`optimizers.sparseloco`) splits the samples into `inner_steps` equal parts and takes one
+local AdamW step per part, then generates the result from the pseudo-gradient. AdamW
+(`optimizers.adamw`) steps directly and returns no result (central or comparison runs);
+`apply` is for the optimizers that share results. The parameters and gradients keep the
+model's dtype (bf16 or fp32; with `grad_accum_in_fp32` the micro-batch gradients are summed in
+float32 and rounded once); the momentum is float32 (`training.model.precision` says what
+stays in fp32 and why).
 
 Data parallelism: `train(..., sync=...)` takes a `GradientSync` (implemented in
 `psyche_client.training.parallel.collectives`) when `tokens` is one rank's share of a batch
@@ -33,13 +36,15 @@ reaches the others without waiting for them); after its micro-batches `sync.redu
 the gradients and loss sums over the ranks (before clipping and `generate`) or, when any rank
 stopped, tells every rank to raise `TrainingCancelled`.
 
-API: `AdamWSettings`, `optimizer_settings(config)` (from `optimizer_settings`), `TrainOutput`,
+API: `AdamWSettings`, `optimizer_settings(config)` (from `optimizers`), `TrainOutput`,
 `TrainingCancelled`, `GradientSync`, `Fp32GradAccumulator`,
 `Trainer(model, optimizer, *, device, micro_batch_size, dtype=None, grad_accum_in_fp32=False)`
 with
 `.train(...)`,
 `.apply(results, step, lr) -> int`, `.evaluate(tokens) -> float`, `.decode_result(data)`,
-`.drop_pending_result()`, `.weights_hash() -> bytes` (= `.weights_digest()`), `.layout`, and
+`.drop_pending_result()`, `.reset_optimizer_state()`, `.weights_hash() -> bytes`
+(= `.weights_digest()`), `.layout`, `.optimizer` (the `TrainingOptimizer`), `.distro` (the
+compressed optimizer whose results it shares), and
 `weights_digest(model) -> bytes` (same value as `model.loading.weights_hash`).
 """
 
@@ -50,29 +55,29 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
 from psyche_common.batch_id import BatchId
 
-from psyche_client.distro import (
-    DistroOptimizer,
-    DistroResult,
-    DistroSettings,
-    OwnResult,
-    ResultLayout,
-)
-from psyche_client.distro.in_flight import OwnSteps
-from psyche_client.distro.sparseloco import SparseLocoOptimizer, SparseLocoSettings
+from psyche_client.distro import DistroResult, ResultLayout
 from psyche_client.training.model.loading import weights_hash
 from psyche_client.training.optim_stats import OptimStatsRecorder, results_index_overlap
-from psyche_client.training.optimizer_settings import AdamWSettings, Settings, optimizer_settings
+from psyche_client.training.optimizers.adamw import AdamWSettings
+from psyche_client.training.optimizers.base import (
+    OptimizerSettings,
+    Pass,
+    SharedResults,
+    StepRequest,
+    TrainingOptimizer,
+)
+from psyche_client.training.optimizers.registry import optimizer_settings, optimizer_spec
 
 __all__ = [
     "AdamWSettings",
     "Fp32GradAccumulator",
-    "Settings",
+    "OptimizerSettings",
     "TrainOutput",
     "Trainer",
     "TrainingCancelled",
@@ -119,6 +124,9 @@ class GradientSync(Protocol):
         otherwise sum every parameter's gradient (None counts as zeros) and the loss sums over
         the ranks, in place, and return the summed `(loss_sum, counted)`."""
         ...
+
+
+NamedParameters = Sequence[tuple[str, torch.nn.Parameter]]
 
 
 @dataclass(frozen=True)
@@ -181,7 +189,7 @@ class Trainer:
     def __init__(
         self,
         model: torch.nn.Module,
-        optimizer: Any,
+        optimizer: object,
         *,
         device: torch.device | str,
         micro_batch_size: int,
@@ -189,6 +197,8 @@ class Trainer:
         grad_accum_in_fp32: bool = False,
         optim_stats_steps: int = 0,
     ) -> None:
+        """`optimizer`: the run config's optimizer table, or settings of a registered
+        variant (`optimizers.registry`)."""
         if micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
         self.device = torch.device(device)
@@ -196,33 +206,18 @@ class Trainer:
         self.model = model.to(device=self.device, dtype=self.dtype)
         self.micro_batch_size = micro_batch_size
         self.grad_accum_in_fp32 = grad_accum_in_fp32
-        self.settings = optimizer_settings(optimizer)
+        spec = optimizer_spec(optimizer)
+        self.settings: OptimizerSettings = spec.settings_for(optimizer)
         self.trainer_nonce = 0
         self.optim_stats = OptimStatsRecorder(optim_stats_steps)
         self._params = sorted(self.model.named_parameters(), key=lambda item: item[0])
-        self._pending_own: list[OwnResult] = []
-        self._pending_step = 0  # the step `_pending_own` was trained for
-        self._own_steps = OwnSteps()  # which own result the lookahead anticipates
-        self._distro: DistroOptimizer | SparseLocoOptimizer | None = None
-        self._adamw: torch.optim.AdamW | None = None
-        if isinstance(self.settings, DistroSettings):
-            self._distro = DistroOptimizer(self._params, self.settings)
-        elif isinstance(self.settings, SparseLocoSettings):
-            self._distro = SparseLocoOptimizer(self._params, self.settings)
-        else:
-            self._adamw = torch.optim.AdamW(
-                [p for _, p in self._params],
-                lr=0.0,
-                betas=self.settings.betas,
-                eps=self.settings.eps,
-                weight_decay=self.settings.weight_decay,
-            )
+        self.optimizer: TrainingOptimizer = spec.build(self.settings, self._params)
 
     # ---- properties ----------------------------------------------------------------------
     @property
     def is_distro(self) -> bool:
         """True when training produces results to share (DisTrO or SparseLoCo)."""
-        return self._distro is not None
+        return self.optimizer.shared is not None
 
     @property
     def layout(self) -> ResultLayout:
@@ -230,7 +225,8 @@ class Trainer:
         return self._require_distro().layout
 
     @property
-    def distro(self) -> DistroOptimizer | SparseLocoOptimizer:
+    def distro(self) -> SharedResults:
+        """The compressed optimizer whose results this trainer shares and applies."""
         return self._require_distro()
 
     # ---- training ------------------------------------------------------------------------
@@ -257,105 +253,26 @@ class Trainer:
         self.trainer_nonce += 1
         self.model.train()
         self.model.zero_grad(set_to_none=True)
-        if zero_optim and isinstance(self._distro, DistroOptimizer):
-            self._distro.zero_momentum()
-            self._pending_own.clear()
-            self._own_steps.reset()
-        if zero_optim and isinstance(self._distro, SparseLocoOptimizer):
-            self._distro.zero_state()
-            self._pending_own.clear()
-        if isinstance(self._distro, SparseLocoOptimizer):
-            return self._train_sparseloco(input_ids, batch_id, step, lr, nonce, cancelled)
+        request = StepRequest(
+            batch_id, step, lr, prev_lr, nonce, zero_optim, self.optim_stats.due(step)
+        )
+        passes = _Passes(self, input_ids, cancelled, sync)
         started = time.perf_counter()
         try:
-            if self._distro is not None:
-                with self._distro.lookahead(self._own_steps.lookahead_lr(step, prev_lr)):
-                    loss, used, skipped = self._forward_backward(input_ids, cancelled, sync)
-            else:
-                loss, used, skipped = self._forward_backward(input_ids, cancelled, sync)
+            outcome = self.optimizer.step(request, passes)
         except TrainingCancelled:
             self.model.zero_grad(set_to_none=True)
             raise
-        forward_backward = time.perf_counter() - started
-        started = time.perf_counter()
-        grad_norm = self._clip()
-        result = None
-        if isinstance(self._distro, DistroOptimizer):
-            generated = self._distro.generate(
-                lr, step, batch_id, nonce, self._pending_own, stats=self.optim_stats.due(step)
-            )
-            self._pending_own = [generated.own]
-            self._own_steps.trained(step)
-            self.optim_stats.record(step, generated.stats)
-            result = generated.transmit
-        else:
-            assert self._adamw is not None
-            for group in self._adamw.param_groups:
-                group["lr"] = lr
-            self._adamw.step()
+        self.optim_stats.record(step, outcome.stats)
         self.model.zero_grad(set_to_none=True)
         return TrainOutput(
-            loss=loss,
-            result=result,
-            grad_norm=grad_norm,
-            micro_batches=used,
-            skipped_micro_batches=skipped,
-            forward_backward_seconds=forward_backward,
-            optimizer_seconds=time.perf_counter() - started,
-        )
-
-    def _train_sparseloco(
-        self,
-        input_ids: torch.Tensor,
-        batch_id: BatchId,
-        step: int,
-        lr: float,
-        nonce: int,
-        cancelled: Callable[[], bool] | None,
-    ) -> TrainOutput:
-        """`inner_steps` AdamW steps on equal parts of the samples, then the result."""
-        optimizer = self._distro
-        assert isinstance(optimizer, SparseLocoOptimizer)
-        parts = [
-            part
-            for part in torch.tensor_split(input_ids, optimizer.settings.inner_steps)
-            if part.shape[0]
-        ]
-        losses: list[float] = []
-        norms: list[float] = []
-        used = skipped = 0
-        forward_backward = 0.0
-        started = time.perf_counter()
-        try:
-            # only the own result of step - 1 is still in flight; an older one (this client
-            # skipped a round) has already been applied or dropped by consensus
-            in_flight = self._pending_own if self._pending_step == step - 1 else []
-            with optimizer.local_round(in_flight):
-                for part in parts:
-                    t0 = time.perf_counter()
-                    loss, micro, skip = self._forward_backward(part, cancelled)
-                    forward_backward += time.perf_counter() - t0
-                    losses.append(loss)
-                    used, skipped = used + micro, skipped + skip
-                    norm = self._clip()
-                    if norm is not None:
-                        norms.append(norm)
-                    optimizer.inner_step(lr)
-                    self.model.zero_grad(set_to_none=True)
-        except TrainingCancelled:
-            self.model.zero_grad(set_to_none=True)
-            raise
-        generated = optimizer.generate(step, batch_id, nonce, self._pending_own)
-        self._pending_own = [generated.own]
-        self._pending_step = step
-        return TrainOutput(
-            loss=float(np.mean(losses)),
-            result=generated.transmit,
-            grad_norm=float(np.mean(norms)) if norms else None,
-            micro_batches=used,
-            skipped_micro_batches=skipped,
-            forward_backward_seconds=forward_backward,
-            optimizer_seconds=time.perf_counter() - started - forward_backward,
+            loss=outcome.loss,
+            result=outcome.result,
+            grad_norm=outcome.grad_norm,
+            micro_batches=outcome.micro_batches,
+            skipped_micro_batches=outcome.skipped_micro_batches,
+            forward_backward_seconds=passes.seconds,
+            optimizer_seconds=time.perf_counter() - started - passes.seconds,
         )
 
     def _forward_backward(
@@ -441,16 +358,11 @@ class Trainer:
     def reset_optimizer_state(self) -> None:
         """Zero the DisTrO momentum (or SparseLoCo state) and forget the pending own result:
         the weights were replaced, and what was accumulated on the old ones does not apply."""
-        if isinstance(self._distro, DistroOptimizer):
-            self._distro.zero_momentum()
-        elif isinstance(self._distro, SparseLocoOptimizer):
-            self._distro.zero_state()
-        self._pending_own.clear()
-        self._own_steps.reset()
+        self.optimizer.reset()
 
     def drop_pending_result(self) -> None:
         """Forget the last own result (it was not published, so it stays in the momentum)."""
-        self._pending_own.clear()
+        self.optimizer.drop_pending()
 
     # ---- evaluation and hashing ----------------------------------------------------------
     @torch.no_grad()
@@ -471,10 +383,14 @@ class Trainer:
         return self.weights_digest()
 
     # ---- helpers -------------------------------------------------------------------------
-    def _require_distro(self) -> DistroOptimizer | SparseLocoOptimizer:
-        if self._distro is None:
-            raise RuntimeError("this trainer uses AdamW; DisTrO results do not apply")
-        return self._distro
+    def _require_distro(self) -> SharedResults:
+        shared = self.optimizer.shared
+        if shared is None:
+            raise RuntimeError(
+                f"this trainer's optimizer ({self.optimizer.name}) shares no results; "
+                "DisTrO results do not apply"
+            )
+        return shared
 
     def _to_input(self, tokens: np.ndarray, allow_empty: bool = False) -> torch.Tensor:
         array = np.asarray(tokens)
@@ -484,6 +400,48 @@ class Trainer:
         if not np.issubdtype(array.dtype, np.integer):
             raise ValueError(f"tokens must be integers, got dtype {array.dtype}")
         return torch.from_numpy(array.astype(np.int64, copy=False)).to(self.device)
+
+
+class _Passes:
+    """What a `Trainer` lends its optimizer for one `train` call (`optimizers.base.Passes`);
+    it also adds up the forward/backward time of the call."""
+
+    def __init__(
+        self,
+        trainer: Trainer,
+        samples: torch.Tensor,
+        cancelled: Callable[[], bool] | None,
+        sync: GradientSync | None,
+    ) -> None:
+        self._trainer = trainer
+        self._samples = samples
+        self._cancelled = cancelled
+        self._sync = sync
+        self.seconds = 0.0
+
+    @property
+    def samples(self) -> torch.Tensor:
+        return self._samples
+
+    def whole_batch(self) -> Pass:
+        return self._timed(self._samples, self._sync)
+
+    def part(self, input_ids: torch.Tensor) -> Pass:
+        return self._timed(input_ids, None)
+
+    def _timed(self, input_ids: torch.Tensor, sync: GradientSync | None) -> Pass:
+        started = time.perf_counter()
+        try:
+            loss, used, skipped = self._trainer._forward_backward(input_ids, self._cancelled, sync)
+        finally:
+            self.seconds += time.perf_counter() - started
+        return Pass(loss, used, skipped)
+
+    def clip(self) -> float | None:
+        return self._trainer._clip()
+
+    def zero_grad(self) -> None:
+        self._trainer.model.zero_grad(set_to_none=True)
 
 
 def _wait_for_device(device: torch.device) -> None:

@@ -1,9 +1,9 @@
 """Rules for `[model.LLM.optimizer]`: DisTrO's and SparseLoCo's fields beyond their types.
 
 Errors: a chunk or top-k of 0; a `compression_decay` outside [0, 1] (the error feedback would
-grow without bound or flip sign); both `quantize_1bit` and `quantize_2bit` set; for SparseLoCo,
-both `quantize_2bit` and `quantize_4bit` set, `quantize_codebook` without `quantize_2bit`,
-`inner_steps` of 0, `outer_lr` not above 0, betas
+grow without bound or flip sign); a value format the table does not name clearly
+(`value_format`: the older booleans contradicting each other, e.g. both `quantize_1bit` and
+`quantize_2bit`, or contradicting `value_format`); for SparseLoCo, `inner_steps` of 0, `outer_lr` not above 0, betas
 outside [0, 1), `eps` not above 0, a negative `weight_decay` or `clip_grad_norm`. Warning: a
 SparseLoCo run whose starting global batch is smaller than `inner_steps` (each client splits
 its samples into `inner_steps` parts, so some parts would be empty).
@@ -14,6 +14,7 @@ from __future__ import annotations
 from psyche_common.config.errors import ConfigProblem
 from psyche_common.config.optimizer import DistroOptimizer, SparseLocoOptimizer
 from psyche_common.config.state_file import StateFile
+from psyche_common.config.value_format import ValueFormatConflict
 
 _BASE = "model.LLM.optimizer"
 
@@ -39,24 +40,16 @@ def _compression_problems(
     return problems
 
 
+def _value_format_problems(optimizer: DistroOptimizer | SparseLocoOptimizer) -> list[ConfigProblem]:
+    try:
+        optimizer.resolved_value_format()
+    except ValueFormatConflict as conflict:
+        return [_problem(conflict.field, conflict.message)]
+    return []
+
+
 def _sparseloco_problems(base: str, optimizer: SparseLocoOptimizer) -> list[ConfigProblem]:
     problems = []
-    if optimizer.quantize_2bit and optimizer.quantize_4bit:
-        problems.append(
-            _problem(
-                f"{base}.quantize_4bit",
-                f"{base}.quantize_4bit and quantize_2bit cannot both be true (values are sent "
-                "as 2 bits, 4 bits or bf16)",
-            )
-        )
-    if optimizer.quantize_codebook and not optimizer.quantize_2bit:
-        problems.append(
-            _problem(
-                f"{base}.quantize_codebook",
-                f"{base}.quantize_codebook needs quantize_2bit = true (it places the four "
-                "2-bit levels)",
-            )
-        )
     if optimizer.inner_steps == 0:
         problems.append(_problem(f"{base}.inner_steps", f"{base}.inner_steps must be at least 1"))
     if not optimizer.outer_lr > 0:
@@ -91,20 +84,15 @@ def optimizer_problems(state: StateFile) -> tuple[list[ConfigProblem], list[Conf
     optimizer = state.model.optimizer
     if isinstance(optimizer, DistroOptimizer):
         base = f"{_BASE}.Distro"
-        errors = _compression_problems(base, optimizer)
-        if optimizer.quantize_1bit and optimizer.quantize_2bit:
-            errors.append(
-                _problem(
-                    f"{base}.quantize_2bit",
-                    f"{base}.quantize_2bit and quantize_1bit cannot both be true (values are "
-                    "sent as 1 bit, 2 bits or bf16)",
-                )
-            )
-        return errors, []
+        return _compression_problems(base, optimizer) + _value_format_problems(optimizer), []
     if not isinstance(optimizer, SparseLocoOptimizer):
         return [], []
     base = f"{_BASE}.SparseLoCo"
-    errors = _compression_problems(base, optimizer) + _sparseloco_problems(base, optimizer)
+    errors = (
+        _compression_problems(base, optimizer)
+        + _value_format_problems(optimizer)
+        + _sparseloco_problems(base, optimizer)
+    )
     warnings = []
     batch = state.config.global_batch_size_start
     if optimizer.inner_steps > batch:

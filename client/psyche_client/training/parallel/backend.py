@@ -28,7 +28,6 @@ from psyche_common.config import AnyLRSchedule
 from psyche_common.coordinator import Coordinator
 from psyche_common.lr_schedule import effective_lr
 
-from psyche_client.distro import DistroSettings
 from psyche_client.distro.result import DistroResult
 from psyche_client.distro.size import encoded_result_size
 from psyche_client.training.backend import (
@@ -44,6 +43,7 @@ from psyche_client.training.model.checkpoint import save_state_checkpoint
 from psyche_client.training.model.device import resolve_device
 from psyche_client.training.model.loading import ModelInfo, config_from_dict
 from psyche_client.training.model.precision import Precision
+from psyche_client.training.optimizers.distro import DISTRO
 from psyche_client.training.parallel.commands import (
     Apply,
     Cancel,
@@ -70,7 +70,7 @@ from psyche_client.training.parallel.plan import (
     ranks_precision,
 )
 from psyche_client.training.parallel.supervisor import Supervisor
-from psyche_client.training.trainer import TrainingCancelled, optimizer_settings
+from psyche_client.training.trainer import TrainingCancelled
 
 DEFAULT_TIMEOUT = 300.0
 SHUTDOWN_WAIT = 10.0
@@ -114,11 +114,11 @@ class ParallelBackend:
         ``from_peers`` changes nothing here: the peers' weights come with `load_parameters`."""
         del from_peers
         llm = coordinator.model
-        settings = optimizer_settings(llm.optimizer)
-        if not isinstance(settings, DistroSettings):
+        if not DISTRO.matches(llm.optimizer):
             raise ValueError(
                 "a multi-device client trains with DisTrO only: the run's optimizer is not Distro"
             )
+        settings = DISTRO.settings_for(llm.optimizer)
         source = checkpoint_source(llm.checkpoint)
         if source is None and peer_config is None:
             raise ValueError(f"checkpoint {llm.checkpoint!r} names no model repository")

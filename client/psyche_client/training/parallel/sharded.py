@@ -91,7 +91,7 @@ class ShardedEngine:
             model.shapes.items(),
             settings.compression_chunk,
             settings.compression_topk,
-            settings.quantize_1bit,
+            settings.value_kind,
         )
         self.pending_own: dict[str, OwnResult] = {}
         self.own_steps = OwnSteps()
