@@ -9,6 +9,7 @@ from pydantic_core import PydanticCustomError
 
 from psyche_common.config._types import U16, U32, U64, RunIdStr, StrictModel
 from psyche_common.config.coordinator_config import CoordinatorConfig
+from psyche_common.config.epoch_state import EpochStateTable
 from psyche_common.config.model import LLMConfig
 from psyche_common.run_state import RunState
 
@@ -49,7 +50,8 @@ class StateFileProgress(StrictModel):
 class StateFile(StrictModel):
     """Everything in state.toml. `model` holds the `[model.LLM]` table (the only model kind).
 
-    `epoch_state` is kept as the raw TOML table; `psyche_common.coordinator` interprets it.
+    `epoch_state` is validated like every other table (`EpochStateTable`);
+    `psyche_common.coordinator` builds its `EpochState` from it.
     """
 
     run_id: RunIdStr
@@ -57,7 +59,7 @@ class StateFile(StrictModel):
     model: LLMConfig
     config: CoordinatorConfig
     progress: StateFileProgress = Field(default_factory=StateFileProgress)
-    epoch_state: dict[str, Any] | None = None
+    epoch_state: EpochStateTable | None = None
     run_state_start_unix_timestamp: U64 = 0
     pending_pause: bool = False
     verification: dict[str, Any] | None = None
@@ -100,7 +102,7 @@ class StateFile(StrictModel):
             "progress": self.progress.model_dump(),
         }
         if self.epoch_state is not None:
-            document["epoch_state"] = self.epoch_state
+            document["epoch_state"] = self.epoch_state.to_toml()
         if self.verification is not None:
             document["verification"] = self.verification
         return document

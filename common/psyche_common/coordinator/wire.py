@@ -125,7 +125,7 @@ def fields_from_state_file(state_file: StateFile) -> CoordinatorFields:
     epoch_state = (
         EpochState()
         if state_file.epoch_state is None
-        else epoch_state_from_toml(state_file.epoch_state)
+        else epoch_state_from_toml(state_file.epoch_state.to_toml())
     )
     progress = state_file.progress
     return CoordinatorFields(
