@@ -247,10 +247,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--logs",
         "tui: interactive dashboard; console: readable log lines; json: one JSON "
-        "object per line (fields client_id, epoch, step, state, loss, weights_hash).",
-        default="tui",
+        "object per line (fields client_id, epoch, step, state, loss, weights_hash). "
+        "Default: tui when stdout is a terminal, else console.",
         type=click.Choice(["tui", "console", "json"]),
-        show_default=True,
     ),
     Flag(
         "--log-level",
