@@ -367,13 +367,9 @@ def check(
     from psyche_common.config import ConfigError, load_state, validate_state
     from psyche_common.config.architecture_rules import model_config_problem
 
-    from psyche_client.tools.estimate import estimate_run
-    from psyche_client.training.model.device import DeviceError
-    from psyche_client.training.model.loading import ModelLoadError, load_model_config
-    from psyche_client.training.model.precision import Precision
     from psyche_client.training.parallel.plan import ParallelSpec, fsdp_precision_problem
 
-    try:
+    try:  # the file and the flags first: they need neither torch nor the model
         state = load_state(state_path)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
@@ -388,31 +384,34 @@ def check(
             "(check needs a Hub, Dummy or P2P checkpoint with a repo_id)"
         )
     try:
-        model_config = load_model_config(repo.repo_id, repo.revision)
-    except ModelLoadError as exc:
-        raise click.ClickException(f"{state_path}: model.LLM.checkpoint: {exc}") from exc
-    problem = model_config_problem(state.model.architecture, model_config, repo.repo_id)
-    if problem is not None:
-        raise click.ClickException(f"{state_path}: {problem.message}")
-    try:
         spec = ParallelSpec(data_parallelism, fsdp)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     problem = fsdp_precision_problem(grad_accum_in_fp32, attn_implementation) if fsdp else None
     if problem is not None:
         raise click.UsageError(problem)
+    _check_device(device)
+
+    from psyche_client.tools.estimate import estimate_run
+    from psyche_client.training.model.loading import ModelLoadError, load_model_config
+    from psyche_client.training.model.precision import Precision
+
+    try:
+        model_config = load_model_config(repo.repo_id, repo.revision)
+    except ModelLoadError as exc:
+        raise click.ClickException(f"{state_path}: model.LLM.checkpoint: {exc}") from exc
+    model_problem = model_config_problem(state.model.architecture, model_config, repo.repo_id)
+    if model_problem is not None:
+        raise click.ClickException(f"{state_path}: {model_problem.message}")
     precision = Precision(
         dtype,  # type: ignore[arg-type]  # click.Choice of DTYPE_NAMES
         grad_accum_in_fp32,
         activation_checkpointing,
         attn_implementation,  # type: ignore[arg-type]
     )
-    try:
-        estimate = estimate_run(
-            state.model, model_config, micro_batch_size, device, precision=precision, parallel=spec
-        )
-    except DeviceError as exc:
-        raise click.UsageError(str(exc)) from exc
+    estimate = estimate_run(
+        state.model, model_config, micro_batch_size, device, precision=precision, parallel=spec
+    )
     click.echo(estimate.render())
     if estimate.fits is False:
         sys.exit(1)

@@ -37,7 +37,7 @@ def _u64_text(value: Any) -> int:
     if number is None or not 0 <= number <= U64_MAX:
         raise PydanticCustomError(
             "u64_text",
-            "must be an integer from 0 to {max} (a decimal string such as \"42\"), not {value}",
+            'must be an integer from 0 to {max} (a decimal string such as "42"), not {value}',
             {"max": U64_MAX, "value": repr(value)[:40]},
         )
     return number
