@@ -65,7 +65,9 @@ class Identity:
             text = data.decode("ascii").strip().removeprefix("0x")
             secret = bytes.fromhex(text)
         except ValueError:  # UnicodeDecodeError too: binary data of another length
-            raise ValueError(f"identity file {path}: got {len(data)} bytes, {expected}") from None
+            text, secret = "", b""
+        if not text:
+            raise ValueError(f"identity file {path}: got {len(data)} bytes, {expected}")
         if len(secret) != SECRET_KEY_SIZE:
             raise ValueError(f"identity file {path}: got {len(text)} hex characters, {expected}")
         return cls.from_secret_bytes(secret)
