@@ -42,6 +42,7 @@ from psyche_common.config.data_location import (
 )
 from psyche_common.config.data_server import DataServerConfig
 from psyche_common.config.enums import Architecture, DataType, TokenSize
+from psyche_common.config.epoch_state import EpochStateTable
 from psyche_common.config.errors import ConfigError, ConfigProblem
 from psyche_common.config.loading import (
     load_data_config,
@@ -105,6 +106,7 @@ __all__ = [
     "DummyData",
     "DummyOptimizer",
     "EphemeralCheckpoint",
+    "EpochStateTable",
     "Gcp",
     "GcsCheckpoint",
     "GcsRepo",

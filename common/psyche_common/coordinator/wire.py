@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from pydantic import ValidationError
 
-from psyche_common.config import CoordinatorConfig, LLMConfig, StateFile, StateFileProgress
+from psyche_common.config import (
+    CoordinatorConfig,
+    EpochStateTable,
+    LLMConfig,
+    StateFile,
+    StateFileProgress,
+)
 from psyche_common.coordinator.types import ClientState, EpochState, Progress, RunState
 from psyche_common.coordinator.verdicts import VerificationRecord
 from psyche_common.wire_checks import wire_map, wire_uint
@@ -152,7 +158,7 @@ def to_state_file(coord: Coordinator) -> StateFile:
             step=coord.progress.step,
             epoch_start_data_index=coord.progress.epoch_start_data_index,
         ),
-        epoch_state=epoch_state_to_toml(coord.epoch_state),
+        epoch_state=EpochStateTable.model_validate(epoch_state_to_toml(coord.epoch_state)),
         run_state_start_unix_timestamp=coord.run_state_start_unix_timestamp,
         pending_pause=coord.pending_pause,
         verification=coord.verification.to_toml() if coord.verification.convictions else None,
