@@ -48,21 +48,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 @pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A port that accepts connections and never says anything (no Psyche server)."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        yield int(listener.getsockname()[1])
-
-
-@pytest.fixture
-def busy_port() -> Iterator[int]:
-    """A port another socket listens on (on every interface, as the P2P listener binds)."""
-    with socket.socket() as listener:
-        listener.bind(("0.0.0.0", 0))
-        listener.listen()
-        yield int(listener.getsockname()[1])
+def listeners() -> Iterator[tuple[int, int]]:
+    """Two ports that accept connections and never say anything: a silent one on loopback
+    (no Psyche server), and a busy one on every interface (where a P2P listener binds)."""
+    with socket.socket() as silent, socket.socket() as busy:
+        silent.bind(("127.0.0.1", 0))
+        busy.bind(("0.0.0.0", 0))
+        for listener in (silent, busy):
+            listener.listen()
+        yield int(silent.getsockname()[1]), int(busy.getsockname()[1])
 
 
 def _cuda_available() -> bool:
@@ -195,9 +189,9 @@ def _cases(tmp: Path, cluster: Cluster, silent_port: int, busy_port: int) -> lis
 
 
 def test_bad_inputs_end_with_a_reason_and_no_traceback(
-    server: Cluster, tmp_path: Path, silent_port: int, busy_port: int
+    server: Cluster, tmp_path: Path, listeners: tuple[int, int]
 ) -> None:
-    cases = _cases(tmp_path, server, silent_port, busy_port)
+    cases = _cases(tmp_path, server, *listeners)
     running = [
         (
             case,
