@@ -65,9 +65,13 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def _bad_epoch_state(path: Path) -> Path:
+def _bad_saved_state(path: Path, table: str) -> Path:
+    """The real saved state with a malformed `[epoch_state]` or `[verification]`."""
     document = tomllib.loads(SAVED_STATE.read_text())
-    document["epoch_state"]["clients"][0]["state"] = "Happy"
+    if table == "epoch_state":
+        document["epoch_state"]["clients"][0]["state"] = "Happy"
+    else:
+        document["verification"] = {"convictions": [{"kind": "guilty"}]}
     path.write_text(tomli_w.dumps(document))
     return path
 
@@ -80,7 +84,8 @@ def _cases(tmp: Path, cluster: Cluster, silent_port: int, busy_port: int) -> lis
     a_file.write_text("not a directory")
     invalid_state = tmp / "invalid.toml"
     invalid_state.write_text('run_id = "x"\n')
-    bad_epoch = _bad_epoch_state(tmp / "bad-epoch.toml")
+    bad_epoch = _bad_saved_state(tmp / "bad-epoch.toml", "epoch_state")
+    bad_verification = _bad_saved_state(tmp / "bad-verification.toml", "verification")
     short_key = tmp / "short.key"
     short_key.write_bytes(bytes(range(1, 32)))
     authorizer = tmp / "authorizer.key"
@@ -175,6 +180,18 @@ def _cases(tmp: Path, cluster: Cluster, silent_port: int, busy_port: int) -> lis
             ("epoch_state.clients[0].state",),
             program="psyche-server",
         ),
+    ]
+    cases += [
+        Case(
+            f"{command}, malformed verification",
+            [command, "--state", str(bad_verification), *extra],
+            ("verification.convictions[0].kind", "verification.convictions[0].trainer"),
+            program="psyche-server",
+        )
+        for command, extra in (
+            ("validate-config", []),
+            ("run", ["--no-tui", "-s", str(free_port())]),
+        )
     ]
     if not _cuda_available():
         cases += [

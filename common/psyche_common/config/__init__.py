@@ -78,6 +78,7 @@ from psyche_common.config.validation import (
     require_data_dir,
     validate_state,
 )
+from psyche_common.config.verification_table import VerificationTable
 
 __all__ = [
     "BUILTIN_DATASETS",
@@ -130,6 +131,7 @@ __all__ = [
     "StateFileProgress",
     "TokenSize",
     "ValidationReport",
+    "VerificationTable",
     "WarmupStableDecayLR",
     "WeightedHttpData",
     "check_state",

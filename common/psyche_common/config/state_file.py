@@ -11,6 +11,7 @@ from psyche_common.config._types import U16, U32, U64, RunIdStr, StrictModel
 from psyche_common.config.coordinator_config import CoordinatorConfig
 from psyche_common.config.epoch_state import EpochStateTable
 from psyche_common.config.model import LLMConfig
+from psyche_common.config.verification_table import VerificationTable
 from psyche_common.run_state import RunState
 
 _RUN_STATE_NAMES = [repr(state.name) for state in RunState]
@@ -50,8 +51,8 @@ class StateFileProgress(StrictModel):
 class StateFile(StrictModel):
     """Everything in state.toml. `model` holds the `[model.LLM]` table (the only model kind).
 
-    `epoch_state` is validated like every other table (`EpochStateTable`);
-    `psyche_common.coordinator` builds its `EpochState` from it.
+    `epoch_state` and `verification` are validated like every other table (`EpochStateTable`,
+    `VerificationTable`); `psyche_common.coordinator` builds its own types from them.
     """
 
     run_id: RunIdStr
@@ -62,7 +63,7 @@ class StateFile(StrictModel):
     epoch_state: EpochStateTable | None = None
     run_state_start_unix_timestamp: U64 = 0
     pending_pause: bool = False
-    verification: dict[str, Any] | None = None
+    verification: VerificationTable | None = None
     """The kept convictions (`psyche_common.coordinator.VerificationRecord`'s TOML table);
     absent in files saved before verification existed or without any conviction."""
 
@@ -104,5 +105,5 @@ class StateFile(StrictModel):
         if self.epoch_state is not None:
             document["epoch_state"] = self.epoch_state.to_toml()
         if self.verification is not None:
-            document["verification"] = self.verification
+            document["verification"] = self.verification.to_toml()
         return document

@@ -21,6 +21,7 @@ from psyche_common.config import (
     LLMConfig,
     StateFile,
     StateFileProgress,
+    VerificationTable,
 )
 from psyche_common.coordinator.types import ClientState, EpochState, Progress, RunState
 from psyche_common.coordinator.verdicts import VerificationRecord
@@ -143,7 +144,9 @@ def fields_from_state_file(state_file: StateFile) -> CoordinatorFields:
         epoch_state=epoch_state,
         run_state_start_ms=state_file.run_state_start_unix_timestamp * 1000,
         pending_pause=state_file.pending_pause,
-        verification=VerificationRecord.from_toml(state_file.verification),
+        verification=VerificationRecord.from_toml(
+            None if state_file.verification is None else state_file.verification.to_toml()
+        ),
     )
 
 
@@ -161,7 +164,9 @@ def to_state_file(coord: Coordinator) -> StateFile:
         epoch_state=EpochStateTable.model_validate(epoch_state_to_toml(coord.epoch_state)),
         run_state_start_unix_timestamp=coord.run_state_start_unix_timestamp,
         pending_pause=coord.pending_pause,
-        verification=coord.verification.to_toml() if coord.verification.convictions else None,
+        verification=VerificationTable.model_validate(coord.verification.to_toml())
+        if coord.verification.convictions
+        else None,
     )
 
 

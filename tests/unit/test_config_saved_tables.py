@@ -1,6 +1,6 @@
-"""`[epoch_state]` of a saved state.toml is validated at load like the rest of the file: a
-real saved state loads and writes back exactly as before, and each malformed value is refused
-with the field at fault."""
+"""`[epoch_state]` and `[verification]` of a saved state.toml are validated at load like the
+rest of the file: a real saved state loads and writes back exactly as before, and each
+malformed value is refused with the field at fault."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 import tomli_w
-from psyche_common.config import ConfigError, load_state, parse_state
+from psyche_common.batch_id import BatchId
+from psyche_common.config import ConfigError, load_state, parse_state, verification_table
 from psyche_common.config import epoch_state as table
 from psyche_common.config.coordinator_rules import MAX_CLIENTS_PER_EPOCH, MAX_WITNESSES_PER_ROUND
-from psyche_common.coordinator import Coordinator
+from psyche_common.coordinator import Coordinator, verdicts
 from psyche_common.coordinator import types as coordinator_types
+from psyche_common.coordinator.verdicts import Conviction, ConvictionKind, VerificationRecord
 
 SAVED = Path(__file__).parent / "data" / "saved_state.toml"
 """A state saved by a real `psyche-server run --save-state-dir` mid-epoch (one member, every
@@ -126,3 +128,62 @@ def test_the_tables_capacities_are_the_coordinators() -> None:
     assert table.MERKLE_ROOT_LEN == coordinator_types.MERKLE_ROOT_LEN
     assert MAX_CLIENTS_PER_EPOCH == coordinator_types.MAX_CLIENTS
     assert MAX_WITNESSES_PER_ROUND == coordinator_types.MAX_WITNESSES
+    assert verification_table.MAX_CONVICTIONS == verdicts.MAX_CONVICTIONS
+
+
+def _with_convictions() -> dict[str, Any]:
+    record = VerificationRecord(
+        convictions=[
+            Conviction(2, 40, b"\x01" * 32, BatchId(8, 11), (b"\x02" * 32, b"\x03" * 32), 120),
+            Conviction(
+                2, 41, b"\x04" * 32, BatchId(0, 3), (b"\x05" * 32,), 1000, ConvictionKind.PROVEN
+            ),
+        ]
+    )
+    document = saved_document()
+    document["verification"] = record.to_toml()
+    return document
+
+
+def test_kept_convictions_load_and_write_back_unchanged() -> None:
+    document = _with_convictions()
+    state = parse_state(document)
+    assert state.to_toml_dict() == document
+    coordinator = Coordinator.from_state_file(state)
+    assert [c.kind for c in coordinator.verification.convictions] == [
+        ConvictionKind.VERIFIERS,
+        ConvictionKind.PROVEN,
+    ]
+    assert coordinator.to_state_file().to_toml_dict()["verification"] == document["verification"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "field"),
+    [
+        ("bogus", 1, "verification.convictions[0].bogus"),
+        ("trainer", "zz", "verification.convictions[0].trainer"),
+        ("batch", [1], "verification.convictions[0].batch"),
+        ("verifiers", ["00"], "verification.convictions[0].verifiers[0]"),
+        ("agreement_milli", 1001, "verification.convictions[0].agreement_milli"),
+        ("kind", "guilty", "verification.convictions[0].kind"),
+    ],
+)
+def test_a_malformed_conviction_is_refused_naming_the_field(
+    key: str, value: Any, field: str
+) -> None:
+    document = _with_convictions()
+    document["verification"]["convictions"][0][key] = value
+    with pytest.raises(ConfigError) as caught:
+        parse_state(document)
+    assert [problem.field for problem in caught.value.problems] == [field]
+
+
+def test_a_verification_table_without_convictions_is_refused() -> None:
+    document = saved_document()
+    document["verification"] = {"bogus": 1}
+    with pytest.raises(ConfigError) as caught:
+        parse_state(document)
+    assert sorted(problem.field for problem in caught.value.problems) == [
+        "verification.bogus",
+        "verification.convictions",
+    ]
