@@ -24,6 +24,8 @@ from psyche_common.protocol.authorization import (
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^\+(\d+)([smhdw])$")
+_LATEST = datetime.max.replace(microsecond=0, tzinfo=UTC)
+_LATEST_EXPIRY = int(_LATEST.timestamp())
 
 
 def parse_expiry(text: str, now: float) -> int:
@@ -43,6 +45,17 @@ def parse_expiry(text: str, now: float) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp())
+
+
+def check_expiry(text: str, now: float) -> int:
+    """`parse_expiry`, refusing a time that is past or beyond the last one a date can show
+    (9999-12-31); raises ValueError naming the text."""
+    expiry = parse_expiry(text, now)
+    if expiry <= now:
+        raise ValueError(f"{text!r} is in the past")
+    if expiry > _LATEST_EXPIRY:
+        raise ValueError(f"{text!r} is after {_LATEST.date().isoformat()}: give a nearer expiry")
+    return expiry
 
 
 def load_authorization(path: Path, identity: Identity, run_id: str) -> bytes:
@@ -114,18 +127,22 @@ def authorize(
         authorizer = Identity.load(authorizer_key)
     except (OSError, ValueError) as exc:
         raise click.BadParameter(f"{authorizer_key}: {exc}", param_hint="--authorizer-key") from exc
-    now = time.time()
     try:
-        expiry = parse_expiry(expires, now)
+        expiry = check_expiry(expires, time.time())
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--expires") from exc
-    if expiry <= now:
-        raise click.BadParameter(f"{expires!r} is in the past", param_hint="--expires")
+    if not out.parent.is_dir():
+        raise click.BadParameter(
+            f"{out}: the directory {out.parent} does not exist", param_hint="--out"
+        )
     try:
         statement = sign_authorization(authorizer, run_id.strip(), delegates, expiry)
     except AuthorizationError as exc:
         raise click.UsageError(str(exc)) from exc
-    out.write_bytes(encode_authorization(statement))
+    try:
+        out.write_bytes(encode_authorization(statement))
+    except OSError as exc:
+        raise click.BadParameter(f"cannot write {out}: {exc}", param_hint="--out") from exc
     click.echo(
         f"wrote {out}: {authorizer.public_key.hex()} authorizes {len(delegates)} key(s) to "
         f"join run {run_id!r} until {datetime.fromtimestamp(expiry, UTC).isoformat()}"

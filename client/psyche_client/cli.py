@@ -113,6 +113,8 @@ def train(**flags: object) -> None:
 
     values = dict(flags)
     server_addr = str(values["server_addr"])
+    _check_server_addr(server_addr)
+    _make_dirs(values, ("--checkpoint-dir", "--write-gradients-dir"))
     if values["hub_repo"] and values["checkpoint_dir"] is None:
         raise click.UsageError("--hub-repo needs --checkpoint-dir")
     if values["wandb_project"] is None:
@@ -122,6 +124,9 @@ def train(**flags: object) -> None:
         if given:
             raise click.UsageError(f"{', '.join(given)} needs --wandb-project")
     dummy = values["dummy_training_delay_secs"] is not None
+    if not dummy:  # the dummy backend trains no model: it uses no device
+        _check_device(str(values["device"]))
+    _check_fsdp_precision(values)
     values["data_parallelism"] = _parallel_rank_setup(
         cast("int | None", values["data_parallelism"]),
         bool(values["fsdp"]),
@@ -157,7 +162,56 @@ def train(**flags: object) -> None:
             "on the terminal: redirect stdout (e.g. > client.log), or use --logs tui"
         )
     parts = click.get_current_context().find_object(Parts)  # an attack client's, in tests
-    sys.exit(_run(options, str(values["logs"]), log_file, str(values["log_level"]), parts))
+    logs = _log_format(cast("str | None", values["logs"]))
+    sys.exit(_run(options, logs, log_file, str(values["log_level"]), parts))
+
+
+def _check_server_addr(server_addr: str) -> None:
+    from psyche_client.session.server_link import parse_server_addr
+
+    try:
+        parse_server_addr(server_addr)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--server-addr") from exc
+
+
+def _make_dirs(values: dict[str, object], flags: tuple[str, ...]) -> None:
+    """Create the directories the flags name, now: one that cannot be created is refused
+    at start rather than when the client first writes into it."""
+    for flag in flags:
+        path = values[flag.removeprefix("--").replace("-", "_")]
+        if path is None:
+            continue
+        try:
+            Path(str(path)).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise click.BadParameter(
+                f"cannot create the directory {path}: {exc.strerror or exc}", param_hint=flag
+            ) from exc
+
+
+def _check_device(device: str) -> None:
+    """`--device` names a device this machine has (UsageError if not), before the client
+    joins a run rather than when it loads the model."""
+    from psyche_client.training.model.device import DeviceError, resolve_device
+
+    try:
+        resolve_device(device)
+    except DeviceError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def _check_fsdp_precision(values: dict[str, object]) -> None:
+    """`--fsdp` with a precision flag it cannot train with is refused at start."""
+    from psyche_client.training.parallel.plan import fsdp_precision_problem
+
+    if not values["fsdp"]:
+        return
+    problem = fsdp_precision_problem(
+        bool(values["grad_accum_in_fp32"]), str(values["attn_implementation"])
+    )
+    if problem is not None:
+        raise click.UsageError(problem)
 
 
 def _check_evals(options: ClientOptions, dummy: bool) -> None:
@@ -231,6 +285,7 @@ def _run(
 
     from psyche_client.app.app import ClientApp
     from psyche_client.app.progress_bars import silence_progress_bars
+    from psyche_client.app.signals import run_until_signalled
 
     silence_progress_bars(logs)
     if write_log is not None:
@@ -254,9 +309,17 @@ def _run(
     except ImportError:
         run_loop = asyncio.run
     try:
-        return run_loop(ClientApp(options, parts).run())
-    except KeyboardInterrupt:
+        return run_loop(run_until_signalled(ClientApp(options, parts).run()))
+    except KeyboardInterrupt:  # a SIGINT before the loop took its handlers
         return 130
+
+
+def _log_format(logs: str | None) -> str:
+    """`--logs`, or when not given the dashboard on a terminal and log lines otherwise (a
+    file, a pipe, a service manager), as the server chooses."""
+    if logs is not None:
+        return logs
+    return "tui" if sys.stdout.isatty() else "console"
 
 
 def _add_file_log(path: Path) -> None:
@@ -265,8 +328,14 @@ def _add_file_log(path: Path) -> None:
 
     from psyche_common.logs import JsonLineFormatter
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(path, encoding="utf-8")
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise click.BadParameter(
+            f"cannot write the log file {path}: {reason}", param_hint="--write-log"
+        ) from exc
     handler.setFormatter(JsonLineFormatter())
     logging.getLogger().addHandler(handler)
 
@@ -309,15 +378,18 @@ def check(
 ) -> None:
     """Estimate memory per device and DisTrO traffic of a run for this machine (no download
     of weights when the model is a builtin preset or a local directory)."""
-    from psyche_common.config import load_state
+    from psyche_common.config import ConfigError, load_state, validate_state
     from psyche_common.config.architecture_rules import model_config_problem
 
-    from psyche_client.tools.estimate import estimate_run
-    from psyche_client.training.model.loading import ModelLoadError, load_model_config
-    from psyche_client.training.model.precision import Precision
-    from psyche_client.training.parallel.plan import ParallelSpec
+    from psyche_client.training.parallel.plan import ParallelSpec, fsdp_precision_problem
 
-    state = load_state(state_path)
+    try:  # the file and the flags first: they need neither torch nor the model
+        state = load_state(state_path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    errors = validate_state(state).errors
+    if errors:
+        raise click.ClickException(str(ConfigError(errors, state_path)))
     checkpoint = state.model.checkpoint
     repo = checkpoint.hub_repo()
     if repo is None:
@@ -326,16 +398,25 @@ def check(
             "(check needs a Hub, Dummy or P2P checkpoint with a repo_id)"
         )
     try:
-        model_config = load_model_config(repo.repo_id, repo.revision)
-    except ModelLoadError as exc:
-        raise click.ClickException(f"{state_path}: model.LLM.checkpoint: {exc}") from exc
-    problem = model_config_problem(state.model.architecture, model_config, repo.repo_id)
-    if problem is not None:
-        raise click.ClickException(f"{state_path}: {problem.message}")
-    try:
         spec = ParallelSpec(data_parallelism, fsdp)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
+    problem = fsdp_precision_problem(grad_accum_in_fp32, attn_implementation) if fsdp else None
+    if problem is not None:
+        raise click.UsageError(problem)
+    _check_device(device)
+
+    from psyche_client.tools.estimate import estimate_run
+    from psyche_client.training.model.loading import ModelLoadError, load_model_config
+    from psyche_client.training.model.precision import Precision
+
+    try:
+        model_config = load_model_config(repo.repo_id, repo.revision)
+    except ModelLoadError as exc:
+        raise click.ClickException(f"{state_path}: model.LLM.checkpoint: {exc}") from exc
+    model_problem = model_config_problem(state.model.architecture, model_config, repo.repo_id)
+    if model_problem is not None:
+        raise click.ClickException(f"{state_path}: {model_problem.message}")
     precision = Precision(
         dtype,  # type: ignore[arg-type]  # click.Choice of DTYPE_NAMES
         grad_accum_in_fp32,

@@ -66,8 +66,8 @@ async def test_sigkill_mid_epoch_then_restart_resumes_with_the_same_members(
     assert saved.progress.epoch_start_data_index == (height - 1) * 2
     assert isinstance(saved.model.checkpoint, P2PCheckpoint)  # the members hold trained weights
     assert saved.epoch_state is not None
-    assert sorted(c["id"] for c in saved.epoch_state["clients"]) == sorted(
-        i.public_key.hex() for i in identities
+    assert sorted(c.id for c in saved.epoch_state.clients) == sorted(
+        i.public_key for i in identities
     )
 
     restarted = await start_server(

@@ -4,7 +4,7 @@ the `authorize` command's expiry parsing and the Join's optional field."""
 from __future__ import annotations
 
 import pytest
-from psyche_client.authorize_cli import parse_expiry
+from psyche_client.authorize_cli import check_expiry, parse_expiry
 from psyche_common.protocol import Identity
 from psyche_common.protocol.authorization import (
     AUTHORIZATION_DOMAIN,
@@ -188,3 +188,13 @@ def test_parse_expiry() -> None:
     assert parse_expiry("2027-01-15T08:00:00", 0) == NOW  # no zone: UTC
     with pytest.raises(ValueError, match="neither"):
         parse_expiry("tomorrow", NOW)
+
+
+def test_check_expiry_refuses_the_past_and_beyond_year_9999() -> None:
+    assert check_expiry("+7d", NOW) == NOW + 7 * 86400
+    assert check_expiry("9999-12-31T23:59:59Z", NOW) > NOW
+    with pytest.raises(ValueError, match="in the past"):
+        check_expiry("2020-01-01", NOW)
+    for far in ("+99999999w", "+1000000000000d"):
+        with pytest.raises(ValueError, match="after 9999-12-31"):
+            check_expiry(far, NOW)

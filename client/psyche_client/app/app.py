@@ -215,7 +215,18 @@ class ClientApp:
             self.outputs.close()
 
     async def _run(self) -> int:
-        await self.node.start()
+        try:
+            await self.node.start()
+        except OSError as exc:
+            p2p = self.options.p2p
+            log.error(
+                "cannot listen for peers (--bind-p2p-port %d, --bind-p2p-interface %s): %s; "
+                "choose a free port, or 0 for any free port",
+                p2p.port,
+                p2p.bind_host,
+                exc.strerror or exc,
+            )
+            return 1
         try:
             try:
                 await self.server.open()
@@ -236,9 +247,10 @@ class ClientApp:
             )
             return exit_code(first)
         finally:
+            # the server first: it withdraws a client whose connection closed at once
+            await self.server.aclose()
             if self.runner is not None:
                 await self.runner.aclose()
-            await self.server.aclose()
             if self.fetcher is not None:
                 await self.fetcher.aclose()
             with contextlib.suppress(Exception):

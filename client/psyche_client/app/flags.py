@@ -214,10 +214,9 @@ FLAGS: tuple[Flag, ...] = (
         "line (fields client_id, epoch, step, state, loss, weights_hash); tui-and-console: the "
         "dashboard, and the readable lines on stdout, which must then not be the terminal "
         "(e.g. `> client.log`); none: no log output (--write-log, --events-dir and "
-        "--metrics-local-port still work).",
-        default="tui",
+        "--metrics-local-port still work). Default: tui when stdout is a terminal, else "
+        "console.",
         type=click.Choice(LOG_OUTPUTS),
-        show_default=True,
     ),
     Flag(
         "--log-level",

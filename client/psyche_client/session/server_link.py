@@ -32,6 +32,7 @@ from psyche_common.coordinator.types import Witness as WitnessReport
 from psyche_common.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
     FrameAuthenticationError,
+    HandshakeRefused,
     Identity,
     ProtocolError,
     SecureChannel,
@@ -161,7 +162,8 @@ class ServerLink:
             async with asyncio.timeout(timeout):
                 reader, writer = await asyncio.open_connection(host, port)
         except (OSError, TimeoutError) as exc:
-            raise ServerLinkError(f"cannot connect to server {server_addr}: {exc}") from exc
+            reason = str(exc) or f"no answer within {timeout:g} s"
+            raise ServerLinkError(f"cannot connect to server {server_addr}: {reason}") from exc
         try:
             channel = await connect_handshake(
                 reader,
@@ -174,9 +176,24 @@ class ServerLink:
         except ServerKeyMismatch as exc:
             writer.transport.abort()
             raise WrongServerKey(f"server {server_addr}: {exc}") from exc
-        except (ProtocolError, OSError, TimeoutError) as exc:
+        except HandshakeRefused as exc:
             writer.transport.abort()
-            raise ServerLinkError(f"handshake with server {server_addr} failed: {exc}") from exc
+            raise ServerLinkError(
+                f"server {server_addr} refused the handshake: {exc.reason}; this client's "
+                f"--run-id is {run_id!r}"
+            ) from exc
+        except TimeoutError as exc:
+            writer.transport.abort()
+            raise ServerLinkError(
+                f"no Psyche handshake from {server_addr} within {timeout:g} s (is it a "
+                "psyche-server coordinator port?)"
+            ) from exc
+        except (ProtocolError, OSError) as exc:
+            writer.transport.abort()
+            raise ServerLinkError(
+                f"handshake with server {server_addr} failed: {exc or type(exc).__name__} (is "
+                "it a psyche-server coordinator port?)"
+            ) from exc
         link = cls(channel, identity)
         link._holds_model = holds_model
         link._join = Join(

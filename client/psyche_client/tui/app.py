@@ -7,6 +7,7 @@ same event loop) and returns its exit code. Keys: 1–4 switch tabs, q quits.
 from __future__ import annotations
 
 import logging
+import sys
 from collections import deque
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -35,18 +36,23 @@ REFRESH_SECONDS = 0.15
 
 
 class LogLines(logging.Handler):
-    """Keeps formatted log lines until the dashboard drains them."""
+    """Keeps formatted log lines until the dashboard drains them, and the last errors, for
+    the terminal once the dashboard has closed (`errors`)."""
 
-    def __init__(self, capacity: int = 2000) -> None:
+    def __init__(self, capacity: int = 2000, kept_errors: int = 20) -> None:
         super().__init__()
         self.setFormatter(ConsoleFormatter())
         self.pending: deque[str] = deque(maxlen=capacity)
+        self.errors: deque[str] = deque(maxlen=kept_errors)
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self.pending.append(self.format(record))
+            line = self.format(record)
         except Exception:
-            self.pending.append(f"{record.levelname} {record.name}: {record.msg!r}")
+            line = f"{record.levelname} {record.name}: {record.msg!r}"
+        self.pending.append(line)
+        if record.levelno >= logging.ERROR:
+            self.errors.append(line)
 
     def drain(self) -> list[str]:
         out = list(self.pending)
@@ -166,8 +172,10 @@ class ClientDashboard(App[int]):
         self.render_view(self.view)
 
     async def _run_client(self) -> None:
+        from psyche_client.app.signals import run_until_signalled
+
         assert self.client is not None
-        self.exit_code = await self.client.run()
+        self.exit_code = await run_until_signalled(self.client.run())
         self.exit(self.exit_code)
 
     def action_tab(self, tab: str) -> None:
@@ -221,4 +229,8 @@ def run_dashboard(options: ClientOptions, parts: Parts | None = None) -> int:
     root.addHandler(lines)
     dashboard = ClientDashboard(ClientApp(options, parts), lines)
     result = dashboard.run()
-    return int(result if result is not None else dashboard.exit_code)
+    code = int(result if result is not None else dashboard.exit_code)
+    if code != 0:  # the reason was on the dashboard, which is gone: say it on the terminal
+        for line in lines.errors:
+            print(line, file=sys.stderr)
+    return code

@@ -42,6 +42,7 @@ from psyche_common.config.data_location import (
 )
 from psyche_common.config.data_server import DataServerConfig
 from psyche_common.config.enums import Architecture, DataType, TokenSize
+from psyche_common.config.epoch_state import EpochStateTable
 from psyche_common.config.errors import ConfigError, ConfigProblem
 from psyche_common.config.loading import (
     load_data_config,
@@ -77,6 +78,7 @@ from psyche_common.config.validation import (
     require_data_dir,
     validate_state,
 )
+from psyche_common.config.verification_table import VerificationTable
 
 __all__ = [
     "BUILTIN_DATASETS",
@@ -105,6 +107,7 @@ __all__ = [
     "DummyData",
     "DummyOptimizer",
     "EphemeralCheckpoint",
+    "EpochStateTable",
     "Gcp",
     "GcsCheckpoint",
     "GcsRepo",
@@ -128,6 +131,7 @@ __all__ = [
     "StateFileProgress",
     "TokenSize",
     "ValidationReport",
+    "VerificationTable",
     "WarmupStableDecayLR",
     "WeightedHttpData",
     "check_state",

@@ -9,7 +9,9 @@ from pydantic_core import PydanticCustomError
 
 from psyche_common.config._types import U16, U32, U64, RunIdStr, StrictModel
 from psyche_common.config.coordinator_config import CoordinatorConfig
+from psyche_common.config.epoch_state import EpochStateTable
 from psyche_common.config.model import LLMConfig
+from psyche_common.config.verification_table import VerificationTable
 from psyche_common.run_state import RunState
 
 _RUN_STATE_NAMES = [repr(state.name) for state in RunState]
@@ -52,7 +54,8 @@ class StateFileProgress(StrictModel):
 class StateFile(StrictModel):
     """Everything in state.toml. `model` holds the `[model.LLM]` table (the only model kind).
 
-    `epoch_state` is kept as the raw TOML table; `psyche_common.coordinator` interprets it.
+    `epoch_state` and `verification` are validated like every other table (`EpochStateTable`,
+    `VerificationTable`); `psyche_common.coordinator` builds its own types from them.
     """
 
     run_id: RunIdStr
@@ -65,12 +68,12 @@ class StateFile(StrictModel):
     """`[config]`: timings, client counts and batch sizes."""
     progress: StateFileProgress = Field(default_factory=StateFileProgress)
     """`[progress]`: where the run is."""
-    epoch_state: dict[str, Any] | None = None
+    epoch_state: EpochStateTable | None = None
     run_state_start_unix_timestamp: U64 = 0
     """Unix second at which `run_state` was entered (written in saved states)."""
     pending_pause: bool = False
     """A pause asked for during an epoch, applied at its end (written in saved states)."""
-    verification: dict[str, Any] | None = None
+    verification: VerificationTable | None = None
     """The kept convictions (`psyche_common.coordinator.VerificationRecord`'s TOML table);
     absent in files saved before verification existed or without any conviction."""
 
@@ -110,7 +113,7 @@ class StateFile(StrictModel):
             "progress": self.progress.model_dump(),
         }
         if self.epoch_state is not None:
-            document["epoch_state"] = self.epoch_state
+            document["epoch_state"] = self.epoch_state.to_toml()
         if self.verification is not None:
-            document["verification"] = self.verification
+            document["verification"] = self.verification.to_toml()
         return document

@@ -15,7 +15,14 @@ from typing import Any, TypedDict
 
 from pydantic import ValidationError
 
-from psyche_common.config import CoordinatorConfig, LLMConfig, StateFile, StateFileProgress
+from psyche_common.config import (
+    CoordinatorConfig,
+    EpochStateTable,
+    LLMConfig,
+    StateFile,
+    StateFileProgress,
+    VerificationTable,
+)
 from psyche_common.coordinator.state import CoordinatorState
 from psyche_common.coordinator.types import ClientState, EpochState, Progress, RunState
 from psyche_common.coordinator.verdicts import VerificationRecord
@@ -123,7 +130,7 @@ def fields_from_state_file(state_file: StateFile) -> CoordinatorFields:
     epoch_state = (
         EpochState()
         if state_file.epoch_state is None
-        else epoch_state_from_toml(state_file.epoch_state)
+        else epoch_state_from_toml(state_file.epoch_state.to_toml())
     )
     progress = state_file.progress
     return CoordinatorFields(
@@ -135,7 +142,9 @@ def fields_from_state_file(state_file: StateFile) -> CoordinatorFields:
         epoch_state=epoch_state,
         run_state_start_ms=state_file.run_state_start_unix_timestamp * 1000,
         pending_pause=state_file.pending_pause,
-        verification=VerificationRecord.from_toml(state_file.verification),
+        verification=VerificationRecord.from_toml(
+            None if state_file.verification is None else state_file.verification.to_toml()
+        ),
     )
 
 
@@ -150,10 +159,12 @@ def to_state_file(coord: CoordinatorState) -> StateFile:
             step=coord.progress.step,
             epoch_start_data_index=coord.progress.epoch_start_data_index,
         ),
-        epoch_state=epoch_state_to_toml(coord.epoch_state),
+        epoch_state=EpochStateTable.model_validate(epoch_state_to_toml(coord.epoch_state)),
         run_state_start_unix_timestamp=coord.run_state_start_unix_timestamp,
         pending_pause=coord.pending_pause,
-        verification=coord.verification.to_toml() if coord.verification.convictions else None,
+        verification=VerificationTable.model_validate(coord.verification.to_toml())
+        if coord.verification.convictions
+        else None,
     )
 
 

@@ -84,6 +84,14 @@ class HandshakeError(ProtocolError):
     """The peer failed the challenge–response handshake (the reason says how)."""
 
 
+class HandshakeRefused(HandshakeError):
+    """The server answered the handshake with `Rejected`; `reason` is its text."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"server rejected the connection: {reason}")
+        self.reason = reason
+
+
 class ServerKeyMismatch(HandshakeError):
     """The server's identity key is not the one the client was told to expect."""
 
@@ -203,7 +211,12 @@ def verify_challenge_response_in(
     for domain in domains:
         if verify_signature(response.public_key, domain + _CLIENT + transcript, response.signature):
             return response, domain
-    raise HandshakeError("ChallengeResponse signature does not verify for this service")
+    # An honest client signs correctly for the domain it was started with: a signature that
+    # verifies in none of ours comes from a client of another run id or protocol version.
+    raise HandshakeError(
+        "ChallengeResponse signature does not verify for this service and run (a client "
+        "started with another run id, or of another protocol version)"
+    )
 
 
 def mutual_transcript(
@@ -266,7 +279,7 @@ def read_challenge(message: object) -> bytes:
     """The nonce of a decoded Challenge message (a `Rejected` names the server's reason)."""
     if not isinstance(message, dict) or message.get("type") != "Challenge":
         if isinstance(message, dict) and message.get("type") == "Rejected":
-            raise HandshakeError(f"server rejected the connection: {message.get('reason')}")
+            raise HandshakeRefused(str(message.get("reason")))
         raise HandshakeError("expected a Challenge as the first frame")
     return _sized(message, "Challenge", "challenge", CHALLENGE_SIZE)
 
@@ -398,6 +411,6 @@ async def _read_welcome(channel: SecureChannel, max_frame_size: int) -> dict[str
         except BadFrame:
             plain = None
         if isinstance(plain, dict) and plain.get("type") == "Rejected":
-            raise HandshakeError(f"server rejected the connection: {plain.get('reason')}") from None
+            raise HandshakeRefused(str(plain.get("reason"))) from None
         raise
     return _fields(decode_payload(payload, CONTROL_DECODE), "Welcome", ("signature",))

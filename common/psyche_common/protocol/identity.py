@@ -54,16 +54,23 @@ class Identity:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Identity:
-        """Read a key file: 32 raw bytes, or 64 hex characters (one line)."""
+        """Read a key file: 32 raw bytes, or 64 hex characters (one line; surrounding
+        whitespace and a 0x prefix are ignored). Raises ValueError naming the file and what
+        it holds instead."""
         data = Path(path).read_bytes()
         if len(data) == SECRET_KEY_SIZE:
             return cls.from_secret_bytes(data)
+        expected = f"expected {SECRET_KEY_SIZE} raw bytes or {2 * SECRET_KEY_SIZE} hex characters"
         try:
-            return cls.from_hex(data.decode("ascii"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ValueError(
-                f"identity key file {path} must hold 32 raw bytes or 64 hex characters: {exc}"
-            ) from exc
+            text = data.decode("ascii").strip().removeprefix("0x")
+            secret = bytes.fromhex(text)
+        except ValueError:  # UnicodeDecodeError too: binary data of another length
+            text, secret = "", b""
+        if not text:
+            raise ValueError(f"identity file {path}: got {len(data)} bytes, {expected}")
+        if len(secret) != SECRET_KEY_SIZE:
+            raise ValueError(f"identity file {path}: got {len(text)} hex characters, {expected}")
+        return cls.from_secret_bytes(secret)
 
     def secret_bytes(self) -> bytes:
         from cryptography.hazmat.primitives.serialization import NoEncryption, PrivateFormat

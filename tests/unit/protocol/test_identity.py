@@ -39,6 +39,28 @@ def test_seed_round_trip_and_hex(tmp_path: Path) -> None:
     assert short_id(ident.public_key) == ident.public_key[:4].hex()
 
 
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (bytes(range(31)), "got 31 bytes"),
+        (b"\xff" * 33, "got 33 bytes"),
+        (b"", "got 0 bytes"),
+        (b"ab" * 31 + b"\n", "got 62 hex characters"),
+        (b"zz" * 32, "got 64 bytes"),
+    ],
+)
+def test_a_key_file_of_the_wrong_size_says_what_it_holds(
+    tmp_path: Path, content: bytes, why: str
+) -> None:
+    key_file = tmp_path / "id.key"
+    key_file.write_bytes(content)
+    with pytest.raises(ValueError) as caught:
+        Identity.load(key_file)
+    assert str(caught.value) == (
+        f"identity file {key_file}: {why}, expected 32 raw bytes or 64 hex characters"
+    )
+
+
 def test_known_vector_rfc8032_test1() -> None:
     secret = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
     ident = Identity.from_secret_bytes(secret)

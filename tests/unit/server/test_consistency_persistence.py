@@ -119,8 +119,8 @@ def test_saved_state_resumes_progress_and_remembers_the_members(tmp_path: Path) 
     saved = load_state(path)
     assert saved.epoch_state is not None
     # A holds the model; the withdrawn B and the dropped C are forgotten
-    assert [c["id"] for c in saved.epoch_state["clients"]] == [A.hex()]
-    assert saved.epoch_state["exited_clients"] == []
+    assert [c.id for c in saved.epoch_state.clients] == [A]
+    assert saved.epoch_state.exited_clients == []
     assert saved.run_id == "run/x"
     assert (saved.progress.epoch, saved.progress.step, saved.progress.epoch_start_data_index) == (
         2,

@@ -44,7 +44,7 @@ def test_writes_when_the_resume_point_changes_and_skips_warmup(tmp_path: Path) -
     saved = load_state(path)
     assert saved.run_state is RunState.WaitingForMembers
     assert saved.progress.step == coord.progress.step
-    assert saved.epoch_state is not None and len(saved.epoch_state["clients"]) == 2
+    assert saved.epoch_state is not None and len(saved.epoch_state.clients) == 2
 
 
 def test_the_state_files_warmup_time_is_saved_not_the_live_one(tmp_path: Path) -> None:

@@ -32,7 +32,10 @@ def resolve_device(spec: str = "auto") -> torch.device:
         return torch.device("cpu")
     if text == "mps":
         if not _mps_available():
-            raise DeviceError("--device mps was requested but MPS is not available on this machine")
+            raise DeviceError(
+                "--device mps was requested but MPS is not available on this machine: "
+                "use --device cpu (or auto)"
+            )
         return torch.device("mps")
     if text == "cuda" or text.startswith("cuda:"):
         index_text = text.partition(":")[2] or "0"
@@ -40,7 +43,10 @@ def resolve_device(spec: str = "auto") -> torch.device:
             raise DeviceError(f"invalid --device {spec!r}: expected cuda:N with N a GPU number")
         index = int(index_text)
         if not torch.cuda.is_available():
-            raise DeviceError(f"--device {spec} was requested but CUDA is not available")
+            raise DeviceError(
+                f"--device {spec} was requested but CUDA is not available (no GPU is visible, "
+                "or this torch is a CPU build): use --device cpu (or auto)"
+            )
         count = torch.cuda.device_count()
         if index >= count:
             raise DeviceError(f"--device {spec} was requested but only {count} GPU(s) are visible")

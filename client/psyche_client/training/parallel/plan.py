@@ -163,13 +163,20 @@ def ranks_precision(precision: Precision, spec: ParallelSpec, device_type: str) 
     resolved = replace(precision, dtype=precision.resolved(device_type))
     if not spec.fsdp:
         return resolved
-    if precision.grad_accum_in_fp32:
-        raise ValueError(
+    problem = fsdp_precision_problem(precision.grad_accum_in_fp32, precision.attn_implementation)
+    if problem is not None:
+        raise ValueError(problem)
+    return resolved
+
+
+def fsdp_precision_problem(grad_accum_in_fp32: bool, attn_implementation: str) -> str | None:
+    """Why `--fsdp` cannot train with these precision flags (None: it can); the client checks
+    it at start, before it joins a run."""
+    if grad_accum_in_fp32:
+        return (
             "--grad-accum-in-fp32 is not supported with --fsdp (FSDP2 reduce-scatters each "
             "micro-batch's gradient into the shards); drop one of the two"
         )
-    if precision.attn_implementation == "flash_attention_2":
-        raise ValueError(
-            "--attn-implementation flash_attention_2 is not supported with --fsdp; use sdpa"
-        )
-    return resolved
+    if attn_implementation == "flash_attention_2":
+        return "--attn-implementation flash_attention_2 is not supported with --fsdp; use sdpa"
+    return None
