@@ -122,6 +122,8 @@ def train(**flags: object) -> None:
         if given:
             raise click.UsageError(f"{', '.join(given)} needs --wandb-project")
     dummy = values["dummy_training_delay_secs"] is not None
+    if values["dummy_seconds_per_sample"] and not dummy:
+        raise click.UsageError("--dummy-seconds-per-sample needs --dummy-training-delay-secs")
     values["data_parallelism"] = _parallel_rank_setup(
         cast("int | None", values["data_parallelism"]),
         bool(values["fsdp"]),
