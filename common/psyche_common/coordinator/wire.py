@@ -170,8 +170,15 @@ def _bloom_from_toml(bloom: Any) -> dict[str, Any]:
 
 
 def _client_to_toml(client: list[Any]) -> dict[str, Any]:
-    client_id, state, exited_height = client
-    return {"id": client_id.hex(), "state": ClientState(state).name, "exited_height": exited_height}
+    client_id, state, exited_height = client[:3]
+    table = {
+        "id": client_id.hex(),
+        "state": ClientState(state).name,
+        "exited_height": exited_height,
+    }
+    if len(client) == 4:  # a measured rate (per-client shares), as a string: a u64
+        table["rate"] = str(client[3])
+    return table
 
 
 def _client_from_toml(client: Any) -> list[Any]:
@@ -179,11 +186,14 @@ def _client_from_toml(client: Any) -> list[Any]:
     state = client.get("state")
     if state not in ClientState.__members__:
         raise ValueError(f"client state {state!r} is unknown")
-    return [
+    wire = [
         bytes.fromhex(client.get("id", "")),
         int(ClientState[state]),
         client.get("exited_height"),
     ]
+    if "rate" in client:
+        wire.append(int(client["rate"]))
+    return wire
 
 
 def epoch_state_to_toml(epoch_state: EpochState) -> dict[str, Any]:

@@ -82,6 +82,8 @@ def witness(coord: CoordinatorState, from_id: bytes, witness: Witness, now: floa
             f"{short_id(from_id)} is not the witness at index {witness.proof.index}",
         )
     _check_not_duplicate(coord, from_id)
+    if not coord.config.per_client_shares:
+        witness.result_ms = []  # timings serve only per-client shares
     try:
         check_witness_blooms(witness, max_bloom_entries(coord), from_id)
     except CoordinatorError:
