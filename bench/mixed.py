@@ -79,6 +79,7 @@ def main() -> None:
     print(
         json.dumps(
             {
+                "quick": args.quick,
                 "settings": {
                     "speeds": list(SPEEDS),
                     "seconds_per_sample": costs,

@@ -201,7 +201,9 @@ class DummyBackend:
         if result_size < 1 or model_size < 0:
             raise ValueError(f"dummy sizes must be positive: {result_size=}, {model_size=}")
         if delay_secs < 0 or seconds_per_sample < 0:
-            raise ValueError(f"dummy delays must not be negative: {delay_secs=}, {seconds_per_sample=}")
+            raise ValueError(
+                f"dummy delays must not be negative: {delay_secs=}, {seconds_per_sample=}"
+            )
         self.delay_secs = delay_secs
         self.seconds_per_sample = seconds_per_sample
         self.weights = weights or hashlib.sha256(b"psyche-py dummy model").digest()

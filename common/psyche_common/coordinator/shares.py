@@ -24,8 +24,8 @@ from collections.abc import Sequence
 
 from psyche_common.coordinator.assignment import (
     get_batch_size,
-    round_batches,
     round_batch_size,
+    round_batches,
     trainer_ids,
 )
 from psyche_common.coordinator.quorum import witness_quorum
