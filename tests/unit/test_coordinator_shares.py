@@ -209,3 +209,24 @@ def test_a_rate_is_samples_per_witnessed_millisecond() -> None:
     # round 0 gave 16 samples: OVERHEAD_MS + 16 * 100 / 4 ms, then averaged with round 1
     first = 16 * RATE_SCALE // (OVERHEAD_MS + 400)
     assert fastest.rate >= first
+
+
+def test_a_saved_state_file_resumes_with_the_rates_and_the_option(tmp_path) -> None:
+    from psyche_common.config import load_state
+    from psyche_server.persistence import save_state
+
+    coord, now = _coordinator(per_client_shares=True, max_share_multiple=3)
+    _run(coord, now, 6)
+    rates = {c.id: c.rate for c in coord.epoch_state.clients}
+    assert all(rates.values())
+    resumed = Coordinator.from_state_file(load_state(save_state(coord, tmp_path)))
+    assert resumed.config.per_client_shares and resumed.config.max_share_multiple == 3
+    assert {c.id: c.rate for c in resumed.epoch_state.clients} == rates
+    assert [r.shares for r in resumed.epoch_state.rounds] == [
+        r.shares for r in coord.epoch_state.rounds
+    ]
+    # the next epoch's members keep their rates: a returning member is not new
+    resumed.run_state_start_unix_timestamp = 0
+    resumed.tick(ids(4), now + 1000, 0)
+    assert resumed.run_state == RunState.Warmup
+    assert {c.id: c.rate for c in resumed.epoch_state.clients} == rates
