@@ -147,6 +147,19 @@ def committee_members(
     ]
 
 
+def round_trainers(
+    round_: RoundLike, clients: Sequence[ClientLike], config: AssignmentConfig
+) -> list[bytes]:
+    """The trainers of `round_` among `clients`, in the round's trainer order."""
+    return trainer_ids(
+        clients,
+        round_.random_seed,
+        config.witness_nodes,
+        config.verification_percent,
+        round_.tie_breaker_tasks,
+    )
+
+
 def assign_data_for_round(
     round_: RoundLike,
     clients: Sequence[ClientLike],
@@ -154,13 +167,7 @@ def assign_data_for_round(
     max_seq_len: int,
 ) -> dict[BatchId, bytes]:
     """Batch id → trainer client id for one round; the batches are in sample order."""
-    trainers = trainer_ids(
-        clients,
-        round_.random_seed,
-        config.witness_nodes,
-        config.verification_percent,
-        round_.tie_breaker_tasks,
-    )
+    trainers = round_trainers(round_, clients, config)
     if not trainers:
         return {}
     batch_size = get_batch_size(config, round_.data_index * max_seq_len)

@@ -26,7 +26,7 @@ from psyche_common.coordinator.assignment import (
     get_batch_size,
     round_batch_size,
     round_batches,
-    trainer_ids,
+    round_trainers,
 )
 from psyche_common.coordinator.quorum import witness_quorum
 from psyche_common.coordinator.state import CoordinatorState
@@ -107,13 +107,7 @@ def update_rates(coord: CoordinatorState) -> None:
     if attested.clients_len != len(clients):
         return
     config = coord.config
-    trainers = trainer_ids(
-        clients,
-        attested.random_seed,
-        config.witness_nodes,
-        config.verification_percent,
-        attested.tie_breaker_tasks,
-    )
+    trainers = round_trainers(attested, clients, config)
     batches = round_batches(attested, round_batch_size(coord, attested), len(trainers))
     quorum = witness_quorum(config.witness_nodes, len(reporting.witnesses))
     times = _witnessed_times(reporting.witnesses, len(batches), quorum)
@@ -129,13 +123,7 @@ def assign_shares(coord: CoordinatorState, round_: Round) -> None:
     """Set `round_.shares` (a round that just started) from its trainers' rates."""
     config = coord.config
     clients = coord.epoch_state.clients
-    trainers = trainer_ids(
-        clients,
-        round_.random_seed,
-        config.witness_nodes,
-        config.verification_percent,
-        round_.tie_breaker_tasks,
-    )
+    trainers = round_trainers(round_, clients, config)
     rates = {client.id: client.rate for client in clients}
     batch_size = get_batch_size(config, round_.data_index * coord.model.max_seq_len)
     round_.shares = share_sizes([rates[t] for t in trainers], batch_size, config.max_share_multiple)
