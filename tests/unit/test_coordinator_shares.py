@@ -10,7 +10,8 @@ import random
 
 import pytest
 from psyche_common.batch_id import BatchId
-from psyche_common.coordinator import Coordinator, RunState
+from psyche_common.coordinator import Coordinator, CoordinatorError, RunState
+from psyche_common.coordinator.committee import CommitteeSelection
 from psyche_common.coordinator.assignment import assign_data_for_state, split_batch
 from psyche_common.coordinator.shares import (
     RATE_SCALE,
@@ -86,14 +87,18 @@ def _run(
     rounds: int,
     lie: dict[bytes, int] | None = None,
     delay: dict[bytes, int] | None = None,
+    unseen: dict[int, bytes] | None = None,
 ) -> list[dict[bytes, int]]:
     """`rounds` rounds where trainer i needs `OVERHEAD_MS + size * 100 / SPEEDS[i]` ms (plus
     its `delay`) and every witness reports those times of the round before (`lie`: a witness
-    reporting this time for its own batch); the samples of each trainer per round."""
+    reporting this time for its own batch; `unseen`: round → a trainer whose result of the
+    round before no witness saw); the samples of each trainer per round."""
     speed = dict(zip(ids(4), SPEEDS, strict=True))
     history: list[dict[bytes, int]] = []
     previous: dict[BatchId, bytes] = {}
-    for _ in range(rounds):
+    for number in range(rounds):
+        missing = (unseen or {}).get(number)
+        seen = [i for i in ids(4) if i != missing]
         assignment = assign_data_for_state(coord)
         history.append({owner: len(batch) for batch, owner in assignment.items()})
         true_ms = [
@@ -101,11 +106,13 @@ def _run(
             for batch, owner in sorted(previous.items())
         ]
         for witness_id in round_witnesses(coord):
-            witness = round_witness_for(coord, witness_id, ids(4))
+            witness = round_witness_for(coord, witness_id, seen)
             times = list(true_ms)
             for k, (_, owner) in enumerate(sorted(previous.items())):
                 if lie and owner == witness_id and witness_id in lie:
                     times[k] = lie[witness_id]
+                if owner == missing:
+                    times[k] = 0
             coord.witness(witness_id, dataclasses.replace(witness, result_ms=times), now)
         assert coord.run_state == RunState.RoundWitness
         now += 3
@@ -230,3 +237,37 @@ def test_a_saved_state_file_resumes_with_the_rates_and_the_option(tmp_path) -> N
     resumed.tick(ids(4), now + 1000, 0)
     assert resumed.run_state == RunState.Warmup
     assert {c.id: c.rate for c in resumed.epoch_state.clients} == rates
+
+
+def _accuse(coord: Coordinator, client_id: bytes) -> int:
+    index = coord.client_index(client_id)
+    assert index is not None
+    proof = CommitteeSelection.from_coordinator(coord, -1).get_committee(index)
+    accuser = next(i for i in ids(4) if i != client_id)
+    return coord.health_check(accuser, [(client_id, proof)])
+
+
+def test_one_missed_round_shrinks_the_share_and_two_in_a_row_drop() -> None:
+    coord, now = _coordinator(per_client_shares=True)
+    fast = ids(4)[3]
+    before = _run(coord, now, 8)[-1][fast]
+    rate = next(c.rate for c in coord.epoch_state.clients if c.id == fast)
+    _run(coord, now + 100, 1, unseen={0: fast})  # its result of the round before: unseen
+    client = next(c for c in coord.epoch_state.clients if c.id == fast)
+    assert client.misses == 1 and client.rate == rate // 2
+    assert Coordinator.from_state_file(coord.to_state_file()).to_wire() == coord.to_wire()
+    assert Coordinator.from_wire(coord.to_wire()).epoch_state.clients[3].misses == 1
+    assert assign_data_for_state(coord) and coord.current_round().shares
+    shrunk = {owner: len(b) for b, owner in assign_data_for_state(coord).items()}[fast]
+    assert shrunk < before
+    with pytest.raises(CoordinatorError, match="accused healthy client"):
+        _accuse(coord, fast)  # forgiven: an accusation is a false report
+    _run(coord, now + 200, 1, unseen={0: fast})  # a second miss in a row
+    assert client.misses == 2
+    assert _accuse(coord, fast) == 1
+
+
+def test_without_shares_a_missed_round_drops_as_before() -> None:
+    coord, now = _coordinator()
+    _run(coord, now, 3, unseen={2: ids(4)[3]})
+    assert _accuse(coord, ids(4)[3]) == 1

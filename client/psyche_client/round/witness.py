@@ -16,7 +16,7 @@ from collections.abc import Awaitable
 
 from psyche_common.bloom import Bloom
 from psyche_common.client_id import short_id
-from psyche_common.coordinator import Coordinator, witness_quorum
+from psyche_common.coordinator import Coordinator, shares, witness_quorum
 from psyche_common.coordinator.committee import Committee
 from psyche_common.coordinator.types import Witness
 from psyche_common.coordinator.witnesses import attested_trainers
@@ -156,7 +156,8 @@ class Witnessing:
 
         def judged(i: int) -> bool:
             trainer = selection.get_committee(i).committee == Committee.Trainer
-            return trainer and (attested is None or ids[i] in attested)
+            due = attested is None or ids[i] in attested
+            return trainer and due and not shares.forgiven(coordinator, ids[i])
 
         accused = self.accuse(
             ids,

@@ -9,6 +9,11 @@ a witness quorum of reports lie within `TIME_TOLERANCE_MS` of it. The trainer's 
 is its share over that time (`RATE_SCALE` samples per millisecond); its `Client.rate` is the
 rounded-down mean of the old rate and the new one (the first measurement is taken as is).
 
+A trainer whose result no witness quorum saw (the health checks' rule) missed the round: its
+rate is halved (an unmeasured one gets half the mean rate) and `Client.misses` counts the
+misses in a row; it is forgiven, not dropped, until `MISS_LIMIT` of them (`forgiven`: the
+coordinator refuses an accusation of a forgiven trainer, and honest witnesses make none).
+
 A trainer cannot look faster than its result arrives; delaying its result only lowers its own
 rate, and a minority of lying witnesses moves no median. The round's shares
 (`Round.shares`) are then its batch split in proportion to the trainers' rates, an unmeasured
@@ -36,6 +41,8 @@ RATE_SCALE = 1_000_000_000
 """A rate is samples per millisecond times this (micro-samples per second)."""
 TIME_TOLERANCE_MS = 2_000
 """Witnessed times within this of their median agree."""
+MISS_LIMIT = 2
+"""Missed rounds in a row after which a trainer is dropped (one miss is forgiven)."""
 
 
 def agreed_time(reports: Sequence[int], quorum: int) -> int | None:
@@ -112,11 +119,26 @@ def update_rates(coord: CoordinatorState) -> None:
     quorum = witness_quorum(config.witness_nodes, len(reporting.witnesses))
     times = _witnessed_times(reporting.witnesses, len(batches), quorum)
     by_id = {client.id: client for client in clients}
+    known = [client.rate for client in clients if client.rate > 0]
+    mean_rate = sum(known) // len(known) if known else 0
     for trainer, batch, elapsed in zip(trainers, batches, times, strict=False):
-        if elapsed is None:
-            continue
         client = by_id[trainer]
-        client.rate = smoothed(client.rate, len(batch) * RATE_SCALE // elapsed)
+        if coord.trainer_health_score(trainer, reporting.witnesses) < quorum:
+            client.misses = min(client.misses + 1, 0xFF)
+            client.rate = (client.rate or mean_rate) // 2
+            continue
+        client.misses = 0
+        if elapsed is not None:
+            client.rate = smoothed(client.rate, len(batch) * RATE_SCALE // elapsed)
+
+
+def forgiven(coord: CoordinatorState, client_id: bytes) -> bool:
+    """Whether a trainer that missed the round judged now is forgiven (per-client shares on
+    and fewer than `MISS_LIMIT` misses in a row): its share shrank instead."""
+    if not coord.config.per_client_shares:
+        return False
+    index = coord.client_index(client_id)
+    return index is not None and coord.epoch_state.clients[index].misses < MISS_LIMIT
 
 
 def assign_shares(coord: CoordinatorState, round_: Round) -> None:

@@ -50,14 +50,16 @@ def check_client_id(value: Any, what: str) -> bytes:
 class Client:
     """A member of the epoch. Equality and hash use only `id` (as in the reference).
 
-    `rate` is its witnessed throughput, smoothed over rounds (`shares`; 0: not measured yet).
-    The wire form carries it only when measured, so runs without shares keep the
-    reference's three-element form."""
+    `rate` is its witnessed throughput, smoothed over rounds, and `misses` the rounds in a row
+    whose result no witness quorum saw (`shares`; both 0 without per-client shares). The wire
+    form carries them only when one is set, so runs without shares keep the reference's
+    three-element form."""
 
     id: bytes
     state: ClientState = ClientState.Healthy
     exited_height: int = 0
     rate: int = 0
+    misses: int = 0
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Client) and other.id == self.id
@@ -70,22 +72,26 @@ class Client:
 
     def to_wire(self) -> list[Any]:
         head = [self.id, int(self.state), self.exited_height]
-        return [*head, self.rate] if self.rate else head
+        return [*head, self.rate, self.misses] if self.rate or self.misses else head
 
     @classmethod
     def from_wire(cls, data: Any) -> Client:
-        if not isinstance(data, list | tuple) or len(data) not in (3, 4):
-            raise ValueError(f"client must be [id, state, exited_height(, rate)], got {data!r:.80}")
+        if not isinstance(data, list | tuple) or len(data) not in (3, 5):
+            raise ValueError(
+                f"client must be [id, state, exited_height(, rate, misses)], got {data!r:.80}"
+            )
         client_id, state, exited_height = data[:3]
-        rate = data[3] if len(data) == 4 else 0
+        rate, misses = data[3:] if len(data) == 5 else (0, 0)
         if state not in ClientState._value2member_map_:
             raise ValueError(f"client state {state!r} is unknown")
         if not isinstance(exited_height, int) or exited_height < 0:
             raise ValueError(f"client exited_height {exited_height!r} is not a height")
         if not isinstance(rate, int) or isinstance(rate, bool) or not 0 <= rate < 1 << 64:
             raise ValueError(f"client rate {rate!r} is not a u64")
+        if not isinstance(misses, int) or isinstance(misses, bool) or not 0 <= misses <= 0xFF:
+            raise ValueError(f"client misses {misses!r} is not a u8")
         client = cls(check_client_id(client_id, "client id"), ClientState(state), exited_height)
-        client.rate = rate
+        client.rate, client.misses = rate, misses
         return client
 
 

@@ -176,8 +176,8 @@ def _client_to_toml(client: list[Any]) -> dict[str, Any]:
         "state": ClientState(state).name,
         "exited_height": exited_height,
     }
-    if len(client) == 4:  # a measured rate (per-client shares), as a string: a u64
-        table["rate"] = str(client[3])
+    if len(client) == 5:  # per-client shares: the rate (a u64, as a string) and misses
+        table["rate"], table["misses"] = str(client[3]), client[4]
     return table
 
 
@@ -191,8 +191,8 @@ def _client_from_toml(client: Any) -> list[Any]:
         int(ClientState[state]),
         client.get("exited_height"),
     ]
-    if "rate" in client:
-        wire.append(int(client["rate"]))
+    if "rate" in client or "misses" in client:
+        wire += [int(client.get("rate", "0")), client.get("misses", 0)]
     return wire
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from psyche_common.client_id import short_id
-from psyche_common.coordinator import transitions
+from psyche_common.coordinator import shares, transitions
 from psyche_common.coordinator.assignment import assign_data_for_round
 from psyche_common.coordinator.committee import Committee, CommitteeProof, CommitteeSelection
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
@@ -155,6 +155,8 @@ def healthy(coord: CoordinatorState, client_id: bytes, proof: CommitteeProof) ->
             return True  # committees change per round: who had to deliver cannot be told
         if attested is not None and client.id not in attested:
             return True  # no result of its was due in the round the blooms attest
+        if shares.forgiven(coord, client.id):
+            return True  # a first miss shrinks its share instead (per-client shares)
         return trainer_healthy(coord, client.id)
     return True  # tie-breakers and verifiers are not judged (the reference has todo!() here)
 
