@@ -54,6 +54,7 @@ def run_mixed(
     max_share_multiple: int = 4,
     timeout: float = 400,
     programs: dict[int, list[str]] | None = None,
+    max_round_train_time: int = 60,
 ) -> MixedOutcome:
     """`len(seconds_per_sample)` dummy clients, every one a witness, `steps` steps of `batch`
     samples (`programs`: client index → another program given `psyche-client`'s arguments);
@@ -67,7 +68,7 @@ def run_mixed(
         min_clients=2,
         witness_nodes=0,
         batch=batch,
-        max_round_train_time=60,
+        max_round_train_time=max_round_train_time,
         round_witness_time=0.5,
     )
     if shares:

@@ -1,6 +1,7 @@
 """Per-client batch shares with real processes: dummy clients of different speeds
 (`--dummy-seconds-per-sample`) get shares that follow their speed, with identical weights and
-nobody dropped; a witness that times every result at 1 ms gains no share."""
+nobody dropped; a witness that times every result at 1 ms gains no share; a client too slow
+for its first shares misses rounds, gets a smaller share and is not dropped."""
 
 from __future__ import annotations
 
@@ -46,3 +47,16 @@ def test_a_witness_that_says_every_result_came_at_once_gains_no_share(tmp_path: 
     assert outcome.hashes_agree and outcome.dropped == 0
     liar = _last_steps(outcome.trained[0], 4)
     assert liar and max(liar) <= 12, liar  # the mean share is 8; the cap would be 32
+
+
+@pytest.mark.timeout(300)
+def test_a_client_that_misses_its_first_rounds_gets_a_smaller_share(tmp_path: Path) -> None:
+    # the equal share (8 samples) takes the slow client 4.8 s, past the 4 s RoundTrain
+    outcome = run_mixed(
+        tmp_path, [0.01, 0.01, 0.6], steps=10, batch=24, shares=True, max_round_train_time=4
+    )
+    assert outcome.exit_codes == [0, 0, 0]
+    assert outcome.dropped == 0
+    assert outcome.hashes_agree and outcome.common_steps >= 5
+    slow = outcome.trained[2]
+    assert all(samples < 8 for samples in _last_steps(slow, 3)), slow

@@ -11,8 +11,8 @@ import random
 import pytest
 from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Coordinator, CoordinatorError, RunState
-from psyche_common.coordinator.committee import CommitteeSelection
 from psyche_common.coordinator.assignment import assign_data_for_state, split_batch
+from psyche_common.coordinator.committee import CommitteeSelection
 from psyche_common.coordinator.shares import (
     RATE_SCALE,
     TIME_TOLERANCE_MS,
@@ -76,6 +76,7 @@ def _coordinator(**config: object) -> tuple[Coordinator, int]:
         global_batch_size_start=64,
         global_batch_size_end=64,
         max_round_train_time=60,
+        epoch_time=100_000,
         **config,
     )
     return coord, to_round_train(coord, ids(4))
@@ -239,15 +240,14 @@ def test_a_saved_state_file_resumes_with_the_rates_and_the_option(tmp_path) -> N
     assert {c.id: c.rate for c in resumed.epoch_state.clients} == rates
 
 
-def _accuse(coord: Coordinator, client_id: bytes) -> int:
+def _accuse(coord: Coordinator, client_id: bytes, accuser: int = 0) -> int:
     index = coord.client_index(client_id)
     assert index is not None
     proof = CommitteeSelection.from_coordinator(coord, -1).get_committee(index)
-    accuser = next(i for i in ids(4) if i != client_id)
-    return coord.health_check(accuser, [(client_id, proof)])
+    return coord.health_check(ids(4)[accuser], [(client_id, proof)])
 
 
-def test_one_missed_round_shrinks_the_share_and_two_in_a_row_drop() -> None:
+def test_a_missed_round_shrinks_the_share_and_three_in_a_row_drop() -> None:
     coord, now = _coordinator(per_client_shares=True)
     fast = ids(4)[3]
     before = _run(coord, now, 8)[-1][fast]
@@ -262,8 +262,12 @@ def test_one_missed_round_shrinks_the_share_and_two_in_a_row_drop() -> None:
     assert shrunk < before
     with pytest.raises(CoordinatorError, match="accused healthy client"):
         _accuse(coord, fast)  # forgiven: an accusation is a false report
-    _run(coord, now + 200, 1, unseen={0: fast})  # a second miss in a row
+    _run(coord, now + 200, 1, unseen={0: fast})  # the round assigned before the miss was known
     assert client.misses == 2
+    with pytest.raises(CoordinatorError, match="accused healthy client"):
+        _accuse(coord, fast, accuser=1)  # (each false report counts against its sender)
+    _run(coord, now + 300, 1, unseen={0: fast})  # missed with the smaller share too
+    assert client.misses == 3
     assert _accuse(coord, fast) == 1
 
 

@@ -41,8 +41,11 @@ RATE_SCALE = 1_000_000_000
 """A rate is samples per millisecond times this (micro-samples per second)."""
 TIME_TOLERANCE_MS = 2_000
 """Witnessed times within this of their median agree."""
-MISS_LIMIT = 2
-"""Missed rounds in a row after which a trainer is dropped (one miss is forgiven)."""
+MISS_LIMIT = 3
+"""Missed rounds in a row after which a trainer is dropped. A miss is known two rounds later
+(when the next round's witnesses have reported), so the round after a missed one was already
+assigned with the old share: the third miss in a row is the first round given the smaller
+share that the trainer missed too."""
 
 
 def agreed_time(reports: Sequence[int], quorum: int) -> int | None:
@@ -119,17 +122,20 @@ def update_rates(coord: CoordinatorState) -> None:
     quorum = witness_quorum(config.witness_nodes, len(reporting.witnesses))
     times = _witnessed_times(reporting.witnesses, len(batches), quorum)
     by_id = {client.id: client for client in clients}
-    known = [client.rate for client in clients if client.rate > 0]
-    mean_rate = sum(known) // len(known) if known else 0
+    missed = []
     for trainer, batch, elapsed in zip(trainers, batches, times, strict=False):
         client = by_id[trainer]
         if coord.trainer_health_score(trainer, reporting.witnesses) < quorum:
-            client.misses = min(client.misses + 1, 0xFF)
-            client.rate = (client.rate or mean_rate) // 2
+            missed.append(client)
             continue
         client.misses = 0
         if elapsed is not None:
             client.rate = smoothed(client.rate, len(batch) * RATE_SCALE // elapsed)
+    known = [client.rate for client in clients if client.rate > 0]
+    mean_rate = sum(known) // len(known) if known else 0
+    for client in missed:  # after the others' updates: a first-round miss halves their mean
+        client.misses = min(client.misses + 1, 0xFF)
+        client.rate = (client.rate or mean_rate) // 2
 
 
 def forgiven(coord: CoordinatorState, client_id: bytes) -> bool:
