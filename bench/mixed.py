@@ -79,6 +79,7 @@ def main() -> None:
     print(
         json.dumps(
             {
+                "benchmark": "mixed",
                 "quick": args.quick,
                 "settings": {
                     "speeds": list(SPEEDS),
