@@ -156,7 +156,7 @@ def healthy(coord: CoordinatorState, client_id: bytes, proof: CommitteeProof) ->
         if attested is not None and client.id not in attested:
             return True  # no result of its was due in the round the blooms attest
         if shares.forgiven(coord, client.id):
-            return True  # a first miss shrinks its share instead (per-client shares)
+            return True  # a miss shrinks its share instead, up to the limit (per-client shares)
         return trainer_healthy(coord, client.id)
     return True  # tie-breakers and verifiers are not judged (the reference has todo!() here)
 
