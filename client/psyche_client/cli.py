@@ -124,6 +124,8 @@ def train(**flags: object) -> None:
         if given:
             raise click.UsageError(f"{', '.join(given)} needs --wandb-project")
     dummy = values["dummy_training_delay_secs"] is not None
+    if values["dummy_seconds_per_sample"] and not dummy:
+        raise click.UsageError("--dummy-seconds-per-sample needs --dummy-training-delay-secs")
     if not dummy:  # the dummy backend trains no model: it uses no device
         _check_device(str(values["device"]))
     _check_fsdp_precision(values)

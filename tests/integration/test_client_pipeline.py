@@ -51,6 +51,34 @@ async def test_three_clients_train_with_identical_weights() -> None:
 
 
 @pytest.mark.timeout(120)
+async def test_clients_with_per_client_shares_train_with_identical_weights() -> None:
+    coordinator = make_coordinator(
+        epoch_time=12, total_steps=8, witness_nodes=0, per_client_shares=True
+    )
+    server = FakeServer(coordinator)
+    hub = MemoryHub()
+    runners = [add_client(server, hub) for _ in range(3)]
+    shares_seen: list[list[int]] = []
+
+    def finished() -> bool:
+        shares = server.coordinator.current_round().shares
+        if shares and shares not in shares_seen:
+            shares_seen.append(list(shares))
+        return server.coordinator.run_state == RunState.Finished
+
+    await run_until(server, finished)
+    assert shares_seen, "no round got shares from witnessed times"
+    assert all(sum(shares) == sum(shares_seen[0]) for shares in shares_seen)
+    assert any(c.rate > 0 for c in server.coordinator.epoch_state.clients)
+    assert len(server.hashes) >= 3
+    assert_consistent(server)
+    assert server.accusations == []
+    for runner in runners:
+        assert runner.fatal is None
+        await runner.aclose()
+
+
+@pytest.mark.timeout(120)
 async def test_corrupt_relay_is_skipped_and_dead_client_is_accused() -> None:
     server = FakeServer(make_coordinator(epoch_time=40, total_steps=14, witness_nodes=0))
     hub = MemoryHub()

@@ -62,6 +62,7 @@ def make_coordinator(
     min_clients: int = 3,
     witness_nodes: int = 1,
     round_witness_time: float = 1,
+    per_client_shares: bool = False,
 ) -> Coordinator:
     """A run waiting for `min_clients` members to start its first epoch."""
     document = state_document(
@@ -72,6 +73,7 @@ def make_coordinator(
         total_steps=total_steps,
         init_min_clients=min_clients,
         witness_nodes=witness_nodes,
+        per_client_shares=per_client_shares,
     )
     return Coordinator.from_state_file(parse_state(document))
 

@@ -32,6 +32,7 @@ TRAIN_FLAGS = [
     "--server-reconnect-timeout",
     "--dummy-training-delay-secs",
     "--max-upload-mbps",
+    "--dummy-seconds-per-sample",
     "--dummy-result-size",
     "--dummy-model-size",
     "--eval-tasks",
@@ -318,6 +319,13 @@ def test_train_refuses_dummy_training_on_several_ranks() -> None:
     args += ["--data-parallelism", "2", "--dummy-training-delay-secs", "0.1"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code != 0 and "trains no model on several ranks" in result.output
+
+
+def test_train_refuses_seconds_per_sample_without_the_dummy_backend() -> None:
+    args = ["train", "--server-addr", "127.0.0.1:1", "--run-id", "x"]
+    result = CliRunner().invoke(main, [*args, "--dummy-seconds-per-sample", "0.1"])
+    assert result.exit_code != 0
+    assert "--dummy-seconds-per-sample needs --dummy-training-delay-secs" in result.output
 
 
 def test_train_refuses_a_rank_count_other_than_torchruns(monkeypatch) -> None:

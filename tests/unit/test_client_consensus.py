@@ -19,6 +19,7 @@ from psyche_client.round.witness_builder import (
     merkle_root,
 )
 from psyche_client.training.backend import DummyResult
+from psyche_common.batch_id import BatchId
 from psyche_common.config import HubCheckpoint, P2PCheckpoint
 from psyche_common.coordinator.health import health_score, participant_key
 
@@ -103,6 +104,15 @@ def test_round_witness_state_records_first_payload_per_batch() -> None:
     # once everything is seen, later payloads change nothing (reference: blooms frozen)
     assert state.record_verified(b"dave", "b2", H[3]) is False
     assert not state.participant_bloom.contains(participant_key(b"dave"))
+
+
+def test_round_witness_state_times_each_batchs_first_result() -> None:
+    first, second, third = BatchId(0, 3), BatchId(4, 5), BatchId(6, 9)
+    state = RoundWitnessState.new([first, second, third], 3, lambda n: SetBloom())
+    state.record_verified(b"bob", second, H[1], elapsed_ms=700)
+    state.record_verified(b"alice", first, H[0], elapsed_ms=300)
+    state.record_verified(b"carol", first, H[2], elapsed_ms=900)  # not the first: kept 300
+    assert state.timings([third, second, first]) == [300, 700, 0]  # sample order, 0: unseen
 
 
 def test_round_without_batches_counts_as_all_seen() -> None:

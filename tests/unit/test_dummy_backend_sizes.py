@@ -1,7 +1,10 @@
 """`DummyBackend` sized like a real model (`--dummy-result-size`, `--dummy-model-size`): its
-results and its shared model carry as many bytes as asked, and are still checked."""
+results and its shared model carry as many bytes as asked, and are still checked; its speed
+(`--dummy-seconds-per-sample`): a batch of n samples sleeps n times the per-sample cost."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -60,3 +63,25 @@ def test_the_flags_reach_the_client_options(monkeypatch: pytest.MonkeyPatch) -> 
         (1000, 5000),
         (64, 0),
     ]
+
+
+def test_a_batch_sleeps_its_samples_times_the_per_sample_cost() -> None:
+    backend = DummyBackend(0.01, seconds_per_sample=0.02)
+    started = time.monotonic()
+    assert backend.train(1, BatchId(0, 9), None, lambda: False) is not None
+    assert time.monotonic() - started >= 0.01 + 10 * 0.02
+    started = time.monotonic()
+    assert backend.train(1, BatchId(0, 0), None, lambda: False) is not None
+    assert time.monotonic() - started < 0.01 + 10 * 0.02
+
+
+def test_a_long_sleep_stops_when_its_round_is_cancelled() -> None:
+    backend = DummyBackend(0.0, seconds_per_sample=10.0)
+    started = time.monotonic()
+    assert backend.train(1, BatchId(0, 99), None, lambda: time.monotonic() - started > 0.1) is None
+    assert time.monotonic() - started < 5.0
+
+
+def test_negative_delays_are_refused() -> None:
+    with pytest.raises(ValueError, match="must not be negative"):
+        DummyBackend(0.0, seconds_per_sample=-1.0)

@@ -457,6 +457,16 @@ FLAGS: tuple[Flag, ...] = (
         type=click.FloatRange(min=0),
     ),
     Flag(
+        "--dummy-seconds-per-sample",
+        "Testing, with --dummy-training-delay-secs: seconds each sample of a batch adds to "
+        "its sleep (a batch of n samples sleeps the delay plus n times this), so clients of "
+        "different speeds can be simulated.",
+        "backend.dummy_seconds_per_sample",
+        0.0,
+        click.FloatRange(min=0),
+        show_default=True,
+    ),
+    Flag(
         "--dummy-result-size",
         "Testing, with --dummy-training-delay-secs: bytes of every fake result (e.g. the "
         "size a real model's DisTrO results have, to test a run over slow links). Every "

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -264,7 +265,10 @@ class ResultExchange:
             download.status = DownloadStatus.FAILED
             self.on_change()
             return
-        round_.witness.record_verified(announcement.sender_id, batch, announcement.commitment)
+        elapsed_ms = max(1, int((time.monotonic() - round_.started_at) * 1000))
+        round_.witness.record_verified(
+            announcement.sender_id, batch, announcement.commitment, elapsed_ms
+        )
         download.result = result
         download.status = DownloadStatus.VERIFIED
         self.on_change()

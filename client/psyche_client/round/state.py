@@ -93,6 +93,7 @@ class RoundState:
     stage: RoundStage = RoundStage.TRAINING
     losses: list[float] = field(default_factory=list)
     tokens_trained: int = 0
+    samples_trained: int = 0
     batches_done: int = 0
     sent_witness: bool = False
     """A witness of the round sends its witness once. Not a stage: the witness reports what

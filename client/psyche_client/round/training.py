@@ -75,6 +75,7 @@ class RoundTraining:
                         break
                 round_.losses.append(output.loss)
                 round_.tokens_trained += output.tokens
+                round_.samples_trained += len(batch)
                 round_.batches_done += 1
                 if round_.confirmed:
                     await self.exchange.publish(round_, batch, output)
@@ -89,6 +90,7 @@ class RoundTraining:
                 loss=round_.mean_loss(),
                 weights_hash=backend.weights_hash().hex(),
                 batches=len(round_.losses),
+                samples=round_.samples_trained,
             ),
         )
 

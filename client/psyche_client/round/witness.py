@@ -16,7 +16,7 @@ from collections.abc import Awaitable
 
 from psyche_common.bloom import Bloom
 from psyche_common.client_id import short_id
-from psyche_common.coordinator import Coordinator, witness_quorum
+from psyche_common.coordinator import Coordinator, shares, witness_quorum
 from psyche_common.coordinator.committee import Committee
 from psyche_common.coordinator.types import Witness
 from psyche_common.coordinator.witnesses import attested_trainers
@@ -86,16 +86,20 @@ class Witnessing:
             return  # what we saw may not be what the others saw
         round_.sent_witness = True
         previous = self.ctx.previous
+        timings: list[int] = []
         if previous is not None:
             participant = previous.witness.participant_bloom
             broadcast = previous.witness.broadcast_bloom
             merkle = previous.witness.merkle()
+            coordinator = self.ctx.coordinator
+            if coordinator is not None and coordinator.config.per_client_shares:
+                timings = previous.witness.timings(previous.roles.batch_ids)
         else:
             participant, broadcast, merkle = Bloom(), Bloom(), EMPTY_MERKLE_ROOT
         weights = self.ctx.require_backend().weights_hash()
         metadata = self.ctx.stats.witness_metadata(round_.step, weights)
         await self.uplink.send_witness(
-            Witness(proof, participant, broadcast, merkle), WitnessMetadata(**metadata)
+            Witness(proof, participant, broadcast, merkle, timings), WitnessMetadata(**metadata)
         )
         if fallback:  # the round ran to its end: say what the witness was still waiting for
             waiting_for = sorted(
@@ -152,7 +156,8 @@ class Witnessing:
 
         def judged(i: int) -> bool:
             trainer = selection.get_committee(i).committee == Committee.Trainer
-            return trainer and (attested is None or ids[i] in attested)
+            due = attested is None or ids[i] in attested
+            return trainer and due and not shares.forgiven(coordinator, ids[i])
 
         accused = self.accuse(
             ids,

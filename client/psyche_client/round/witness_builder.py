@@ -4,7 +4,8 @@ While a round's results arrive, a client records every *verified* payload: the u
 ``SHA-256(signer)`` goes into the participant bloom, and the first verified commitment of each
 batch (``ResultAnnouncement.commitment``, which names the exact blob) into the broadcast bloom.
 It also keeps every announced commitment (in arrival order) for the Merkle root sent with
-``Finished`` and with a witness.
+``Finished`` and with a witness, and when each batch's first verified result arrived (the
+timings a witness reports for per-client shares, `Witness.result_ms`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
 from psyche_common.coordinator.health import participant_key
+from psyche_common.coordinator.types import U32_MAX
 
 EMPTY_MERKLE_ROOT = bytes(32)
 
@@ -44,6 +46,8 @@ class RoundWitnessState:
     broadcast_bloom: Bloom
     remaining_batches: set[BatchId] | None
     broadcasts: list[bytes] = field(default_factory=list)
+    arrived_ms: dict[BatchId, int] = field(default_factory=dict)
+    """Per batch: milliseconds from the round's start here to its first verified result."""
 
     @classmethod
     def new(
@@ -63,11 +67,16 @@ class RoundWitnessState:
         """A signed broadcast (result or Finished) was accepted: it goes into the Merkle list."""
         self.broadcasts.append(commitment)
 
-    def record_verified(self, signer: bytes, batch: BatchId, commitment: bytes) -> bool:
-        """A downloaded payload matched its commitment. Returns True when it was the first
-        verified payload of its batch (its commitment went into the broadcast bloom)."""
+    def record_verified(
+        self, signer: bytes, batch: BatchId, commitment: bytes, elapsed_ms: int = 0
+    ) -> bool:
+        """A downloaded payload matched its commitment, `elapsed_ms` after the round started
+        here. Returns True when it was the first verified payload of its batch (its
+        commitment went into the broadcast bloom)."""
         if self.remaining_batches is None:
             return False
+        if elapsed_ms > 0:
+            self.arrived_ms.setdefault(batch, min(elapsed_ms, U32_MAX))
         self.participant_bloom.add(participant_key(signer))
         first = batch in self.remaining_batches
         if first:
@@ -83,3 +92,8 @@ class RoundWitnessState:
 
     def merkle(self) -> bytes:
         return merkle_root(self.broadcasts)
+
+    def timings(self, batch_ids: Iterable[BatchId]) -> list[int]:
+        """`Witness.result_ms`: per batch of the round in sample order, when its first
+        verified result arrived (0: never)."""
+        return [self.arrived_ms.get(batch, 0) for batch in sorted(batch_ids)]

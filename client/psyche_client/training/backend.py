@@ -186,7 +186,8 @@ PADDING_PARAMETER = 1 << 20
 
 
 class DummyBackend:
-    """A stand-in model: sleeps ``delay_secs`` per batch; weights are a 32-byte hash chain.
+    """A stand-in model: sleeps ``delay_secs`` per batch plus ``seconds_per_sample`` per
+    sample of it; weights are a 32-byte hash chain.
 
     Results are ``result_size`` bytes (64 by default; network tests give the size of a real
     model's results). With ``model_size`` the shared model also carries that many bytes
@@ -194,18 +195,26 @@ class DummyBackend:
     real model would; a peer's padding must match its weights."""
 
     PAYLOAD_SIZE = 64
+    CANCEL_POLL_SECS = 0.05
+    """A long sleep looks at its round's cancellation this often."""
 
     def __init__(
         self,
         delay_secs: float,
         weights: bytes | None = None,
         *,
+        seconds_per_sample: float = 0.0,
         result_size: int = PAYLOAD_SIZE,
         model_size: int = 0,
     ) -> None:
         if result_size < 1 or model_size < 0:
             raise ValueError(f"dummy sizes must be positive: {result_size=}, {model_size=}")
+        if delay_secs < 0 or seconds_per_sample < 0:
+            raise ValueError(
+                f"dummy delays must not be negative: {delay_secs=}, {seconds_per_sample=}"
+            )
         self.delay_secs = delay_secs
+        self.seconds_per_sample = seconds_per_sample
         self.weights = weights or hashlib.sha256(b"psyche-py dummy model").digest()
         self.applied_steps = 0
         self.payload_size = result_size
@@ -216,7 +225,11 @@ class DummyBackend:
     def train(
         self, step: int, batch: BatchId, samples: Samples | None, cancelled: Callable[[], bool]
     ) -> TrainedResult | None:
-        time.sleep(self.delay_secs)
+        deadline = time.monotonic() + self.delay_secs + self.seconds_per_sample * len(batch)
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, self.CANCEL_POLL_SECS))
+            if cancelled():
+                return None
         if cancelled():
             return None
         seed = hashlib.sha256(self.weights + struct.pack(">IQQ", step, batch.start, batch.end))

@@ -55,6 +55,8 @@ class BackendOptions:
     """N > 0: measure the DisTrO optimizer every N steps (`training.optim_stats`)."""
     dummy_delay_secs: float | None = None
     """Not None: the dummy backend (no model), every batch sleeping this long."""
+    dummy_seconds_per_sample: float = 0.0
+    """Seconds each sample adds to a dummy batch's sleep (`--dummy-seconds-per-sample`)."""
     dummy_result_size: int = DummyBackend.PAYLOAD_SIZE
     dummy_model_size: int = 0
     hub_max_concurrent_downloads: int = 3
@@ -89,6 +91,7 @@ def load_dummy(
     assert options.dummy_delay_secs is not None
     return DummyBackend(
         options.dummy_delay_secs,
+        seconds_per_sample=options.dummy_seconds_per_sample,
         result_size=options.dummy_result_size,
         model_size=options.dummy_model_size,
     )

@@ -1,12 +1,15 @@
 """`CoordinatorConfig`: the `[config]` table of state.toml (timings, client counts, batch sizes).
 
-All 14 fields are required, as in the reference; each says what it means below it. Integer widths follow the reference (u8/u16/u32/
+The reference's 14 fields are required, as in the reference (`per_client_shares` and
+`max_share_multiple` are ours and optional); each says what it means below it. Integer widths follow the reference (u8/u16/u32/
 u64); the cross-field rules live in `psyche_common.config.validation`.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from pydantic import Field
 
 from psyche_common.config._types import U8, U16, U32, U64, MsSeconds, StrictModel
 
@@ -55,5 +58,27 @@ class CoordinatorConfig(StrictModel):
     """Least time spent in WaitingForMembers, in seconds, before an epoch may start. More
     than 0 [WaitingForMembersExtraTime]."""
 
+    per_client_shares: bool = False
+    """Ours, optional: give each trainer a share of the round's batch proportional to its
+    witnessed throughput (`psyche_common.coordinator.shares`); false: equal shares, as the
+    reference."""
+    max_share_multiple: U8 = Field(default=4, ge=1)
+    """Ours, optional, with `per_client_shares`: no trainer's share exceeds this multiple of
+    the mean share (the round's batch over its trainers)."""
+
     def to_toml(self) -> dict[str, Any]:
-        return self.model_dump()
+        """The TOML table; the optional fields of ours only when set, so a state without them
+        saves and broadcasts as before."""
+        return self.model_dump(exclude_defaults=False, exclude=_unset_optional(self))
+
+
+OPTIONAL_FIELDS = ("per_client_shares", "max_share_multiple")
+"""Fields of ours with a default: written only when they differ from it."""
+
+
+def _unset_optional(config: CoordinatorConfig) -> set[str]:
+    return {
+        name
+        for name in OPTIONAL_FIELDS
+        if getattr(config, name) == CoordinatorConfig.model_fields[name].default
+    }

@@ -19,7 +19,7 @@ from pydantic_core import PydanticCustomError
 
 from psyche_common.bloom import WITNESS_BLOOM_BITS, WITNESS_BLOOM_KEYS
 from psyche_common.client_id import CLIENT_ID_LEN
-from psyche_common.config._types import U64, U64_MAX, Bool, StrictModel
+from psyche_common.config._types import U32, U64, U64_MAX, Bool, StrictModel
 from psyche_common.config.coordinator_rules import MAX_CLIENTS_PER_EPOCH, MAX_WITNESSES_PER_ROUND
 
 NUM_STORED_ROUNDS = 4
@@ -107,6 +107,8 @@ class WitnessTable(StrictModel):
     participant_bloom: BloomTable
     broadcast_bloom: BloomTable
     broadcast_merkle: MerkleHex
+    result_ms: Annotated[list[U32], Field(max_length=MAX_CLIENTS_PER_EPOCH)] | None = None
+    """Per-client shares only: milliseconds to each batch's first verified result."""
 
 
 class RoundTable(StrictModel):
@@ -122,6 +124,8 @@ class RoundTable(StrictModel):
     height: U64
     clients_len: U64
     tie_breaker_tasks: U64
+    shares: Annotated[list[U64], Field(max_length=MAX_CLIENTS_PER_EPOCH)] | None = None
+    """Per-client shares only: each trainer's samples of the round."""
 
 
 class ClientTable(StrictModel):
@@ -130,6 +134,10 @@ class ClientTable(StrictModel):
     id: ClientIdHex
     state: Literal["Healthy", "Dropped", "Withdrawn", "Ejected"]
     exited_height: U64
+    rate: U64Text | None = None
+    """Per-client shares only: the smoothed throughput the shares are cut by."""
+    misses: U64 | None = None
+    """Per-client shares only: rounds in a row whose result no witness quorum saw."""
 
 
 Clients = Annotated[list[ClientTable], Field(max_length=MAX_CLIENTS_PER_EPOCH)]
@@ -152,4 +160,4 @@ class EpochStateTable(StrictModel):
 
     def to_toml(self) -> dict[str, Any]:
         """The TOML table (bytes as hex, u64 seeds and keys as decimal strings)."""
-        return self.model_dump()
+        return self.model_dump(exclude_none=True)

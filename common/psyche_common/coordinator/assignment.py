@@ -4,7 +4,8 @@ A round's global batch is cut into `BatchId`s (inclusive ranges of global sample
 `psyche_common.batch_id`); it starts at `round.data_index` and its size follows the batch-size
 ramp, rounded half away from zero like Rust's `f64::round` (not Python's `round`). The trainers
 of the round (committee selection, in index order) are shuffled with the LCG seeded by the
-round's raw seed, then take `base + 1` samples (the first `remainder` of them) or `base`.
+round's raw seed, then take `base + 1` samples (the first `remainder` of them) or `base` —
+or, when the round carries per-client shares (`Round.shares`, set by `shares`), those sizes.
 """
 
 from __future__ import annotations
@@ -75,6 +76,25 @@ def round_batch_size(coordinator: CoordinatorState, round_: RoundLike | None) ->
     return get_batch_size(coordinator.config, index * coordinator.model.max_seq_len)
 
 
+def batches_of_sizes(data_index: int, sizes: Sequence[int]) -> list[BatchId]:
+    """Consecutive batch ids from `data_index`, one of each size (all at least 1)."""
+    batches = []
+    cursor = data_index
+    for size in sizes:
+        batches.append(BatchId(cursor, cursor + size - 1))
+        cursor += size
+    return batches
+
+
+def round_batches(round_: RoundLike, batch_size: int, num_trainers: int) -> list[BatchId]:
+    """The round's batches in trainer order: its shares when it has shares for exactly these
+    trainers and this batch, else the equal split."""
+    shares = getattr(round_, "shares", ())
+    if shares and len(shares) == num_trainers and sum(shares) == batch_size:
+        return batches_of_sizes(round_.data_index, shares)
+    return split_batch(round_.data_index, batch_size, num_trainers)
+
+
 def split_batch(data_index: int, batch_size: int, num_trainers: int) -> list[BatchId]:
     """Consecutive batch ids covering `[data_index, data_index + batch_size)`: the first
     `batch_size % num_trainers` have one sample more; empty shares are left out."""
@@ -127,6 +147,19 @@ def committee_members(
     ]
 
 
+def round_trainers(
+    round_: RoundLike, clients: Sequence[ClientLike], config: AssignmentConfig
+) -> list[bytes]:
+    """The trainers of `round_` among `clients`, in the round's trainer order."""
+    return trainer_ids(
+        clients,
+        round_.random_seed,
+        config.witness_nodes,
+        config.verification_percent,
+        round_.tie_breaker_tasks,
+    )
+
+
 def assign_data_for_round(
     round_: RoundLike,
     clients: Sequence[ClientLike],
@@ -134,17 +167,11 @@ def assign_data_for_round(
     max_seq_len: int,
 ) -> dict[BatchId, bytes]:
     """Batch id → trainer client id for one round; the batches are in sample order."""
-    trainers = trainer_ids(
-        clients,
-        round_.random_seed,
-        config.witness_nodes,
-        config.verification_percent,
-        round_.tie_breaker_tasks,
-    )
+    trainers = round_trainers(round_, clients, config)
     if not trainers:
         return {}
     batch_size = get_batch_size(config, round_.data_index * max_seq_len)
-    batches = split_batch(round_.data_index, batch_size, len(trainers))
+    batches = round_batches(round_, batch_size, len(trainers))
     return dict(zip(batches, trainers, strict=False))
 
 
@@ -167,7 +194,7 @@ def get_batch_ids_for_round(
     round_: RoundLike, coordinator: CoordinatorState, num_trainers: int
 ) -> list[BatchId]:
     """All batch ids of a round (no owners), as trainers would split it."""
-    return split_batch(round_.data_index, round_batch_size(coordinator, round_), num_trainers)
+    return round_batches(round_, round_batch_size(coordinator, round_), num_trainers)
 
 
 def get_data_index_for_step(coordinator: CoordinatorState, target_step: int) -> int:

@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Collection, Sequence
 
 from psyche_common.client_id import CLIENT_ID_LEN
-from psyche_common.coordinator import accusations, checkpoints
+from psyche_common.coordinator import accusations, checkpoints, shares
 from psyche_common.coordinator.assignment import round_batch_size
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.quorum import witness_quorum
@@ -91,8 +91,12 @@ def tick_waiting_for_members(
     )
     if not previous_members_present:
         coord.model.checkpoint = checkpoints.without_peers(coord.model.checkpoint)
+    # a returning member keeps its measured rate (per-client shares; 0 for everyone else)
+    rates = {client.id: client.rate for client in coord.epoch_state.clients}
     fresh = EpochState(
-        clients=[Client(client_id) for client_id in unique[:MAX_CLIENTS]],
+        clients=[
+            Client(client_id, rate=rates.get(client_id, 0)) for client_id in unique[:MAX_CLIENTS]
+        ],
         start_step=coord.progress.step,
         start_timestamp=int(now),
         first_round=True,
@@ -123,6 +127,8 @@ def start_round_train(
         head, height, data_index = 0, 0, coord.progress.epoch_start_data_index
         round_seed, next_seed = seed & U64_MASK, derive_seed(seed)
     else:
+        if coord.config.per_client_shares:
+            shares.update_rates(coord)  # the ending round's witnesses timed the one before
         previous = es.rounds[es.rounds_head]
         head = (es.rounds_head + 1) % NUM_STORED_ROUNDS
         height = previous.height + 1
@@ -139,6 +145,9 @@ def start_round_train(
     round_.random_seed = round_seed
     round_.next_random_seed = next_seed
     round_.witnesses = []
+    round_.shares = []
+    if coord.config.per_client_shares:
+        shares.assign_shares(coord, round_)
     accusations.prune(coord)
     coord.change_state(now, RunState.RoundTrain)
 

@@ -22,6 +22,7 @@ MAX_CLIENTS = 256
 MAX_WITNESSES = 32
 NUM_STORED_ROUNDS = 4
 MERKLE_ROOT_LEN = 32
+U32_MAX = 0xFFFF_FFFF
 
 HALTED_STATES = frozenset({RunState.Uninitialized, RunState.Finished, RunState.Paused})
 ACTIVE_STATES = frozenset({RunState.RoundTrain, RunState.RoundWitness, RunState.Cooldown})
@@ -47,11 +48,18 @@ def check_client_id(value: Any, what: str) -> bytes:
 
 @dataclass(eq=False)
 class Client:
-    """A member of the epoch. Equality and hash use only `id` (as in the reference)."""
+    """A member of the epoch. Equality and hash use only `id` (as in the reference).
+
+    `rate` is its witnessed throughput, smoothed over rounds, and `misses` the rounds in a row
+    whose result no witness quorum saw (`shares`; both 0 without per-client shares). The wire
+    form carries them only when one is set, so runs without shares keep the reference's
+    three-element form."""
 
     id: bytes
     state: ClientState = ClientState.Healthy
     exited_height: int = 0
+    rate: int = 0
+    misses: int = 0
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Client) and other.id == self.id
@@ -63,36 +71,55 @@ class Client:
         return short_id(self.id)
 
     def to_wire(self) -> list[Any]:
-        return [self.id, int(self.state), self.exited_height]
+        head = [self.id, int(self.state), self.exited_height]
+        return [*head, self.rate, self.misses] if self.rate or self.misses else head
 
     @classmethod
     def from_wire(cls, data: Any) -> Client:
-        if not isinstance(data, list | tuple) or len(data) != 3:
-            raise ValueError(f"client must be [id, state, exited_height], got {data!r:.80}")
-        client_id, state, exited_height = data
+        if not isinstance(data, list | tuple) or len(data) not in (3, 5):
+            raise ValueError(
+                f"client must be [id, state, exited_height(, rate, misses)], got {data!r:.80}"
+            )
+        client_id, state, exited_height = data[:3]
+        rate, misses = data[3:] if len(data) == 5 else (0, 0)
         if state not in ClientState._value2member_map_:
             raise ValueError(f"client state {state!r} is unknown")
         if not isinstance(exited_height, int) or exited_height < 0:
             raise ValueError(f"client exited_height {exited_height!r} is not a height")
-        return cls(check_client_id(client_id, "client id"), ClientState(state), exited_height)
+        if not isinstance(rate, int) or isinstance(rate, bool) or not 0 <= rate < 1 << 64:
+            raise ValueError(f"client rate {rate!r} is not a u64")
+        if not isinstance(misses, int) or isinstance(misses, bool) or not 0 <= misses <= 0xFF:
+            raise ValueError(f"client misses {misses!r} is not a u8")
+        client = cls(check_client_id(client_id, "client id"), ClientState(state), exited_height)
+        client.rate, client.misses = rate, misses
+        return client
 
 
 @dataclass
 class Witness:
-    """One witness's report: its proof, two blooms and the Merkle root of the broadcasts."""
+    """One witness's report: its proof, two blooms and the Merkle root of the broadcasts.
+
+    With per-client shares on, `result_ms` times the attested round's results: one entry per
+    batch of that round in sample order, the milliseconds from when the witness learned the
+    round's batches to the first verified result of the batch (0: none arrived). Left out of
+    the wire form when empty."""
 
     proof: WitnessProof
     participant_bloom: Bloom = field(default_factory=Bloom)
     broadcast_bloom: Bloom = field(default_factory=Bloom)
     broadcast_merkle: bytes = bytes(MERKLE_ROOT_LEN)
+    result_ms: list[int] = field(default_factory=list)
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire: dict[str, Any] = {
             "proof": self.proof.to_wire(),
             "participant_bloom": self.participant_bloom.to_wire(),
             "broadcast_bloom": self.broadcast_bloom.to_wire(),
             "broadcast_merkle": self.broadcast_merkle,
         }
+        if self.result_ms:
+            wire["result_ms"] = list(self.result_ms)
+        return wire
 
     @classmethod
     def from_wire(cls, data: Any) -> Witness:
@@ -111,7 +138,13 @@ class Witness:
         for name, bloom in blooms.items():
             if len(bloom.keys) != WITNESS_BLOOM_KEYS:
                 raise ValueError(f"witness.{name} must have {WITNESS_BLOOM_KEYS} keys")
-        return cls(proof=proof, broadcast_merkle=bytes(merkle), **blooms)
+        result_ms = data.get("result_ms", [])
+        if not isinstance(result_ms, list | tuple) or len(result_ms) > MAX_CLIENTS:
+            raise ValueError(f"witness.result_ms must be a list of at most {MAX_CLIENTS} times")
+        for value in result_ms:
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= U32_MAX:
+                raise ValueError(f"witness.result_ms holds {value!r:.40}, not a u32")
+        return cls(proof=proof, broadcast_merkle=bytes(merkle), result_ms=list(result_ms), **blooms)
 
 
 @dataclass
@@ -126,9 +159,13 @@ class Round:
     tie_breaker_tasks: int = 0
     next_random_seed: int = 0
     """The seed of the round after this one, drawn when this one starts."""
+    shares: list[int] = field(default_factory=list)
+    """Per-client shares: the samples of each trainer of the round, in the round's trainer
+    order (`assignment.trainer_ids`); empty: the batch is split equally. Left out of the wire
+    form when empty."""
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire: dict[str, Any] = {
             "witnesses": [w.to_wire() for w in self.witnesses],
             "data_index": self.data_index,
             "random_seed": self.random_seed,
@@ -137,6 +174,9 @@ class Round:
             "clients_len": self.clients_len,
             "tie_breaker_tasks": self.tie_breaker_tasks,
         }
+        if self.shares:
+            wire["shares"] = list(self.shares)
+        return wire
 
     @classmethod
     def from_wire(cls, data: Any) -> Round:
@@ -144,8 +184,15 @@ class Round:
         witnesses = [Witness.from_wire(w) for w in wire_list(data, "witnesses", "round")]
         if len(witnesses) > MAX_WITNESSES:
             raise ValueError(f"round has {len(witnesses)} witnesses (max {MAX_WITNESSES})")
+        shares = data.get("shares", [])
+        if not isinstance(shares, list | tuple) or len(shares) > MAX_CLIENTS:
+            raise ValueError(f"round.shares must be a list of at most {MAX_CLIENTS} sizes")
+        for size in shares:
+            if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 0xFFFF:
+                raise ValueError(f"round.shares holds {size!r:.40}, not a size from 1 to 65535")
         return cls(
             witnesses=witnesses,
+            shares=list(shares),
             **{
                 key: wire_uint(data, key, "round")
                 for key in (

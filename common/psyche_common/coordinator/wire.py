@@ -181,8 +181,15 @@ def _bloom_from_toml(bloom: Any) -> dict[str, Any]:
 
 
 def _client_to_toml(client: list[Any]) -> dict[str, Any]:
-    client_id, state, exited_height = client
-    return {"id": client_id.hex(), "state": ClientState(state).name, "exited_height": exited_height}
+    client_id, state, exited_height = client[:3]
+    table = {
+        "id": client_id.hex(),
+        "state": ClientState(state).name,
+        "exited_height": exited_height,
+    }
+    if len(client) == 5:  # per-client shares: the rate (a u64, as a string) and misses
+        table["rate"], table["misses"] = str(client[3]), client[4]
+    return table
 
 
 def _client_from_toml(client: Any) -> list[Any]:
@@ -190,11 +197,14 @@ def _client_from_toml(client: Any) -> list[Any]:
     state = client.get("state")
     if state not in ClientState.__members__:
         raise ValueError(f"client state {state!r} is unknown")
-    return [
+    wire = [
         bytes.fromhex(client.get("id", "")),
         int(ClientState[state]),
         client.get("exited_height"),
     ]
+    if "rate" in client or "misses" in client:
+        wire += [int(client.get("rate", "0")), client.get("misses", 0)]
+    return wire
 
 
 def epoch_state_to_toml(epoch_state: EpochState) -> dict[str, Any]:

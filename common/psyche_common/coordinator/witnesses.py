@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from psyche_common.client_id import short_id
-from psyche_common.coordinator import transitions
+from psyche_common.coordinator import shares, transitions
 from psyche_common.coordinator.assignment import assign_data_for_round
 from psyche_common.coordinator.committee import Committee, CommitteeProof, CommitteeSelection
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
@@ -82,6 +82,8 @@ def witness(coord: CoordinatorState, from_id: bytes, witness: Witness, now: floa
             f"{short_id(from_id)} is not the witness at index {witness.proof.index}",
         )
     _check_not_duplicate(coord, from_id)
+    if not coord.config.per_client_shares:
+        witness.result_ms = []  # timings serve only per-client shares
     try:
         check_witness_blooms(witness, max_bloom_entries(coord), from_id)
     except CoordinatorError:
@@ -153,6 +155,8 @@ def healthy(coord: CoordinatorState, client_id: bytes, proof: CommitteeProof) ->
             return True  # committees change per round: who had to deliver cannot be told
         if attested is not None and client.id not in attested:
             return True  # no result of its was due in the round the blooms attest
+        if shares.forgiven(coord, client.id):
+            return True  # a miss shrinks its share instead, up to the limit (per-client shares)
         return trainer_healthy(coord, client.id)
     return True  # tie-breakers and verifiers are not judged (the reference has todo!() here)
 
