@@ -9,6 +9,7 @@ defines and this module re-exports). Each type converts itself to and from a msg
 from __future__ import annotations
 
 import enum
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,9 +127,18 @@ class Round:
     tie_breaker_tasks: int = 0
     next_random_seed: int = 0
     """The seed of the round after this one, drawn when this one starts."""
+    sample_seed: bytes = b""
+    """The seed of the verifiers' samples (`verification.verifier_sample`): fresh server
+    randomness drawn when the round starts, kept out of the wire form until the round enters
+    RoundWitness (`sample_revealed`), so no trainer knows before it publishes whether its
+    batch will be checked. Empty in a client's copy until revealed."""
+    sample_commit: bytes = b""
+    """SHA-256 of `sample_seed` (`verification.sample_commitment`), broadcast from the round's
+    start: the revealed seed must match it, so the server cannot pick it after the fact."""
+    sample_revealed: bool = False
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire: dict[str, Any] = {
             "witnesses": [w.to_wire() for w in self.witnesses],
             "data_index": self.data_index,
             "random_seed": self.random_seed,
@@ -137,6 +147,11 @@ class Round:
             "clients_len": self.clients_len,
             "tie_breaker_tasks": self.tie_breaker_tasks,
         }
+        if self.sample_commit:
+            wire["sample_commit"] = self.sample_commit
+        if self.sample_revealed and self.sample_seed:
+            wire["sample_seed"] = self.sample_seed
+        return wire
 
     @classmethod
     def from_wire(cls, data: Any) -> Round:
@@ -144,8 +159,15 @@ class Round:
         witnesses = [Witness.from_wire(w) for w in wire_list(data, "witnesses", "round")]
         if len(witnesses) > MAX_WITNESSES:
             raise ValueError(f"round has {len(witnesses)} witnesses (max {MAX_WITNESSES})")
+        sample_commit = _optional_digest(data, "sample_commit")
+        sample_seed = _optional_digest(data, "sample_seed")
+        if sample_seed and sample_commitment(sample_seed) != sample_commit:
+            raise ValueError("round.sample_seed does not match round.sample_commit")
         return cls(
             witnesses=witnesses,
+            sample_seed=sample_seed,
+            sample_commit=sample_commit,
+            sample_revealed=bool(sample_seed),
             **{
                 key: wire_uint(data, key, "round")
                 for key in (
@@ -158,6 +180,22 @@ class Round:
                 )
             },
         )
+
+
+SAMPLE_COMMIT_DOMAIN = b"psyche-py/verifier-sample-commit/v1\x00"
+"""Domain of `Round.sample_commit` (SHA-256 over it and the round's `sample_seed`)."""
+
+
+def sample_commitment(sample_seed: bytes) -> bytes:
+    """What a round broadcasts of its hidden `sample_seed` before revealing it."""
+    return hashlib.sha256(SAMPLE_COMMIT_DOMAIN + sample_seed).digest()
+
+
+def _optional_digest(data: dict[str, Any], key: str) -> bytes:
+    value = data.get(key, b"")
+    if not isinstance(value, bytes) or len(value) not in (0, 32):
+        raise ValueError(f"round.{key} must be 32 bytes")
+    return value
 
 
 @dataclass

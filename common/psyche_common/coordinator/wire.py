@@ -192,6 +192,10 @@ def epoch_state_to_toml(epoch_state: EpochState) -> dict[str, Any]:
     for round_ in document["rounds"]:
         round_["random_seed"] = str(round_["random_seed"])
         round_["next_random_seed"] = str(round_["next_random_seed"])
+        # a round's verifier sample is live state: a restarted server drops the rounds in
+        # flight (`resume`), so the file never holds a sample seed, revealed or not
+        round_.pop("sample_commit", None)
+        round_.pop("sample_seed", None)
         for witness in round_["witnesses"]:
             witness["participant_bloom"] = _bloom_to_toml(witness["participant_bloom"])
             witness["broadcast_bloom"] = _bloom_to_toml(witness["broadcast_bloom"])
