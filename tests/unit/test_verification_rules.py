@@ -36,6 +36,8 @@ from tests.support.coordinators import (
     make_coordinator,
     shared_batch,
     reveal_sample,
+    round_witness_for,
+    round_witnesses,
     to_round_train,
     witness_round,
 )
@@ -272,9 +274,12 @@ def test_a_tie_between_an_accusation_and_a_pass_stands_for_nobody() -> None:
 
 
 def test_an_accuser_the_others_refute_loses_standing_and_is_removed() -> None:
+    """Outvoted about a second trainer's results: removed (outvoted about one trainer only,
+    it could be an honest checker of a cheat that colluders shield)."""
     coord = coordinator_in_round(percent=50, members=16)
     batch, (liar, *others) = shared_batch(coord, REFUTERS + 1)
     trainer = assign_data_for_state(coord)[batch]
+    coord.verification.outvoted_about = {liar: {b"t" * 32}}  # an earlier step's verdict
     report(coord, liar, batch, passed=False)
     for other in others[:REFUTERS]:
         report(coord, other, batch, passed=True)
@@ -290,8 +295,9 @@ def test_an_accuser_the_others_refute_loses_standing_and_is_removed() -> None:
 def test_a_refuted_accuser_loses_its_earlier_strikes_and_its_voice() -> None:
     coord = coordinator_in_round(percent=50, members=16)
     batch, (liar, *others) = shared_batch(coord, REFUTERS + 1)
-    # an earlier accusation that stood
+    # an earlier accusation that stood, and an earlier one that was outvoted
     coord.verification.strikes = {b"t" * 32: {liar: {0}, others[0]: {0}}}
+    coord.verification.outvoted_about = {liar: {b"u" * 32}}
     report(coord, liar, batch, passed=False)
     for other in others[:REFUTERS]:
         report(coord, other, batch, passed=True)
@@ -299,6 +305,57 @@ def test_a_refuted_accuser_loses_its_earlier_strikes_and_its_voice() -> None:
     assert coord.verification.strikes == {b"t" * 32: {others[0]: {0}}}
     with pytest.raises(CoordinatorError, match="no standing"):
         coord.accuse(liar, Accusation(coord.progress.step, liar, b"t" * 32, batch, 0))
+
+
+@pytest.mark.parametrize("second_trainer", [False, True])
+def test_passers_outvoted_by_accusers_lose_standing(second_trainer: bool) -> None:
+    """Passers that accusers outnumber (shielding a cheat's result) are outvoted in turn."""
+    coord = coordinator_in_round(percent=50, members=16)
+    batch, (passer, *accusers) = shared_batch(coord, REFUTERS + 1)
+    trainer = assign_data_for_state(coord)[batch]
+    if second_trainer:
+        coord.verification.outvoted_about = {passer: {b"t" * 32}}
+    report(coord, passer, batch, passed=True)
+    for accuser in accusers[:REFUTERS]:
+        report(coord, accuser, batch, passed=False)
+    close_step(coord, 2000)
+    assert coord.verification.refuted_by == {passer: set(accusers[:REFUTERS])}
+    assert set(coord.verification.strikes[trainer]) == set(accusers[:REFUTERS])
+    if not second_trainer:
+        assert coord.verification.convictions == []
+        return
+    (conviction,) = coord.verification.convictions
+    assert conviction.kind == ConvictionKind.FALSE_PASSER and conviction.trainer == passer
+    assert state_of(coord, passer) == ClientState.Dropped
+
+
+def test_reports_wait_for_the_sample_to_be_revealed() -> None:
+    """The sample seed is hidden (only its commitment broadcast) until the round enters
+    RoundWitness; reports before that are refused."""
+    coord = coordinator_in_round(percent=50, members=8)
+    round_ = coord.current_round()
+    assert not round_.sample_revealed and round_.sample_seed
+    wire = coord.to_wire()["epoch_state"]["rounds"][coord.epoch_state.rounds_head]
+    assert "sample_seed" not in wire and wire["sample_commit"] == round_.sample_commit
+    assert Coordinator.from_wire(coord.to_wire()).current_round().sample_seed == b""
+    verifier = verifiers(coord)[0]
+    assignments = assign_data_for_state(coord)
+    batch = verifier_sample(round_.sample_seed, verifier, list(assignments))[0]
+    early = Accusation(coord.progress.step, verifier, assignments[batch], batch, 0)
+    with pytest.raises(CoordinatorError, match="not revealed yet"):
+        coord.accuse(verifier, early)
+    for witness_id in round_witnesses(coord):
+        coord.witness(witness_id, round_witness_for(coord, witness_id, everyone(coord)), 1001)
+    if coord.run_state == RunState.RoundTrain:
+        coord.tick(everyone(coord), 1001 + coord.config.max_round_train_time, 0)
+    assert coord.run_state == RunState.RoundWitness
+    seen = Coordinator.from_wire(coord.to_wire()).current_round()
+    assert seen.sample_revealed and seen.sample_seed == round_.sample_seed
+    coord.accuse(verifier, early)
+    tampered = coord.to_wire()
+    tampered["epoch_state"]["rounds"][coord.epoch_state.rounds_head]["sample_seed"] = b"x" * 32
+    with pytest.raises(ValueError, match="sample_commit"):
+        Coordinator.from_wire(tampered)
 
 
 def test_a_pass_of_another_commitment_refutes_nothing() -> None:

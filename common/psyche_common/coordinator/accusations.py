@@ -15,7 +15,9 @@ Rules (docs/verification.md):
   accusations *stand* when the accusers outnumber the passers, and every verifier on the
   losing side that reported the very result (same commitment) the winners did is outvoted by
   each of them (`refuted_by`): an accuser by the passers, a passer by the accusers;
-- a verifier outvoted by `REFUTERS` different verifiers in the epoch loses its standing: a
+- a verifier outvoted by `REFUTERS` different verifiers, on the results of `REFUTED_TRAINERS`
+  different trainers, in the epoch loses its standing (a liar contradicts the others about
+  everyone; colluders that outvote an honest checker do so about the one cheat they shield): a
   `FALSE_ACCUSER` or `FALSE_PASSER` conviction, it becomes Dropped and its accusations count
   no more;
 - each standing accusation is a strike against its trainer (verifier, step); a trainer is
@@ -51,6 +53,7 @@ from psyche_common.coordinator.verdicts import (
 from psyche_common.coordinator.verification import (
     MIN_ACCUSERS,
     MIN_STRIKE_STEPS,
+    REFUTED_TRAINERS,
     REFUTERS,
     round_verifiers,
     verifier_sample,
@@ -146,7 +149,7 @@ def judge_closed_step(coord: CoordinatorState) -> list[Conviction]:
             by_batch.setdefault((report.trainer, report.batch), []).append(report)
     standing: list[Accusation] = []
     outvoted: dict[bytes, Report] = {}
-    for batch_reports in by_batch.values():
+    for (trainer, _), batch_reports in by_batch.items():
         accusers = [r for r in batch_reports if isinstance(r, Accusation)]
         passes = [r for r in batch_reports if isinstance(r, Attestation)]
         if len(accusers) > len(passes):
@@ -162,12 +165,15 @@ def judge_closed_step(coord: CoordinatorState) -> list[Conviction]:
                 for w in winners
                 if loser.commitment is not None and w.commitment == loser.commitment
             }
-            if against and _add(record.refuted_by, loser.verifier, against):
+            if against:
+                _add(record.refuted_by, loser.verifier, against)
+                _add(record.outvoted_about, loser.verifier, {trainer})
                 outvoted[loser.verifier] = loser
     convictions = [
         _convict_outvoted(coord, report, step)
         for verifier, report in sorted(outvoted.items())
-        if len(record.refuted_by[verifier]) >= REFUTERS
+        if len(record.refuted_by.get(verifier, ())) >= REFUTERS
+        and len(record.outvoted_about.get(verifier, ())) >= REFUTED_TRAINERS
     ]
     for accusation in standing:
         if record.convicted(accusation.verifier, epoch) is None:

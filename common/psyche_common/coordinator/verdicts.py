@@ -295,6 +295,9 @@ class VerificationRecord:
     refuted_by: dict[bytes, set[bytes]] = field(default_factory=dict)
     """This epoch: verifier → the verifiers that outvoted it (passed a result it accused, or
     accused a result it passed, and were more)."""
+    outvoted_about: dict[bytes, set[bytes]] = field(default_factory=dict)
+    """This epoch: verifier → the trainers whose results it was outvoted on (`refuted_by`);
+    the server's own count, neither broadcast nor saved."""
     false_reports: dict[bytes, int] = field(default_factory=dict)
     """This epoch: member → weight of its witness reports proven false (`misconduct`); the
     server's own count, neither broadcast nor saved."""
@@ -305,6 +308,7 @@ class VerificationRecord:
         self.attestations = []
         self.strikes = {}
         self.refuted_by = {}
+        self.outvoted_about = {}
         self.false_reports = {}
 
     def reports(self) -> Iterable[Accusation | Attestation]:

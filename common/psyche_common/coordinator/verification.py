@@ -10,8 +10,8 @@ whether its batch will be checked; verifiers recompute every batch of the round 
 weights and score their sample once it is revealed. `checkers_of` lists the verifiers whose
 sample holds one of a trainer's batches. A trainer is convicted once `MIN_ACCUSERS` different
 verifiers each had standing accusations of it at `MIN_STRIKE_STEPS` different steps of an
-epoch, and a verifier loses its standing once `REFUTERS` other verifiers outvoted it
-(`accusations`; docs/verification.md weighs the numbers).
+epoch, and a verifier loses its standing once `REFUTERS` other verifiers outvoted it on the
+results of `REFUTED_TRAINERS` trainers (`accusations`; docs/verification.md weighs the numbers).
 """
 
 from __future__ import annotations
@@ -105,3 +105,8 @@ REFUTERS = 2
 """Different verifiers that must have outvoted a verifier before it loses its standing: passers
 that outnumbered its accusation of a result, or accusers that outnumbered its pass of one. One
 could be a liar, and a tie decides nothing."""
+
+REFUTED_TRAINERS = 2
+"""Different trainers whose results a verifier must have been outvoted on before it loses its
+standing: a liar contradicts the others about every trainer it lies about, while colluders
+that outnumber an honest checker of their cheat's result outvote it about that one trainer."""
