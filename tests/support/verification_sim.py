@@ -163,10 +163,10 @@ class VerifyingRun(SimulatedRun):
     def _round(self, view: Coordinator) -> None:
         key = self.round_key(view)
         record = self.rounds.get(key)
-        if view.run_state == RunState.RoundWitness and record is not None:
-            if record.training and key not in self._verified:
-                self._verified.add(key)
-                self._verify(view, record)
+        revealed = view.run_state == RunState.RoundWitness and key not in self._verified
+        if revealed and record is not None and record.training:
+            self._verified.add(key)
+            self._verify(view, record)
         super()._round(view)
 
     def _verifiers(self, view: Coordinator) -> list[bytes]:

@@ -34,10 +34,10 @@ from tests.support.coordinators import (
     everyone,
     ids,
     make_coordinator,
-    shared_batch,
     reveal_sample,
     round_witness_for,
     round_witnesses,
+    shared_batch,
     to_round_train,
     witness_round,
 )

@@ -41,9 +41,7 @@ class VerifierChecks:
     def wants(self, batch: BatchId, commitment: bytes) -> bool:
         """Whether a verified result for `batch` with `commitment` still needs its score."""
         return (
-            self.sample is not None
-            and batch in self.references
-            and commitment not in self.scored
+            self.sample is not None and batch in self.references and commitment not in self.scored
         )
 
     def verdict(self, batch: BatchId, agreement: float, threshold: float) -> bool | None:
