@@ -127,7 +127,7 @@ class Round:
     tie_breaker_tasks: int = 0
     next_random_seed: int = 0
     """The seed of the round after this one, drawn when this one starts."""
-    sample_seed: bytes = b""
+    sample_seed: bytes = field(default=b"", compare=False)
     """The seed of the verifiers' samples (`verification.verifier_sample`): fresh server
     randomness drawn when the round starts, kept out of the wire form until the round enters
     RoundWitness (`sample_revealed`), so no trainer knows before it publishes whether its
@@ -135,7 +135,10 @@ class Round:
     sample_commit: bytes = b""
     """SHA-256 of `sample_seed` (`verification.sample_commitment`), broadcast from the round's
     start: the revealed seed must match it, so the server cannot pick it after the fact."""
-    sample_revealed: bool = False
+    sample_revealed: bool = field(default=False, compare=False)
+    """Whether `sample_seed` is out. This and `sample_seed` are left out of comparisons: a
+    copy decoded from the wire form lacks the seed until it is revealed, and is the same
+    public state."""
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {
