@@ -241,6 +241,23 @@ async def test_the_verifier_skips_when_the_weights_moved() -> None:
     assert round_.checks is None and backend.recomputed == []
 
 
+async def test_batches_recomputed_before_the_weights_moved_are_kept() -> None:
+    verifier, _, backend, _ = make_verifier(revealed=False)
+    round_ = verifier_round()
+    original = verifier.fetch_samples
+    assert original is not None
+
+    async def apply_after_two(batch: BatchId) -> np.ndarray:
+        if len(backend.recomputed) == 2:
+            backend.weights = b"x" * 32  # the next round's early apply ran meanwhile
+        return await original(batch)
+
+    verifier.fetch_samples = apply_after_two
+    await verifier.recompute(round_)
+    assert round_.checks is not None and list(round_.checks.references) == list(BATCHES[:2])
+    assert backend.recomputed == [batch.start for batch in BATCHES[:2]]
+
+
 async def test_a_backend_without_checks_verifies_nothing() -> None:
     verifier, ctx, _, _ = make_verifier()
     ctx.backend = DummyBackend(0.0)

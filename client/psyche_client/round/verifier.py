@@ -17,8 +17,9 @@ attestation (`Uplink.send_attestation`), both naming the commitment scored. The 
 convicts when independent verifiers agree and removes accusers that others refute.
 
 Nothing here changes what the client applies: the coordinator's record of convictions does,
-the same way for every client (`ApplyStep`). If the weights moved before the recompute (the
-next round's early apply ran first), the check is skipped rather than made on wrong weights.
+the same way for every client (`ApplyStep`). If the weights move during the recomputes (the
+next round's early apply ran first), the batches not yet recomputed are not checked rather
+than checked on wrong weights.
 """
 
 from __future__ import annotations
@@ -84,11 +85,14 @@ class RoundVerifier:
                     return
                 if backend.weights_hash() != expected:
                     log.warning(
-                        "verifier of step %d: the weights changed before the check; skipped",
+                        "verifier of step %d: the weights changed after %d of %d batches; "
+                        "the others are not checked",
                         round_.step,
+                        len(checks.references),
+                        len(round_.roles.batch_ids),
                         extra=self.ctx.fields(),
                     )
-                    return
+                    break
                 reference = await asyncio.to_thread(
                     backend.recompute, np.asarray(samples, dtype=np.int64)
                 )
@@ -96,6 +100,8 @@ class RoundVerifier:
                 log.info("verifier: this run's optimizer has no check", extra=self.ctx.fields())
                 return
             checks.references[batch] = reference
+        if not checks.references:
+            return
         round_.checks = checks
         log.info(
             "verifier recomputed",
