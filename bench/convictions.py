@@ -1,24 +1,29 @@
-"""False-conviction rate of the verification rules: whole runs of the pure coordinator with
-simulated verifiers (bench/study/verification_sim.py), one lying verifier that accuses every
-result it checks, optionally a cheat whose every result fails the check, optionally honest
-results that fail the check by bad luck (`unlucky`: each with probability 1 %, about the
-measured rate of honest tiny-batch checks below the threshold, docs/verification.md); prints
-one JSON object.
+"""False-conviction rate of the verification rules, against fixed and adaptive attackers:
+whole runs of the pure coordinator with simulated verifiers (bench/study/verification_sim.py,
+the real `accuse`/`attest`/judge code); prints one JSON object.
 
-Per setting `members/percent liars+cheats[, unlucky]`: `runs` seeds of `--steps` steps each (epochs of
-120 s of the fake clock, removed keys join again at the next epoch), and over them
-`false_convictions` (honest trainers convicted: the rule's promise is 0), `honest_accusers_removed`
-(honest verifiers removed as false accusers: 0), `liar_removals` (how often the liar was
-removed as a refuted accuser) with `first_removal_steps` (the step of the first, per run),
-`cheat_convictions` and `first_cheat_conviction_steps`, `liar_checks` (batches the liar
-accused). Baseline, in the same runs: `old_rule_false_convictions`, the (step, honest trainer)
-pairs the previous rule (a strict majority of a trainer's checkers in one round) would have
-convicted on the liar's word alone. `unlucky_results` (honest results that failed by bad
-luck, each accused by every verifier that sampled it) and `one_step_rule_false_convictions`:
-the (epoch, honest trainer) pairs whose strikes named two verifiers, which the rule before the
-step rule convicted even when all came from one step, and for cheats
-`first_cheat_conviction_steps_one_step_rule`: the step at which that rule convicted the cheat
-first, per run.
+Attackers per setting (`members/percent` then who): a lying verifier that accuses every
+result it checks (`liar`); a cheat whose every result fails the check (`cheat`); a selective
+cheat that fails the check only in rounds it predicts no verifier samples its batches
+(`selective`; `public sample` runs the rule before the hidden sample seed, when that
+prediction was exact); two colluding verifiers that pass every result of a cheat
+(`2 shielders`); a verifier that accuses exactly the batches no other verifier checks
+(`sole liar`). `unlucky 1%`: each honest result also fails the check by bad luck with
+probability 1 % (about the measured rate of honest tiny-batch checks below the threshold,
+docs/verification.md), and is then accused by every verifier that samples it.
+
+Per setting: `runs` seeds of `--steps` steps each (epochs of 120 s of the fake clock, removed
+keys join again at the next epoch), and over them `false_convictions` (honest trainers
+convicted: the rule's promise is 0), `honest_verifiers_removed` (honest verifiers removed as
+false accusers or false passers: 0), `liar_removals` (lying verifiers removed, any kind) with
+`first_removal_steps` (per run), `cheat_convictions` and `first_cheat_conviction_steps`,
+`cheat_rounds` of `cheat_training_rounds` (rounds the cheats cheated, of those they trained)
+and `cheated_unchecked` (cheated rounds no verifier sampled), `liar_checks` (batches the
+liars accused). Baselines, in the same runs: `old_rule_false_convictions` (the first rule: a
+strict majority of a trainer's checkers in one round, on the liar's word alone),
+`one_step_rule_false_convictions` ((epoch, honest trainer) pairs whose strikes named two
+verifiers, even of one step) and `two_step_rule_false_convictions` (two verifiers and two
+steps in all: the rule before each verifier needed two steps of its own).
 
 `--quick` (what `make test` runs): one seed of 40 steps per setting: the same code path in
 seconds.
@@ -43,43 +48,68 @@ from bench.study.verification_sim import measure  # noqa: E402
 UNLUCKY = 0.01
 """Rate at which an honest result fails the check in the `unlucky` settings."""
 
-SETTINGS = [  # members, percent, liars, cheats, honest results failing by bad luck
-    (4, 25, 1, 0, False),
-    (8, 25, 1, 0, False),
-    (8, 50, 1, 0, False),
-    (8, 25, 1, 1, False),
-    (4, 25, 0, 1, False),
-    (8, 25, 0, 0, False),
-    (4, 50, 0, 1, False),
-    (4, 50, 0, 0, True),
-    (8, 25, 0, 0, True),
-    (8, 50, 1, 1, True),
+SETTINGS: list[tuple[str, int, int, dict[str, int], bool]] = [
+    # name, members, percent, attackers (measure's keyword counts), honest bad luck
+    ("1 liar", 4, 25, {"liars": 1}, False),
+    ("1 liar", 8, 25, {"liars": 1}, False),
+    ("1 liar", 8, 50, {"liars": 1}, False),
+    ("1 liar + 1 cheat", 8, 25, {"liars": 1, "cheats": 1}, False),
+    ("1 cheat", 4, 25, {"cheats": 1}, False),
+    ("clean", 8, 25, {}, False),
+    ("1 cheat", 4, 50, {"cheats": 1}, False),
+    ("clean", 4, 50, {}, True),
+    ("clean", 8, 25, {}, True),
+    ("1 liar + 1 cheat", 8, 50, {"liars": 1, "cheats": 1}, True),
 ]
+for _members, _percent in ((4, 25), (8, 25), (8, 50)):
+    SETTINGS += [
+        ("1 selective", _members, _percent, {"selective": 1}, False),
+        ("1 selective, public sample", _members, _percent, {"selective": 1, "public": 1}, False),
+        ("1 cheat + 2 shielders", _members, _percent, {"cheats": 1, "shielders": 2}, False),
+        ("1 sole liar", _members, _percent, {"sole_liars": 1}, True),
+        ("1 selective", _members, _percent, {"selective": 1}, True),
+    ]
 
 
 def row(
-    members: int, percent: int, liars: int, cheats: int, unlucky: float, seeds: int, steps: int
+    members: int, percent: int, attackers: dict[str, int], unlucky: float, seeds: int, steps: int
 ) -> Any:
     started = time.perf_counter()
-    runs = [measure(seed, members, percent, liars, cheats, steps, unlucky) for seed in range(seeds)]
+    counts = {k: v for k, v in attackers.items() if k != "public"}
+    counts.setdefault("liars", 0)
+    hidden = not attackers.get("public")
+    runs = [
+        measure(
+            seed,
+            members,
+            percent,
+            total_steps=steps,
+            unlucky=unlucky,
+            hidden_sample=hidden,
+            **counts,
+        )
+        for seed in range(seeds)
+    ]
     return {
         "runs": len(runs),
         "steps": sum(r.steps for r in runs),
         "false_convictions": sum(r.false_convictions for r in runs),
-        "honest_accusers_removed": sum(r.honest_accusers_removed for r in runs),
+        "honest_verifiers_removed": sum(r.honest_accusers_removed for r in runs),
         "liar_checks": sum(r.liar_checks for r in runs),
         "old_rule_false_convictions": sum(r.old_rule_false_convictions for r in runs),
         "unlucky_results": sum(r.unlucky_results for r in runs),
+        "twice_unlucky": sum(r.twice_unlucky for r in runs),
         "one_step_rule_false_convictions": sum(len(r.one_step_rule) for r in runs),
+        "two_step_rule_false_convictions": sum(len(r.two_step_rule) for r in runs),
         "liar_removals": sum(len(r.liar_removals) for r in runs),
         "first_removal_steps": [r.liar_removals[0] if r.liar_removals else None for r in runs],
         "cheat_convictions": sum(len(r.cheat_convictions) for r in runs),
         "first_cheat_conviction_steps": [
             r.cheat_convictions[0] if r.cheat_convictions else None for r in runs
         ],
-        "first_cheat_conviction_steps_one_step_rule": [
-            min(r.cheat_one_step_rule.values(), default=None) for r in runs
-        ],
+        "cheat_training_rounds": sum(r.cheat_training_rounds for r in runs),
+        "cheat_rounds": sum(r.cheat_rounds for r in runs),
+        "cheated_unchecked": sum(r.cheated_unchecked for r in runs),
         "seconds": round(time.perf_counter() - started, 1),
     }
 
@@ -93,11 +123,11 @@ def main() -> None:
     seeds = args.seeds or (1 if args.quick else 10)
     steps = args.steps or (40 if args.quick else 200)
     table = {}
-    for members, percent, liars, cheats, unlucky in SETTINGS:
-        key = f"{members}/{percent}% {liars} liar(s) + {cheats} cheat(s)"
+    for name, members, percent, attackers, unlucky in SETTINGS:
+        key = f"{members}/{percent}% {name}"
         key += f", unlucky {UNLUCKY:.0%}" if unlucky else ""
         rate = UNLUCKY if unlucky else 0.0
-        table[key] = row(members, percent, liars, cheats, rate, seeds, steps)
+        table[key] = row(members, percent, attackers, rate, seeds, steps)
         print(key, table[key], file=sys.stderr)
     report = {
         "benchmark": "convictions",
@@ -106,6 +136,7 @@ def main() -> None:
         "steps": steps,
         "settings": table,
         "false_convictions": sum(r["false_convictions"] for r in table.values()),
+        "honest_verifiers_removed": sum(r["honest_verifiers_removed"] for r in table.values()),
         "old_rule_false_convictions": sum(r["old_rule_false_convictions"] for r in table.values()),
         "one_step_rule_false_convictions": sum(
             r["one_step_rule_false_convictions"] for r in table.values()

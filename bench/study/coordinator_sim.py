@@ -119,6 +119,11 @@ class SimulatedRun:
     def seed(self) -> int:
         return self.rng.getrandbits(64)
 
+    def sample_secret(self) -> bytes | None:
+        """The verifier-sample secret passed with each tick (the server passes 32 random
+        bytes; None: the coordinator derives it from the tick's seed)."""
+        return None
+
     def join(self, cid: bytes) -> None:
         client = self.clients.setdefault(cid, SimClient(cid))
         client.connected, client.silent = True, False
@@ -146,7 +151,9 @@ class SimulatedRun:
     def server_tick(self) -> None:
         self.kick_unhealthy()
         try:
-            result = self.coord.tick(list(self.pending), self.now, self.seed())
+            result = self.coord.tick(
+                list(self.pending), self.now, self.seed(), sample_secret=self.sample_secret()
+            )
         except CoordinatorError as exc:
             assert exc.kind == ErrorKind.Halted
             return
@@ -180,7 +187,9 @@ class SimulatedRun:
                 continue  # still loading the model
             index = view.client_index(client.id)
             witness = Witness(WitnessProof(position=index, index=index, witness=False))
-            self.coord.warmup_witness(client.id, witness, self.now, self.seed())
+            self.coord.warmup_witness(
+                client.id, witness, self.now, self.seed(), self.sample_secret()
+            )
             client.warmed_epoch = view.epoch_state.start_timestamp
             if self.coord.run_state != RunState.Warmup:
                 return

@@ -1,16 +1,29 @@
 """Verifiers in the whole-run coordinator simulation: how often the conviction rules convict
-an honest trainer, and how fast they remove liars and cheats (pure, fake clock).
+an honest client, and how fast they remove liars and cheats, honest and adaptive (pure, fake
+clock).
 
-`VerifyingRun` is a `SimulatedRun` whose members also play the verifier role: in each round,
-every elected verifier reports on each batch of its sample, through the coordinator's real
-`accuse` / `attest`. An honest verifier accuses exactly the results of `cheats` (what the
-measured check does: docs/verification.md) and passes the others, except that an honest
-result fails the check by bad luck with probability `unlucky` (the measured rate of honest
-tiny-batch checks below the threshold); verifiers are deterministic, so every verifier that
-samples such a result accuses it. A verifier in `liars` accuses every result it checks.
-Commitments are a hash of (step, trainer, batch), the same for every verifier, as one
-announced result is, and decide the bad luck. Removed keys join again at the next
-WaitingForMembers (ban expiry is part of what is measured). `measure` runs one seed.
+`VerifyingRun` is a `SimulatedRun` whose members also play the verifier role: once a round's
+verifier sample is revealed (its RoundWitness), every elected verifier reports on each batch
+of its sample, through the coordinator's real `accuse` / `attest`. An honest verifier accuses
+exactly the results that fail the check (what the measured check does: docs/verification.md)
+and passes the others; an honest result fails by bad luck with probability `unlucky` (the
+measured rate of honest tiny-batch checks below the threshold), and verifiers are
+deterministic, so every verifier that samples such a result accuses it. Commitments are a hash
+of (step, trainer, batch), the same for every verifier, as one announced result is, and decide
+the bad luck. Removed keys join again at the next WaitingForMembers (ban expiry is part of
+what is measured). The members, in id order (`Roles`):
+
+- `liars` accuse every result they check;
+- `cheats` fail the check with every result;
+- `selective` cheat (fail the check) only in rounds where they predict that no verifier will
+  sample their batches, from what is public when they train: with `hidden_sample` (the
+  coordinator's rule) the sample seed is fresh randomness revealed after they published, and
+  their prediction (`predicted_sample_seed`, exact when the seed was public) is a guess;
+- `shielders` verify honestly except that they pass every result of the cheats (colluders);
+- `sole_liars` accuse the batches that no other verifier of the round checks, and pass the
+  others honestly (never refuted, since nobody else checked).
+
+`measure` runs one seed.
 """
 
 from __future__ import annotations
@@ -19,6 +32,7 @@ import hashlib
 import random
 from dataclasses import dataclass, field
 
+from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import (
     Accusation,
     Attestation,
@@ -26,8 +40,10 @@ from psyche_common.coordinator import (
     Coordinator,
     CoordinatorError,
     ErrorKind,
+    Round,
     RunState,
 )
+from psyche_common.coordinator.transitions import derive_sample_secret
 from psyche_common.coordinator.verification import (
     checkers_of,
     round_verifiers,
@@ -39,6 +55,27 @@ from bench.study.coordinator_sim import RoundRecord, SimulatedRun, client_id
 from bench.support.run_configs import make_coordinator
 
 
+@dataclass(frozen=True)
+class Roles:
+    liars: frozenset[bytes] = frozenset()
+    cheats: frozenset[bytes] = frozenset()
+    selective: frozenset[bytes] = frozenset()
+    shielders: frozenset[bytes] = frozenset()
+    sole_liars: frozenset[bytes] = frozenset()
+
+    @property
+    def attackers(self) -> frozenset[bytes]:
+        return self.liars | self.cheats | self.selective | self.shielders | self.sole_liars
+
+    @property
+    def cheating(self) -> frozenset[bytes]:
+        return self.cheats | self.selective
+
+    @property
+    def lying_verifiers(self) -> frozenset[bytes]:
+        return self.liars | self.shielders | self.sole_liars
+
+
 @dataclass
 class VerificationStats:
     steps: int = 0
@@ -47,21 +84,40 @@ class VerificationStats:
     false_convictions: int = 0
     """Honest trainers convicted by verifiers (what must stay 0)."""
     honest_accusers_removed: int = 0
+    """Honest verifiers removed as false accusers or false passers (what must stay 0)."""
     liar_removals: list[int] = field(default_factory=list)
-    """The step of each removal of a liar (as a refuted false accuser)."""
+    """The step of each removal of a lying verifier (liar, shielder, sole liar)."""
     cheat_convictions: list[int] = field(default_factory=list)
     liar_checks: int = 0
     """Batches a liar checked (and accused)."""
     old_rule_false_convictions: int = 0
-    """The baseline: honest trainers the previous rule (a strict majority of the trainer's
+    """The baseline: honest trainers the first rule (a strict majority of the trainer's
     checkers in a round, so a lone checker's accusation) would have convicted."""
     unlucky_results: int = 0
     """Honest results that failed the check by bad luck (each accused by all its checkers)."""
+    twice_unlucky: int = 0
+    """(epoch, trainer) pairs with two or more such results: the only way the rule can
+    convict an honest trainer without a lying verifier (two verifiers each saw two)."""
     one_step_rule: set[tuple[int, bytes]] = field(default_factory=set)
     """The (epoch start, honest trainer) pairs whose strikes named two verifiers at some point: what
     the rule before the step rule (two verifiers, even of one step) would have convicted."""
-    cheat_one_step_rule: dict[tuple[int, bytes], int] = field(default_factory=dict)
-    """The same for cheats: (epoch start, cheat) → the step at which that rule convicted it."""
+    two_step_rule: set[tuple[int, bytes]] = field(default_factory=set)
+    """The (epoch start, honest trainer) pairs whose strikes named two verifiers and two steps:
+    what the previous rule (any two verifiers across any two steps) would have convicted."""
+    cheat_training_rounds: int = 0
+    """Rounds in which a cheat (or selective cheat) was assigned batches."""
+    cheat_rounds: int = 0
+    """Of those, the rounds in which it cheated."""
+    cheated_unchecked: int = 0
+    """Of those, the rounds in which no verifier sampled its batches (it went unseen)."""
+
+
+def predicted_sample_seed(round_: Round) -> bytes:
+    """What a trainer can compute of a round's sample seed from the broadcast when the round
+    starts: exact when the coordinator derives the seed from public values (no secret passed,
+    the rule before the hidden sample), a guess when the server draws it in secret."""
+    seed = round_.next_random_seed if round_.height > 0 else round_.random_seed
+    return derive_sample_secret(seed, round_.height)
 
 
 class VerifyingRun(SimulatedRun):
@@ -69,60 +125,105 @@ class VerifyingRun(SimulatedRun):
         self,
         coord: Coordinator,
         rng: random.Random,
-        liars: frozenset[bytes] = frozenset(),
-        cheats: frozenset[bytes] = frozenset(),
+        roles: Roles,
         unlucky: float = 0.0,
+        hidden_sample: bool = True,
     ) -> None:
         super().__init__(coord, rng)
-        self.liars = liars
-        self.cheats = cheats
+        self.roles = roles
         self.unlucky = unlucky
+        self.hidden_sample = hidden_sample
         self.stats = VerificationStats()
         self._unlucky_seen: set[bytes] = set()
+        self._unlucky_of: dict[tuple[int, bytes], int] = {}
+        self._cheated: dict[tuple[int, int], set[bytes]] = {}
+        self._verified: set[tuple[int, int]] = set()
 
-    def _fails_by_bad_luck(self, commitment: bytes) -> bool:
+    def sample_secret(self) -> bytes | None:
+        return self.rng.randbytes(32) if self.hidden_sample else None
+
+    def _fails_by_bad_luck(self, commitment: bytes, trainer: bytes) -> bool:
         if int.from_bytes(commitment[:8], "little") >= self.unlucky * 2**64:
             return False
         if commitment not in self._unlucky_seen:
             self._unlucky_seen.add(commitment)
             self.stats.unlucky_results += 1
+            key = (self.coord.epoch_state.start_timestamp, trainer)
+            self._unlucky_of[key] = self._unlucky_of.get(key, 0) + 1
+            if self._unlucky_of[key] == 2:
+                self.stats.twice_unlucky += 1
         return True
 
     def _new_round(self, view: Coordinator) -> RoundRecord:
         record = super()._new_round(view)
         if record.training:
-            self._verify(view, record)
+            self._decide_cheats(view, record)
         return record
 
-    def _verify(self, view: Coordinator, record: RoundRecord) -> None:
+    def _round(self, view: Coordinator) -> None:
+        key = self.round_key(view)
+        record = self.rounds.get(key)
+        revealed = view.run_state == RunState.RoundWitness and key not in self._verified
+        if revealed and record is not None and record.training:
+            self._verified.add(key)
+            self._verify(view, record)
+        super()._round(view)
+
+    def _verifiers(self, view: Coordinator) -> list[bytes]:
         round_ = view.current_round()
         config = view.config
-        verifiers = round_verifiers(
+        return round_verifiers(
             view.epoch_state.clients,
             round_.random_seed,
             config.witness_nodes,
             config.verification_percent,
             round_.tie_breaker_tasks,
         )
+
+    def _decide_cheats(self, view: Coordinator, record: RoundRecord) -> None:
+        """Which cheats cheat this round: always, or (selective) when their prediction of
+        the sample leaves their batches unchecked."""
+        verifiers = self._verifiers(view)
+        guess = predicted_sample_seed(view.current_round())
+        cheated = set()
+        for trainer in set(record.assignment.values()) & self.roles.cheating:
+            self.stats.cheat_training_rounds += 1
+            if trainer in self.roles.cheats or not checkers_of(
+                trainer, record.assignment, verifiers, guess
+            ):
+                cheated.add(trainer)
+                self.stats.cheat_rounds += 1
+        self._cheated[record.key] = cheated
+
+    def _verify(self, view: Coordinator, record: RoundRecord) -> None:
+        round_ = view.current_round()
+        sample_seed = round_.sample_seed
+        assert round_.sample_revealed and sample_seed
+        verifiers = self._verifiers(view)
         step = view.progress.step
-        for trainer in set(record.assignment.values()) - self.cheats:
-            checkers = checkers_of(trainer, record.assignment, verifiers, round_.random_seed)
-            lying = [v for v in checkers if v in self.liars and self.clients[v].acting]
+        cheated = self._cheated.get(record.key, set())
+        for trainer in cheated:
+            if not checkers_of(trainer, record.assignment, verifiers, sample_seed):
+                self.stats.cheated_unchecked += 1
+        for trainer in set(record.assignment.values()) - cheated:
+            checkers = checkers_of(trainer, record.assignment, verifiers, sample_seed)
+            lying = [v for v in checkers if v in self.roles.liars and self.clients[v].acting]
             if checkers and 2 * len(lying) > len(checkers):
                 self.stats.old_rule_false_convictions += 1
+        batches = list(record.assignment)
+        samples = {v: verifier_sample(sample_seed, v, batches) for v in verifiers}
         for verifier in verifiers:
             if not self.clients[verifier].acting:
                 continue
-            for batch in verifier_sample(round_.random_seed, verifier, list(record.assignment)):
+            for batch in samples[verifier]:
                 trainer = record.assignment[batch]
                 commitment = hashlib.sha256(
                     step.to_bytes(8, "little") + trainer + batch.start.to_bytes(8, "little")
                 ).digest()
-                lying = verifier in self.liars
-                self.stats.liar_checks += lying
-                fails = trainer in self.cheats or self._fails_by_bad_luck(commitment)
+                fails = trainer in cheated or self._fails_by_bad_luck(commitment, trainer)
+                accuse = self._accuses(verifier, trainer, batch, fails, samples)
                 try:
-                    if lying or fails:
+                    if accuse:
                         self.coord.accuse(
                             verifier, Accusation(step, verifier, trainer, batch, 50, commitment)
                         )
@@ -134,6 +235,27 @@ class VerifyingRun(SimulatedRun):
                 except CoordinatorError as exc:
                     assert exc.kind == ErrorKind.InvalidAccusation, exc
                     self.stats.refused += 1  # e.g. a removed liar's later reports
+
+    def _accuses(
+        self,
+        verifier: bytes,
+        trainer: bytes,
+        batch: BatchId,
+        fails: bool,
+        samples: dict[bytes, list[BatchId]],
+    ) -> bool:
+        roles = self.roles
+        if verifier in roles.liars:
+            self.stats.liar_checks += 1
+            return True
+        if verifier in roles.shielders and trainer in roles.cheating:
+            return False
+        if verifier in roles.sole_liars:
+            alone = not any(batch in s for v, s in samples.items() if v != verifier)
+            if alone:
+                self.stats.liar_checks += 1
+                return True
+        return fails
 
     def _health_checks(self, view: Coordinator) -> None:
         """As the client does with verifiers: no health check across a membership change or
@@ -162,12 +284,11 @@ class VerifyingRun(SimulatedRun):
         for trainer, by_verifier in self.coord.verification.strikes.items():
             if len(by_verifier) < 2:
                 continue
-            if trainer in self.cheats:  # judged when the next step's witnesses came in
-                self.stats.cheat_one_step_rule.setdefault(
-                    (epoch, trainer), self.coord.progress.step - 1
-                )
-            else:
-                self.stats.one_step_rule.add((epoch, trainer))
+            if trainer in self.roles.attackers:
+                continue
+            self.stats.one_step_rule.add((epoch, trainer))
+            if len({s for by_step in by_verifier.values() for s in by_step}) >= 2:
+                self.stats.two_step_rule.add((epoch, trainer))
 
 
 def measure(
@@ -178,10 +299,17 @@ def measure(
     cheats: int = 0,
     total_steps: int = 200,
     unlucky: float = 0.0,
+    *,
+    selective: int = 0,
+    shielders: int = 0,
+    sole_liars: int = 0,
+    hidden_sample: bool = True,
 ) -> VerificationStats:
-    """One run of `total_steps` steps with `members` clients, `liars` of them lying verifiers
-    and `cheats` of them trainers whose every result fails the check; each honest result fails
-    it with probability `unlucky`."""
+    """One run of `total_steps` steps with `members` clients, the first of them attackers in
+    the order of `Roles` (`liars`, `cheats`, `selective` cheats, `shielders` of the cheats,
+    `sole_liars`); each honest result fails the check with probability `unlucky`.
+    `hidden_sample=False` runs the rule before the hidden sample (the seed public when the
+    round starts)."""
     coord = make_coordinator(
         model={"max_seq_len": 64},
         verification_percent=percent,
@@ -194,13 +322,14 @@ def measure(
         global_batch_size_end=2 * members,
     )
     ids = [client_id(f"{seed}-{i}") for i in range(members)]
-    run = VerifyingRun(
-        coord,
-        random.Random(seed),
-        liars=frozenset(ids[:liars]),
-        cheats=frozenset(ids[liars : liars + cheats]),
-        unlucky=unlucky,
-    )
+    counts = (liars, cheats, selective, shielders, sole_liars)
+    groups: list[frozenset[bytes]] = []
+    start = 0
+    for count in counts:
+        groups.append(frozenset(ids[start : start + count]))
+        start += count
+    roles = Roles(*groups)
+    run = VerifyingRun(coord, random.Random(seed), roles, unlucky, hidden_sample)
     for cid in ids:
         run.join(cid)
     assert run.run_until(lambda: coord.run_state == RunState.Finished, 40 * total_steps)
@@ -208,13 +337,13 @@ def measure(
     stats.steps = coord.progress.step
     for conviction in coord.verification.convictions:
         if conviction.kind == ConvictionKind.VERIFIERS:
-            if conviction.trainer in run.cheats:
+            if conviction.trainer in roles.cheating:
                 stats.cheat_convictions.append(conviction.step)
-            else:
+            elif conviction.trainer not in roles.attackers:
                 stats.false_convictions += 1
-        elif conviction.kind == ConvictionKind.FALSE_ACCUSER:
-            if conviction.trainer in run.liars:
+        elif conviction.kind in (ConvictionKind.FALSE_ACCUSER, ConvictionKind.FALSE_PASSER):
+            if conviction.trainer in roles.lying_verifiers:
                 stats.liar_removals.append(conviction.step)
-            else:
+            elif conviction.trainer not in roles.attackers:
                 stats.honest_accusers_removed += 1
     return stats

@@ -287,7 +287,11 @@ class ServerApp:
         result: TickResult | None
         try:
             result = self.coordinator.tick(
-                list(self.pending), self.now(), secrets.randbits(64), self.roster.holders()
+                list(self.pending),
+                self.now(),
+                secrets.randbits(64),
+                self.roster.holders(),
+                sample_secret=secrets.token_bytes(32),
             )
         except CoordinatorError as exc:
             if exc.kind != ErrorKind.Halted:

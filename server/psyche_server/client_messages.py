@@ -47,7 +47,9 @@ def apply_client_message(
     """Apply `message`; a `Checkpoint` is accepted only from one of `checkpointers`."""
     if isinstance(message, WarmupWitness):
         witness = parse_witness("WarmupWitness", message.witness)
-        coordinator.warmup_witness(client_id, witness, now, secrets.randbits(64))
+        coordinator.warmup_witness(
+            client_id, witness, now, secrets.randbits(64), secrets.token_bytes(32)
+        )
     elif isinstance(message, Witness):
         coordinator.witness(client_id, parse_witness("Witness", message.witness), now)
     elif isinstance(message, HealthCheck):

@@ -3,8 +3,8 @@
 Four clients train `builtin:llama-tiny` with `verification_percent = 25` (one verifier per
 round, three trainers); one of them is tests/e2e/signflip_client.py, which negates its
 gradients. A verifier that samples one of its batches finds its result's signs opposite to the
-recomputed gradient's and reports it; once verifiers of two different rounds (each round has
-one) have, the coordinator convicts it and drops it from the epoch. The honest clients' weights hashes stay identical at
+recomputed gradient's and reports it; once two verifiers have each done so in two different
+rounds (each round has one), the coordinator convicts it and drops it from the epoch. The honest clients' weights hashes stay identical at
 every applied step, no honest client is convicted, and from the conviction's step on no honest
 client applies a result of the attacker.
 """
@@ -45,7 +45,7 @@ def test_a_sign_flip_trainer_is_convicted_and_its_results_are_not_applied(
 ) -> None:
     state = write_state(
         tmp_path / "state.toml",
-        total_steps=16,
+        total_steps=24,  # two verifiers must each check it twice: step 8 to 10 (simulated)
         init_min_clients=4,
         min_clients=3,
         witness_nodes=2,

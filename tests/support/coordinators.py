@@ -217,6 +217,12 @@ def close_step(coord: Coordinator, now: int) -> int:
     return now
 
 
+def reveal_sample(coord: Coordinator) -> None:
+    """Reveal the current round's verifier sample as its RoundWitness does, without changing
+    the run state (rule tests report during the round)."""
+    coord.current_round().sample_revealed = True
+
+
 def shared_batch(coord: Coordinator, checkers: int) -> tuple[BatchId, list[bytes]]:
     """A batch of this round that at least `checkers` verifiers must check, and who they are
     (runs rounds until one exists)."""
@@ -233,7 +239,7 @@ def shared_batch(coord: Coordinator, checkers: int) -> tuple[BatchId, list[bytes
             coord.config.verification_percent,
             round_.tie_breaker_tasks,
         ):
-            for batch in verifier_sample(seed, verifier, list(assignments)):
+            for batch in verifier_sample(round_.sample_seed, verifier, list(assignments)):
                 by_batch.setdefault(batch, []).append(verifier)
         for batch, who in sorted(by_batch.items()):
             if len(who) >= checkers and assignments[batch] not in who:

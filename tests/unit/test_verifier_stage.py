@@ -30,10 +30,12 @@ from psyche_client.verify.recompute import recompute_gradient
 from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
 from psyche_common.coordinator.committee import Committee, CommitteeProof
+from psyche_common.coordinator.types import sample_commitment
 from psyche_common.coordinator.verification import verifier_sample
 from psyche_common.protocol import Identity
 
 from bench.study.simulation import build_model, load_stdlib_corpus, prototype_llama_config
+from tests.support.coordinators import make_coordinator
 from tests.support.fakes import RecordingUplink, unsigned_result
 
 SETTINGS = DistroSettings(
@@ -70,7 +72,10 @@ def test_an_honest_result_agrees_and_a_negated_one_does_not() -> None:
 
 
 def test_checks_score_each_result_once_and_report_each_batch_once() -> None:
-    checks = VerifierChecks(b"w" * 32, {BatchId(0, 1): object()})
+    checks = VerifierChecks(b"w" * 32, {BatchId(0, 1): object(), BatchId(4, 5): object()})
+    assert not checks.wants(BatchId(0, 1), b"h" * 32)  # the sample is not revealed yet
+    checks.reveal([BatchId(0, 1)])
+    assert list(checks.references) == [BatchId(0, 1)]
     assert checks.wants(BatchId(0, 1), b"h" * 32)
     assert not checks.wants(BatchId(2, 3), b"h" * 32)
     checks.scored.add(b"h" * 32)
@@ -140,8 +145,26 @@ def verifier_round(seed: int = 11) -> RoundState:
     return RoundState.start(roles, 5, True, 0.0, bloom_factory=lambda n: Bloom.random())
 
 
-def make_verifier() -> tuple[RoundVerifier, RoundContext, FakeVerifyingBackend, RecordingUplink]:
+SAMPLE_SEED = bytes([11]) * 32
+
+
+def reveal(ctx: RoundContext, step: int = 7) -> None:
+    """The coordinator's broadcast with round `step` in RoundWitness: its sample seed out."""
+    coord = make_coordinator()
+    coord.progress.step = step
+    round_ = coord.current_round()
+    round_.sample_seed = SAMPLE_SEED
+    round_.sample_commit = sample_commitment(SAMPLE_SEED)
+    round_.sample_revealed = True
+    ctx.coordinator = coord
+
+
+def make_verifier(
+    revealed: bool = True,
+) -> tuple[RoundVerifier, RoundContext, FakeVerifyingBackend, RecordingUplink]:
     ctx = RoundContext(Identity.generate(), ClientStats())
+    if revealed:
+        reveal(ctx)
     backend = FakeVerifyingBackend()
     ctx.backend = backend  # type: ignore[assignment]
     uplink = RecordingUplink()
@@ -176,20 +199,26 @@ async def settle(checks: VerifierChecks, scores: int) -> None:
     await asyncio.sleep(0.05)  # let a report that follows the last score go out
 
 
-async def test_the_verifier_recomputes_its_sample_and_reports_a_failing_result() -> None:
-    verifier, ctx, backend, uplink = make_verifier()
+async def test_the_verifier_recomputes_every_batch_and_checks_its_sample_once_revealed() -> None:
+    verifier, ctx, backend, uplink = make_verifier(revealed=False)
     round_ = verifier_round()
     ctx.current = round_
     await verifier.recompute(round_)
-    sample = verifier_sample(11, ctx.me, BATCHES)
-    assert round_.checks is not None and list(round_.checks.references) == sample
-    assert backend.recomputed == [batch.start for batch in sample]
+    # the sample is secret until the round's RoundWitness: every batch is recomputed
+    assert round_.checks is not None and list(round_.checks.references) == list(BATCHES)
+    assert backend.recomputed == [batch.start for batch in BATCHES]
+    sample = verifier_sample(SAMPLE_SEED, ctx.me, BATCHES)
     good, bad = sample
     unsampled = next(b for b in BATCHES if b not in sample)
     round_.downloads[b"a" * 32] = verified_result(good, 0.95, b"a")
     round_.downloads[b"b" * 32] = verified_result(bad, 0.05, b"b")
     round_.downloads[b"c" * 32] = verified_result(unsampled, 0.0, b"c")
     verifier.check_rounds()
+    await asyncio.sleep(0.05)
+    assert round_.checks.scored == set() and uplink.accusations == []  # not revealed yet
+    reveal(ctx)
+    verifier.check_rounds()
+    assert list(round_.checks.references) == sample
     verifier.check_rounds()  # nothing is scored twice
     await settle(round_.checks, 2)
     await ctx.tasks.aclose()
@@ -211,6 +240,23 @@ async def test_the_verifier_skips_when_the_weights_moved() -> None:
     verifier.fetch_samples = fetch_then_apply
     await verifier.recompute(round_)
     assert round_.checks is None and backend.recomputed == []
+
+
+async def test_batches_recomputed_before_the_weights_moved_are_kept() -> None:
+    verifier, _, backend, _ = make_verifier(revealed=False)
+    round_ = verifier_round()
+    original = verifier.fetch_samples
+    assert original is not None
+
+    async def apply_after_two(batch: BatchId) -> np.ndarray:
+        if len(backend.recomputed) == 2:
+            backend.weights = b"x" * 32  # the next round's early apply ran meanwhile
+        return await original(batch)
+
+    verifier.fetch_samples = apply_after_two
+    await verifier.recompute(round_)
+    assert round_.checks is not None and list(round_.checks.references) == list(BATCHES[:2])
+    assert backend.recomputed == [batch.start for batch in BATCHES[:2]]
 
 
 async def test_a_backend_without_checks_verifies_nothing() -> None:
@@ -240,7 +286,7 @@ async def test_a_later_copy_of_another_trainers_result_is_accused_and_the_origin
     ctx.current = round_
     await verifier.recompute(round_)
     assert round_.checks is not None
-    first, second = verifier_sample(11, ctx.me, BATCHES)
+    first, second = verifier_sample(SAMPLE_SEED, ctx.me, BATCHES)
     picks = frozenset(range(100))
     round_.downloads[b"o" * 32] = verified_result(first, 0.95, b"o", picks)
     # announced later, the same positions under another trainer's name and batch
@@ -258,7 +304,7 @@ async def test_a_result_waits_for_the_results_announced_before_it() -> None:
     ctx.current = round_
     await verifier.recompute(round_)
     assert round_.checks is not None
-    first, second = verifier_sample(11, ctx.me, BATCHES)
+    first, second = verifier_sample(SAMPLE_SEED, ctx.me, BATCHES)
     unsampled = next(b for b in BATCHES if b not in (first, second))
     picks = frozenset(range(100))
     pending = verified_result(unsampled, 0.9, b"p", picks)
@@ -281,7 +327,7 @@ async def test_a_result_that_follows_another_batch_better_than_its_own_is_accuse
     ctx.current = round_
     await verifier.recompute(round_)
     assert round_.checks is not None
-    first, second = verifier_sample(11, ctx.me, BATCHES)
+    first, second = verifier_sample(SAMPLE_SEED, ctx.me, BATCHES)
     # references are the batches' first sample values (FakeVerifyingBackend.recompute)
     own, other = first.start, second.start
     round_.downloads[b"s" * 32] = verified_result(

@@ -1,8 +1,10 @@
 """What a verifier keeps about the round it checks, and its pure decisions (no I/O).
 
-A verifier recomputes a reference for each batch of its sample (`verifier_sample`) on the
-weights the round's trainers start from (`expected_weights`), then scores every verified
-result announced for those batches against it, once each, and reports each batch once: an
+A verifier recomputes a reference for every batch of the round on the weights the round's
+trainers start from (`expected_weights`): its sample (`verifier_sample`) is revealed only
+once the round's results are committed, when those weights may already have moved. Once the
+sample is known (`reveal`) it keeps the references of the sampled batches, scores every
+verified result announced for them against it, once each, and reports each batch once: an
 accusation when a check fails (`failure`: the sign agreement is below its threshold, the result
 repeats an earlier one of another trainer, or it follows another batch of the sample better than
 its own), an attestation (a pass) otherwise.
@@ -23,6 +25,8 @@ from psyche_client.verify.threshold import ACCUSE_BELOW, COPY_OVERLAP, MARGIN_BE
 class VerifierChecks:
     expected_weights: bytes
     references: dict[BatchId, Reference] = field(default_factory=dict)
+    sample: tuple[BatchId, ...] | None = None
+    """The batches to check, once the coordinator revealed the round's sample seed."""
     scored: set[bytes] = field(default_factory=set)
     """Commitments (`ResultAnnouncement.commitment`) already scored."""
     reported: set[BatchId] = field(default_factory=set)
@@ -30,9 +34,16 @@ class VerifierChecks:
     agreements: dict[bytes, float] = field(default_factory=dict)
     """Commitment → measured agreement (for logs and tests)."""
 
+    def reveal(self, sample: list[BatchId]) -> None:
+        """The sample is known: keep only its references (the others are never scored)."""
+        self.sample = tuple(sample)
+        self.references = {b: r for b, r in self.references.items() if b in self.sample}
+
     def wants(self, batch: BatchId, commitment: bytes) -> bool:
         """Whether a verified result for `batch` with `commitment` still needs its score."""
-        return batch in self.references and commitment not in self.scored
+        return (
+            self.sample is not None and batch in self.references and commitment not in self.scored
+        )
 
     def verdict(self, batch: BatchId, agreement: float, threshold: float) -> bool | None:
         """Record a score for `batch`: True to accuse, False to attest, None when the batch

@@ -148,6 +148,7 @@ class RoundRunner:
         ctx = self.ctx
         ctx.coordinator = coordinator
         ctx.stats.observe_state(coordinator)
+        self.verifier.check_rounds()  # a round's verifier sample may have been revealed
         if ctx.backend is not None:
             await self.rejoin.check(coordinator)
         is_member = ctx.me in ctx.members()

@@ -1,10 +1,14 @@
 """The verifier stage: recompute a sample of the round's batches, score the trainers' results.
 
 A client whose committee is `Verifier` in round h trains nothing. Once the apply before round
-h is done (the weights every trainer of round h starts from), it fetches the samples of its
-batches (`verifier_sample`: chosen from the round's seed and its own id) and, under the model
-lock, recomputes each batch's reference (`ResultVerifier.recompute`: the DCT of the plain
-gradient; weights unchanged). Every verified result announced for those batches is then scored
+h is done (the weights every trainer of round h starts from), it fetches the samples of every
+batch of the round and, under the model lock, recomputes each batch's reference
+(`ResultVerifier.recompute`: the DCT of the plain gradient; weights unchanged). Which of them
+it checks (`verifier_sample`: from the round's sample seed and its own id) is known only when
+the coordinator reveals the seed, at the round's RoundWitness, after the trainers published
+and possibly after the weights moved on, so it recomputes them all first and keeps its sample's
+once the seed is out (`check_rounds`). Every verified result announced for those batches is
+then scored
 (`score_result`: its agreement with its batch, its margin over the sample's other batch, its
 top-k overlap with every result of another trainer announced before it) once those earlier
 results have settled, and reported to the coordinator, once per batch: a failed check
@@ -13,8 +17,9 @@ attestation (`Uplink.send_attestation`), both naming the commitment scored. The 
 convicts when independent verifiers agree and removes accusers that others refute.
 
 Nothing here changes what the client applies: the coordinator's record of convictions does,
-the same way for every client (`ApplyStep`). If the weights moved before the recompute (the
-next round's early apply ran first), the check is skipped rather than made on wrong weights.
+the same way for every client (`ApplyStep`). If the weights move during the recomputes (the
+next round's early apply ran first), the batches not yet recomputed are not checked rather
+than checked on wrong weights.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import logging
 import numpy as np
 from psyche_common.batch_id import BatchId
 from psyche_common.client_id import short_id
-from psyche_common.coordinator.verification import verifier_sample
+from psyche_common.coordinator.verification import revealed_sample_seed, verifier_sample
 
 from psyche_client.round.checks import (
     Score,
@@ -69,9 +74,8 @@ class RoundVerifier:
             return
         async with self.ctx.model_lock:
             expected = backend.weights_hash()
-        sample = verifier_sample(round_.roles.random_seed, self.ctx.me, round_.roles.batch_ids)
         checks = VerifierChecks(expected)
-        for batch in sample:
+        for batch in round_.roles.batch_ids:  # the sample is not known yet: every batch
             try:
                 samples = await self.fetch_samples(batch)
             except Exception as exc:  # the fetcher retried already
@@ -82,11 +86,14 @@ class RoundVerifier:
                     return
                 if backend.weights_hash() != expected:
                     log.warning(
-                        "verifier of step %d: the weights changed before the check; skipped",
+                        "verifier of step %d: the weights changed after %d of %d batches; "
+                        "the others are not checked",
                         round_.step,
+                        len(checks.references),
+                        len(round_.roles.batch_ids),
                         extra=self.ctx.fields(),
                     )
-                    return
+                    break
                 reference = await asyncio.to_thread(
                     checker.recompute, np.asarray(samples, dtype=np.int64)
                 )
@@ -94,6 +101,8 @@ class RoundVerifier:
                 log.info("verifier: this run's optimizer has no check", extra=self.ctx.fields())
                 return
             checks.references[batch] = reference
+        if not checks.references:
+            return
         round_.checks = checks
         log.info(
             "verifier recomputed",
@@ -104,12 +113,15 @@ class RoundVerifier:
         self.check_rounds()
 
     def check_rounds(self) -> None:
-        """Score the verified results that arrived since the last call (never blocks)."""
+        """Take a newly revealed sample, score the verified results that arrived since the
+        last call (never blocks)."""
         if self.ctx.out_of_sync is not None:
             return
         for round_ in (self.ctx.current, self.ctx.previous):
             checks = None if round_ is None else round_.checks
             if round_ is None or checks is None or round_.cancelled:
+                continue
+            if checks.sample is None and not self._reveal(round_, checks):
                 continue
             earlier_settled = True
             for data_hash, download in list(round_.downloads.items()):
@@ -123,6 +135,21 @@ class RoundVerifier:
                     earlier = earlier_results(round_, data_hash)
                     self.ctx.tasks.spawn(self._score(round_, checks, data_hash, download, earlier))
                 earlier_settled = earlier_settled and download.settled
+
+    def _reveal(self, round_: RoundState, checks: VerifierChecks) -> bool:
+        """Whether `round_`'s sample is known, taking it from the coordinator if revealed."""
+        coordinator = self.ctx.coordinator
+        seed = None if coordinator is None else revealed_sample_seed(coordinator, round_.step)
+        if seed is None:
+            return False
+        checks.reveal(verifier_sample(seed, self.ctx.me, round_.roles.batch_ids))
+        log.info(
+            "verifier sample revealed",
+            extra=self.ctx.fields(
+                verified_step=round_.step, batches=[str(b) for b in checks.sample or ()]
+            ),
+        )
+        return True
 
     async def _score(
         self,

@@ -1,25 +1,32 @@
 """Verification reports: accept verifiers' accusations and attestations, judge them once their
-step closes, convict on agreement of independent verifiers, remove refuted accusers.
+step closes, convict on agreement of independent verifiers, remove outvoted verifiers.
 
 Rules (docs/verification.md):
 
 - a report (`Accusation`: the result fails the check; `Attestation`: it passes) names a step
-  that is the current round's (RoundTrain or RoundWitness) or the previous round's while the
-  current one is still in RoundTrain; its sender is a `Verifier` of that round that has not
-  lost its standing, the batch is in the sender's own sample (`verifier_sample`) and was
-  assigned to the named trainer; one report per verifier, step and batch;
+  whose verifier sample is revealed: the current round's once it is in RoundWitness, or the
+  previous round's while the current one is still in RoundTrain; its sender is a `Verifier`
+  of that round that has not lost its standing, the batch is in the sender's own sample
+  (`verifier_sample` of the round's revealed `sample_seed`) and was assigned to the named
+  trainer; one report per verifier, step and batch;
 - a step is judged when it closes to reports (`judge_closed_step`: the next round enters
   RoundWitness, or the epoch's Cooldown begins), before any client may apply its results.
-  For each checked batch, the accusations *stand* when the accusers outnumber the verifiers
-  that passed it (a tie stands for nobody), and each verifier that passed the very result
-  (same commitment) an accuser accused counts against that accuser (`refuted_by`);
-- an accuser refuted by `REFUTERS` different verifiers in the epoch loses its standing: a
-  `FALSE_ACCUSER` conviction, it becomes Dropped and its accusations count no more;
-- each standing accusation is a strike against its trainer (verifier, step); a trainer whose
-  strikes in the epoch name `MIN_ACCUSERS` different verifiers and `MIN_STRIKE_STEPS`
-  different steps is convicted (`VERIFIERS`): Dropped, and every client skips its results from
-  the judged step on in this epoch (`VerificationRecord.excluded`). One verifier never
-  convicts, and neither does one step (one honest result that fails the check by bad luck);
+  For each checked batch, the side with more verifiers wins (a tie decides nothing): the
+  accusations *stand* when the accusers outnumber the passers, and every verifier on the
+  losing side that reported the very result (same commitment) the winners did is outvoted by
+  each of them (`refuted_by`): an accuser by the passers, a passer by the accusers;
+- a verifier outvoted by `REFUTERS` different verifiers, on the results of `REFUTED_TRAINERS`
+  different trainers, in the epoch loses its standing (a liar contradicts the others about
+  everyone; colluders that outvote an honest checker do so about the one cheat they shield): a
+  `FALSE_ACCUSER` or `FALSE_PASSER` conviction, it becomes Dropped and its accusations count
+  no more;
+- each standing accusation is a strike against its trainer (verifier, step); a trainer is
+  convicted (`VERIFIERS`) once `MIN_ACCUSERS` different verifiers each struck it at
+  `MIN_STRIKE_STEPS` different steps of the epoch: Dropped, and every client skips its results
+  from the judged step on in this epoch (`VerificationRecord.excluded`). A verifier's
+  accusation thus needs corroboration by its own accusation at another step (a lone liar's
+  word, or one honest result failing by bad luck, which every checker accuses in that step,
+  never counts twice), and one verifier never convicts;
 - both kinds are scoped to the epoch: the next epoch admits the key again. Only self-proving
   evidence (`convict_proven`, e.g. two signed conflicting commitments) bans it for good
   (`VerificationRecord.banned`, `transitions.tick_waiting_for_members`).
@@ -46,6 +53,7 @@ from psyche_common.coordinator.verdicts import (
 from psyche_common.coordinator.verification import (
     MIN_ACCUSERS,
     MIN_STRIKE_STEPS,
+    REFUTED_TRAINERS,
     REFUTERS,
     round_verifiers,
     verifier_sample,
@@ -91,8 +99,10 @@ def _check_report(coord: CoordinatorState, from_id: bytes, report: Report) -> No
     )
     if from_id not in verifiers:
         raise _refuse(f"{short_id(from_id)} is not a verifier of step {report.step}")
+    if not (round_.sample_revealed and round_.sample_seed):
+        raise _refuse(f"the verifier sample of step {report.step} is not revealed yet")
     assignments = assign_data_for_round(round_, clients, config, coord.model.max_seq_len)
-    sample = verifier_sample(round_.random_seed, from_id, list(assignments))
+    sample = verifier_sample(round_.sample_seed, from_id, list(assignments))
     if report.batch not in sample:
         raise _refuse(
             f"{short_id(from_id)} did not have to check {report.batch} at step {report.step}"
@@ -138,44 +148,47 @@ def judge_closed_step(coord: CoordinatorState) -> list[Conviction]:
         if record.convicted(report.verifier, epoch) is None:
             by_batch.setdefault((report.trainer, report.batch), []).append(report)
     standing: list[Accusation] = []
-    refuted: dict[bytes, Accusation] = {}
-    for batch_reports in by_batch.values():
+    outvoted: dict[bytes, Report] = {}
+    for (trainer, _), batch_reports in by_batch.items():
         accusers = [r for r in batch_reports if isinstance(r, Accusation)]
         passes = [r for r in batch_reports if isinstance(r, Attestation)]
         if len(accusers) > len(passes):
             standing.extend(accusers)
-        for accusation in accusers:
-            refuters = {
-                p.verifier
-                for p in passes
-                if accusation.commitment is not None and p.commitment == accusation.commitment
+            losers, winners = list[Report](passes), list[Report](accusers)
+        elif len(passes) > len(accusers):
+            losers, winners = list[Report](accusers), list[Report](passes)
+        else:
+            continue  # a tie decides nothing and counts against nobody
+        for loser in losers:
+            against = {
+                w.verifier
+                for w in winners
+                if loser.commitment is not None and w.commitment == loser.commitment
             }
-            if refuters and _add(record.refuted_by, accusation.verifier, refuters):
-                refuted[accusation.verifier] = accusation
+            if against:
+                _add(record.refuted_by, loser.verifier, against)
+                _add(record.outvoted_about, loser.verifier, {trainer})
+                outvoted[loser.verifier] = loser
     convictions = [
-        _convict_false_accuser(coord, accusation, step)
-        for verifier, accusation in sorted(refuted.items())
-        if len(record.refuted_by[verifier]) >= REFUTERS
+        _convict_outvoted(coord, report, step)
+        for verifier, report in sorted(outvoted.items())
+        if len(record.refuted_by.get(verifier, ())) >= REFUTERS
+        and len(record.outvoted_about.get(verifier, ())) >= REFUTED_TRAINERS
     ]
     for accusation in standing:
         if record.convicted(accusation.verifier, epoch) is None:
             _strike(record.strikes, accusation.trainer, accusation.verifier, step)
     for trainer in sorted({a.trainer for a in standing}):
         strikes = record.strikes.get(trainer, {})
-        accusers_of = set(strikes)
-        steps = {s for by_step in strikes.values() for s in by_step}
-        if (
-            len(accusers_of) >= MIN_ACCUSERS
-            and len(steps) >= MIN_STRIKE_STEPS
-            and record.convicted(trainer, epoch) is None
-        ):
+        corroborated = {v for v, steps in strikes.items() if len(steps) >= MIN_STRIKE_STEPS}
+        if len(corroborated) >= MIN_ACCUSERS and record.convicted(trainer, epoch) is None:
             mine = [a for a in standing if a.trainer == trainer]
             conviction = Conviction(
                 epoch=epoch,
                 step=step,
                 trainer=trainer,
                 batch=min((a.batch for a in mine), key=_batch_key),
-                verifiers=tuple(sorted(accusers_of)),
+                verifiers=tuple(sorted(corroborated)),
                 agreement_milli=min(a.agreement_milli for a in mine),
             )
             _record(coord, conviction)
@@ -207,19 +220,21 @@ def convict_proven(
     return conviction
 
 
-def _convict_false_accuser(
-    coord: CoordinatorState, accusation: Accusation, step: int
-) -> Conviction:
+def _convict_outvoted(coord: CoordinatorState, report: Report, step: int) -> Conviction:
+    """Remove the verifier of `report`, outvoted by `REFUTERS` different verifiers this epoch
+    (`report`: the last of its reports they outvoted)."""
     record = coord.verification
-    verifier = accusation.verifier
+    verifier = report.verifier
     conviction = Conviction(
         epoch=coord.progress.epoch,
         step=step,
         trainer=verifier,
-        batch=accusation.batch,
+        batch=report.batch,
         verifiers=tuple(sorted(record.refuted_by[verifier])),
-        agreement_milli=accusation.agreement_milli,
-        kind=ConvictionKind.FALSE_ACCUSER,
+        agreement_milli=report.agreement_milli,
+        kind=ConvictionKind.FALSE_ACCUSER
+        if isinstance(report, Accusation)
+        else ConvictionKind.FALSE_PASSER,
     )
     _record(coord, conviction)
     for accusers in record.strikes.values():  # its accusations count no more

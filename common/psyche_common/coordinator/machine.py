@@ -63,13 +63,23 @@ class Coordinator(CoordinatorState):
         now: float,
         seed: int,
         holders: Collection[bytes] | None = None,
+        sample_secret: bytes | None = None,
     ) -> TickResult:
         """Advance for the clock `now` (`transitions.tick`): `pending` the joined clients,
-        `holders` those of them holding the run's weights (None: all)."""
-        return transitions.tick(self, pending, now, seed, holders)
+        `holders` those of them holding the run's weights (None: all); `sample_secret`: 32
+        fresh random bytes, the hidden verifier-sample seed of a round this tick starts (the
+        server always passes one; without it the seed is derived from `seed`, predictably)."""
+        return transitions.tick(self, pending, now, seed, holders, sample_secret)
 
-    def warmup_witness(self, from_id: bytes, witness: Witness, now: float, seed: int) -> None:
-        witnesses.warmup_witness(self, from_id, witness, now, seed)
+    def warmup_witness(
+        self,
+        from_id: bytes,
+        witness: Witness,
+        now: float,
+        seed: int,
+        sample_secret: bytes | None = None,
+    ) -> None:
+        witnesses.warmup_witness(self, from_id, witness, now, seed, sample_secret)
 
     def witness(self, from_id: bytes, witness: Witness, now: float) -> None:
         witnesses.witness(self, from_id, witness, now)

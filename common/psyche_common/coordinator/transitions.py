@@ -20,10 +20,12 @@ from psyche_common.coordinator.types import (
     EpochState,
     RunState,
     TickResult,
+    sample_commitment,
 )
 
 U64_MASK = (1 << 64) - 1
 NEXT_SEED_DOMAIN = b"psyche-py/next-round-seed/v1\x00"
+SAMPLE_SECRET_DOMAIN = b"psyche-py/derived-sample-secret/v1\x00"
 
 
 def derive_seed(seed: int) -> int:
@@ -32,26 +34,35 @@ def derive_seed(seed: int) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
+def derive_sample_secret(seed: int, height: int) -> bytes:
+    """A round's verifier-sample seed when the caller passed no fresh secret (simulations and
+    tests): anyone who knows `seed` can compute it, so the server never relies on it."""
+    data = (seed & U64_MASK).to_bytes(8, "big") + height.to_bytes(8, "big")
+    return hashlib.sha256(SAMPLE_SECRET_DOMAIN + data).digest()
+
+
 def tick(
     coord: CoordinatorState,
     pending: Sequence[bytes] | None,
     now: float,
     seed: int,
     holders: Collection[bytes] | None = None,
+    sample_secret: bytes | None = None,
 ) -> TickResult:
     """Advance the state machine for the clock `now`; `pending` are the joined client ids,
-    `holders` those of them that hold the run's weights (None: all of them)."""
+    `holders` those of them that hold the run's weights (None: all of them); `sample_secret`:
+    32 fresh random bytes, the hidden verifier-sample seed of a round this tick starts."""
     state = coord.run_state
     if coord.halted():
         raise CoordinatorError(ErrorKind.Halted, f"run is {state.name}")
     if state == RunState.WaitingForMembers:
         return tick_waiting_for_members(coord, pending, now, holders)
     if state == RunState.Warmup:
-        return tick_warmup(coord, now, seed)
+        return tick_warmup(coord, now, seed, sample_secret)
     if state == RunState.RoundTrain:
         return tick_round_train(coord, now)
     if state == RunState.RoundWitness:
-        return tick_round_witness(coord, now, seed)
+        return tick_round_witness(coord, now, seed, sample_secret)
     return tick_cooldown(coord, now)
 
 
@@ -108,9 +119,11 @@ def tick_waiting_for_members(
     return TickResult.ticked()
 
 
-def tick_warmup(coord: CoordinatorState, now: float, seed: int) -> TickResult:
+def tick_warmup(
+    coord: CoordinatorState, now: float, seed: int, sample_secret: bytes | None = None
+) -> TickResult:
     if coord.check_timeout(now, coord.config.warmup_time):
-        start_round_train(coord, now, seed, 0)
+        start_round_train(coord, now, seed, 0, sample_secret)
     else:
         coord.move_clients_to_exited(0)
     if len(coord.epoch_state.clients) < coord.config.min_clients:
@@ -120,8 +133,16 @@ def tick_warmup(coord: CoordinatorState, now: float, seed: int) -> TickResult:
 
 
 def start_round_train(
-    coord: CoordinatorState, now: float, seed: int, tie_breaker_tasks: int
+    coord: CoordinatorState,
+    now: float,
+    seed: int,
+    tie_breaker_tasks: int,
+    sample_secret: bytes | None = None,
 ) -> None:
+    """Start the next round; `sample_secret` (32 fresh random bytes, what the server passes)
+    becomes its hidden verifier-sample seed (`Round.sample_seed`). Without it the seed is
+    derived from `seed`, which the round publishes as the next round's: predictable, for
+    simulations and tests only."""
     es = coord.epoch_state
     if es.first_round:
         head, height, data_index = 0, 0, coord.progress.epoch_start_data_index
@@ -144,6 +165,9 @@ def start_round_train(
     round_.tie_breaker_tasks = tie_breaker_tasks
     round_.random_seed = round_seed
     round_.next_random_seed = next_seed
+    round_.sample_seed = sample_secret or derive_sample_secret(seed, height)
+    round_.sample_commit = sample_commitment(round_.sample_seed)
+    round_.sample_revealed = False
     round_.witnesses = []
     round_.shares = []
     if coord.config.per_client_shares:
@@ -162,10 +186,13 @@ def start_round_witness(coord: CoordinatorState, now: float) -> None:
     """The round's witnesses are in (or its time is up): the previous step closes to
     verification reports and is judged before any client may apply its results."""
     coord.change_state(now, RunState.RoundWitness)
+    coord.current_round().sample_revealed = True  # the round's results are committed
     accusations.judge_closed_step(coord)
 
 
-def tick_round_witness(coord: CoordinatorState, now: float, seed: int) -> TickResult:
+def tick_round_witness(
+    coord: CoordinatorState, now: float, seed: int, sample_secret: bytes | None = None
+) -> TickResult:
     if not coord.check_timeout(now, coord.config.round_witness_time):
         return TickResult.ticked()
     es, config, progress = coord.epoch_state, coord.config, coord.progress
@@ -194,7 +221,7 @@ def tick_round_witness(coord: CoordinatorState, now: float, seed: int) -> TickRe
     ):
         start_cooldown(coord, now)
         return TickResult.ticked()
-    start_round_train(coord, now, seed, 0)
+    start_round_train(coord, now, seed, 0, sample_secret)
     return TickResult.ticked()
 
 

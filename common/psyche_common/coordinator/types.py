@@ -9,6 +9,7 @@ defines and this module re-exports). Each type converts itself to and from a msg
 from __future__ import annotations
 
 import enum
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,6 +164,18 @@ class Round:
     """Per-client shares: the samples of each trainer of the round, in the round's trainer
     order (`assignment.trainer_ids`); empty: the batch is split equally. Left out of the wire
     form when empty."""
+    sample_seed: bytes = field(default=b"", compare=False)
+    """The seed of the verifiers' samples (`verification.verifier_sample`): fresh server
+    randomness drawn when the round starts, kept out of the wire form until the round enters
+    RoundWitness (`sample_revealed`), so no trainer knows before it publishes whether its
+    batch will be checked. Empty in a client's copy until revealed."""
+    sample_commit: bytes = b""
+    """SHA-256 of `sample_seed` (`verification.sample_commitment`), broadcast from the round's
+    start: the revealed seed must match it, so the server cannot pick it after the fact."""
+    sample_revealed: bool = field(default=False, compare=False)
+    """Whether `sample_seed` is out. This and `sample_seed` are left out of comparisons: a
+    copy decoded from the wire form lacks the seed until it is revealed, and is the same
+    public state."""
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {
@@ -176,6 +189,10 @@ class Round:
         }
         if self.shares:
             wire["shares"] = list(self.shares)
+        if self.sample_commit:
+            wire["sample_commit"] = self.sample_commit
+        if self.sample_revealed and self.sample_seed:
+            wire["sample_seed"] = self.sample_seed
         return wire
 
     @classmethod
@@ -190,8 +207,15 @@ class Round:
         for size in shares:
             if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 0xFFFF:
                 raise ValueError(f"round.shares holds {size!r:.40}, not a size from 1 to 65535")
+        sample_commit = _optional_digest(data, "sample_commit")
+        sample_seed = _optional_digest(data, "sample_seed")
+        if sample_seed and sample_commitment(sample_seed) != sample_commit:
+            raise ValueError("round.sample_seed does not match round.sample_commit")
         return cls(
             witnesses=witnesses,
+            sample_seed=sample_seed,
+            sample_commit=sample_commit,
+            sample_revealed=bool(sample_seed),
             shares=list(shares),
             **{
                 key: wire_uint(data, key, "round")
@@ -205,6 +229,22 @@ class Round:
                 )
             },
         )
+
+
+SAMPLE_COMMIT_DOMAIN = b"psyche-py/verifier-sample-commit/v1\x00"
+"""Domain of `Round.sample_commit` (SHA-256 over it and the round's `sample_seed`)."""
+
+
+def sample_commitment(sample_seed: bytes) -> bytes:
+    """What a round broadcasts of its hidden `sample_seed` before revealing it."""
+    return hashlib.sha256(SAMPLE_COMMIT_DOMAIN + sample_seed).digest()
+
+
+def _optional_digest(data: dict[str, Any], key: str) -> bytes:
+    value = data.get(key, b"")
+    if not isinstance(value, bytes) or len(value) not in (0, 32):
+        raise ValueError(f"round.{key} must be 32 bytes")
+    return value
 
 
 @dataclass

@@ -4,9 +4,9 @@
 commitment `commitment`, when the verifier names it) does not match its recomputation
 (`agreement_milli`: the measured sign agreement in thousandths). `Attestation`: the same
 report for a result that does match. `Conviction`: a client removed from an epoch, of one of
-three kinds (`ConvictionKind`): a trainer that verifiers of at least two different keys
-accused, an accuser whom other verifiers refuted, or a client convicted by self-proving
-evidence. Every client skips a convicted client's results from `step` on in that epoch; only a
+four kinds (`ConvictionKind`): a trainer that verifiers of at least two different keys
+accused, an accuser whom other verifiers refuted, a passer whom other verifiers outvoted, or a
+client convicted by self-proving evidence. Every client skips a convicted client's results from `step` on in that epoch; only a
 proven conviction also keeps the key out of later epochs (`banned`). `VerificationRecord`
 holds them all; the coordinator broadcasts it and the server saves its convictions
 (`to_toml` / `from_toml`, where ids are hex). docs/verification.md states the rules.
@@ -52,6 +52,9 @@ class ConvictionKind(enum.StrEnum):
     FALSE_ACCUSER = "false_accuser"
     """A verifier whose accusations verifiers of at least two other keys refuted by passing
     the very result it accused (epoch-scoped)."""
+    FALSE_PASSER = "false_passer"
+    """A verifier whose passes verifiers of at least two other keys outvoted by accusing the
+    very result it passed (epoch-scoped)."""
     PROVEN = "proven"
     """Self-proving evidence, such as two signed, conflicting commitments (equivocation):
     the key is not admitted again, in any later epoch."""
@@ -179,6 +182,8 @@ class Conviction:
             ConvictionKind.VERIFIERS: f"for {self.batch} by {accusers}",
             ConvictionKind.FALSE_ACCUSER: f"as a false accuser of {self.batch}, refuted by "
             f"{accusers}",
+            ConvictionKind.FALSE_PASSER: f"as a false passer of {self.batch}, outvoted by "
+            f"{accusers}",
             ConvictionKind.PROVEN: f"on proof about {self.batch} from {accusers}",
         }[self.kind]
         return (
@@ -288,7 +293,11 @@ class VerificationRecord:
     strikes: Strikes = field(default_factory=dict)
     """This epoch: trainer → the verifiers whose accusation of it stood → at which steps."""
     refuted_by: dict[bytes, set[bytes]] = field(default_factory=dict)
-    """This epoch: accuser → the verifiers that passed a result it accused."""
+    """This epoch: verifier → the verifiers that outvoted it (passed a result it accused, or
+    accused a result it passed, and were more)."""
+    outvoted_about: dict[bytes, set[bytes]] = field(default_factory=dict)
+    """This epoch: verifier → the trainers whose results it was outvoted on (`refuted_by`);
+    the server's own count, neither broadcast nor saved."""
     false_reports: dict[bytes, int] = field(default_factory=dict)
     """This epoch: member → weight of its witness reports proven false (`misconduct`); the
     server's own count, neither broadcast nor saved."""
@@ -299,6 +308,7 @@ class VerificationRecord:
         self.attestations = []
         self.strikes = {}
         self.refuted_by = {}
+        self.outvoted_about = {}
         self.false_reports = {}
 
     def reports(self) -> Iterable[Accusation | Attestation]:

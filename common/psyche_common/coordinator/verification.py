@@ -1,14 +1,17 @@
 """Who verifies what in a round, and how many verifiers must agree (pure; no I/O).
 
-A client whose committee is `Verifier` in a round trains nothing; it recomputes the gradients
-of `VERIFIER_SAMPLES` of the round's batches, picked by `verifier_sample` from the round's seed
-and the verifier's own id, so that the coordinator can check that an accusation names a batch
-the accuser really had to check, and trainers cannot know in advance which batches are
-checked. `checkers_of` lists the verifiers whose sample holds one of a trainer's batches. A
-trainer is convicted once accusations of `MIN_ACCUSERS` different verifiers, made at
-`MIN_STRIKE_STEPS` different steps, stood in an epoch, and an accuser loses its standing once
-`REFUTERS` other verifiers passed results it accused (`accusations`; docs/verification.md
-weighs the numbers).
+A client whose committee is `Verifier` in a round trains nothing; it checks `VERIFIER_SAMPLES`
+of the round's batches, picked by `verifier_sample` from the round's sample seed
+(`Round.sample_seed`) and the verifier's own id, so that the coordinator can check that an
+accusation names a batch the accuser really had to check. The sample seed is fresh server
+randomness that stays hidden until the round enters RoundWitness (only its hash,
+`Round.sample_commit`, is broadcast before), so a trainer cannot know, when it publishes,
+whether its batch will be checked; verifiers recompute every batch of the round on the round's
+weights and score their sample once it is revealed. `checkers_of` lists the verifiers whose
+sample holds one of a trainer's batches. A trainer is convicted once `MIN_ACCUSERS` different
+verifiers each had standing accusations of it at `MIN_STRIKE_STEPS` different steps of an
+epoch, and a verifier loses its standing once `REFUTERS` other verifiers outvoted it on the
+results of `REFUTED_TRAINERS` trainers (`accusations`; docs/verification.md weighs the numbers).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from psyche_common.batch_id import BatchId
 from psyche_common.coordinator.assignment import ClientLike, committee_members
 from psyche_common.coordinator.committee import Committee
+from psyche_common.coordinator.state import CoordinatorState
 
 VERIFIER_SAMPLES = 2
 """Batches each verifier recomputes per round (fewer when the round has fewer batches)."""
@@ -27,16 +31,19 @@ SAMPLE_DOMAIN = b"psyche-py/verifier-sample/v1\x00"
 
 
 def verifier_sample(
-    seed: int, verifier_id: bytes, batches: Sequence[BatchId], count: int = VERIFIER_SAMPLES
+    sample_seed: bytes,
+    verifier_id: bytes,
+    batches: Sequence[BatchId],
+    count: int = VERIFIER_SAMPLES,
 ) -> list[BatchId]:
     """`count` distinct batches of `batches` (sorted by start), chosen by hashing the round's
-    `seed` with the verifier's id; returned in sample order."""
+    revealed `sample_seed` with the verifier's id; returned in sample order."""
     ordered = sorted(batches)
     scored = sorted(
         ordered,
         key=lambda batch: hashlib.sha256(
             SAMPLE_DOMAIN
-            + (seed & ((1 << 64) - 1)).to_bytes(8, "little")
+            + sample_seed
             + verifier_id
             + batch.start.to_bytes(8, "little")
             + batch.end.to_bytes(8, "little")
@@ -62,12 +69,26 @@ def checkers_of(
     trainer_id: bytes,
     assignments: Mapping[BatchId, bytes],
     verifiers: Sequence[bytes],
-    seed: int,
+    sample_seed: bytes,
 ) -> list[bytes]:
     """The verifiers whose sample holds at least one of `trainer_id`'s batches."""
     batches = list(assignments)
     mine = {batch for batch, owner in assignments.items() if owner == trainer_id}
-    return [v for v in verifiers if mine.intersection(verifier_sample(seed, v, batches))]
+    return [v for v in verifiers if mine.intersection(verifier_sample(sample_seed, v, batches))]
+
+
+def revealed_sample_seed(coord: CoordinatorState, step: int) -> bytes | None:
+    """The sample seed of the round of `step` once the coordinator `coord` revealed it (the
+    current round from its RoundWitness on, the previous round), else None."""
+    current = coord.current_round()
+    if step == coord.progress.step:
+        round_ = current
+    else:
+        previous = coord.previous_round()
+        if step + 1 != coord.progress.step or previous is None:
+            return None
+        round_ = previous
+    return round_.sample_seed if round_.sample_revealed and round_.sample_seed else None
 
 
 MIN_ACCUSERS = 2
@@ -81,5 +102,11 @@ such failures are rare and independent from step to step, while a cheat fails ev
 round."""
 
 REFUTERS = 2
-"""Different verifiers that must pass results an accuser accused before it loses standing:
-one could be a liar shielding a cheat, so it only cancels the accusation (a tie)."""
+"""Different verifiers that must have outvoted a verifier before it loses its standing: passers
+that outnumbered its accusation of a result, or accusers that outnumbered its pass of one. One
+could be a liar, and a tie decides nothing."""
+
+REFUTED_TRAINERS = 2
+"""Different trainers whose results a verifier must have been outvoted on before it loses its
+standing: a liar contradicts the others about every trainer it lies about, while colluders
+that outnumber an honest checker of their cheat's result outvote it about that one trainer."""

@@ -213,6 +213,11 @@ def epoch_state_to_toml(epoch_state: EpochState) -> dict[str, Any]:
     for round_ in document["rounds"]:
         round_["random_seed"] = str(round_["random_seed"])
         round_["next_random_seed"] = str(round_["next_random_seed"])
+        # a round's verifier-sample seed is live state: a restarted server drops the rounds
+        # in flight (`resume`), so the file holds its commitment only, never the seed
+        round_.pop("sample_seed", None)
+        if "sample_commit" in round_:
+            round_["sample_commit"] = round_["sample_commit"].hex()
         for witness in round_["witnesses"]:
             witness["participant_bloom"] = _bloom_to_toml(witness["participant_bloom"])
             witness["broadcast_bloom"] = _bloom_to_toml(witness["broadcast_bloom"])
@@ -232,6 +237,8 @@ def epoch_state_from_toml(table: dict[str, Any]) -> EpochState:
             round_["random_seed"] = int(round_.get("random_seed", "0"))
             # states saved before the next-round seed existed have none: 0 like a fresh round
             round_["next_random_seed"] = int(round_.get("next_random_seed", "0"))
+            if "sample_commit" in round_:  # absent from states saved before the hidden sample
+                round_["sample_commit"] = bytes.fromhex(str(round_["sample_commit"]))
             witnesses = []
             for witness in round_.get("witnesses", []):
                 witness = {**wire_map(witness, "witness")}

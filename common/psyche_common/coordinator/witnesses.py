@@ -43,7 +43,12 @@ def _store(coord: CoordinatorState, witness: Witness) -> None:
 
 
 def warmup_witness(
-    coord: CoordinatorState, from_id: bytes, witness: Witness, now: float, seed: int
+    coord: CoordinatorState,
+    from_id: bytes,
+    witness: Witness,
+    now: float,
+    seed: int,
+    sample_secret: bytes | None = None,
 ) -> None:
     """A client finished loading the model. Anyone in the epoch may send one."""
     if coord.halted():
@@ -64,7 +69,7 @@ def warmup_witness(
     check_witness_blooms(witness, max_bloom_entries(coord), from_id)
     _store(coord, witness)
     if len(coord.current_round().witnesses) >= coord.witness_nodes_effective():
-        transitions.start_round_train(coord, now, seed, 0)
+        transitions.start_round_train(coord, now, seed, 0, sample_secret)
 
 
 def witness(coord: CoordinatorState, from_id: bytes, witness: Witness, now: float) -> None:

@@ -20,6 +20,7 @@ from tests.support.coordinators import (
     close_step,
     ids,
     make_coordinator,
+    reveal_sample,
     shared_batch,
     to_round_train,
 )
@@ -35,7 +36,7 @@ def round_with_one_verifier() -> tuple[Coordinator, bytes, Accusation]:
         coord.epoch_state.clients, round_.random_seed, 1, 25, round_.tie_breaker_tasks
     )
     assignments = assign_data_for_state(coord)
-    batch = verifier_sample(round_.random_seed, verifier, list(assignments))[0]
+    batch = verifier_sample(round_.sample_seed, verifier, list(assignments))[0]
     message = Accusation(
         step=coord.progress.step,
         trainer=assignments[batch],
@@ -43,6 +44,7 @@ def round_with_one_verifier() -> tuple[Coordinator, bytes, Accusation]:
         agreement_milli=40,
         commitment=COMMITMENT,
     )
+    reveal_sample(coord)
     return coord, verifier, message
 
 
@@ -80,7 +82,9 @@ def test_two_verifiers_accusations_convict_are_logged_and_saved(
     batch, (first, second, *_) = shared_batch(coord, 2)
     trainer = assign_data_for_state(coord)[batch]
     # a strike of an earlier step: one step's accusations never convict by themselves
-    coord.verification.strikes = {trainer: {first: {coord.progress.step - 1}}}
+    earlier = coord.progress.step - 1
+    coord.verification.strikes = {trainer: {first: {earlier}, second: {earlier}}}
+    reveal_sample(coord)
     convictions = ConvictionLog(coord.verification)
     for verifier in (first, second):
         message = Accusation(
