@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -44,7 +45,7 @@ from .manifest import ModelManifest
 from .outbound import OutboundLinks
 from .pacing import UploadShaper
 from .pushing import Announcer, AnnounceReport
-from .rate import PeerRates
+from .rate import FrameRate, PeerRates
 from .recent import RecentAnnouncements
 from .relay import RelayClient
 from .serving import RequestServer
@@ -417,6 +418,9 @@ class P2PNode:
             max_streams=self.config.max_concurrent_serving * 2,
             keep=lambda: self.outbound_only and self._pool.in_use(link),
             shaper=self.shaper,
+            frame_rate=FrameRate(
+                self.config.link_frame_rate, self.config.link_frame_burst, time.monotonic()
+            ),
         )
         return link
 
