@@ -85,6 +85,7 @@ class P2PNode:
             self.config.max_seen_announcements,
             self.config.max_result_size,
             PeerRates(self.config.announcement_rate, self.config.announcement_burst),
+            signer_rates=PeerRates(self.config.announcement_rate, self.config.announcement_burst),
         )
         self.shaper = UploadShaper(self.config.max_upload_rate)
         self._on_corrupt = on_corrupt

@@ -59,6 +59,13 @@ class PeerRates:
         bucket.tokens -= 1.0
         return True
 
+    def refund(self, peer: bytes) -> None:
+        """Give back one charge of `peer` (capped at its burst): it turned out to be owed by
+        someone else."""
+        bucket = self._buckets.get(peer)
+        if bucket is not None:
+            bucket.tokens = min(float(self.burst), bucket.tokens + 1.0)
+
 
 class FrameRate:
     """A token bucket of `rate` frames per second and `burst` capacity for one link."""
