@@ -180,6 +180,7 @@ class RoundRunner:
             return
         now = time.monotonic()
         await self.warmup.tick(now)
+        self.verifier.check_rounds()  # a result's capped wait for earlier ones may be over
         await self.witnessing.progress()
         await self.exchange.rebroadcast(now)
 
