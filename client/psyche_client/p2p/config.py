@@ -72,8 +72,9 @@ class P2PConfig:
     announcement_rate: float = 64.0
     """New (not duplicate) announcements per second accepted from one pushing peer, after a
     burst of `announcement_burst`; more are answered "deferred" before any signature check.
-    Each signer has the same budget, charged once its signatures verified, whoever pushed
-    (a member's flood forwarded by honest peers is charged to the member)."""
+    Each signer has the same budget for what other peers forward of it, charged once the
+    signatures verified (a member's announcements relayed by honest peers are charged to the
+    member, not to them)."""
     announcement_burst: int = 512
     link_frame_rate: float = 2048.0
     """Frames per second read from one link, after a burst of `link_frame_burst`: a link

@@ -3,11 +3,12 @@
 `AnnouncementInbox.receive` runs the checks cheapest first — strict decoding; not seen before
 (a hash of the signed bytes, so a duplicate costs no signature check); signer is a member; the
 pushing peer within its rate of new announcements (`rate.PeerRates`: over it, "deferred"
-before any signature is checked); both signatures (`announcements.verify_announcement`); the
-signer within its own rate (`signer_rates`: an announcement another peer forwards is charged
+before any signature is checked); both signatures (`announcements.verify_announcement`); an
+announcement another peer forwarded within its signer's rate (`signer_rates`: it is charged
 to whoever signed it, and the forwarder's charge is given back once the signatures verified,
-so a member's announcements relayed by honest peers drain the member's budget, not theirs,
-while a peer pushing forgeries pays for every one); a result's size within `max_result_size` and at most two different
+so a member's announcements relayed by honest peers drain the member's forwarding budget, not
+theirs, while a peer pushing forgeries pays for every one, and what a member pushes itself
+stays charged to it as the pusher); a result's size within `max_result_size` and at most two different
 commitments of a trainer for one batch — and only then hands the announcement to the app's
 callback, as a `VerifiedAnnouncement`: the one place an announcement's signatures are checked
 (the round pipeline accepts nothing else and does not check again).
@@ -247,15 +248,16 @@ class AnnouncementInbox:
             log.warning("rejected announcement via %s: %s", short_id(from_peer), exc)
             return Receipt("rejected", str(exc))
         signer = announcement.sender_id
-        if self._rates is not None and self._signer_rates is not None and signer != from_peer:
-            self._rates.refund(from_peer)
-        if self._signer_rates is not None and not self._signer_rates.allow(signer, self._clock()):
-            log.debug("deferred announcement of %s: over its signer's rate", short_id(signer))
-            return Receipt(
-                "deferred",
-                f"over {self._signer_rates.rate:g} new announcements per second signed by "
-                f"{short_id(signer)}: will be accepted when sent again",
-            )
+        if self._signer_rates is not None and signer != from_peer:  # forwarded: the signer pays
+            if self._rates is not None:
+                self._rates.refund(from_peer)
+            if not self._signer_rates.allow(signer, self._clock()):
+                log.debug("deferred announcement of %s: over its signer's rate", short_id(signer))
+                return Receipt(
+                    "deferred",
+                    f"over {self._signer_rates.rate:g} forwarded announcements per second "
+                    f"signed by {short_id(signer)}: will be accepted when sent again",
+                )
         refusal = self._refuse_result(announcement)
         if refusal is not None:
             log.warning("rejected announcement via %s: %s", short_id(from_peer), refusal)
