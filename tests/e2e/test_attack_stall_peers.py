@@ -12,7 +12,10 @@ the slow trainer's results are never fetched in time, so the honest clients appl
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,7 +28,10 @@ pytestmark = pytest.mark.timeout(300)
 HERE = Path(__file__).resolve().parent
 
 
-def run_beside_three_honest(tmp_path: Path, program: str) -> tuple[Cluster, list[Proc], Proc]:
+@contextlib.contextmanager
+def beside_three_honest(tmp_path: Path, program: str, min_common: int) -> Iterator[Attacked]:
+    """Run `program` beside three honest clients until they finish in agreement (at least
+    `min_common` common applied steps); after the caller's checks, none of them was dropped."""
     state = write_state(
         tmp_path / "state.toml",
         total_steps=8,
@@ -35,56 +41,50 @@ def run_beside_three_honest(tmp_path: Path, program: str) -> tuple[Cluster, list
         max_round_train_time=5,
     )
     c = Cluster(tmp_path, state)
-    c.start_server()
-    honest = [c.start_client(dummy_delay=0.3) for _ in range(3)]
-    attacker = c.start_client(dummy_delay=0.3, program=[sys.executable, str(HERE / program)])
-    return c, honest, attacker
-
-
-def assert_nobody_honest_dropped(honest: list[Proc]) -> None:
-    for proc in honest:
-        assert not proc.events(DROPPED_LINE), f"{proc.name} was dropped"
-
-
-def test_frame_bombs_are_refused_at_once_and_their_links_closed(tmp_path: Path) -> None:
-    c, honest, attacker = run_beside_three_honest(tmp_path, "frame_bomb_client.py")
     try:
-        finish_in_agreement(c, honest, min_common=5)
-        bombs = attacker.events("frame_bomb: sent")
-        assert bombs, c.diagnostics()
-        assert sum(b["closed"] for b in bombs) >= 3, bombs  # at least one round of three
-        assert all(b["open"] == 0 for b in bombs), bombs
-        assert max(b["slowest_close_s"] for b in bombs) < 1.0, bombs
-        assert_nobody_honest_dropped(honest)
+        c.start_server()
+        honest = [c.start_client(dummy_delay=0.3) for _ in range(3)]
+        attacker = c.start_client(dummy_delay=0.3, program=[sys.executable, str(HERE / program)])
+        common = finish_in_agreement(c, honest, min_common=min_common)
+        yield Attacked(c, honest, attacker, common)
+        for proc in honest:
+            assert not proc.events(DROPPED_LINE), f"{proc.name} was dropped"
     finally:
         c.stop()
 
 
+@dataclass
+class Attacked:
+    cluster: Cluster
+    honest: list[Proc]
+    attacker: Proc
+    common: list[int]
+
+
+def test_frame_bombs_are_refused_at_once_and_their_links_closed(tmp_path: Path) -> None:
+    with beside_three_honest(tmp_path, "frame_bomb_client.py", 5) as run:
+        bombs = run.attacker.events("frame_bomb: sent")
+        assert bombs, run.cluster.diagnostics()
+        assert sum(b["closed"] for b in bombs) >= 3, bombs  # at least one round of three
+        assert all(b["open"] == 0 for b in bombs), bombs
+        assert max(b["slowest_close_s"] for b in bombs) < 1.0, bombs
+
+
 def test_a_finished_flood_is_refused_and_forwarded_by_nobody(tmp_path: Path) -> None:
-    c, honest, attacker = run_beside_three_honest(tmp_path, "finished_flood_client.py")
-    try:
-        finish_in_agreement(c, honest, min_common=5)
-        floods = attacker.events("finished_flood: pushed")
-        assert floods, c.diagnostics()
+    with beside_three_honest(tmp_path, "finished_flood_client.py", 5) as run:
+        floods = run.attacker.events("finished_flood: pushed")
+        assert floods, run.cluster.diagnostics()
         for flood in floods:
             statuses = flood["flood_statuses"]
             # one Finished per sender and step: ours was sent first, so at most one of the
             # flood's per peer (where ours had not arrived yet) is taken
             assert statuses.get("accepted", 0) <= flood["peers"], statuses
             assert statuses.get("rejected", 0) + statuses.get("deferred", 0) > 0, statuses
-        assert_nobody_honest_dropped(honest)
-    finally:
-        c.stop()
 
 
 def test_a_slow_first_announcer_stalls_nobody(tmp_path: Path) -> None:
-    c, honest, attacker = run_beside_three_honest(tmp_path, "slow_first_announcer_client.py")
-    try:
-        common = finish_in_agreement(c, honest, min_common=4)
-        assert attacker.events("slow_first_announcer: serving"), c.diagnostics()
-        counts = [{e["step"]: e["results"] for e in p.events("applied step")} for p in honest]
-        for step in common:  # every honest trainer's result applied all along
+    with beside_three_honest(tmp_path, "slow_first_announcer_client.py", 4) as run:
+        assert run.attacker.events("slow_first_announcer: serving"), run.cluster.diagnostics()
+        counts = [{e["step"]: e["results"] for e in p.events("applied step")} for p in run.honest]
+        for step in run.common:  # every honest trainer's result applied all along
             assert all(count[step] >= 3 for count in counts), (step, counts)
-        assert_nobody_honest_dropped(honest)
-    finally:
-        c.stop()
