@@ -8,10 +8,10 @@ announcement another peer forwarded within its signer's rate (`signer_rates`: it
 to whoever signed it, and the forwarder's charge is given back once the signatures verified,
 so a member's announcements relayed by honest peers drain the member's forwarding budget, not
 theirs, while a peer pushing forgeries pays for every one, and what a member pushes itself
-stays charged to it as the pusher); a result's size within `max_result_size` and at most two different
-commitments of a trainer for one batch — and only then hands the announcement to the app's
-callback, as a `VerifiedAnnouncement`: the one place an announcement's signatures are checked
-(the round pipeline accepts nothing else and does not check again).
+stays charged to it as the pusher); a result's size within `max_result_size` and at most two
+different commitments of a trainer for one batch — and only then hands the announcement to
+the app's callback, as a `VerifiedAnnouncement`: the one place an announcement's signatures
+are checked (the round pipeline accepts nothing else and does not check again).
 
 A second, different commitment of a trainer for a batch is accepted (and so forwarded like
 any new announcement): the two together prove that the trainer equivocated, and every honest
