@@ -155,6 +155,24 @@ ATTACKS: dict[str, Attack] = {
             "the Warmup weights checks)",
             program="manifest_liar_client.py",
         ),
+        # members who stall their peers (issue 29, findings 5, 8 and 9)
+        Attack(
+            "frame_bomb",
+            "member sending a 1 MiB frame of a million empty arrays on a fresh link to each "
+            "peer after every Finished",
+            program="frame_bomb_client.py",
+        ),
+        Attack(
+            "finished_flood",
+            "member pushing 1200 Finished for the step it just finished, each with another "
+            "Merkle root, to each peer after every Finished",
+            program="finished_flood_client.py",
+        ),
+        Attack(
+            "slow_first_announcer",
+            "trainer serving its blobs a byte every 2 s",
+            program="slow_first_announcer_client.py",
+        ),
         Attack("flood_server", "300 idle sockets per attacker at the server", flood="server"),
         Attack("flood_peer", "300 idle sockets per attacker at one honest peer", flood="peer"),
         Attack(

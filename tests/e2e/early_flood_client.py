@@ -39,6 +39,9 @@ AHEAD = 1000
 
 
 class FloodingNetwork(NodeNetwork):
+    label = "early_flood"
+    """The flood's log line is `<label>: pushed`."""
+
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.serial = 0
@@ -52,6 +55,10 @@ class FloodingNetwork(NodeNetwork):
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
+    def flood_step(self, step: int) -> int:
+        """The step of the flood's next announcement, after our Finished for `step`."""
+        return step + AHEAD + self.serial
+
     async def flood(self, step: int) -> None:
         statuses: Counter[str] = Counter()
         rated = 0
@@ -63,7 +70,7 @@ class FloodingNetwork(NodeNetwork):
                 self.serial += 1
                 fake = make_finished_announcement(
                     self.node.identity,
-                    step=step + AHEAD + self.serial,
+                    step=self.flood_step(step),
                     warmup=False,
                     broadcast_merkle=self.serial.to_bytes(32, "big"),
                 )
@@ -81,7 +88,7 @@ class FloodingNetwork(NodeNetwork):
 
         await asyncio.gather(*(push(peer) for peer in peers for _ in range(WORKERS)))
         log.info(
-            "early_flood: pushed",
+            f"{self.label}: pushed",
             extra={
                 "step": step,
                 "flood_statuses": dict(statuses),

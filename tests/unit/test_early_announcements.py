@@ -16,6 +16,7 @@ from psyche_client.p2p.announcements import (
     Announcement,
     FinishedAnnouncement,
     make_finished_announcement,
+    make_result_announcement,
     to_wire,
 )
 from psyche_client.p2p.inbox import AnnouncementInbox
@@ -33,6 +34,18 @@ ATTACKER, HONEST, ME = Identity.generate(), Identity.generate(), Identity.genera
 MEMBERS = [ATTACKER.public_key, HONEST.public_key, ME.public_key]
 
 
+def result(sender: Identity, step: int, batch: int) -> Announcement:
+    return make_result_announcement(
+        sender,
+        step=step,
+        batch_start=batch,
+        batch_end=batch,
+        data_hash=bytes(32),
+        blob_hash=bytes(32),
+        size=8,
+    )
+
+
 def finished(sender: Identity, step: int, salt: int = 0) -> FinishedAnnouncement:
     return make_finished_announcement(
         sender, step=step, warmup=False, broadcast_merkle=salt.to_bytes(32, "big")
@@ -44,7 +57,7 @@ class Client:
     runner: RoundRunner
     inbox: AnnouncementInbox
 
-    async def push(self, announcement: FinishedAnnouncement) -> str:
+    async def push(self, announcement: Announcement) -> str:
         receipt = await self.inbox.receive(announcement.sender_id, to_wire(announcement))
         return receipt.status
 
@@ -86,12 +99,17 @@ async def test_far_future_announcements_do_not_crowd_out_the_next_steps() -> Non
     assert HONEST.public_key in c.runner.ctx.current.finished_from
 
 
-async def test_each_sender_keeps_at_most_its_quota() -> None:
+async def test_each_sender_keeps_one_finished_per_step_and_at_most_its_quota() -> None:
     c = client()
     spam = [finished(ATTACKER, STEP + 1 + i % EARLY_STEPS, salt=i) for i in range(50)]
     statuses = [await c.push(announcement) for announcement in spam]
-    assert statuses.count("accepted") == EARLY_PER_SENDER
-    assert statuses.count("deferred") == 50 - EARLY_PER_SENDER
+    # one Finished per sender and step; the others are refused (never forwarded)
+    assert statuses.count("accepted") == EARLY_STEPS
+    assert statuses.count("rejected") == 50 - EARLY_STEPS
+    results = [result(ATTACKER, STEP + 1, batch=i) for i in range(50)]
+    statuses = [await c.push(announcement) for announcement in results]
+    assert statuses.count("accepted") == EARLY_PER_SENDER - EARLY_STEPS
+    assert statuses.count("deferred") == 50 - (EARLY_PER_SENDER - EARLY_STEPS)
     legit = finished(HONEST, STEP + 1)
     assert await c.push(legit) == "accepted" and legit in c.kept()
 

@@ -59,7 +59,7 @@ async def test_answers_reach_the_stream_that_asked() -> None:
     answers: set[asyncio.Future[None]] = set()
 
     def echo(_link: PeerLink, stream: Stream, request: dict[str, Any]) -> None:
-        answers.add(asyncio.ensure_future(stream.send({"type": "Echo", "of": request["type"]})))
+        answers.add(asyncio.ensure_future(stream.send({"type": "Echo", "reason": request["type"]})))
 
     dialer = PeerLink(dialer_conn, dialed=True, on_request=echo, idle_timeout=5, max_streams=8)
     listener = PeerLink(listener_conn, dialed=False, on_request=echo, idle_timeout=5, max_streams=8)
@@ -69,7 +69,7 @@ async def test_answers_reach_the_stream_that_asked() -> None:
     assert (one.sid, two.sid) == (1, 2)
     await one.send({"type": "A"})
     await two.send({"type": "B"})
-    assert await one.receive(2) == {"type": "Echo", "of": "A"}
-    assert await two.receive(2) == {"type": "Echo", "of": "B"}
+    assert await one.receive(2) == {"type": "Echo", "reason": "A"}
+    assert await two.receive(2) == {"type": "Echo", "reason": "B"}
     await dialer.close()
     await listener.close()

@@ -341,3 +341,43 @@ async def test_a_result_that_follows_another_batch_better_than_its_own_is_accuse
     await ctx.tasks.aclose()
     assert uplink.accusations == [(7, OWNERS[first], first, 650)]  # margin -0.30
     assert uplink.attestations == [(7, OWNERS[second], second, 900, b"h" * 32)]
+
+
+async def test_a_slow_first_announcer_delays_the_checks_by_the_capped_wait_only() -> None:
+    """A result announced first whose blob never finishes downloading (its trainer serves it
+    a byte at a time) held every later result's score for the whole round; now each later
+    result waits at most `earlier_wait` seconds, then is scored against what settled."""
+    verifier, ctx, _, uplink = make_verifier()
+    now = [100.0]
+    verifier = RoundVerifier(
+        ctx, uplink, verifier.fetch_samples, earlier_wait=5.0, clock=lambda: now[0]
+    )
+    round_ = verifier_round()
+    ctx.current = round_
+    await verifier.recompute(round_)
+    assert round_.checks is not None
+    first, second = verifier_sample(SAMPLE_SEED, ctx.me, BATCHES)
+    unsampled = next(b for b in BATCHES if b not in (first, second))
+    slow = verified_result(unsampled, 0.9, b"p", frozenset(range(100)))
+    slow.status = DownloadStatus.PENDING
+    round_.downloads[b"p" * 32] = slow
+    round_.downloads[b"a" * 32] = verified_result(first, 0.95, b"a", frozenset({1}))
+    verifier.check_rounds()
+    now[0] += 2.0
+    round_.downloads[b"b" * 32] = verified_result(second, 0.05, b"b", frozenset({2}))
+    verifier.check_rounds()
+    now[0] += 2.9
+    verifier.check_rounds()
+    await asyncio.sleep(0.05)
+    assert round_.checks.scored == set()  # 4.9 s: still waiting for the slow one
+    now[0] += 0.1
+    verifier.check_rounds()  # the first result's wait is over; the second's is not
+    await settle(round_.checks, 1)
+    assert round_.checks.scored == {b"a" * 32}
+    now[0] += 2.0
+    verifier.check_rounds()
+    await settle(round_.checks, 2)
+    await ctx.tasks.aclose()
+    assert uplink.attestations == [(7, OWNERS[first], first, 950, b"a" * 32)]
+    assert uplink.accusations == [(7, OWNERS[second], second, 50)]
+    assert slow.status is DownloadStatus.PENDING  # scored without it

@@ -31,7 +31,7 @@ from psyche_client.evals.scheduler import EvalScheduler
 from psyche_client.metrics.reporter import StepReporter
 from psyche_client.metrics.run_outputs import RunOutputs
 from psyche_client.metrics.sink import FanoutSink, MetricsStartError, NullSink
-from psyche_client.p2p.inbox import VerifiedAnnouncement
+from psyche_client.p2p.inbox import Taken, VerifiedAnnouncement
 from psyche_client.round.phase import Phase
 from psyche_client.round.runner import RoundRunner
 from psyche_client.round.stats import ClientStats
@@ -151,10 +151,10 @@ class ClientApp:
             f"majority's ({notice.majority_hash.hex()[:16]})"
         )
 
-    def _on_announcement(self, announcement: VerifiedAnnouncement, _from_peer: bytes) -> bool:
-        """Whether the pipeline took the announcement (False: the inbox forgets it)."""
+    def _on_announcement(self, announcement: VerifiedAnnouncement, _from_peer: bytes) -> Taken:
+        """What the pipeline did with the announcement (`p2p.inbox.Taken`)."""
         if self.runner is None:
-            return False
+            return Taken.NOT_NOW
         return self.runner.on_announcement(announcement)
 
     def snapshot(self) -> ClientSnapshot:

@@ -71,8 +71,17 @@ class P2PConfig:
     blob request does not wait behind its own model download."""
     announcement_rate: float = 64.0
     """New (not duplicate) announcements per second accepted from one pushing peer, after a
-    burst of `announcement_burst`; more are answered "deferred" before any signature check."""
+    burst of `announcement_burst`; more are answered "deferred" before any signature check.
+    Each signer has the same budget for what other peers forward of it, charged once the
+    signatures verified (a member's announcements relayed by honest peers are charged to the
+    member, not to them)."""
     announcement_burst: int = 512
+    link_frame_rate: float = 2048.0
+    """Frames per second read from one link, after a burst of `link_frame_burst`: a link
+    over it is not read (TCP holds its sender back) until its budget refills, so no member
+    costs the event loop more than this many frame decodes per second (at the default 256 KiB
+    chunks, 512 MiB/s per link)."""
+    link_frame_burst: int = 512
     max_model_size: int = 64 * 1024 * MIB
     """Largest model (sum of its parameters' sizes) a late joiner accepts from peers."""
     max_result_size: int = 256 * MIB
@@ -112,6 +121,7 @@ class P2PConfig:
             "max_concurrent_serving",
             "max_serving_per_peer",
             "announcement_burst",
+            "link_frame_burst",
             "max_model_size",
             "max_result_size",
             "fetch_rounds",
@@ -130,6 +140,7 @@ class P2PConfig:
             "idle_timeout",
             "fetch_deadline",
             "announcement_rate",
+            "link_frame_rate",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"P2PConfig.{name} must be positive, got {getattr(self, name)}")

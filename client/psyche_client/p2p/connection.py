@@ -30,7 +30,8 @@ address, nothing else) and closes the stream (`ProbeAnswered`); no link keys are
 
 Every handshake frame, either side, is a control frame: at most `HANDSHAKE_FRAME_SIZE` bytes,
 checked on the length prefix, and decoded within `CONTROL_DECODE`; only an authenticated,
-encrypted link's frames may reach `max_frame_size`.
+encrypted link's frames may reach `max_frame_size`, and they are decoded within
+`frames.LINK_DECODE` and must be known link frames (`frames.check_link_frame`).
 
 Every frame written or read through a `PeerConnection` is counted in `TransferStats`. After
 the handshake a connection becomes a `link.PeerLink` carrying streams in both directions.
@@ -79,6 +80,7 @@ from psyche_common.protocol.secure_channel import (
     derive_keys,
 )
 
+from .frames import LINK_DECODE, check_link_frame
 from .stats import TransferStats
 
 LENGTH_PREFIX_SIZE = 4
@@ -171,9 +173,11 @@ class PeerConnection:
     def _decode(self, payload: bytes, control: bool = False) -> dict[str, Any]:
         overhead = LENGTH_PREFIX_SIZE + (TAG_SIZE if self.channel is not None else 0)
         self.stats.record_received(self.peer_id or None, len(payload) + overhead)
-        message = decode_payload(payload, CONTROL_DECODE if control else None)
+        message = decode_payload(payload, CONTROL_DECODE if control else LINK_DECODE)
         if not isinstance(message, dict) or not isinstance(message.get("type"), str):
             raise BadFrame("P2P frame must be a map with a string 'type'")
+        if not control:
+            check_link_frame(message)
         return message
 
     @property

@@ -3,21 +3,29 @@
 `AnnouncementInbox.receive` runs the checks cheapest first — strict decoding; not seen before
 (a hash of the signed bytes, so a duplicate costs no signature check); signer is a member; the
 pushing peer within its rate of new announcements (`rate.PeerRates`: over it, "deferred"
-before any signature is checked); both signatures (`announcements.verify_announcement`); a
-result's size within `max_result_size` and at most two different commitments of a trainer
-for one batch — and only then hands the announcement to the app's callback, as a
-`VerifiedAnnouncement`: the one place an announcement's signatures are checked (the round
-pipeline accepts nothing else and does not check again).
+before any signature is checked); both signatures (`announcements.verify_announcement`); an
+announcement another peer forwarded within its signer's rate (`signer_rates`: it is charged
+to whoever signed it, and the forwarder's charge is given back once the signatures verified,
+so a member's announcements relayed by honest peers drain the member's forwarding budget, not
+theirs, while a peer pushing forgeries pays for every one, and what a member pushes itself
+stays charged to it as the pusher); a result's size within `max_result_size` and at most two
+different commitments of a trainer for one batch — and only then hands the announcement to
+the app's callback, as a `VerifiedAnnouncement`: the one place an announcement's signatures
+are checked (the round pipeline accepts nothing else and does not check again).
 
 A second, different commitment of a trainer for a batch is accepted (and so forwarded like
 any new announcement): the two together prove that the trainer equivocated, and every honest
 client must hold both to decide alike (the round pipeline reports the proof). A third adds
 nothing and is refused.
 
-The callback may answer False: "not now" (an announcement for a step too far ahead of this
-client, or over its sender's quota, `round.exchange`). The inbox then forgets it as if it had
-never arrived — not seen, not forwarded, its commitment not counted — so a later copy (the
-trainer re-announces every 10 s, a peer's link catch-up) is delivered again.
+The callback answers with a `Taken`: `ACCEPTED` (True or None too) is acknowledged and
+forwarded; `NOT_NOW` (False too: an announcement for a step too far ahead of this client, or
+over its sender's quota, `round.exchange`) is forgotten as if it had never arrived — not
+seen, not forwarded, its commitment not counted — so a later copy (the trainer re-announces
+every 10 s, a peer's link catch-up) is delivered again; `REFUSED` (a second Finished of a
+sender for a step, a result that is not the batch's trainer's, a round already over) stays
+seen, so copies cost nothing, and is answered "rejected" and never forwarded: only what the
+round pipeline took travels on.
 
 The de-duplication memory is bounded (oldest ids are forgotten first). The node also
 `remember`s its own announcements so echoes of them are ignored. It also remembers which step
@@ -27,6 +35,7 @@ even when the caller does not say.
 
 from __future__ import annotations
 
+import enum
 import inspect
 import logging
 import time
@@ -82,9 +91,31 @@ def verify(announcement: Announcement) -> VerifiedAnnouncement:
     return VerifiedAnnouncement(announcement)
 
 
-AnnouncementCallback = Callable[[VerifiedAnnouncement, bytes], Awaitable[bool | None] | bool | None]
+class Taken(enum.Enum):
+    """What the app did with an announcement (see the module docstring)."""
+
+    ACCEPTED = "accepted"
+    """Taken: acknowledged and forwarded."""
+    NOT_NOW = "not now"
+    """Not taken now: forgotten, so a later copy is delivered again."""
+    REFUSED = "refused"
+    """Never to be taken: kept as seen, answered "rejected", not forwarded."""
+
+
+Outcome = Taken | bool | None
+"""A callback's answer: a `Taken`, or True / None (accepted) and False (not now)."""
+
+AnnouncementCallback = Callable[[VerifiedAnnouncement, bytes], Awaitable[Outcome] | Outcome]
 """Gets each new announcement a peer pushed, once verified, and the peer that pushed it;
-answers False to have it forgotten ("not now", see the module docstring)."""
+answers what became of it (`Outcome`)."""
+
+
+def taken(outcome: Outcome) -> Taken:
+    """The `Taken` a callback's answer stands for."""
+    if isinstance(outcome, Taken):
+        return outcome
+    return Taken.NOT_NOW if outcome is False else Taken.ACCEPTED
+
 
 MAX_COMMITMENTS_PER_BATCH = 2
 """Different commitments of one trainer for one batch that are accepted: the second proves
@@ -112,9 +143,11 @@ class AnnouncementInbox:
         max_result_size: int | None = None,
         rates: PeerRates | None = None,
         clock: Callable[[], float] = time.monotonic,
+        signer_rates: PeerRates | None = None,
     ) -> None:
         self._is_member = is_member
         self._rates = rates
+        self._signer_rates = signer_rates
         self._clock = clock
         self.callback = callback
         self._max_seen = max_seen
@@ -214,6 +247,17 @@ class AnnouncementInbox:
         except AnnouncementError as exc:
             log.warning("rejected announcement via %s: %s", short_id(from_peer), exc)
             return Receipt("rejected", str(exc))
+        signer = announcement.sender_id
+        if self._signer_rates is not None and signer != from_peer:  # forwarded: the signer pays
+            if self._rates is not None:
+                self._rates.refund(from_peer)
+            if not self._signer_rates.allow(signer, self._clock()):
+                log.debug("deferred announcement of %s: over its signer's rate", short_id(signer))
+                return Receipt(
+                    "deferred",
+                    f"over {self._signer_rates.rate:g} forwarded announcements per second "
+                    f"signed by {short_id(signer)}: will be accepted when sent again",
+                )
         refusal = self._refuse_result(announcement)
         if refusal is not None:
             log.warning("rejected announcement via %s: %s", short_id(from_peer), refusal)
@@ -228,9 +272,12 @@ class AnnouncementInbox:
             except Exception:
                 log.exception("on_announcement callback failed for a %s", announcement.kind)
                 outcome = None
-            if outcome is False:
+            answer = taken(outcome)
+            if answer is Taken.NOT_NOW:
                 self.forget(announcement)
                 return Receipt("deferred", "not taken now: will be accepted when sent again")
+            if answer is Taken.REFUSED:
+                return Receipt("rejected", f"{announcement.kind} not taken by this client")
         return Receipt("accepted", announcement=announcement)
 
 

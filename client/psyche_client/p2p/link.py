@@ -11,7 +11,12 @@ streams already finished (e.g. a late chunk after a timeout) are dropped.
 Frames of different streams interleave at frame granularity (a writer lock keeps each frame
 whole), so an announcement never waits behind a whole model parameter. A stream marked `bulk`
 (answers that share the model with late joiners) writes after every waiting urgent frame and
-passes the node's `pacing.UploadShaper` first (see `pacing`). The link closes when
+passes the node's `pacing.UploadShaper` first (see `pacing`).
+
+Reading is paced by the link's `rate.FrameRate` (when given): over its budget the next frame
+is not read, let alone decrypted or decoded, until the budget refills, so TCP holds the peer
+back. A frame that is not a well-formed link frame (`frames`: bounded decode, known fields)
+closes the link. The link closes when
 the peer closes it, on a read error, or after `idle_timeout` seconds without a frame and
 without an open stream (unless `keep()` says to keep it: then it pings every third of that).
 """
@@ -29,6 +34,7 @@ from psyche_common.protocol import ConnectionClosed, ProtocolError, short_id
 
 from .connection import PeerConnection
 from .pacing import PriorityLock, UploadShaper, limit_unsent
+from .rate import FrameRate
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +89,7 @@ class PeerLink:
         keep: Callable[[], bool] = lambda: False,
         relayed: bool = False,
         shaper: UploadShaper | None = None,
+        frame_rate: FrameRate | None = None,
     ) -> None:
         self.conn = conn
         self.peer_id = conn.peer_id
@@ -97,6 +104,7 @@ class PeerLink:
         self._streams: dict[int, Stream] = {}
         self._write_lock = PriorityLock()
         self._shaper = shaper
+        self._frame_rate = frame_rate
         limit_unsent(conn.writer)
         self.last_activity = time.monotonic()
         self.closed = False
@@ -181,6 +189,10 @@ class PeerLink:
                     continue
                 self.last_activity = time.monotonic()
                 self._dispatch(frame)
+                if self._frame_rate is not None:  # the next frame waits for its budget
+                    delay = self._frame_rate.delay(self.last_activity)
+                    if delay > 0:
+                        await asyncio.sleep(delay)
         except ConnectionClosed:
             pass  # the peer closed the link: the normal end, cleaned up below
         except (ProtocolError, OSError, TimeoutError) as exc:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -44,7 +45,7 @@ from .manifest import ModelManifest
 from .outbound import OutboundLinks
 from .pacing import UploadShaper
 from .pushing import Announcer, AnnounceReport
-from .rate import PeerRates
+from .rate import FrameRate, PeerRates
 from .recent import RecentAnnouncements
 from .relay import RelayClient
 from .serving import RequestServer
@@ -84,6 +85,7 @@ class P2PNode:
             self.config.max_seen_announcements,
             self.config.max_result_size,
             PeerRates(self.config.announcement_rate, self.config.announcement_burst),
+            signer_rates=PeerRates(self.config.announcement_rate, self.config.announcement_burst),
         )
         self.shaper = UploadShaper(self.config.max_upload_rate)
         self._on_corrupt = on_corrupt
@@ -417,6 +419,9 @@ class P2PNode:
             max_streams=self.config.max_concurrent_serving * 2,
             keep=lambda: self.outbound_only and self._pool.in_use(link),
             shaper=self.shaper,
+            frame_rate=FrameRate(
+                self.config.link_frame_rate, self.config.link_frame_burst, time.monotonic()
+            ),
         )
         return link
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from psyche_common.announcements import Announcement, FinishedAnnouncement
 from psyche_common.coordinator import Coordinator
 
 from psyche_client.p2p.inbox import VerifiedAnnouncement
@@ -53,6 +54,16 @@ class EarlyAnnouncements:
         self.follow_epoch(coordinator)
         taken, self.kept = self.kept, []
         return taken
+
+    def holds_finished(self, announcement: Announcement) -> bool:
+        """Whether `announcement` is a Finished and one of its sender for its step is kept
+        (one Finished per sender and step is taken)."""
+        return isinstance(announcement, FinishedAnnouncement) and any(
+            isinstance(kept.announcement, FinishedAnnouncement)
+            and kept.sender == announcement.sender_id
+            and kept.step == announcement.step
+            for kept in self.kept
+        )
 
     def by_sender(self) -> Counter[bytes]:
         """How many announcements each sender has kept."""

@@ -14,8 +14,12 @@ coordinator as proof of equivocation (`Uplink.send_equivocation`), which removes
 
 Announcements for a round we have not started yet are kept and replayed (`replay_early`),
 within the bounds of `round.early`; whatever is not kept is answered "not now" (`route`
-returns False): the P2P inbox then forgets it, so a later copy is taken. Our own
-announcements are re-sent every 10 s.
+returns `Taken.NOT_NOW`): the P2P inbox then forgets it, so a later copy is taken. What is
+never to be taken — a round already over, a second Finished of a sender for one step, a result
+`accept_result` refuses — is `Taken.REFUSED`: the inbox keeps it as seen and never forwards
+it, so one member's flood of distinct announcements for the current step stays with the
+peers it pushed to. Our own announcements are re-sent every 10 s.
+
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from psyche_common.retry import call, doubling, failure, retry_on, retrying
 from tenacity import RetryCallState
 
 from psyche_client.p2p.announcements import make_result_announcement, proof_of
-from psyche_client.p2p.inbox import VerifiedAnnouncement
+from psyche_client.p2p.inbox import Taken, VerifiedAnnouncement
 from psyche_client.round.consensus import Candidate
 from psyche_client.round.context import RoundContext
 from psyche_client.round.early import EarlyAnnouncements
@@ -92,28 +96,34 @@ class ResultExchange:
         self.accept_result(round_, announcement, own_payload=output.payload)
         await self.network.announce(announcement)
 
-    def route(self, verified: VerifiedAnnouncement) -> bool:
+    def route(self, verified: VerifiedAnnouncement) -> Taken:
         """File an announcement under its round (or keep it for a round not started yet).
         Its sender must be a member of the epoch as the latest coordinator state has it.
-        False: not taken now (the P2P inbox forgets it, so a later copy is delivered)."""
+        `NOT_NOW`: not taken now (the P2P inbox forgets it, so a later copy is delivered);
+        `REFUSED`: never taken (a round already over, a second Finished of its sender for its
+        step, a result `accept_result` refused), so never forwarded."""
         if verified.sender not in self.ctx.members():
-            return False
+            return Taken.NOT_NOW
         announcement = verified.announcement
         round_ = self.ctx.round_for_step(announcement.step)
         if round_ is None or not round_.confirmed:
             current = self.ctx.current
             current_step = current.step if current is not None and current.confirmed else 0
             if announcement.step <= current_step:
-                return True  # a round already over: nothing to do with it
-            return self._keep_early(verified)
+                return Taken.REFUSED  # a round already over: nothing to do with it
+            if self.early.holds_finished(announcement):
+                return Taken.REFUSED
+            return Taken.ACCEPTED if self._keep_early(verified) else Taken.NOT_NOW
         if isinstance(announcement, ResultAnnouncement):
-            if announcement.sender_id != self.ctx.me:
-                self.accept_result(round_, announcement)
-        elif announcement.sender_id not in round_.finished_from:
-            round_.finished_from.add(announcement.sender_id)
-            round_.witness.record_announcement(announcement.data_hash)
-            self.on_change()
-        return True
+            if announcement.sender_id == self.ctx.me:
+                return Taken.ACCEPTED
+            return Taken.ACCEPTED if self.accept_result(round_, announcement) else Taken.REFUSED
+        if announcement.sender_id in round_.finished_from:
+            return Taken.REFUSED  # one Finished per sender and step
+        round_.finished_from.add(announcement.sender_id)
+        round_.witness.record_announcement(announcement.data_hash)
+        self.on_change()
+        return Taken.ACCEPTED
 
     def _keep_early(self, verified: VerifiedAnnouncement) -> bool:
         coordinator = self.ctx.coordinator
@@ -126,7 +136,10 @@ class ResultExchange:
 
     def accept_result(
         self, round_: RoundState, announcement: ResultAnnouncement, own_payload: bytes | None = None
-    ) -> None:
+    ) -> bool:
+        """Take a result announced for `round_` and start its download; False when it is
+        refused (not a batch of the round, not its trainer's, a known commitment, a size
+        other than every result's)."""
         batch = BatchId(announcement.batch_start, announcement.batch_end)
         owner = round_.roles.assignments.get(batch)
         if owner is None:
@@ -136,7 +149,7 @@ class ResultExchange:
                 round_.step,
                 extra=self.ctx.fields(),
             )
-            return
+            return False
         if owner != announcement.sender_id:
             log.warning(
                 "result for %s from %s, which is not its trainer",
@@ -144,12 +157,12 @@ class ResultExchange:
                 short_id(announcement.sender_id),
                 extra=self.ctx.fields(),
             )
-            return
+            return False
         if not self._is_trainer(round_, announcement.sender_id):
-            return
+            return False
         commitment = announcement.commitment
         if commitment in round_.downloads:
-            return
+            return False
         expected = self.ctx.require_backend().result_size()
         if announcement.size != expected:
             log.warning(
@@ -161,7 +174,7 @@ class ResultExchange:
                 expected,
                 extra=self.ctx.fields(),
             )
-            return
+            return False
         known = round_.candidates.setdefault(batch, [])
         for other in known:
             if other.sender == announcement.sender_id:
@@ -172,6 +185,7 @@ class ResultExchange:
         round_.witness.record_announcement(commitment)
         self.ctx.stats.result_announced()
         download.task = self.ctx.tasks.spawn(self._download(round_, download, own_payload))
+        return True
 
     def _report_equivocation(self, first: ResultDownload, second: ResultAnnouncement) -> None:
         """Two signed commitments of one trainer for one batch: send the proof (once per

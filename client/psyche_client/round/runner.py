@@ -27,7 +27,7 @@ from psyche_common.protocol import Identity
 from psyche_common.retry import call, doubling, failure, retry_on, retrying
 from tenacity import RetryCallState
 
-from psyche_client.p2p.inbox import VerifiedAnnouncement
+from psyche_client.p2p.inbox import Taken, VerifiedAnnouncement
 from psyche_client.round.apply import ApplyStep
 from psyche_client.round.context import RoundContext
 from psyche_client.round.cooldown import CooldownStep
@@ -159,16 +159,16 @@ class RoundRunner:
         training and witnessing until the next Warmup resyncs them."""
         self.ctx.lose_sync(cause)
 
-    def on_announcement(self, verified: VerifiedAnnouncement) -> bool:
+    def on_announcement(self, verified: VerifiedAnnouncement) -> Taken:
         """An announcement arrived from a peer (or was re-broadcast), its signatures checked
-        by the P2P inbox: route it (warmup readiness, or the round it names). False: not
-        taken now (no model yet, too far ahead, over its sender's quota; `exchange.route`)."""
+        by the P2P inbox: route it (warmup readiness, or the round it names). `NOT_NOW`: not
+        taken now (no model yet, too far ahead, over its sender's quota); `REFUSED`: never
+        (`exchange.route`, `warmup.on_announcement`)."""
         announcement = verified.announcement
         if isinstance(announcement, FinishedAnnouncement) and announcement.warmup:
-            self.warmup.on_announcement(announcement)
-            return True
+            return self.warmup.on_announcement(announcement, self.ctx.coordinator)
         if self.ctx.backend is None or self.ctx.coordinator is None:
-            return False
+            return Taken.NOT_NOW
         return self.exchange.route(verified)
 
     async def tick(self) -> None:
@@ -177,6 +177,7 @@ class RoundRunner:
             return
         now = time.monotonic()
         await self.warmup.tick(now)
+        self.verifier.check_rounds()  # a result's capped wait for earlier ones may be over
         await self.witnessing.progress()
         await self.exchange.rebroadcast(now)
 

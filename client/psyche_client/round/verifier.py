@@ -11,7 +11,10 @@ once the seed is out (`check_rounds`). Every verified result announced for those
 then scored
 (`score_result`: its agreement with its batch, its margin over the sample's other batch, its
 top-k overlap with every result of another trainer announced before it) once those earlier
-results have settled, and reported to the coordinator, once per batch: a failed check
+results have settled, or once it has waited `EARLIER_WAIT` seconds for them (then against the
+earlier results verified by then: a trainer that serves its blob a byte at a time delays the
+round's checks by that much, never blinds them), and reported to the coordinator, once per
+batch: a failed check
 (`checks.failure`) as an accusation (`Uplink.send_accusation`), any other as an
 attestation (`Uplink.send_attestation`), both naming the commitment scored. The coordinator
 convicts when independent verifiers agree and removes accusers that others refute.
@@ -26,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 
 import numpy as np
 from psyche_common.batch_id import BatchId
@@ -47,6 +52,10 @@ from psyche_client.verify.threshold import ACCUSE_BELOW
 
 log = logging.getLogger("psyche.client")
 
+EARLIER_WAIT = 5.0
+"""Seconds a verified result waits for the results announced before it to settle before it
+is scored without those still downloading (see the module docstring)."""
+
 
 class RoundVerifier:
     def __init__(
@@ -55,11 +64,17 @@ class RoundVerifier:
         uplink: Uplink,
         fetch_samples: DataFetcher | None,
         threshold: float = ACCUSE_BELOW,
+        earlier_wait: float = EARLIER_WAIT,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ctx = ctx
         self.uplink = uplink
         self.fetch_samples = fetch_samples
         self.thresholds = Thresholds(agreement=threshold)
+        self.earlier_wait = earlier_wait
+        self._clock = clock
+        self._ready_since: dict[bytes, float] = {}
+        """Commitment → when its verified result was first seen waiting for earlier ones."""
 
     async def recompute(self, round_: RoundState) -> None:
         """Build `round_.checks` (call once its weights are applied, before it trains)."""
@@ -113,10 +128,13 @@ class RoundVerifier:
         self.check_rounds()
 
     def check_rounds(self) -> None:
-        """Take a newly revealed sample, score the verified results that arrived since the
-        last call (never blocks)."""
+        """Take a newly revealed sample, score the verified results that are due since the
+        last call (never blocks; the runner calls it on every change and every tick, so a
+        capped wait runs out)."""
         if self.ctx.out_of_sync is not None:
             return
+        now = self._clock()
+        live: set[bytes] = set()
         for round_ in (self.ctx.current, self.ctx.previous):
             checks = None if round_ is None else round_.checks
             if round_ is None or checks is None or round_.cancelled:
@@ -128,13 +146,20 @@ class RoundVerifier:
                 verified = (
                     download.status == DownloadStatus.VERIFIED and download.result is not None
                 )
-                # a result is scored once every result announced before it has settled: the
-                # copy check compares it with all of them
-                if verified and earlier_settled and checks.wants(download.batch, data_hash):
-                    checks.scored.add(data_hash)
-                    earlier = earlier_results(round_, data_hash)
-                    self.ctx.tasks.spawn(self._score(round_, checks, data_hash, download, earlier))
+                # a result is scored once every result announced before it has settled (the
+                # copy check compares it with all of them), or once it waited `earlier_wait`
+                if verified and checks.wants(download.batch, data_hash):
+                    since = self._ready_since.setdefault(data_hash, now)
+                    if earlier_settled or now - since >= self.earlier_wait:
+                        checks.scored.add(data_hash)
+                        earlier = earlier_results(round_, data_hash)
+                        self.ctx.tasks.spawn(
+                            self._score(round_, checks, data_hash, download, earlier)
+                        )
+                    else:
+                        live.add(data_hash)
                 earlier_settled = earlier_settled and download.settled
+        self._ready_since = {h: t for h, t in self._ready_since.items() if h in live}
 
     def _reveal(self, round_: RoundState, checks: VerifierChecks) -> bool:
         """Whether `round_`'s sample is known, taking it from the coordinator if revealed."""

@@ -5,6 +5,11 @@ once every member has announced one, each member sends its warmup witness, which
 coordinator start the first round before `warmup_time` runs out. The announcements carry a
 tag naming the Warmup (its start and step): ed25519 signatures are deterministic, so without
 it each epoch's announcement would be byte-identical and dropped by the peers' de-duplication.
+
+A warmup Finished with the tag of the Warmup this client is in is taken. One with another tag
+(a peer's announcement arriving before our own state moved on) is taken once per sender and
+step, and only for this step or the next; a sender's further tags are "not now": a member's
+flood of invented tags is neither recorded (it would push the real tags out) nor forwarded.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -20,11 +26,14 @@ from psyche_common.coordinator import Coordinator, RunState
 from psyche_common.coordinator.committee import WitnessProof
 
 from psyche_client.p2p.announcements import make_finished_announcement
+from psyche_client.p2p.inbox import Taken
 from psyche_client.round.context import RoundContext
 from psyche_client.round.ports import PeerNetwork, Uplink, WeightsCheck, empty_witness
 
 WARMUP_TAG_DOMAIN = b"psyche-py/warmup/v1\x00"
 KEPT_WARMUP_TAGS = 4
+KEPT_EARLY_TAGS = 4096
+"""(sender, step) pairs whose one tag other than the current Warmup's is remembered."""
 REBROADCAST_INTERVAL = 2.0
 
 log = logging.getLogger("psyche.client")
@@ -44,6 +53,23 @@ class WarmupReadiness:
 
     def __init__(self) -> None:
         self._senders: dict[bytes, set[bytes]] = {}
+        self._early: OrderedDict[tuple[bytes, int], bytes] = OrderedDict()
+        """(sender, step) → the one tag other than the current Warmup's taken from it."""
+
+    def offer(self, announcement: FinishedAnnouncement, coordinator: Coordinator | None) -> Taken:
+        """Record a warmup Finished by the rule of the module docstring."""
+        tag, sender = announcement.broadcast_merkle, announcement.sender_id
+        if coordinator is None or tag != warmup_tag(coordinator):
+            step = 0 if coordinator is None else int(coordinator.progress.step)
+            if coordinator is not None and not step <= announcement.step <= step + 1:
+                return Taken.NOT_NOW
+            key = (sender, announcement.step)
+            if self._early.setdefault(key, tag) != tag:
+                return Taken.NOT_NOW
+            while len(self._early) > KEPT_EARLY_TAGS:
+                self._early.popitem(last=False)
+        self.record(tag, sender)
+        return Taken.ACCEPTED
 
     def record(self, tag: bytes, sender: bytes) -> None:
         self._senders.setdefault(tag, set()).add(sender)
@@ -143,8 +169,11 @@ class Warmup:
     def reset(self) -> None:
         self.progress = WarmupProgress()
 
-    def on_announcement(self, announcement: FinishedAnnouncement) -> None:
-        self.readiness.record(announcement.broadcast_merkle, announcement.sender_id)
+    def on_announcement(
+        self, announcement: FinishedAnnouncement, coordinator: Coordinator | None
+    ) -> Taken:
+        """A peer's warmup Finished (`WarmupReadiness.offer`)."""
+        return self.readiness.offer(announcement, coordinator)
 
     async def tick(self, now: float) -> None:
         coordinator = self.ctx.coordinator

@@ -10,6 +10,12 @@ bytes, checked on the length prefix, and decoded with `CONTROL_DECODE` bounds (f
 map or array, shallow nesting), so its decode costs microseconds and kilobytes whatever its
 bytes: nested empty arrays, which cost about 64 times their size in memory, cannot go far in
 a few KiB, and msgpack's own limit of 1024 levels is never approached.
+
+Bounds are checked on the bytes before msgpack builds anything (`check_shape`: a walk over
+the value's headers that skips strings and binaries by their length and stops at the first
+container too long, too deep, or the value past `max_values`), so a larger frame of an
+authenticated peer (a P2P link frame, which may carry a 1 MiB chunk as one msgpack bin) is
+refused in microseconds too when it holds many small values.
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ class DecodeBounds:
     """The most entries of one map (pairs) or array (items)."""
     max_depth: int
     """The most nested containers (a flat map of scalars has depth 1)."""
+    max_values: int | None = None
+    """The most values in all (containers, keys and scalars), or None for no count."""
 
 
 CONTROL_DECODE = DecodeBounds(max_entries=16, max_depth=2)
@@ -77,10 +85,11 @@ def encode_payload(obj: Any) -> bytes:
 def decode_payload(payload: bytes, bounds: DecodeBounds | None = None) -> Any:
     """Decode exactly one msgpack value; trailing bytes or malformed data raise `BadFrame`.
 
-    With `bounds`, a map or array over `max_entries` is refused as msgpack reads its header
-    (before anything of it is built), and a value nested deeper than `max_depth` after."""
+    With `bounds`, the payload's shape is checked first (`check_shape`), before msgpack
+    builds anything of it."""
     limits: dict[str, int] = {}
     if bounds is not None:
+        check_shape(payload, bounds)
         limits = {"max_array_len": bounds.max_entries, "max_map_len": bounds.max_entries}
     try:
         value = msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=True, **limits)
@@ -90,20 +99,63 @@ def decode_payload(payload: bytes, bounds: DecodeBounds | None = None) -> Any:
         raise BadFrame(f"invalid msgpack payload: {exc}") from exc
     except RecursionError as exc:
         raise BadFrame("msgpack payload nested too deeply") from exc
-    if bounds is not None and _deeper_than(value, bounds.max_depth):
-        raise BadFrame(f"msgpack payload nested deeper than {bounds.max_depth} levels")
     return value
 
 
-def _deeper_than(value: object, depth: int) -> bool:
-    """Whether `value` nests more than `depth` containers (a scalar nests none)."""
-    if isinstance(value, dict):
-        children: list[object] = [*value.keys(), *value.values()]
-    elif isinstance(value, list):
-        children = value
-    else:
-        return False
-    return depth <= 0 or any(_deeper_than(child, depth - 1) for child in children)
+_FIXED_SIZES = {
+    **{tag: 0 for tag in (0xC0, 0xC2, 0xC3)},  # nil, false, true
+    **dict(zip(range(0xCA, 0xD4), (4, 8, 1, 2, 4, 8, 1, 2, 4, 8), strict=True)),
+    **dict(zip(range(0xD4, 0xD9), (2, 3, 5, 9, 17), strict=True)),  # fixext: type + data
+}
+"""Header byte → bytes that follow it, for the values of a fixed size (floats, ints, fixext)."""
+_SIZED = {0xC4: 1, 0xC5: 2, 0xC6: 4, 0xD9: 1, 0xDA: 2, 0xDB: 4, 0xC7: 1, 0xC8: 2, 0xC9: 4}
+"""Header byte → width of the length that follows it (bin, str, ext; an ext adds a type byte)."""
+_CONTAINERS = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}
+"""Header byte → (width of its count, values per entry) of array16/32 and map16/32."""
+
+
+def check_shape(payload: bytes, bounds: DecodeBounds) -> None:
+    """Raise `BadFrame` unless the msgpack value in `payload` keeps within `bounds`, reading
+    only its headers: its cost is that of the values read (at most `max_values`), whatever
+    the payload's size. Truncated or malformed bytes are left to the decode to name."""
+    view = memoryview(payload)
+    remaining = [1]  # values still to read at each open level (the first is the payload's)
+    position = count = 0
+    while remaining and position < len(view):
+        if remaining[-1] == 0:
+            remaining.pop()
+            continue
+        remaining[-1] -= 1
+        count += 1
+        if bounds.max_values is not None and count > bounds.max_values:
+            raise BadFrame(f"msgpack payload holds more than {bounds.max_values} values")
+        tag = view[position]
+        position += 1
+        entries = per_entry = 0
+        if 0x80 <= tag <= 0x9F:
+            entries, per_entry = tag & 0x0F, 2 if tag <= 0x8F else 1
+        elif tag in _CONTAINERS:
+            width, per_entry = _CONTAINERS[tag]
+            entries = int.from_bytes(view[position : position + width], "big")
+            position += width
+        elif 0xA0 <= tag <= 0xBF:
+            position += tag & 0x1F
+        elif tag in _SIZED:
+            width = _SIZED[tag]
+            size = int.from_bytes(view[position : position + width], "big")
+            position += width + size + (1 if tag in (0xC7, 0xC8, 0xC9) else 0)
+        else:
+            position += _FIXED_SIZES.get(tag, 0)  # fixints (and 0xc1, which decode refuses)
+        if per_entry == 0:
+            continue
+        if entries > bounds.max_entries:
+            kind = "map" if per_entry == 2 else "array"
+            raise BadFrame(
+                f"msgpack {kind} of {entries} entries exceeds max_{kind}_len ({bounds.max_entries})"
+            )
+        if len(remaining) > bounds.max_depth:
+            raise BadFrame(f"msgpack payload nested deeper than {bounds.max_depth} levels")
+        remaining.append(entries * per_entry)
 
 
 def encode_frame(obj: Any, max_size: int | None = None) -> bytes:

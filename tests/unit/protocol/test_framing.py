@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 
 import msgpack
 import pytest
@@ -12,6 +13,7 @@ from psyche_common.protocol import (
     CONTROL_FRAME_SIZE,
     BadFrame,
     ConnectionClosed,
+    DecodeBounds,
     FrameTooLarge,
     decode_payload,
     encode_frame,
@@ -19,6 +21,7 @@ from psyche_common.protocol import (
     read_control_frame,
     read_frame,
 )
+from psyche_common.protocol.framing import check_shape
 
 
 def reader_with(data: bytes, eof: bool = True) -> asyncio.StreamReader:
@@ -113,3 +116,25 @@ async def test_a_control_frame_over_its_size_is_refused_on_the_prefix() -> None:
     reader.feed_data(struct.pack(">I", CONTROL_FRAME_SIZE + 1))
     with pytest.raises(FrameTooLarge):
         await read_control_frame(reader, timeout=1, max_size=1 << 20)
+
+
+@pytest.mark.parametrize(
+    "payload, reason",
+    [
+        (b"\x9f" + b"\x91\xc0" * 15, "more than 20 values"),  # 31 values
+        (b"\x81\xa1a" + nested_arrays(3), "nested deeper than 2"),
+        (b"\x9f" + b"\x90" * 14 + b"\xdf" + (1 << 30).to_bytes(4, "big"), "max_map_len"),
+    ],
+)
+def test_shape_is_checked_on_the_headers_before_any_decode(payload: bytes, reason: str) -> None:
+    bounds = DecodeBounds(max_entries=16, max_depth=2, max_values=20)
+    with pytest.raises(BadFrame, match=reason):
+        check_shape(payload, bounds)
+
+
+def test_shape_skips_strings_and_binaries_by_their_length() -> None:
+    bounds = DecodeBounds(max_entries=4, max_depth=1, max_values=5)
+    message = {"type": "Chunk", "data": b"\x90" * (1 << 20)}
+    started = time.perf_counter()
+    assert decode_payload(encode_payload(message), bounds) == message
+    assert time.perf_counter() - started < 0.05  # the 1 MiB bin is one value, not a million
