@@ -20,7 +20,7 @@ step's majority (then that one step is re-judged, O(members)).
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -52,20 +52,20 @@ def _own_vote(client_id: bytes) -> bytes:
 @dataclass
 class _Step:
     hashes: dict[bytes, bytes] = field(default_factory=dict)
-    counts: Counter[bytes] = field(default_factory=Counter)
+    counts: defaultdict[bytes, Fraction] = field(default_factory=lambda: defaultdict(Fraction))
     """Votes per hash: the sum of the weights of the members that reported it."""
     majority: bytes | None = None
     divergent: set[bytes] = field(default_factory=set)
 
     def recount(self, weights: Mapping[bytes, Fraction]) -> None:
-        self.counts = Counter()
+        self.counts = defaultdict(Fraction)
         for client_id, weights_hash in self.hashes.items():
             self.counts[weights_hash] += weights[client_id]
 
     def judge(self, voters: int) -> list[bytes]:
         """Recompute the majority and the divergent set; returns the members newly divergent."""
-        top = self.counts.most_common(1)
-        self.majority = top[0][0] if top and 2 * top[0][1] > voters else None
+        top = max(self.counts.items(), key=lambda item: item[1], default=None)
+        self.majority = top[0] if top is not None and 2 * top[1] > voters else None
         before = self.divergent
         if self.majority is None:
             self.divergent = set()
