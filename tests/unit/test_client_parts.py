@@ -93,6 +93,7 @@ async def test_the_publish_hook_given_in_parts_replaces_our_result() -> None:
     app = make_app(Parts(network=network_of, before_publish=replace_result), identity)
     runner = app.make_runner()
     runner.backend = DummyBackend(0.0)
+    runner.ctx.coordinator = make_coordinator()  # the run a commitment names
     round_ = observer_round(3, {batch: b"t" * 32})
     mine = b"m" * DummyBackend.PAYLOAD_SIZE
     honest = TrainedResult(1.0, mine, result_commitment(3, batch, mine), tokens=4)
