@@ -194,6 +194,16 @@ class Admission:
         statement = self._granted.get(client)
         return client if statement is None else statement.authorizer
 
+    def authorizers(self, members: Iterable[bytes]) -> dict[bytes, bytes]:
+        """Member → authorizer, for the `members` a delegation admitted (what the state
+        broadcast tells the clients, so their majorities count one vote per listed key)."""
+        found = {}
+        for client in members:
+            statement = self._granted.get(client)
+            if statement is not None:
+                found[client] = statement.authorizer
+        return found
+
     def seat_order(self, pending: Iterable[bytes]) -> list[bytes]:
         """`pending` (in join order) with the listed keys before the delegates, so that
         delegates take only the member slots the listed keys leave."""

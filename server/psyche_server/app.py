@@ -129,7 +129,13 @@ class ServerApp:
             )
         )
         self.broadcaster = StateBroadcaster(
-            coordinator, self.roster, self.reachability, self.connections, self.stats, data_server
+            coordinator,
+            self.roster,
+            self.reachability,
+            self.connections,
+            self.stats,
+            data_server,
+            None if self.admission is None else self.admission.authorizers,
         )
         self.membership = Membership(
             coordinator,

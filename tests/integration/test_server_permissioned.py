@@ -111,11 +111,12 @@ async def test_listed_delegated_and_refused_joins(tmp_path: Path) -> None:
 
 async def test_one_authorizer_cannot_seat_an_army(tmp_path: Path) -> None:
     """`--max-delegates-per-authorizer`: a listed key's delegates beyond the cap are refused
-    across its statements; an over-long expiry is refused; listed keys are seated first and
-    a delegate votes with its authorizer."""
+    across its statements; an over-long expiry is refused; listed keys are seated first, a
+    delegate votes with its authorizer, and the state broadcast names each delegate member's
+    authorizer (the clients' votes count one per listed key)."""
     listed, authorizer = Identity.generate(), Identity.generate()
     keys = _write_keys(tmp_path / "keys", listed.public_key, authorizer.public_key)
-    state = write_state(tmp_path / "s.toml", init_min_clients=5)
+    state = write_state(tmp_path / "s.toml", init_min_clients=3)
     army = [Identity.generate() for _ in range(3)]
     async with running_server(
         state, authorized_keys=keys, max_delegates_per_authorizer=2, max_authorization_days=7
@@ -154,6 +155,9 @@ async def test_one_authorizer_cannot_seat_an_army(tmp_path: Path) -> None:
             *(identity.public_key for identity in army[:2]),
         ]
         assert app.admission.voter(army[0].public_key) == authorizer.public_key
+        await poll_until(lambda: app.run_state == RunState.Warmup)
+        delegated = {identity.public_key: authorizer.public_key for identity in army[:2]}
+        await poll_until(lambda: member.authorizers == delegated)
         for client in (*joined, member):
             await client.close()
 
