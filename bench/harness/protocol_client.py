@@ -83,6 +83,8 @@ class ProtocolClient:
         self.send_health_checks = health_checks
         self.weights_hash = weights_hash or (lambda step: hashlib.sha256(b"w%d" % step).digest())
         self.coordinator: Coordinator | None = None
+        self.authorizers: dict[bytes, bytes] = {}
+        """The latest state's member → authorizer map (delegates of a permissioned run)."""
         self.peers: dict[bytes, str] = {}
         self.states_received = 0
         self.rejected: str | None = None
@@ -198,6 +200,7 @@ class ProtocolClient:
         self.coordinator = Coordinator.from_wire(message.coordinator)
         self.peers = dict(message.peers)
         self.unreachable = list(message.unreachable)
+        self.authorizers = dict(message.authorizers)
         self.states_received += 1
         self._state_event.set()
         self._state_event = asyncio.Event()

@@ -3,11 +3,18 @@ their wire forms, with no cryptography (signing and checking signatures happen a
 `psyche_client.p2p.announcements` signs and verifies, the server checks an equivocation proof
 with the verifier it passes to the coordinator).
 
-A trainer's `ResultCommitment` (version 2) names the exact bytes it published, not only the
-DisTrO data hash: the signed statement is
+A trainer's `ResultCommitment` (version 3) names the run and round it was made for and the
+exact bytes it published, not only the DisTrO data hash: the signed statement is
 
-    b"psyche-py/result-commitment/v2\\x00" | trainer (32) | step u32 | batch start u64
-    | batch end u64 | data_hash (32) | blob_hash (32) | size u64          (big-endian)
+    b"psyche-py/result-commitment/v3\\x00" | run_id length u8 | run_id (UTF-8, 1 to 32 bytes)
+    | round_seed u64 | trainer (32) | step u32 | batch start u64 | batch end u64
+    | data_hash (32) | blob_hash (32) | size u64                          (big-endian)
+
+`round_seed` is the coordinator's seed of the round that trained `step` (drawn by the server
+when the previous round began, so nobody knows it earlier). A commitment is thus good for one
+run and one round only: two commitments an honest key signed in two runs, or in two runs of
+one step after the server restored an older state, differ in `run_id` or `round_seed` and prove
+nothing (`coordinator.equivocation` also takes proofs only for steps still open).
 
 `blob_hash` is the SHA-256 of the encoded result, whose header holds the trainer nonce, so
 two blobs with one data hash (or one data hash with two nonces) are two commitments. The
@@ -41,7 +48,9 @@ from typing import Any, ClassVar
 from psyche_common.batch_id import BatchId
 from psyche_common.wire_checks import wire_map, wire_uint
 
-RESULT_COMMITMENT_DOMAIN = b"psyche-py/result-commitment/v2\x00"
+RESULT_COMMITMENT_DOMAIN = b"psyche-py/result-commitment/v3\x00"
+MAX_RUN_ID_BYTES = 32
+"""The longest run id a commitment names (a run id's limit in `state.toml`)."""
 HASH_SIZE = 32
 PUBLIC_KEY_SIZE = 32
 SIGNATURE_SIZE = 64
@@ -56,6 +65,8 @@ SignatureCheck = Callable[[bytes, bytes, bytes], bool]
 
 
 def commitment_statement(
+    run_id: str,
+    round_seed: int,
     trainer: bytes,
     step: int,
     batch_start: int,
@@ -65,14 +76,28 @@ def commitment_statement(
     size: int,
 ) -> bytes:
     """The exact bytes a trainer signs for one result (see the module docstring)."""
+    run = run_id_bytes(run_id)
     return (
         RESULT_COMMITMENT_DOMAIN
+        + bytes([len(run)])
+        + run
+        + _SIZE.pack(round_seed)
         + bytes(trainer)
         + _NUMBERS.pack(step, batch_start, batch_end)
         + bytes(data_hash)
         + bytes(blob_hash)
         + _SIZE.pack(size)
     )
+
+
+def run_id_bytes(run_id: str) -> bytes:
+    """`run_id` as UTF-8; raises ValueError unless it is 1 to `MAX_RUN_ID_BYTES` bytes."""
+    if not isinstance(run_id, str):
+        raise ValueError(f"run_id must be a string, got {type(run_id).__name__}")
+    encoded = run_id.encode("utf-8", "surrogatepass")
+    if not 1 <= len(encoded) <= MAX_RUN_ID_BYTES:
+        raise ValueError(f"run_id must be 1 to {MAX_RUN_ID_BYTES} bytes, got {len(encoded)}")
+    return encoded
 
 
 def commitment_id(statement: bytes) -> bytes:
@@ -92,6 +117,8 @@ def _bytes(data: dict[str, Any], key: str, size: int, what: str) -> bytes:
 class ResultCommitment:
     """One trainer's signed commitment to one result (see the module docstring)."""
 
+    run_id: str
+    round_seed: int
     trainer: bytes
     step: int
     batch: BatchId
@@ -102,6 +129,8 @@ class ResultCommitment:
 
     def statement(self) -> bytes:
         return commitment_statement(
+            self.run_id,
+            self.round_seed,
             self.trainer,
             self.step,
             self.batch.start,
@@ -121,6 +150,8 @@ class ResultCommitment:
 
     def to_wire(self) -> dict[str, Any]:
         return {
+            "run_id": self.run_id,
+            "round_seed": self.round_seed,
             "trainer": self.trainer,
             "step": self.step,
             "batch_start": self.batch.start,
@@ -136,6 +167,8 @@ class ResultCommitment:
         """Strict decode; raises ValueError naming the field."""
         data = wire_map(data, what)
         unknown = set(data) - {
+            "run_id",
+            "round_seed",
             "trainer",
             "step",
             "batch_start",
@@ -151,11 +184,19 @@ class ResultCommitment:
         start = wire_uint(data, "batch_start", what)
         end = wire_uint(data, "batch_end", what)
         size = wire_uint(data, "size", what)
-        if step > MAX_U32 or max(start, end, size) > MAX_U64:
-            raise ValueError(f"{what}: step must fit u32, batch and size u64")
+        seed = wire_uint(data, "round_seed", what)
+        if step > MAX_U32 or max(start, end, size, seed) > MAX_U64:
+            raise ValueError(f"{what}: step must fit u32, batch, size and round_seed u64")
+        run_id = data.get("run_id")
+        try:
+            run_id_bytes(run_id)
+        except ValueError as exc:
+            raise ValueError(f"{what}.{exc}") from None
         if end < start:
             raise ValueError(f"{what}.batch_end ({end}) < batch_start ({start})")
         return cls(
+            run_id=run_id,
+            round_seed=seed,
             trainer=_bytes(data, "trainer", PUBLIC_KEY_SIZE, what),
             step=step,
             batch=BatchId(start, end),
@@ -202,6 +243,14 @@ class ResultAnnouncement:
     @property
     def sender_id(self) -> bytes:
         return self.signed.trainer
+
+    @property
+    def run_id(self) -> str:
+        return self.signed.run_id
+
+    @property
+    def round_seed(self) -> int:
+        return self.signed.round_seed
 
     @property
     def data_hash(self) -> bytes:
@@ -258,6 +307,8 @@ _Spec = tuple[Any, ...]
 
 _SPECS: dict[str, dict[str, _Spec]] = {
     "result": {
+        "run_id": ("run_id",),
+        "round_seed": ("u64",),
         "step": ("u32",),
         "batch_start": ("u64",),
         "batch_end": ("u64",),
@@ -290,6 +341,11 @@ def _check_value(kind: str, name: str, spec: _Spec, value: Any) -> None:
         limit = MAX_U32 if spec[0] == "u32" else MAX_U64
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
             raise AnnouncementError(f"{where} must be an integer in [0, {limit}], got {value!r}")
+    elif spec[0] == "run_id":
+        try:
+            run_id_bytes(value)
+        except ValueError as exc:
+            raise AnnouncementError(f"{kind}.{exc}") from None
     elif spec[0] == "bool":
         if not isinstance(value, bool):
             raise AnnouncementError(f"{where} must be a boolean, got {type(value).__name__}")
@@ -314,6 +370,8 @@ def _check_values(kind: str, values: dict[str, Any]) -> None:
 
 def result_announcement(
     *,
+    run_id: str,
+    round_seed: int,
     step: int,
     batch_start: int,
     batch_end: int,
@@ -326,6 +384,8 @@ def result_announcement(
 ) -> ResultAnnouncement:
     """A `ResultAnnouncement` from its wire fields, checked (raises `AnnouncementError`)."""
     values = {
+        "run_id": run_id,
+        "round_seed": round_seed,
         "step": step,
         "batch_start": batch_start,
         "batch_end": batch_end,
@@ -338,6 +398,8 @@ def result_announcement(
     }
     _check_values("result", values)
     signed = ResultCommitment(
+        run_id=run_id,
+        round_seed=round_seed,
         trainer=sender_id,
         step=step,
         batch=BatchId(batch_start, batch_end),

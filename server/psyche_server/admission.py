@@ -8,6 +8,15 @@ the previous list and logs a warning. `Admission` decides each Join with
 `psyche_common.protocol.authorization.check_admission` and remembers what admitted each
 client, so that after a reload `revoked` names the connected clients whose key (or whose
 authorizer's key) is no longer listed. An authorization's expiry is checked at Join only.
+
+One listed key must not mint an army. `Admission` therefore admits at most
+`max_delegates` delegates per authorizer at a time, counted across all its statements over
+the clients admitted and still connected (pending or members; `--max-delegates-per-authorizer`),
+refuses a statement that expires more than `max_lifetime` seconds ahead
+(`--max-authorization-days`), orders the pending set listed keys first (`seat_order`: when the
+member slots are short, delegates wait), and names each client's *voter* (`voter`: the
+authorizer for a delegate, the key itself otherwise) so majorities count one vote per listed
+key with its delegates (`consistency`).
 """
 
 from __future__ import annotations
@@ -32,6 +41,11 @@ log = logging.getLogger("psyche.server.admission")
 
 POLL_INTERVAL = 2.0
 """Seconds between two looks at the authorized-keys file's modification time."""
+MAX_DELEGATES_PER_AUTHORIZER = 4
+"""Default of `--max-delegates-per-authorizer`."""
+MAX_AUTHORIZATION_DAYS = 30.0
+"""Default of `--max-authorization-days`."""
+DAY = 86_400.0
 
 
 class AuthorizedKeysFile:
@@ -107,9 +121,18 @@ class AuthorizedKeysFile:
 class Admission:
     """Decides Joins against an `AuthorizedKeysFile` and remembers who was admitted how."""
 
-    def __init__(self, keys: AuthorizedKeysFile, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        keys: AuthorizedKeysFile,
+        clock: Callable[[], float] = time.time,
+        *,
+        max_delegates: int = MAX_DELEGATES_PER_AUTHORIZER,
+        max_lifetime: float = MAX_AUTHORIZATION_DAYS * DAY,
+    ) -> None:
         self.keys = keys
         self._clock = clock
+        self.max_delegates = max_delegates
+        self.max_lifetime = max_lifetime
         self._granted: dict[bytes, Authorization | None] = {}
         """Admitted clients: None when listed themselves, else the statement that admitted
         them."""
@@ -117,17 +140,75 @@ class Admission:
 
     def admit(self, client: bytes, run_id: str, authorization: bytes | None) -> str | None:
         """None (and remembered) when `client` may join; else the refusal reason."""
-        reason = check_admission(client, run_id, self.keys.keys, authorization, self._clock())
+        now = self._clock()
+        reason = check_admission(client, run_id, self.keys.keys, authorization, now)
+        listed = client in self.keys.keys
+        statement = (
+            None
+            if reason is not None or listed or authorization is None
+            else decode_authorization(authorization)
+        )
+        if statement is not None:
+            reason = self._check_limits(client, statement, now)
         if reason is not None:
             self.refused += 1
             return reason
-        listed = client in self.keys.keys
-        self._granted[client] = (
-            None if listed or authorization is None else decode_authorization(authorization)
-        )
-        if not listed:
-            log.info("%s admitted by delegation", short_id(client))
+        self._granted[client] = statement
+        if statement is not None:
+            log.info(
+                "%s admitted by delegation from %s",
+                short_id(client),
+                short_id(statement.authorizer),
+            )
         return None
+
+    def _check_limits(self, client: bytes, statement: Authorization, now: float) -> str | None:
+        """Why a valid delegation is refused all the same (too long-lived, or its authorizer
+        has `max_delegates` delegates admitted already); None when it is not."""
+        if statement.expires > now + self.max_lifetime:
+            return (
+                f"authorization expires {(statement.expires - now) / DAY:.1f} days from now, "
+                f"later than this server accepts ({self.max_lifetime / DAY:g} days, "
+                "--max-authorization-days)"
+            )
+        delegates = self.delegates_of(statement.authorizer) - {client}
+        if len(delegates) >= self.max_delegates:
+            return (
+                f"authorizer {short_id(statement.authorizer)} already has {len(delegates)} "
+                f"delegates admitted (at most {self.max_delegates}, "
+                "--max-delegates-per-authorizer)"
+            )
+        return None
+
+    def delegates_of(self, authorizer: bytes) -> set[bytes]:
+        """The admitted (and still connected) clients that `authorizer`'s statements let in."""
+        return {
+            client
+            for client, statement in self._granted.items()
+            if statement is not None and statement.authorizer == authorizer
+        }
+
+    def voter(self, client: bytes) -> bytes:
+        """Whose vote `client` casts: its authorizer's when a delegation admitted it, else
+        its own."""
+        statement = self._granted.get(client)
+        return client if statement is None else statement.authorizer
+
+    def authorizers(self, members: Iterable[bytes]) -> dict[bytes, bytes]:
+        """Member → authorizer, for the `members` a delegation admitted (what the state
+        broadcast tells the clients, so their majorities count one vote per listed key)."""
+        found = {}
+        for client in members:
+            statement = self._granted.get(client)
+            if statement is not None:
+                found[client] = statement.authorizer
+        return found
+
+    def seat_order(self, pending: Iterable[bytes]) -> list[bytes]:
+        """`pending` (in join order) with the listed keys before the delegates, so that
+        delegates take only the member slots the listed keys leave."""
+        ordered = list(pending)
+        return sorted(ordered, key=lambda client: self._granted.get(client) is not None)
 
     def forget(self, client: bytes) -> None:
         self._granted.pop(client, None)

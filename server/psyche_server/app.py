@@ -25,7 +25,7 @@ from psyche_common.coordinator.types import ACTIVE_STATES, ClientState, RunState
 from psyche_common.protocol import coordinator_domain, short_id
 from psyche_common.protocol.messages import AnyClientMessage, parse_client_message
 
-from .admission import Admission, AuthorizedKeysFile
+from .admission import DAY, Admission, AuthorizedKeysFile
 from .bridge import unhealthy_exited_ids
 from .broadcast import StateBroadcaster
 from .client_messages import ConvictionLog
@@ -104,7 +104,14 @@ class ServerApp:
         )
         keys_path = self.options.authorized_keys
         self.admission = (
-            None if keys_path is None else Admission(AuthorizedKeysFile(keys_path), clock)
+            None
+            if keys_path is None
+            else Admission(
+                AuthorizedKeysFile(keys_path),
+                clock,
+                max_delegates=self.options.max_delegates_per_authorizer,
+                max_lifetime=self.options.max_authorization_days * DAY,
+            )
         )
         """Who may join (`--authorized-keys`); None: an open run."""
         if self.admission is not None:
@@ -122,7 +129,13 @@ class ServerApp:
             )
         )
         self.broadcaster = StateBroadcaster(
-            coordinator, self.roster, self.reachability, self.connections, self.stats, data_server
+            coordinator,
+            self.roster,
+            self.reachability,
+            self.connections,
+            self.stats,
+            data_server,
+            None if self.admission is None else self.admission.authorizers,
         )
         self.membership = Membership(
             coordinator,
@@ -286,8 +299,13 @@ class ServerApp:
         self.kick_unhealthy_clients()
         result: TickResult | None
         try:
+            pending = (
+                list(self.pending)
+                if self.admission is None
+                else self.admission.seat_order(self.pending)
+            )
             result = self.coordinator.tick(
-                list(self.pending),
+                pending,
                 self.now(),
                 secrets.randbits(64),
                 self.roster.holders(),
@@ -344,7 +362,8 @@ class ServerApp:
         """The weights-hash check counts the epoch's healthy members at its current step."""
         self.weights.advance(self.coordinator.progress.step)
         self.weights.set_members(
-            c.id for c in self.coordinator.epoch_state.clients if c.state == ClientState.Healthy
+            (c.id for c in self.coordinator.epoch_state.clients if c.state == ClientState.Healthy),
+            self.admission.voter if self.admission is not None else lambda client: client,
         )
 
     def post_state_change(self, broadcast: bool = True) -> None:

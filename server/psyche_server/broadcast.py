@@ -1,13 +1,15 @@
 """The state broadcast: what every joined client is sent after each change and on every tick.
 
 `StateBroadcaster` builds the `CoordinatorState` payload (the coordinator's wire form, the P2P
-addresses of the epoch's members whose reachability is known, and those found unreachable),
+addresses of the epoch's members whose reachability is known, those found unreachable and, in
+a permissioned run, each delegate member's authorizer),
 sends it to every joined connection and to the data server, and remembers the last one: a new
 joiner gets it first, and an extra tick broadcasts only when the coordinator changed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from psyche_common.coordinator import Coordinator
@@ -32,6 +34,7 @@ class StateBroadcaster:
         connections: ConnectionManager[AnyClientMessage],
         stats: ServerStats,
         data_server: DataServer | None,
+        authorizers: Callable[[Iterable[bytes]], dict[bytes, bytes]] | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.roster = roster
@@ -39,6 +42,8 @@ class StateBroadcaster:
         self.connections = connections
         self.stats = stats
         self.data_server = data_server
+        self.authorizers = authorizers
+        """Member → authorizer of the members admitted by delegation (a permissioned run)."""
         self._last_state_frame: bytes | None = None
         self._last_wire: dict[str, Any] | None = None
 
@@ -54,14 +59,18 @@ class StateBroadcaster:
     def state_frame(self, wire: dict[str, Any] | None = None) -> bytes:
         """The msgpack payload of a `CoordinatorState` (each link seals it for itself)."""
         peers = self.peers()
-        return encode_payload(
-            {
-                "type": "CoordinatorState",
-                "coordinator": self.coordinator.to_wire() if wire is None else wire,
-                "peers": peers,
-                "unreachable": self.reachability.unreachable(peers),
-            }
-        )
+        state: dict[str, Any] = {
+            "type": "CoordinatorState",
+            "coordinator": self.coordinator.to_wire() if wire is None else wire,
+            "peers": peers,
+            "unreachable": self.reachability.unreachable(peers),
+        }
+        if self.authorizers is not None:
+            members = (client.id for client in self.coordinator.epoch_state.clients)
+            authorizers = self.authorizers(members)
+            if authorizers:  # only a run with delegates sends the field
+                state["authorizers"] = authorizers
+        return encode_payload(state)
 
     def current_frame(self) -> bytes:
         """The last state broadcast (a fresh one before the first): what a joiner gets first."""

@@ -9,6 +9,7 @@ Samples served per client are counted for the dashboard.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from typing import Protocol
@@ -25,11 +26,16 @@ from psyche_common.protocol.data_messages import (
     TrainingData,
     parse_data_request,
 )
-from psyche_common.protocol.messages import to_wire
+from psyche_common.protocol.messages import Rejected, to_wire
 
 from .connections import Connection, ConnectionLimits, ConnectionManager
 
 log = logging.getLogger("psyche.server.data")
+
+FIRST_REQUEST_TIMEOUT = 10.0
+"""Seconds an authenticated connection may wait before its first request."""
+IDLE_TIMEOUT = 120.0
+"""Seconds a connection may stay silent between two requests."""
 
 
 class SampleProvider(Protocol):
@@ -61,6 +67,8 @@ class DataServer:
         *,
         run_id: str,
         identity: Identity | None = None,
+        first_request_timeout: float = FIRST_REQUEST_TIMEOUT,
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         self.provider = provider
         self.run_id = run_id
@@ -71,6 +79,10 @@ class DataServer:
         self.height = 0
         self.served: Counter[bytes] = Counter()
         self.rejections = 0
+        self.first_request_timeout = first_request_timeout
+        self._requested: set[Connection] = set()
+        """Connections that sent a request (the others are closed at the first-request
+        timeout)."""
         self.connections = ConnectionManager(
             "data-server",
             parse_data_request,
@@ -79,6 +91,9 @@ class DataServer:
             identity=identity or Identity.generate(),
             domain=data_server_domain(run_id),
             service=f"the data server of run {run_id!r}",
+            on_connect=self._on_connect,
+            on_disconnect=self._requested.discard,
+            idle_timeout=idle_timeout,
         )
 
     @property
@@ -108,9 +123,38 @@ class DataServer:
         self.allowed = frozenset(client.id for client in coordinator.epoch_state.clients)
         rounds = coordinator.epoch_state.rounds
         self.height = rounds[coordinator.epoch_state.rounds_head].height
+        for client_id, conn in list(self.connections.connections.items()):
+            if client_id not in self.allowed:
+                self._refuse(conn, "no longer a member of the current epoch")
+
+    def _on_connect(self, conn: Connection) -> None:
+        """Admission at the handshake: only epoch members keep a connection, and only if they
+        ask for data soon."""
+        if conn.peer_id not in self.allowed:
+            self._refuse(conn, "not a member of the current epoch")
+            return
+        timeout = self.first_request_timeout
+        asyncio.get_running_loop().call_later(timeout, self._close_if_silent, conn, timeout)
+
+    def _close_if_silent(self, conn: Connection, timeout: float) -> None:
+        if not conn.closed and conn not in self._requested:
+            self._refuse(conn, f"no request within {timeout:g}s of the handshake")
+
+    def _refuse(self, conn: Connection, why: str) -> None:
+        reason = f"NotInThisRound: key {short_id(conn.peer_id)}: {why}"
+        self.rejections += 1
+        log.warning(
+            "data server: closing %s: %s",
+            conn,
+            reason,
+            extra={"client": short_id(conn.peer_id), "reason": reason},
+        )
+        conn.send(to_wire(Rejected(reason=reason)))
+        conn.close(reason)
 
     async def _on_request(self, conn: Connection, request: RequestTrainingData) -> None:
         batch = BatchId(request.start, request.end)
+        self._requested.add(conn)
         if conn.peer_id not in self.allowed:
             self._reject(conn, request, "NotInThisRound", "not a client of the current epoch")
             return

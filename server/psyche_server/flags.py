@@ -250,6 +250,24 @@ RUN_FLAGS: tuple[Flag, ...] = (
         type=_EXISTING_FILE,
     ),
     Flag(
+        "--max-delegates-per-authorizer",
+        "in a permissioned run, the delegates of one listed key admitted at a time, counted "
+        "across all its authorizations (pending and members); a further delegate is refused",
+        "max_delegates_per_authorizer",
+        _server("max_delegates_per_authorizer"),
+        click.IntRange(0),
+        show_default=True,
+    ),
+    Flag(
+        "--max-authorization-days",
+        "in a permissioned run, an authorization that expires more than this many days "
+        "from now is refused",
+        "max_authorization_days",
+        _server("max_authorization_days"),
+        click.FloatRange(0, min_open=True),
+        show_default=True,
+    ),
+    Flag(
         "--identity-secret-key-path",
         "the server's ed25519 secret key (32 raw bytes or 64 hex characters); made and "
         "saved there (mode 0600) when the file does not exist yet, so the key outlives "

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from psyche_common.protocol import Identity
 
+from .admission import MAX_AUTHORIZATION_DAYS, MAX_DELEGATES_PER_AUTHORIZER
 from .events_options import EventsOptions
 from .limits import ConnectionLimits
 from .relay_quota import RelayLimits
@@ -38,6 +39,10 @@ class ServerOptions:
     authorized_keys: Path | None = None
     """`--authorized-keys`: only the keys listed there (and their delegates) may join; None:
     an open run."""
+    max_delegates_per_authorizer: int = MAX_DELEGATES_PER_AUTHORIZER
+    """`--max-delegates-per-authorizer`: delegates of one listed key admitted at a time."""
+    max_authorization_days: float = MAX_AUTHORIZATION_DAYS
+    """`--max-authorization-days`: the latest expiry of an accepted delegation, from now."""
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
     """Serve Prometheus metrics on this port (`--metrics-port`; 0: a free one); None: off."""

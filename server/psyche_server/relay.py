@@ -14,12 +14,14 @@ dialed keeps a listen channel open; a client that wants a pipe sends `RelayDial{
 server pushes
 `RelayIncoming{peer, token}` on the peer's listen channel, the peer connects with
 `RelayAccept{token}`, and the server copies bytes between the two sockets (`relay_pipe`),
-paced to `max_mbps` over all pipes together and counted per client. The two clients then run
+paced to `max_mbps` over all pipes together, in round-robin turns per sending client
+(`pacing.FairBytePacer`), and counted per client. The two clients then run
 the end-to-end authenticated and encrypted P2P protocol through the pipe, so the relay cannot read keys it
 could misuse nor impersonate a client.
 
-Bounds (`relay_quota`): pipes, open or still waiting for their second end, per key, per
-dialing address, per address and target and in all; `max_connections` sockets and
+Bounds (`relay_quota`): pipes, open or still waiting for their second end, per key dialed
+from and, apart, dialed to, per (dialer, target) pair, per dialing address, per address and
+target and in all; `max_connections` sockets and
 `max_connections_per_ip` from one address; a handshake and a request within
 `handshake_timeout` (control frames: a few KiB, bounded decode), the second end within
 `accept_timeout`, and listen channels closed after `listen_idle_timeout` without a `Ping`.
@@ -37,7 +39,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from psyche_common.pacing import BytePacer
+from psyche_common.pacing import FairBytePacer
 from psyche_common.protocol import (
     Identity,
     ProtocolError,
@@ -97,7 +99,7 @@ class RelayServer:
         self.quota = PipeQuota(self.limits)
         self._per_ip: Counter[str] = Counter()
         self._domain = relay_domain(run_id)
-        self._pacer = BytePacer.from_mbps(self.limits.max_mbps)
+        self._pacer = FairBytePacer.from_mbps(self.limits.max_mbps)
         self._listeners: dict[bytes, SecureChannel] = {}
         self._pending: dict[bytes, _PendingDial] = {}
         self._pipes: set[Pipe] = set()

@@ -3,8 +3,8 @@
 Each end is told `RelayConnected{peer}` on its own encrypted link with the relay
 (`SecureChannel`); after that the pipe copies raw bytes, which are the two clients' own
 end-to-end encrypted P2P link: the relay can neither read nor alter them unnoticed.
-Each direction reads what arrived (up to `CHUNK` bytes), waits for the shared `BytePacer`,
-writes it to the other end and waits for that end to drain (within `write_timeout`: a client
+Each direction reads what arrived (up to `CHUNK` bytes), waits for its sender's turn at the shared
+`FairBytePacer` (round-robin per client key, so no key takes more than its share), writes it to the other end and waits for that end to drain (within `write_timeout`: a client
 that stops reading ends the pipe instead of filling the server's memory). The pipe ends when
 either end closes, on a socket error, after `idle_timeout` seconds without a byte either way,
 or on `close()`; both sockets are then closed. `RelayStats` counts bytes per client.
@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from psyche_common.pacing import BytePacer
+from psyche_common.pacing import FairBytePacer
 from psyche_common.protocol import SecureChannel
 
 CHUNK = 64 * 1024
@@ -50,7 +50,7 @@ class Pipe:
         self,
         first: End,
         second: End,
-        pacer: BytePacer,
+        pacer: FairBytePacer,
         stats: RelayStats,
         *,
         idle_timeout: float,
@@ -114,7 +114,7 @@ class Pipe:
             data = await reader.read(CHUNK)
             if not data:
                 return
-            await self._pacer.take(len(data))
+            await self._pacer.take(sender, len(data))
             writer.write(data)
             async with asyncio.timeout(self._write_timeout):
                 await writer.drain()

@@ -75,6 +75,8 @@ class EquivocatingNetwork(NodeNetwork):
             data, data_hash = other_result(announcement, payload)
             second = make_result_announcement(
                 self.node.identity,
+                run_id=announcement.run_id,
+                round_seed=announcement.round_seed,
                 step=announcement.step,
                 batch_start=announcement.batch_start,
                 batch_end=announcement.batch_end,

@@ -24,6 +24,7 @@ from psyche_common.protocol import (
     Identity,
     connect_handshake,
     coordinator_domain,
+    data_server_domain,
     read_frame,
     write_frame,
 )
@@ -352,3 +353,49 @@ async def test_with_the_server_key_only_that_server_serves(tmp_path: Path, token
             await impostor.get_samples(BatchId(0, 1))
         assert not raised.value.retryable
         await asyncio.gather(provider.aclose(), impostor.aclose(), clients[0].close())
+
+
+async def test_no_key_holds_a_data_server_slot_for_ever(tmp_path: Path, token_dir: Path) -> None:
+    """Admission at the handshake and timeouts: a key that is no epoch member is closed right
+    after its handshake (it never holds a slot), a member that sends nothing is closed at the
+    first-request timeout, a member silent between requests at the idle timeout; a member
+    reconnects on its next request."""
+    local = LocalDataProvider(token_dir, "TwoBytes", SEQ_LEN)
+    data_server = DataServer(
+        local, "127.0.0.1", 0, run_id=RUN, first_request_timeout=0.5, idle_timeout=1.0
+    )
+    state = write_state(tmp_path / "s.toml", run_id=RUN, init_min_clients=1, warmup_time=30)
+    async with running_server(state, data_server=data_server) as app:
+        clients = await start_clients(1, app.port, app.run_id, auto=False)
+        await poll_until(lambda: app.run_state == RunState.Warmup)
+        domain = data_server_domain(RUN)
+
+        async def squat(identity: Identity) -> float:
+            """Handshake, send nothing; the seconds until the server closes the link."""
+            reader, writer = await asyncio.open_connection("127.0.0.1", data_server.port)
+            channel = await connect_handshake(reader, writer, identity, domain=domain, timeout=5)
+            started = asyncio.get_running_loop().time()
+            try:
+                while True:
+                    frame = await channel.read(1 << 16, timeout=5)
+                    assert frame["type"] == "Rejected" and "NotInThisRound" in frame["reason"]
+            except ConnectionClosed:
+                return asyncio.get_running_loop().time() - started
+            finally:
+                writer.close()
+
+        assert await squat(Identity.generate()) < 0.4  # an outsider: closed at once
+        assert 0.4 < await squat(clients[0].identity) < 3  # a member sending nothing
+        member = DataServerProvider(
+            f"127.0.0.1:{data_server.port}", clients[0].identity, SEQ_LEN, run_id=RUN
+        )
+        try:
+            await member.get_samples(BatchId(0, 0))
+            await poll_until(lambda: data_server.connections.connections == {}, timeout=5)
+            with contextlib.suppress(DataFetchError):  # the closed link is noticed on use
+                await member.get_samples(BatchId(1, 1))
+            np.testing.assert_array_equal(
+                await member.get_samples(BatchId(1, 1)), local.read(BatchId(1, 1))
+            )
+        finally:
+            await asyncio.gather(member.aclose(), clients[0].close())

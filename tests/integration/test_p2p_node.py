@@ -119,6 +119,8 @@ def announce_blob(node: P2PNode, data: bytes, step: int = 3) -> Any:
     digest = node.publish_blob(data, step=step)
     return make_result_announcement(
         node.identity,
+        run_id="test",
+        round_seed=0,
         step=step,
         batch_start=10,
         batch_end=13,
@@ -609,6 +611,8 @@ async def test_oversized_result_announcement_is_refused(cluster: Cluster) -> Non
     sender, receiver = await cluster.add(), await cluster.add(max_result_size=1000)
     announcement = make_result_announcement(
         sender.identity,
+        run_id="test",
+        round_seed=0,
         step=3,
         batch_start=0,
         batch_end=1,
@@ -625,6 +629,8 @@ def conflicting(sender: P2PNode, data: bytes, blob: bytes) -> Any:
     """A result of `sender` for batch 0..1 of step 3: commitment `data`, blob `blob`."""
     return make_result_announcement(
         sender.identity,
+        run_id="test",
+        round_seed=0,
         step=3,
         batch_start=0,
         batch_end=1,

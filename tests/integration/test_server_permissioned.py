@@ -109,6 +109,59 @@ async def test_listed_delegated_and_refused_joins(tmp_path: Path) -> None:
         await member.close()
 
 
+async def test_one_authorizer_cannot_seat_an_army(tmp_path: Path) -> None:
+    """`--max-delegates-per-authorizer`: a listed key's delegates beyond the cap are refused
+    across its statements; an over-long expiry is refused; listed keys are seated first, a
+    delegate votes with its authorizer, and the state broadcast names each delegate member's
+    authorizer (the clients' votes count one per listed key)."""
+    listed, authorizer = Identity.generate(), Identity.generate()
+    keys = _write_keys(tmp_path / "keys", listed.public_key, authorizer.public_key)
+    state = write_state(tmp_path / "s.toml", init_min_clients=3)
+    army = [Identity.generate() for _ in range(3)]
+    async with running_server(
+        state, authorized_keys=keys, max_delegates_per_authorizer=2, max_authorization_days=7
+    ) as app:
+        run = app.run_id
+        expires = int(time.time()) + 3600
+        joined = []
+        for identity in army[:2]:  # one statement each: the cap counts across statements
+            grant = encode_authorization(
+                sign_authorization(authorizer, run, [identity.public_key], expires)
+            )
+            client = await ProtocolClient(app.port, run, identity, auto=False).connect(
+                authorization=grant
+            )
+            await client.wait_for(lambda c: True)
+            joined.append(client)
+        third = encode_authorization(
+            sign_authorization(authorizer, run, [army[2].public_key], expires)
+        )
+        reason = await _refused(
+            ProtocolClient(app.port, run, army[2], auto=False), authorization=third
+        )
+        assert "already has 2 delegates" in reason and "--max-delegates-per-authorizer" in reason
+        forever = encode_authorization(
+            sign_authorization(authorizer, run, [army[2].public_key], 2**62)
+        )
+        reason = await _refused(
+            ProtocolClient(app.port, run, army[2], auto=False), authorization=forever
+        )
+        assert "--max-authorization-days" in reason
+        member = await ProtocolClient(app.port, run, listed, auto=False).connect()
+        await member.wait_for(lambda c: True)
+        assert app.admission is not None
+        assert app.admission.seat_order(app.pending) == [
+            listed.public_key,
+            *(identity.public_key for identity in army[:2]),
+        ]
+        assert app.admission.voter(army[0].public_key) == authorizer.public_key
+        await poll_until(lambda: app.run_state == RunState.Warmup)
+        delegated = {identity.public_key: authorizer.public_key for identity in army[:2]}
+        await poll_until(lambda: member.authorizers == delegated)
+        for client in (*joined, member):
+            await client.close()
+
+
 async def test_open_run_takes_anyone(tmp_path: Path) -> None:
     state = write_state(tmp_path / "s.toml", init_min_clients=5)
     async with running_server(state) as app:

@@ -232,6 +232,9 @@ class RecordingUplink:
 def unsigned_result(
     sender_id: bytes, batch: BatchId, data_hash: bytes, *, size: int = 0, step: int = 0
 ) -> ResultAnnouncement:
-    """A result announcement with empty signatures (for parts that never verify one)."""
-    commitment = ResultCommitment(sender_id, step, batch, data_hash, bytes(32), size, b"")
+    """A result announcement with empty signatures (for parts that never verify one), for run
+    "test" (`tests.support.coordinators`) and round seed 0."""
+    commitment = ResultCommitment(
+        "test", 0, sender_id, step, batch, data_hash, bytes(32), size, b""
+    )
     return ResultAnnouncement(commitment)

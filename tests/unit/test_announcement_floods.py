@@ -44,6 +44,8 @@ def finished(sender: Identity, step: int, salt: int, warmup: bool = False) -> An
 def result(sender: Identity, batch: BatchId, salt: int = 0) -> Announcement:
     return make_result_announcement(
         sender,
+        run_id="test",  # the run and round seed of `coordinator_in` and `observer_round`
+        round_seed=0,
         step=STEP,
         batch_start=batch.start,
         batch_end=batch.end,

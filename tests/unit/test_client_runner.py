@@ -153,6 +153,8 @@ async def test_announcements_for_a_future_round_are_kept_for_later() -> None:
     runner.ctx.coordinator = coordinator_in(RunState.RoundTrain, [sender.public_key], step=4)
     early = make_result_announcement(
         sender,
+        run_id="test",
+        round_seed=0,
         step=5,
         batch_start=0,
         batch_end=3,
@@ -162,6 +164,8 @@ async def test_announcements_for_a_future_round_are_kept_for_later() -> None:
     )
     stale = make_result_announcement(
         sender,
+        run_id="test",
+        round_seed=0,
         step=2,
         batch_start=0,
         batch_end=3,
@@ -197,7 +201,7 @@ async def test_a_result_announced_at_another_size_than_the_layout_is_refused(cap
 
     def announced(size: int, data_hash: bytes) -> Any:
         return make_result_announcement(
-            sender, step=4, batch_start=0, batch_end=3, data_hash=data_hash,
+            sender, run_id="test", round_seed=0, step=4, batch_start=0, batch_end=3, data_hash=data_hash,
             blob_hash=b"b" * 32, size=size,
         )  # fmt: skip
 

@@ -37,6 +37,8 @@ MEMBERS = [ATTACKER.public_key, HONEST.public_key, ME.public_key]
 def result(sender: Identity, step: int, batch: int) -> Announcement:
     return make_result_announcement(
         sender,
+        run_id="test",  # the run and round seed of `coordinator_in` and `observer_round`
+        round_seed=0,
         step=step,
         batch_start=batch,
         batch_end=batch,

@@ -36,6 +36,7 @@ from psyche_client.training.backend import DummyBackend, DummyResult, result_com
 from psyche_common.batch_id import BatchId
 from psyche_common.bloom import Bloom
 from psyche_common.coordinator import ClientState, Coordinator, RunState, Witness, witness_quorum
+from psyche_common.coordinator.assignment import assign_data_for_state
 from psyche_common.coordinator.committee import CommitteeSelection, WitnessProof
 from psyche_common.coordinator.equivocation import EquivocationProof
 from psyche_common.coordinator.errors import CoordinatorError
@@ -50,12 +51,16 @@ from tests.support.runners import lone_runner
 STEP = 4
 BATCH = BatchId(0, 3)
 TRAINER = Identity.generate()
+SEED = 7
+"""The round seed of STEP in `coordinator_in`'s runs (its default tick seed)."""
 
 
 def signed(data: bytes, blob: bytes, trainer: Identity = TRAINER) -> ResultAnnouncement:
     """`trainer`'s signed result for BATCH of STEP: payload `data`, served as blob `blob`."""
     return make_result_announcement(
         trainer,
+        run_id="test",
+        round_seed=SEED,
         step=STEP,
         batch_start=BATCH.start,
         batch_end=BATCH.end,
@@ -90,10 +95,23 @@ class Node:
                 download.task.cancel()
 
 
+def round_of(members: Sequence[bytes]) -> Coordinator:
+    """The coordinator in round STEP; every member trains a batch of BATCH's size."""
+    size = len(BATCH) * len(members)
+    return coordinator_in(
+        RunState.RoundTrain,
+        list(members),
+        step=STEP,
+        seed=SEED,
+        global_batch_size_start=size,
+        global_batch_size_end=size,
+    )
+
+
 def make_node(members: Sequence[bytes], me: Identity) -> Node:
     uplink = RecordingUplink(me.public_key)
     runner = lone_runner(me, uplink)
-    runner.ctx.coordinator = coordinator_in(RunState.RoundTrain, list(members), step=STEP)
+    runner.ctx.coordinator = round_of(members)
     ids = runner.ctx.members()
     roles = RoundRoles(
         step=STEP,
@@ -105,6 +123,7 @@ def make_node(members: Sequence[bytes], me: Identity) -> Node:
         assignments={BATCH: TRAINER.public_key},
         batch_ids=(BATCH,),
         my_batches=(),
+        random_seed=SEED,
     )
     round_ = RoundState.start(roles, len(ids), True, 0.0, bloom_factory=lambda n: Bloom.random())
     runner.ctx.current = round_
@@ -115,8 +134,13 @@ def make_node(members: Sequence[bytes], me: Identity) -> Node:
 
 
 def honest_nodes(count: int) -> list[Node]:
-    identities = [Identity.generate() for _ in range(count)]
-    members = [TRAINER.public_key, *(i.public_key for i in identities)]
+    """`count` honest nodes whose coordinator really assigns BATCH to TRAINER (an equivocation
+    proof is about an assigned batch)."""
+    while True:
+        identities = [Identity.generate() for _ in range(count)]
+        members = [TRAINER.public_key, *(i.public_key for i in identities)]
+        if assign_data_for_state(round_of(members)).get(BATCH) == TRAINER.public_key:
+            break
     return [make_node(members, identity) for identity in identities]
 
 
@@ -233,6 +257,8 @@ def test_a_trainer_nonce_outside_the_commitment_is_inside_it_now() -> None:
     def announce(blob: bytes) -> ResultAnnouncement:
         return make_result_announcement(
             TRAINER,
+            run_id="test",
+            round_seed=0,
             step=STEP,
             batch_start=result.batch_id.start,
             batch_end=result.batch_id.end,
@@ -251,6 +277,8 @@ def test_a_proof_that_proves_nothing_is_refused() -> None:
     a, b = signed(b"A" * 64, b"blob-a"), signed(b"B" * 64, b"blob-b")
     other_batch = make_result_announcement(
         TRAINER,
+        run_id="test",
+        round_seed=SEED,
         step=STEP,
         batch_start=4,
         batch_end=7,

@@ -27,6 +27,8 @@ TRAINER = Identity.from_secret_bytes(bytes(range(32)))
 def result() -> ResultAnnouncement:
     return make_result_announcement(
         TRAINER,
+        run_id="test",
+        round_seed=0,
         step=5,
         batch_start=8,
         batch_end=11,
@@ -44,9 +46,11 @@ def tampered(announcement: Announcement, **changes: object) -> Announcement:
 def test_result_commitment_signature_binds_the_data_hash_the_blob_and_the_size() -> None:
     a = result()
     assert a.sender_id == TRAINER.public_key and a.batch_range == (8, 11)
-    # version 2: not over the raw data hash (the reference's), over the whole statement
+    # version 3: not over the raw data hash (the reference's), over the whole statement
     assert not verify_signature(TRAINER.public_key, a.data_hash, a.commitment_signature)
-    statement = commitment_statement(TRAINER.public_key, 5, 8, 11, a.data_hash, a.blob_hash, a.size)
+    statement = commitment_statement(
+        "test", 0, TRAINER.public_key, 5, 8, 11, a.data_hash, a.blob_hash, a.size
+    )
     assert verify_signature(TRAINER.public_key, statement, a.commitment_signature)
     assert a.commitment == hashlib.sha256(statement).digest()
     verify_announcement(a)
@@ -56,6 +60,14 @@ def test_result_commitment_signature_binds_the_data_hash_the_blob_and_the_size()
     assert other.commitment != a.commitment
     with pytest.raises(AnnouncementError, match="commitment_signature"):
         verify_announcement(other)
+    # the run and the round's seed are signed: a commitment moved to another run or round
+    # no longer verifies
+    for changes in ({"run_id": "another-run"}, {"round_seed": 1}):
+        with pytest.raises(AnnouncementError, match="commitment_signature"):
+            verify_announcement(tampered(a, **changes))
+    for changes, why in (({"run_id": ""}, "run_id"), ({"run_id": "x" * 33}, "run_id")):
+        with pytest.raises(AnnouncementError, match=why):
+            from_wire(to_wire(a) | changes)
     assert a.signed.verifies(verify_signature)
     assert not tampered(a, size=1).signed.verifies(verify_signature)
     assert a.signed.commitment_id == a.commitment

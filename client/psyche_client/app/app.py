@@ -267,6 +267,7 @@ class ClientApp:
             self.coordinator = coordinator
             self.members = {c.id for c in coordinator.epoch_state.clients}
             self.node.set_peers(update.peers, update.unreachable)
+            self.node.authorizers = update.authorizers
             self.peer_addresses = update.peers
             if coordinator.run_state == RunState.RoundTrain and runner.phase != Phase.TRAINING:
                 self.lifecycle.shared.clear()

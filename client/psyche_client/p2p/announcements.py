@@ -3,7 +3,8 @@
 The announcement types and their wire forms are `psyche_common.announcements` (torch-free and
 crypto-free, shared with the round pipeline and the coordinator); this module is where they
 meet ed25519. A `ResultAnnouncement` carries the trainer's signature over its commitment
-statement (version 2: the reference signs the data hash alone); a `FinishedAnnouncement` the
+statement (version 3, bound to the run and the round's seed: the reference signs the data
+hash alone); a `FinishedAnnouncement` the
 sender's signature over its `data_hash = SHA-256(broadcast_merkle)`. Every announcement also
 carries an envelope signature by its origin (`sender_id`) over the canonical encoding of all
 other fields (the reference's `SignedMessage`), so a relaying peer cannot alter any field.
@@ -66,6 +67,8 @@ def message_id(announcement: Announcement) -> bytes:
 def make_result_announcement(
     identity: Identity,
     *,
+    run_id: str,
+    round_seed: int,
     step: int,
     batch_start: int,
     batch_end: int,
@@ -73,11 +76,22 @@ def make_result_announcement(
     blob_hash: bytes,
     size: int,
 ) -> ResultAnnouncement:
-    """Sign the commitment (data hash, blob and size) and the whole announcement."""
+    """Sign the commitment (run, round seed, data hash, blob and size) and the whole
+    announcement."""
     statement = commitment_statement(
-        identity.public_key, step, batch_start, batch_end, data_hash, blob_hash, size
+        run_id,
+        round_seed,
+        identity.public_key,
+        step,
+        batch_start,
+        batch_end,
+        data_hash,
+        blob_hash,
+        size,
     )
     unsigned = result_announcement(
+        run_id=run_id,
+        round_seed=round_seed,
         step=step,
         batch_start=batch_start,
         batch_end=batch_end,

@@ -9,7 +9,9 @@
    parameters, config and tokenizer, not the step and epoch labels, so honest peers that
    shared the same weights at different steps agree), and a group is trusted when it holds a
    strict majority of the answers *and* at least `MANIFEST_QUORUM` peers (all of them when
-   fewer were asked: with one other member, its manifest is all there is). While no group
+   fewer were asked: with one other member, its manifest is all there is). In a permissioned
+   run both count voters, not peers: a listed key with its delegates is one vote
+   (`P2PNode.authorizers`, from the state broadcast; `psyche_common.votes`). While no group
    is trusted (peers disagree, too few answered, or they share no model yet: members share
    their weights at a Cooldown, and after a server restart mid-epoch only once their Warmup
    weights check has run, which also brings honest peers at different steps back to one
@@ -32,12 +34,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING, NamedTuple
 
 from psyche_common.protocol import short_id
 from psyche_common.retry import call, polling
+from psyche_common.votes import voter_of, voter_weights
 
 from .fetch import TRANSIENT_ERRORS, FetchError, PeerHealth, fetch_verified
 from .manifest import ManifestError, ModelManifest, ParameterInfo
@@ -90,24 +94,34 @@ async def request_manifest(node: P2PNode, peer_id: bytes) -> ModelManifest:
 
 
 def choose_manifest(
-    answers: dict[bytes, ModelManifest], asked: int
+    answers: dict[bytes, ModelManifest],
+    asked: int,
+    authorizers: Mapping[bytes, bytes] | None = None,
 ) -> tuple[list[bytes], str | None]:
     """The peers vouching for the trusted manifest (see the module docstring), or ([], why
-    none is trusted). `asked`: how many peers were asked."""
+    none is trusted). `asked`: how many voters were asked (peers, in an open run). With
+    `authorizers` (a permissioned run's delegates → their listed key), a majority and the
+    quorum count voters: a listed key with its delegates is one vote (`psyche_common.votes`)."""
     if not answers:
         return [], "no peer answered with a model manifest"
+    authorizers = authorizers or {}
+    weights, voters = voter_weights(answers, authorizers)
     groups: dict[bytes, list[bytes]] = {}
     for peer_id, manifest in answers.items():
         groups.setdefault(manifest.content_digest(), []).append(peer_id)
-    holders = max(groups.values(), key=len)
-    if 2 * len(holders) <= len(answers):
+
+    def votes(group: list[bytes]) -> Fraction:
+        return sum((weights[peer] for peer in group), Fraction(0))
+
+    holders = max(groups.values(), key=votes)
+    if 2 * votes(holders) <= voters:
         counts = sorted((len(g) for g in groups.values()), reverse=True)
         return [], (
             f"no manifest has a majority: {len(answers)} peers answered with "
             f"{len(groups)} different manifests ({counts})"
         )
     quorum = min(MANIFEST_QUORUM, asked)
-    if len(holders) < quorum:
+    if len({voter_of(authorizers, peer) for peer in holders}) < quorum:
         return [], (
             f"only {len(holders)} of {asked} peers vouch for a manifest ({quorum} must: "
             "the others did not answer or share no model yet)"
@@ -125,7 +139,8 @@ async def poll_manifests(
 
     async def ask() -> _Poll:
         answers, problems, not_shared = await _ask_manifests(node, peers)
-        holders, why = choose_manifest(answers, len(peers))
+        asked = len({voter_of(node.authorizers, peer) for peer in peers})
+        holders, why = choose_manifest(answers, asked, node.authorizers)
         hopeless = not answers and not not_shared  # every peer unreachable
         return _Poll(answers, problems, holders, why, hopeless)
 

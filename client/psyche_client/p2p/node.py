@@ -97,6 +97,9 @@ class P2PNode:
         self._server: asyncio.Server | None = None
         self._background: set[asyncio.Future[Any]] = set()
         self._unreachable: set[bytes] = set()
+        self.authorizers: Mapping[bytes, bytes] = {}
+        """Member → authorizer of the delegates of a permissioned run, from the broadcast:
+        the manifest votes count one vote per listed key with its delegates."""
         self._dialer = Dialer(
             identity,
             self.config,

@@ -80,6 +80,8 @@ class ResultExchange:
         blob_hash = self.network.publish_blob(output.payload, round_.step)
         announcement = make_result_announcement(
             self.identity,
+            run_id=self._run_id(),
+            round_seed=round_.roles.random_seed,
             step=round_.step,
             batch_start=batch.start,
             batch_end=batch.end,
@@ -160,6 +162,22 @@ class ResultExchange:
             return False
         if not self._is_trainer(round_, announcement.sender_id):
             return False
+        if (announcement.run_id, announcement.round_seed) != (
+            self._run_id(),
+            round_.roles.random_seed,
+        ):
+            log.warning(
+                "result for %s from %s refused: signed for run %r, round seed %d (this round: "
+                "run %r, seed %d)",
+                batch,
+                short_id(announcement.sender_id),
+                announcement.run_id,
+                announcement.round_seed,
+                self._run_id(),
+                round_.roles.random_seed,
+                extra=self.ctx.fields(),
+            )
+            return False
         commitment = announcement.commitment
         if commitment in round_.downloads:
             return False
@@ -205,6 +223,10 @@ class ResultExchange:
         self._reported.add((epoch, trainer))
         proof = proof_of(first.announcement, second)
         self.ctx.tasks.spawn(self.uplink.send_equivocation(proof), round_scoped=False)
+
+    def _run_id(self) -> str:
+        coordinator = self.ctx.coordinator
+        return coordinator.run_id if coordinator is not None else ""
 
     def _is_trainer(self, round_: RoundState, sender: bytes) -> bool:
         selection = round_.roles.selection

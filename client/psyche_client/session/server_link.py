@@ -20,8 +20,8 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from psyche_common.batch_id import BatchId
 from psyche_common.config import AnyCheckpoint, HubCheckpoint
@@ -107,6 +107,8 @@ class ServerUpdate:
     peers: dict[bytes, str]
     unreachable: frozenset[bytes] = frozenset()
     """Members that accept no P2P connections (the server's probe failed)."""
+    authorizers: Mapping[bytes, bytes] = field(default_factory=dict)
+    """Member → authorizer of the delegate members of a permissioned run (`psyche_common.votes`)."""
 
 
 def parse_server_addr(addr: str) -> tuple[str, int]:
@@ -254,7 +256,10 @@ class ServerLink:
             self._last_digest = digest
             self.states_received += 1
             yield ServerUpdate(
-                dict(message.coordinator), dict(message.peers), frozenset(message.unreachable)
+                dict(message.coordinator),
+                dict(message.peers),
+                frozenset(message.unreachable),
+                dict(message.authorizers),
             )
 
     async def _send(self, message: AnyClientMessage) -> None:

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 from psyche_common.client_id import short_id
 from psyche_common.coordinator import Coordinator
 from psyche_common.retry import call, polling
+from psyche_common.votes import voter_weights
 
 from psyche_client.p2p.fetch import TRANSIENT_ERRORS
 from psyche_client.p2p.manifest import ManifestError, ModelManifest
@@ -45,17 +47,26 @@ class SyncOutcome:
 
 
 def majority_weights(
-    mine: bytes, answers: dict[bytes, ModelManifest], members: int
+    mine: bytes,
+    answers: dict[bytes, ModelManifest],
+    members: Sequence[bytes],
+    me: bytes,
+    authorizers: Mapping[bytes, bytes] | None = None,
 ) -> tuple[bytes, list[bytes]] | None:
-    """(weights digest, peers holding it) that a strict majority of `members` holds (our own
-    weights count as one vote for `mine`), or None when no weights have a majority yet."""
+    """(weights digest, peers holding it) that a strict majority of the `members`' voters
+    holds (our own weights, `me`'s, vote for `mine`; in a permissioned run a listed key and
+    its delegates, `authorizers`, share one vote: `psyche_common.votes`), or None when no
+    weights have a majority yet."""
+    weights, voters = voter_weights(members, authorizers or {})
+    own = weights.get(me, Fraction(1))
     votes: dict[bytes, list[bytes]] = {}
     for peer, manifest in answers.items():
         votes.setdefault(manifest.weights_digest(), []).append(peer)
     for digest, holders in votes.items():
-        if 2 * (len(holders) + (digest == mine)) > members:
+        held = sum((weights.get(peer, Fraction(1)) for peer in holders), Fraction(0))
+        if 2 * (held + (own if digest == mine else 0)) > voters:
             return digest, holders
-    if members <= 1:  # alone in the epoch
+    if len(members) <= 1:  # alone in the epoch
         return mine, []
     return None
 
@@ -83,7 +94,9 @@ class WeightsSync:
 
         async def ask() -> tuple[dict[bytes, ModelManifest], tuple[bytes, list[bytes]] | None]:
             answers = await self._manifests(peers)
-            return answers, majority_weights(mine, answers, len(members))
+            return answers, majority_weights(
+                mine, answers, members, self.node.peer_id, self.node.authorizers
+            )
 
         answers, found = await call(
             polling(lambda poll: poll[1] is not None, POLL_INTERVAL, self.wait), ask

@@ -34,6 +34,8 @@ Rules (docs/verification.md):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from psyche_common.batch_id import BatchId
 from psyche_common.client_id import short_id
 from psyche_common.coordinator.assignment import assign_data_for_round
@@ -66,18 +68,25 @@ def _refuse(detail: str) -> CoordinatorError:
     return CoordinatorError(ErrorKind.InvalidAccusation, detail)
 
 
-def _round_of_step(coord: CoordinatorState, step: int) -> Round:
+def round_of_open_step(
+    coord: CoordinatorState,
+    step: int,
+    refuse: Callable[[str], CoordinatorError] = _refuse,
+    what: str = "accusations",
+) -> Round:
+    """The round of `step` while its results are still open (the current step, or the one
+    before it during RoundTrain with the same members); else `refuse(why)` is raised."""
     if coord.run_state not in (RunState.RoundTrain, RunState.RoundWitness):
-        raise _refuse(f"run is {coord.run_state.name}, not in a round")
+        raise refuse(f"run is {coord.run_state.name}, not in a round")
     current_step = coord.progress.step
     if step == current_step:
         return coord.current_round()
     previous = coord.previous_round()
     if step + 1 == current_step and coord.run_state == RunState.RoundTrain and previous:
         if previous.clients_len != len(coord.epoch_state.clients):
-            raise _refuse(f"the members changed since step {step}; it can no longer be judged")
+            raise refuse(f"the members changed since step {step}; it can no longer be judged")
         return previous
-    raise _refuse(f"step {step} is closed to accusations (current step {current_step})")
+    raise refuse(f"step {step} is closed to {what} (current step {current_step})")
 
 
 def _check_report(coord: CoordinatorState, from_id: bytes, report: Report) -> None:
@@ -87,7 +96,7 @@ def _check_report(coord: CoordinatorState, from_id: bytes, report: Report) -> No
     record = coord.verification
     if record.convicted(from_id, coord.progress.epoch) is not None:
         raise _refuse(f"{short_id(from_id)} was convicted this epoch and has no standing")
-    round_ = _round_of_step(coord, report.step)
+    round_ = round_of_open_step(coord, report.step)
     clients = coord.epoch_state.clients
     config = coord.config
     verifiers = round_verifiers(

@@ -177,13 +177,17 @@ ClientMessage = Annotated[AnyClientMessage, Field(discriminator="type")]
 
 
 class CoordinatorState(_Message):
-    """The full coordinator (`Coordinator.to_wire()`), the P2P address of every member and
-    which of them accept no P2P connections (`unreachable`: served over links they open)."""
+    """The full coordinator (`Coordinator.to_wire()`), the P2P address of every member,
+    which of them accept no P2P connections (`unreachable`: served over links they open) and,
+    in a permissioned run, the authorizer of each member admitted by delegation
+    (`authorizers`: majorities count one vote per listed key with its delegates,
+    `psyche_common.votes`)."""
 
     type: Literal["CoordinatorState"] = "CoordinatorState"
     coordinator: WireDict
     peers: dict[Bytes32, HostPort] = {}
     unreachable: Annotated[list[Bytes32], Field(max_length=65536)] = []
+    authorizers: Annotated[dict[Bytes32, Bytes32], Field(max_length=65536)] = {}
 
 
 class Rejected(_Message):

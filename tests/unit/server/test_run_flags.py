@@ -25,6 +25,7 @@ NOT_FLAGS = {
     "limits.socket_send_buffer",
     "relay.max_pipes",
     "relay.max_pipes_per_client",
+    "relay.max_pipes_per_pair",
     "relay.max_pipes_per_ip_to_client",
     "relay.max_connections",
     "relay.handshake_timeout",
