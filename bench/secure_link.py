@@ -72,9 +72,12 @@ def shared_blob(size: int) -> bytes:
 
 
 class Responder:
-    """The answering peer's requests: `Get` streams the blob (its first `size` bytes; a bulk
-    answer when `bulk`, as the model is served), `Cpu` answers this process's CPU seconds so
-    far, anything else an `Ack`."""
+    """The answering peer's requests, in the P2P's own link frames (a link closes on any
+    other): `GetParameter` streams the blob as a bulk answer, as the model is served, and
+    `GetBlob` as a regular one, as a peer's result is (the first `size` bytes of the blob,
+    `size` named by the parameter name or the 8-byte big-endian hash); `Cpu` (a frame of no
+    fields) is answered by an `Ack` whose `reason` is this process's CPU seconds so far;
+    anything else by an `Ack`."""
 
     def __init__(self, blob: bytes) -> None:
         self.blob = blob
@@ -83,22 +86,30 @@ class Responder:
 
     def __call__(self, _link: PeerLink, stream: Stream, request: dict[str, Any]) -> None:
         kind = request.get("type")
-        if kind == "Get":
-            size = int(request.get("size", len(self.blob)))
+        if kind in ("GetParameter", "GetBlob"):
+            bulk = kind == "GetParameter"
+            size = int(request["name"]) if bulk else int.from_bytes(request["hash"], "big")
             blob = self.blob if size >= len(self.blob) else self.blob[:size]
             chunk = CHUNK
-            if request.get("bulk"):
+            if bulk:
                 stream.bulk = True
                 chunk = self.shaper.bulk_chunk(CHUNK)
             answer = asyncio.ensure_future(send_bytes(stream, blob, chunk))
         elif kind == "Cpu":
             answer = asyncio.ensure_future(
-                stream.send({"type": "Cpu", "cpu_s": time.process_time()})
+                stream.send({"type": "Ack", "status": "ok", "reason": repr(time.process_time())})
             )
         else:
             answer = asyncio.ensure_future(stream.send({"type": "Ack", "status": "ok"}))
         self._answers.add(answer)
         answer.add_done_callback(self._answers.discard)
+
+
+def blob_request(size: int, bulk: bool) -> dict[str, Any]:
+    """The request for the blob's first `size` bytes (`Responder`)."""
+    if bulk:
+        return {"type": "GetParameter", "name": str(size)}
+    return {"type": "GetBlob", "hash": size.to_bytes(8, "big")}
 
 
 def make_link(
@@ -242,7 +253,7 @@ async def remote_cpu_s(link: PeerLink) -> float:
     await stream.send({"type": "Cpu"})
     answer = await stream.receive(10.0)
     stream.close()
-    return float(answer["cpu_s"])
+    return float(answer["reason"])
 
 
 async def share_once(end: End, blob: bytes, bulk: bool) -> tuple[float, float, float]:
@@ -254,7 +265,7 @@ async def share_once(end: End, blob: bytes, bulk: bool) -> tuple[float, float, f
         sender_cpu = await remote_cpu_s(link)
         started, cpu = time.perf_counter(), time.process_time()
         stream = link.open_stream()
-        await stream.send({"type": "Get", "size": len(blob), "bulk": bulk})
+        await stream.send(blob_request(len(blob), bulk))
         received = await receive_bytes(stream, max_size=len(blob), read_timeout=TIMEOUT)
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         stream.close()
@@ -267,7 +278,10 @@ async def share_once(end: End, blob: bytes, bulk: bool) -> tuple[float, float, f
 
 async def round_trips_us(end: End, count: int) -> list[float]:
     link = await end.dial()
-    announcement = {"type": "Announce", "announcement": os.urandom(900)}
+    announcement = {
+        "type": "Announce",
+        "announcement": {"signature": os.urandom(64), "body": os.urandom(836)},
+    }
     times = []
     try:
         for _ in range(count):

@@ -1,13 +1,17 @@
 """End-to-end: a client whose checkpoints cannot be written keeps training.
 
-A real server and two real client processes (dummy backend) run several epochs; one client's
-`--checkpoint-dir` lies under a regular file, so every save fails (whoever runs the test, root
-included). That client logs each failure, trains on through the following epochs and exits 0
-when the run finishes; the other saves complete checkpoints only.
+A real server and two real client processes (dummy backend) run several epochs. One client's
+`--checkpoint-dir` is a directory when it starts (the start-up check passes) and is replaced by a
+regular file once the client has joined, so every save fails (whoever runs the test, root
+included), as a disk that fills or goes read-only mid-run would. That client logs each failure,
+trains on through the following epochs and exits 0 when the run finishes; the other saves
+complete checkpoints only. (A `--checkpoint-dir` that cannot be created at all is refused at
+start-up; tests/e2e/test_client_bad_inputs.py covers that.)
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -28,9 +32,7 @@ def test_a_client_that_cannot_save_checkpoints_trains_on(tmp_path: Path) -> None
         max_round_train_time=5,
         total_steps=16,
     )
-    blocker = tmp_path / "not-a-directory"
-    blocker.write_text("a file where the checkpoint directory's parent should be")
-    broken_dir, good_dir = blocker / "checkpoints", tmp_path / "checkpoints"
+    broken_dir, good_dir = tmp_path / "broken-checkpoints", tmp_path / "checkpoints"
     cluster = Cluster(tmp_path, state)
     try:
         cluster.start_server()
@@ -38,7 +40,19 @@ def test_a_client_that_cannot_save_checkpoints_trains_on(tmp_path: Path) -> None
         good = cluster.start_client("--checkpoint-dir", str(good_dir), dummy_delay=0.2)
         clients = [broken, good]
         wait_for(
-            lambda: all(p.popen.poll() is not None for p in clients),
+            lambda: broken.popen.poll() is not None
+            or any("connected to server" in str(line.get("msg")) for line in broken.lines()),
+            60,
+            "the first client to join",
+            cluster.diagnostics,
+        )
+        assert broken.popen.poll() is None, cluster.diagnostics()
+        shutil.rmtree(broken_dir)
+        broken_dir.write_text("a file where the checkpoint directory should be")
+        wait_for(
+            # a client that fails ends the wait at once: its peer would wait for it forever
+            lambda: all(p.popen.poll() is not None for p in clients)
+            or any(p.popen.poll() not in (None, 0) for p in clients),
             240,
             "both clients to finish the run",
             cluster.diagnostics,
@@ -66,4 +80,4 @@ def test_a_client_that_cannot_save_checkpoints_trains_on(tmp_path: Path) -> None
     # the other client's checkpoints are all complete: no temporary directories left
     saved = sorted(p.name for p in good_dir.iterdir())
     assert saved and all(name.startswith("e2e-run-step") for name in saved), saved
-    assert not broken_dir.exists()
+    assert broken_dir.is_file()

@@ -45,6 +45,18 @@ from psyche_common.config import (
     coordinator_config_problem,
     parse_state,
 )
+from psyche_common.bloom import WITNESS_BLOOM_BITS, WITNESS_BLOOM_KEYS
+from psyche_common.client_id import CLIENT_ID_LEN
+from psyche_common.config.epoch_state import (
+    MERKLE_ROOT_LEN,
+    NUM_STORED_ROUNDS,
+    BloomTable,
+    ClientTable,
+    EpochStateTable,
+    RoundTable,
+    WitnessProofTable,
+    WitnessTable,
+)
 from psyche_common.coordinator import RunState
 
 
@@ -158,20 +170,54 @@ any_configs = st.builds(
     verification_percent=uint(8),
     waiting_for_members_extra_time=uint(8),
 )
-toml_scalars = st.one_of(
-    st.booleans(), st.integers(-(2**63), 2**63 - 1), floats, st.text(max_size=8)
+def exact_bytes(size: int) -> st.SearchStrategy[bytes]:
+    return st.binary(min_size=size, max_size=size)
+
+
+blooms = st.builds(
+    BloomTable,
+    keys=st.lists(uint(64), min_size=WITNESS_BLOOM_KEYS, max_size=WITNESS_BLOOM_KEYS),
+    bits=exact_bytes(WITNESS_BLOOM_BITS // 8),
 )
-epoch_states = st.none() | st.dictionaries(
-    st.text(min_size=1, max_size=8),
-    st.recursive(
-        toml_scalars,
-        lambda inner: (
-            st.lists(inner, max_size=3)
-            | st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=3)
-        ),
-        max_leaves=8,
-    ),
-    max_size=4,
+witness_tables = st.builds(
+    WitnessTable,
+    proof=st.builds(WitnessProofTable, position=uint(64), index=uint(64), witness=st.booleans()),
+    participant_bloom=blooms,
+    broadcast_bloom=blooms,
+    broadcast_merkle=exact_bytes(MERKLE_ROOT_LEN),
+    result_ms=st.none() | st.lists(uint(32), max_size=3),
+)
+round_tables = st.builds(
+    RoundTable,
+    witnesses=st.lists(witness_tables, max_size=2),
+    data_index=uint(63),
+    random_seed=uint(64),
+    next_random_seed=uint(64),
+    height=uint(63),
+    clients_len=uint(63),
+    tie_breaker_tasks=uint(63),
+    shares=st.none() | st.lists(uint(63), max_size=3),
+    sample_commit=st.none() | exact_bytes(MERKLE_ROOT_LEN),
+)
+client_tables = st.builds(
+    ClientTable,
+    id=exact_bytes(CLIENT_ID_LEN),
+    state=st.sampled_from(["Healthy", "Dropped", "Withdrawn", "Ejected"]),
+    exited_height=uint(63),
+    rate=st.none() | uint(64),
+    misses=st.none() | uint(63),
+)
+epoch_states = st.none() | st.builds(
+    EpochStateTable,
+    rounds=st.lists(round_tables, min_size=NUM_STORED_ROUNDS, max_size=NUM_STORED_ROUNDS),
+    clients=st.lists(client_tables, max_size=3),
+    exited_clients=st.lists(client_tables, max_size=2),
+    rounds_head=st.integers(0, NUM_STORED_ROUNDS - 1),
+    start_step=uint(63),
+    last_step=uint(63),
+    start_timestamp=uint(63),
+    first_round=st.booleans(),
+    cold_start_epoch=st.booleans(),
 )
 states = st.builds(
     StateFile,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -136,12 +137,14 @@ def make_node(members: Sequence[bytes], me: Identity) -> Node:
 def honest_nodes(count: int) -> list[Node]:
     """`count` honest nodes whose coordinator really assigns BATCH to TRAINER (an equivocation
     proof is about an assigned batch)."""
-    while True:
-        identities = [Identity.generate() for _ in range(count)]
-        members = [TRAINER.public_key, *(i.public_key for i in identities)]
-        if assign_data_for_state(round_of(members)).get(BATCH) == TRAINER.public_key:
-            break
-    return [make_node(members, identity) for identity in identities]
+    identities = [Identity.generate() for _ in range(count)]
+    members = [TRAINER.public_key, *(i.public_key for i in identities)]
+    # The trainer order is a shuffle of client positions by the round seed (not by the keys), so
+    # it is the trainer's place in the member list that decides which batch it gets.
+    for order in itertools.permutations(members):
+        if assign_data_for_state(round_of(order)).get(BATCH) == TRAINER.public_key:
+            return [make_node(order, identity) for identity in identities]
+    raise AssertionError(f"no order of {count + 1} members assigns {BATCH} to the trainer")
 
 
 def bloom_of(*items: bytes) -> Bloom:
