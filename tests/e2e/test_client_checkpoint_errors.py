@@ -40,8 +40,10 @@ def test_a_client_that_cannot_save_checkpoints_trains_on(tmp_path: Path) -> None
         good = cluster.start_client("--checkpoint-dir", str(good_dir), dummy_delay=0.2)
         clients = [broken, good]
         wait_for(
-            lambda: broken.popen.poll() is not None
-            or any("connected to server" in str(line.get("msg")) for line in broken.lines()),
+            lambda: (
+                broken.popen.poll() is not None
+                or any("connected to server" in str(line.get("msg")) for line in broken.lines())
+            ),
             60,
             "the first client to join",
             cluster.diagnostics,
@@ -51,8 +53,10 @@ def test_a_client_that_cannot_save_checkpoints_trains_on(tmp_path: Path) -> None
         broken_dir.write_text("a file where the checkpoint directory should be")
         wait_for(
             # a client that fails ends the wait at once: its peer would wait for it forever
-            lambda: all(p.popen.poll() is not None for p in clients)
-            or any(p.popen.poll() not in (None, 0) for p in clients),
+            lambda: (
+                all(p.popen.poll() is not None for p in clients)
+                or any(p.popen.poll() not in (None, 0) for p in clients)
+            ),
             240,
             "both clients to finish the run",
             cluster.diagnostics,

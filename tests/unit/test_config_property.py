@@ -9,6 +9,8 @@ from typing import Any
 import tomli_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from psyche_common.bloom import WITNESS_BLOOM_BITS, WITNESS_BLOOM_KEYS
+from psyche_common.client_id import CLIENT_ID_LEN
 from psyche_common.config import (
     AdamWOptimizer,
     Architecture,
@@ -45,8 +47,6 @@ from psyche_common.config import (
     coordinator_config_problem,
     parse_state,
 )
-from psyche_common.bloom import WITNESS_BLOOM_BITS, WITNESS_BLOOM_KEYS
-from psyche_common.client_id import CLIENT_ID_LEN
 from psyche_common.config.epoch_state import (
     MERKLE_ROOT_LEN,
     NUM_STORED_ROUNDS,
@@ -170,6 +170,8 @@ any_configs = st.builds(
     verification_percent=uint(8),
     waiting_for_members_extra_time=uint(8),
 )
+
+
 def exact_bytes(size: int) -> st.SearchStrategy[bytes]:
     return st.binary(min_size=size, max_size=size)
 
