@@ -14,7 +14,9 @@ docs/verification.md), and is then accused by every verifier that samples it.
 
 Per setting: `runs` seeds of `--steps` steps each (epochs of 120 s of the fake clock, removed
 keys join again at the next epoch), and over them `false_convictions` (honest trainers
-convicted: the rule's promise is 0), `honest_verifiers_removed` (honest verifiers removed as
+convicted: the rule's promise is 0; `false_convictions_by_lies`, those of them that a lying
+verifier's accusation of a passing result carried, the rest resting on honest accusations of
+a result that failed twice by bad luck), `honest_verifiers_removed` (honest verifiers removed as
 false accusers or false passers: 0), `liar_removals` (lying verifiers removed, any kind) with
 `first_removal_steps` (per run), `cheat_convictions` and `first_cheat_conviction_steps`,
 `cheat_rounds` of `cheat_training_rounds` (rounds the cheats cheated, of those they trained)
@@ -28,7 +30,7 @@ steps in all: the rule before each verifier needed two steps of its own).
 `--quick` (what `make test` runs): one seed of 40 steps per setting: the same code path in
 seconds.
 
-Usage: .venv/bin/python bench/convictions.py [--seeds 10] [--steps 200] [--quick]
+Usage: .venv/bin/python bench/convictions.py [--seeds 10] [--steps 200] [--only TEXT] [--quick]
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ def row(
         "runs": len(runs),
         "steps": sum(r.steps for r in runs),
         "false_convictions": sum(r.false_convictions for r in runs),
+        "false_convictions_by_lies": sum(r.false_convictions_by_lies for r in runs),
         "honest_verifiers_removed": sum(r.honest_accusers_removed for r in runs),
         "liar_checks": sum(r.liar_checks for r in runs),
         "old_rule_false_convictions": sum(r.old_rule_false_convictions for r in runs),
@@ -119,6 +122,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=None, help="seeds per setting (10)")
     parser.add_argument("--steps", type=int, default=None, help="steps per run (200)")
     parser.add_argument("--quick", action="store_true", help="1 seed of 40 steps (seconds)")
+    parser.add_argument(
+        "--only",
+        default="",
+        help="run only the settings whose name (e.g. '8/50%% 1 sole liar') contains this text",
+    )
     args = parser.parse_args()
     seeds = args.seeds or (1 if args.quick else 10)
     steps = args.steps or (40 if args.quick else 200)
@@ -126,6 +134,8 @@ def main() -> None:
     for name, members, percent, attackers, unlucky in SETTINGS:
         key = f"{members}/{percent}% {name}"
         key += f", unlucky {UNLUCKY:.0%}" if unlucky else ""
+        if args.only not in key:
+            continue
         rate = UNLUCKY if unlucky else 0.0
         table[key] = row(members, percent, attackers, rate, seeds, steps)
         print(key, table[key], file=sys.stderr)

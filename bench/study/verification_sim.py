@@ -83,6 +83,10 @@ class VerificationStats:
     refused: int = 0
     false_convictions: int = 0
     """Honest trainers convicted by verifiers (what must stay 0)."""
+    false_convictions_by_lies: int = 0
+    """Of those, the convictions that a lie carried: one of the convicting verifiers' counted
+    strikes came from a step where it accused a result of that trainer that passed the check
+    (the rest rest on honest accusations only: a result failing twice by bad luck)."""
     honest_accusers_removed: int = 0
     """Honest verifiers removed as false accusers or false passers (what must stay 0)."""
     liar_removals: list[int] = field(default_factory=list)
@@ -138,6 +142,9 @@ class VerifyingRun(SimulatedRun):
         self._unlucky_of: dict[tuple[int, bytes], int] = {}
         self._cheated: dict[tuple[int, int], set[bytes]] = {}
         self._verified: set[tuple[int, int]] = set()
+        self._lies: set[tuple[int, bytes, bytes]] = set()
+        """(step, verifier, trainer) of every accusation of a result that passed the check."""
+        self._convictions_seen: set[int] = set()
 
     def sample_secret(self) -> bytes | None:
         return self.rng.randbytes(32) if self.hidden_sample else None
@@ -222,6 +229,8 @@ class VerifyingRun(SimulatedRun):
                 ).digest()
                 fails = trainer in cheated or self._fails_by_bad_luck(commitment, trainer)
                 accuse = self._accuses(verifier, trainer, batch, fails, samples)
+                if accuse and not fails:
+                    self._lies.add((step, verifier, trainer))
                 try:
                     if accuse:
                         self.coord.accuse(
@@ -274,12 +283,32 @@ class VerifyingRun(SimulatedRun):
         if self.coord.run_state != RunState.WaitingForMembers:
             super().kick_unhealthy()
 
+    def _attribute_convictions(self) -> None:
+        """For each new conviction of an honest trainer by verifiers: did a lie carry it?
+        (The strikes it rests on are still the epoch's when it is made.)"""
+        record = self.coord.verification
+        for conviction in record.convictions:
+            if id(conviction) in self._convictions_seen:
+                continue
+            self._convictions_seen.add(id(conviction))
+            trainer = conviction.trainer
+            if conviction.kind != ConvictionKind.VERIFIERS or trainer in self.roles.attackers:
+                continue
+            strikes = record.strikes.get(trainer, {})
+            if any(
+                (step, verifier, trainer) in self._lies
+                for verifier in conviction.verifiers
+                for step in strikes.get(verifier, ())
+            ):
+                self.stats.false_convictions_by_lies += 1
+
     def server_tick(self) -> None:
         if self.coord.run_state == RunState.WaitingForMembers:
             for cid, client in self.clients.items():
                 if client.connected and cid not in self.pending:
                     self.pending[cid] = None  # removed keys come back for the next epoch
         super().server_tick()
+        self._attribute_convictions()
         epoch = self.coord.epoch_state.start_timestamp
         for trainer, by_verifier in self.coord.verification.strikes.items():
             if len(by_verifier) < 2:

@@ -197,6 +197,7 @@ def test_a_verifier_counts_once_its_accusations_stood_at_two_steps(other_steps: 
     if other_steps:
         strikes[other] = set(range(step - other_steps, step))
     coord.verification.strikes = {trainer: strikes}
+    coord.verification.confirmed = {trainer: {other}}  # its earlier strikes were checkable
     report(coord, verifier, batch, passed=False)
     close_step(coord, 2000)
     if other_steps < 2:
@@ -206,6 +207,58 @@ def test_a_verifier_counts_once_its_accusations_stood_at_two_steps(other_steps: 
         (conviction,) = coord.verification.convictions
         assert conviction.trainer == trainer and conviction.step == step
         assert set(conviction.verifiers) == {other, verifier}
+
+
+def sole_and_other_checks(coord: Coordinator) -> tuple[bytes, BatchId, bytes, BatchId]:
+    """A verifier and a batch that no other verifier of the round samples, and another
+    verifier with a batch of its own sample (runs rounds until the round has both)."""
+    now = 1000
+    for _ in range(60):
+        assignments = assign_data_for_state(coord)
+        seed = coord.current_round().sample_seed
+        samples = {v: verifier_sample(seed, v, list(assignments)) for v in verifiers(coord)}
+        for verifier, sample in samples.items():
+            for batch in sample:
+                others = [v for v in samples if v != verifier]
+                if assignments[batch] in samples or not others:
+                    continue
+                if any(batch in samples[v] for v in others):
+                    continue
+                other = others[0]
+                return verifier, batch, other, samples[other][0]
+        now = witness_round(coord, now + 1)
+    raise AssertionError("no round with a batch only one verifier samples")
+
+
+@pytest.mark.parametrize("others_report", [True, False])
+def test_an_accusation_nobody_else_checked_convicts_only_in_a_lone_step(
+    others_report: bool,
+) -> None:
+    """Issue 29, finding 2 (the sole liar): an accusation of a batch no other verifier
+    checked, in a step where other verifiers checked other batches, can be neither confirmed
+    nor refuted; it strikes, but it is not *checkable*, so its verifier counts toward no
+    conviction, however many steps it accuses at. In a step where it is the only verifier
+    that reports, nothing could have confirmed it, and it counts as before."""
+    coord = coordinator_in_round(percent=50, members=8)
+    liar, batch, other, other_batch = sole_and_other_checks(coord)
+    trainer = assign_data_for_state(coord)[batch]
+    honest = next(c for c in everyone(coord) if c not in (liar, other, trainer))
+    step = coord.progress.step
+    # an honest verifier with checkable strikes at two steps, and the liar's earlier strike
+    coord.verification.strikes = {trainer: {honest: {step - 2, step - 1}, liar: {step - 1}}}
+    coord.verification.confirmed = {trainer: {honest}}
+    report(coord, liar, batch, passed=False)
+    if others_report:
+        report(coord, other, other_batch, passed=True)
+    close_step(coord, 2000)
+    assert coord.verification.strikes[trainer][liar] == {step - 1, step}
+    if others_report:
+        assert coord.verification.convictions == []
+        assert liar not in coord.verification.confirmed[trainer]
+        assert state_of(coord, trainer) == ClientState.Healthy
+    else:
+        (conviction,) = coord.verification.convictions
+        assert set(conviction.verifiers) == {honest, liar}
 
 
 def test_a_verifier_keeps_only_the_strikes_a_verdict_needs() -> None:

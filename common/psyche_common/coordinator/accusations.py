@@ -22,7 +22,11 @@ Rules (docs/verification.md):
   no more;
 - each standing accusation is a strike against its trainer (verifier, step); a trainer is
   convicted (`VERIFIERS`) once `MIN_ACCUSERS` different verifiers each struck it at
-  `MIN_STRIKE_STEPS` different steps of the epoch: Dropped, and every client skips its results
+  `MIN_STRIKE_STEPS` different steps of the epoch, each of them with at least one *checkable*
+  strike against it (`VerificationRecord.confirmed`: another accuser of the same check
+  confirmed it, or it was the step's only reporting verifier; an accusation of a batch that
+  nobody else checked, in a step where others checked other batches, is what a lying verifier
+  can always make unopposed, so it never convicts on its own): Dropped, and every client skips its results
   from the judged step on in this epoch (`VerificationRecord.excluded`). A verifier's
   accusation thus needs corroboration by its own accusation at another step (a lone liar's
   word, or one honest result failing by bad luck, which every checker accuses in that step,
@@ -158,11 +162,16 @@ def judge_closed_step(coord: CoordinatorState) -> list[Conviction]:
             by_batch.setdefault((report.trainer, report.batch), []).append(report)
     standing: list[Accusation] = []
     outvoted: dict[bytes, Report] = {}
+    # a step with one reporting verifier cannot confirm anything: its accusations count as
+    # checkable; with more, only an accusation another accuser of the same check confirmed
+    lone_verifier = len({r.verifier for group in by_batch.values() for r in group}) < 2
     for (trainer, _), batch_reports in by_batch.items():
         accusers = [r for r in batch_reports if isinstance(r, Accusation)]
         passes = [r for r in batch_reports if isinstance(r, Attestation)]
         if len(accusers) > len(passes):
             standing.extend(accusers)
+            if lone_verifier or len(accusers) >= MIN_ACCUSERS:
+                _add(record.confirmed, trainer, {a.verifier for a in accusers})
             losers, winners = list[Report](passes), list[Report](accusers)
         elif len(passes) > len(accusers):
             losers, winners = list[Report](accusers), list[Report](passes)
@@ -189,7 +198,10 @@ def judge_closed_step(coord: CoordinatorState) -> list[Conviction]:
             _strike(record.strikes, accusation.trainer, accusation.verifier, step)
     for trainer in sorted({a.trainer for a in standing}):
         strikes = record.strikes.get(trainer, {})
-        corroborated = {v for v, steps in strikes.items() if len(steps) >= MIN_STRIKE_STEPS}
+        checkable = record.confirmed.get(trainer, set())
+        corroborated = {
+            v for v, steps in strikes.items() if len(steps) >= MIN_STRIKE_STEPS and v in checkable
+        }
         if len(corroborated) >= MIN_ACCUSERS and record.convicted(trainer, epoch) is None:
             mine = [a for a in standing if a.trainer == trainer]
             conviction = Conviction(
@@ -248,6 +260,8 @@ def _convict_outvoted(coord: CoordinatorState, report: Report, step: int) -> Con
     _record(coord, conviction)
     for accusers in record.strikes.values():  # its accusations count no more
         accusers.pop(verifier, None)
+    for confirmed in record.confirmed.values():
+        confirmed.discard(verifier)
     return conviction
 
 

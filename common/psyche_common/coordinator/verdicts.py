@@ -292,6 +292,12 @@ class VerificationRecord:
     convictions: list[Conviction] = field(default_factory=list)
     strikes: Strikes = field(default_factory=dict)
     """This epoch: trainer → the verifiers whose accusation of it stood → at which steps."""
+    confirmed: dict[bytes, set[bytes]] = field(default_factory=dict)
+    """This epoch: trainer → the verifiers with a *checkable* standing accusation of it: one
+    that another verifier's accusation of the same check confirmed, or made in a step where it
+    was the only verifier to report (`accusations.judge_closed_step`). Only their strikes
+    convict: an accusation of a batch nobody else checked, in a step others checked other
+    batches, is a liar's free move."""
     refuted_by: dict[bytes, set[bytes]] = field(default_factory=dict)
     """This epoch: verifier → the verifiers that outvoted it (passed a result it accused, or
     accused a result it passed, and were more)."""
@@ -307,6 +313,7 @@ class VerificationRecord:
         self.accusations = []
         self.attestations = []
         self.strikes = {}
+        self.confirmed = {}
         self.refuted_by = {}
         self.outvoted_about = {}
         self.false_reports = {}
@@ -341,6 +348,7 @@ class VerificationRecord:
             "convictions": [c.to_wire() for c in self.convictions],
             "strikes": _tally_to_wire({t: set(by) for t, by in self.strikes.items()}),
             "strike_steps": _strikes_to_wire(self.strikes),
+            "confirmed": _tally_to_wire(self.confirmed),
             "refuted_by": _tally_to_wire(self.refuted_by),
         }
 
@@ -364,6 +372,7 @@ class VerificationRecord:
             attestations=[Attestation.from_wire(a) for a in attestations],
             convictions=[Conviction.from_wire(c) for c in convictions],
             strikes=_strikes_from_wire(data),
+            confirmed=_tally_from_wire(data.get("confirmed"), "verification.confirmed"),
             refuted_by=_tally_from_wire(data.get("refuted_by"), "verification.refuted_by"),
         )
 
