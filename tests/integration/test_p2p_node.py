@@ -65,6 +65,20 @@ class SlowNode(P2PNode):
             type(self).active -= 1
 
 
+class TricklingNode(P2PNode):
+    """Serves every blob a byte at a time, each byte well within the reader's `read_timeout`:
+    a transfer that never stalls long enough to time out, and never finishes."""
+
+    async def _answer(self, conn: Any, kind: str, key: Any, data: bytes | None) -> None:
+        if kind != "blob" or data is None:
+            await super()._answer(conn, kind, key, data)
+            return
+        await conn.send({"type": "BlobHeader", "size": len(data)})
+        for offset in range(len(data)):
+            await conn.send({"type": "Chunk", "data": data[offset : offset + 1]})
+            await asyncio.sleep(0.1)
+
+
 class Cluster:
     def __init__(self) -> None:
         self.members: set[bytes] = set()
@@ -287,6 +301,62 @@ async def test_silent_peer_times_out_and_another_peer_serves(cluster: Cluster) -
         assert time.monotonic() - started < 3.0  # 2 rounds x 0.5 s read timeout
     finally:
         await silent.stop()
+
+
+async def test_a_trickling_holder_is_abandoned_for_the_next_by_the_minimum_rate(
+    cluster: Cluster,
+) -> None:
+    """A peer that serves a blob a byte every 0.1 s never trips the 0.5 s read timeout; the
+    minimum blob rate (here 1 KiB/s: the 2 KiB blob is due within 0.5 + 2 s) abandons it, so
+    the download slot is held seconds, not until the fetch deadline, and the honest holder
+    serves the bytes."""
+    trickler = await cluster.add(TricklingNode)
+    good = await cluster.add()
+    fetcher = await cluster.add(min_blob_rate=1024.0, fetch_deadline=30.0)
+    data = os.urandom(2048)
+    digest = trickler.publish_blob(data)
+    assert good.publish_blob(data) == digest
+    started = time.monotonic()
+    assert await fetcher.fetch_blob(digest, [trickler.peer_id, good.peer_id]) == data
+    assert 2.0 < time.monotonic() - started < 6.0
+    started = time.monotonic()
+    with pytest.raises(FetchError, match="slower than the minimum of 1024 B/s"):
+        await fetcher.fetch_blob(trickler.publish_blob(os.urandom(2048)), [trickler.peer_id])
+    assert time.monotonic() - started < 8.0  # 2 rounds x 2.5 s, far below the 30 s deadline
+
+
+async def test_a_slow_announcer_holds_only_its_share_of_the_download_slots(
+    cluster: Cluster,
+) -> None:
+    """Downloads are charged to their announcer (the first candidate) before a shared slot:
+    three blobs of a trickling announcer hold 2 of the 3 slots (the third waits, holding
+    none), and another member's result is fetched at once instead of behind them."""
+    trickler = await cluster.add(TricklingNode)
+    good = await cluster.add()
+    fetcher = await cluster.add(
+        max_concurrent_downloads=3,
+        max_downloads_per_source=2,
+        min_blob_rate=8.0,  # the trickled 2 KiB would be due in minutes
+        fetch_deadline=30.0,
+    )
+    slow = [
+        asyncio.ensure_future(
+            fetcher.fetch_blob(trickler.publish_blob(os.urandom(2048)), [trickler.peer_id])
+        )
+        for _ in range(3)
+    ]
+    try:
+        await wait_until(lambda: fetcher.stats.downloads.started == 2)
+        await asyncio.sleep(0.3)
+        assert fetcher.stats.downloads.started == 2  # the announcer's third waits
+        started = time.monotonic()
+        data = os.urandom(4096)
+        assert await fetcher.fetch_blob(good.publish_blob(data), [good.peer_id]) == data
+        assert time.monotonic() - started < 1.0
+    finally:
+        for task in slow:
+            task.cancel()
+        await asyncio.gather(*slow, return_exceptions=True)
 
 
 async def test_overall_deadline_bounds_a_fetch(cluster: Cluster) -> None:

@@ -48,12 +48,23 @@ class P2PConfig:
     """Per-peer bound on pushing one announcement (connect + handshake + ack)."""
     fetch_deadline: float = 600.0
     """Overall bound on one blob fetch across every candidate and round."""
+    min_blob_rate: float = 64 * KIB
+    """Slowest average rate (bytes/s) at which one peer's answer to a blob request may arrive:
+    it must be in within `read_timeout` + size / this of its header, else that peer counts as
+    failed and the next candidate is asked. A member serving its result a byte at a time never
+    trips `read_timeout` and would otherwise hold one of `max_concurrent_downloads` until
+    `fetch_deadline`; a few such members held them all and starved honest results."""
     fetch_rounds: int = 2
     """Passes over the candidate list before a blob fetch gives up."""
     retry_backoff: float = 0.2
     """Pause before the second pass (doubling on later passes)."""
 
     max_concurrent_downloads: int = 8
+    max_downloads_per_source: int = 2
+    """Of those, at most this many of blobs whose first candidate (the announcer: the caller
+    names it first) is one peer; its others wait, holding no shared slot. A trainer has one
+    result a round, so an honest announcer rarely has two in flight; members whose blobs
+    arrive slowly hold a bounded share, and the others' results keep being fetched."""
     max_concurrent_parameter_requests: int = 8
     max_connections: int = 1024
     """Peers with an open link at once (beyond it, dialing a new peer fails)."""
@@ -114,6 +125,7 @@ class P2PConfig:
             )
         for name in (
             "max_concurrent_downloads",
+            "max_downloads_per_source",
             "max_concurrent_parameter_requests",
             "max_connections",
             "max_inbound_connections",
@@ -139,6 +151,7 @@ class P2PConfig:
             "read_timeout",
             "idle_timeout",
             "fetch_deadline",
+            "min_blob_rate",
             "announcement_rate",
             "link_frame_rate",
         ):

@@ -182,9 +182,9 @@ async def _try_once(
     except NotHeld as exc:
         failures.append(FetchFailure(peer_id, str(exc)))
         return None
-    except TimeoutError:
+    except TimeoutError as exc:
         health.record_error(peer_id)
-        failures.append(FetchFailure(peer_id, "timed out waiting for data"))
+        failures.append(FetchFailure(peer_id, str(exc) or "timed out waiting for data"))
         return None
     except TRANSIENT_ERRORS as exc:
         health.record_error(peer_id)

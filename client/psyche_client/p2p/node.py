@@ -38,6 +38,7 @@ from .connection import (
 from .dialer import Dialer
 from .fetch import FetchError, PeerHealth, fetch_verified
 from .inbound import InboundAcceptor
+from .keyed_slots import KeyedSlots
 from .inbox import AnnouncementCallback, AnnouncementInbox
 from .link import PeerLink, Stream
 from .links import LinkTable
@@ -91,6 +92,8 @@ class P2PNode:
         self._on_corrupt = on_corrupt
         self._peers: dict[bytes, tuple[str, int]] = {}
         self._download_slots = asyncio.Semaphore(self.config.max_concurrent_downloads)
+        self._source_slots = KeyedSlots[bytes](self.config.max_downloads_per_source)
+        """The first candidate of a fetch (the announcer) → its share of the download slots."""
         self.parameter_slots = asyncio.Semaphore(self.config.max_concurrent_parameter_requests)
         self._inflight: dict[bytes, asyncio.Task[bytes]] = {}
         self._step: int | None = None
@@ -333,10 +336,17 @@ class P2PNode:
 
         async def attempt(peer_id: bytes) -> Received:
             return await self.request_stream(
-                peer_id, request, max_size=self.config.max_blob_size, expected_size=expected_size
+                peer_id,
+                request,
+                max_size=self.config.max_blob_size,
+                expected_size=expected_size,
+                min_rate=self.config.min_blob_rate,
             )
 
-        async with self._download_slots:
+        # charged to the announcer (the caller's first candidate) before a shared slot: a
+        # member whose blobs arrive slowly holds at most its own few, never every slot
+        source = candidates[0] if candidates else b""
+        async with self._source_slots.slot(source), self._download_slots:
             self.stats.downloads.started += 1
             try:
                 data, _ = await fetch_verified(
@@ -378,8 +388,10 @@ class P2PNode:
         *,
         max_size: int,
         expected_size: int | None = None,
+        min_rate: float | None = None,
     ) -> Received:
-        """Send `request` to `peer_id` and read its chunked answer (not hash-checked here)."""
+        """Send `request` to `peer_id` and read its chunked answer (not hash-checked here);
+        `min_rate`: the slowest average bytes/s it may arrive at (`receive_bytes`)."""
         async with self._pool.connection(peer_id) as conn:
             await conn.send(request)
             return await receive_bytes(
@@ -387,6 +399,7 @@ class P2PNode:
                 max_size=max_size,
                 read_timeout=self.config.read_timeout,
                 expected_size=expected_size,
+                min_rate=min_rate,
             )
 
     async def _dial(self, peer_id: bytes) -> PeerLink:

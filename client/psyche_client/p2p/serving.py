@@ -34,6 +34,7 @@ from psyche_common.protocol import ProtocolError, short_id
 from .blobs import BlobStore
 from .config import P2PConfig
 from .inbox import AnnouncementInbox
+from .keyed_slots import KeyedSlots
 from .link import PeerLink, Stream
 from .manifest import ModelManifest
 from .pacing import UploadShaper
@@ -49,14 +50,6 @@ Outgoing = Callable[[str, Any, bytes], bytes]
 
 BULK_REQUESTS = frozenset({"GetManifest", "GetParameter"})
 """Requests answered with the model (bulk streams); the others are a round's traffic."""
-
-
-class _PeerSlots:
-    """One peer's serving slots and how many of its requests hold or wait for one."""
-
-    def __init__(self, slots: int) -> None:
-        self.semaphore = asyncio.Semaphore(slots)
-        self.users = 0
 
 
 class RequestServer:
@@ -91,7 +84,7 @@ class RequestServer:
         self._answer = answer or self.answer
         self._outgoing = outgoing or (lambda _kind, _key, data: data)
         self._slots = asyncio.Semaphore(config.max_concurrent_serving)
-        self._peer_slots: dict[tuple[bytes, bool], _PeerSlots] = {}
+        self._peer_slots = KeyedSlots[tuple[bytes, bool]](config.max_serving_per_peer)
         """(peer, bulk) → that peer's slots for blob (bulk False) or model (True) requests."""
         self._tasks: set[asyncio.Future[None]] = set()
 
@@ -131,28 +124,14 @@ class RequestServer:
         finally:
             stream.close()
 
-    @contextlib.asynccontextmanager
-    async def _peer_slot(self, peer_id: bytes, bulk: bool) -> AsyncIterator[None]:
+    def _peer_slot(self, peer_id: bytes, bulk: bool) -> contextlib.AbstractAsyncContextManager[None]:
         """One of `peer_id`'s `max_serving_per_peer` slots for blob requests, or for model
-        (bulk) requests (a table entry lives while any request holds or waits for one)."""
-        key = (peer_id, bulk)
-        slots = self._peer_slots.get(key)
-        if slots is None:
-            slots = self._peer_slots[key] = _PeerSlots(self.config.max_serving_per_peer)
-        slots.users += 1
-        try:
-            async with slots.semaphore:
-                yield
-        finally:
-            slots.users -= 1
-            if slots.users == 0:
-                del self._peer_slots[key]
+        (bulk) requests."""
+        return self._peer_slots.slot((peer_id, bulk))
 
     def serving(self, peer_id: bytes) -> int:
         """Requests of `peer_id` being served or waiting for a slot now."""
-        return sum(
-            slots.users for (peer, _bulk), slots in self._peer_slots.items() if peer == peer_id
-        )
+        return sum(self._peer_slots.users((peer_id, bulk)) for bulk in (False, True))
 
     async def handle(self, conn: Stream, peer_id: bytes, request: dict[str, Any]) -> None:
         """Answer one request (`Announce`, `GetBlob`, `GetManifest`, `GetParameter`)."""

@@ -3,12 +3,14 @@
 The serving side answers a request with `BlobHeader{size}` followed by `Chunk{data}` frames
 of at most `chunk_size` bytes each, or with `NotFound{reason}` / `Error{reason}`. The receiver
 checks the announced size against its limits *before* reading, bounds every chunk read by a
-timeout, hashes while it reads (SHA-256), and never accepts more bytes than announced.
+timeout (and, for blobs, the whole answer by a minimum average rate), hashes while it reads
+(SHA-256), and never accepts more bytes than announced.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -57,9 +59,12 @@ async def receive_bytes(
     max_size: int,
     read_timeout: float,
     expected_size: int | None = None,
+    min_rate: float | None = None,
 ) -> Received:
     """Read one streamed answer; raises `NotHeld`, `RemoteError`, `ProtocolError` or
-    `TimeoutError` (no frame within `read_timeout` seconds)."""
+    `TimeoutError` (no frame within `read_timeout` seconds, or, with `min_rate`, the whole
+    answer not in within `read_timeout` + size / `min_rate` seconds of its header: a peer that
+    trickles its bytes cannot keep the reader waiting for ever, one chunk at a time)."""
     who = short_id(conn.peer_id)
     header = await conn.receive(read_timeout)
     raise_if_rejected(header, f"peer {who}")
@@ -77,11 +82,24 @@ async def receive_bytes(
         raise ProtocolError(f"peer {who} offers {size} bytes, over the limit of {max_size}")
     if expected_size is not None and size != expected_size:
         raise ProtocolError(f"peer {who} offers {size} bytes, expected {expected_size}")
+    budget = read_timeout + size / min_rate if min_rate else None
+    ends = time.monotonic() + budget if budget is not None else None
     buffer = bytearray()  # grows with what actually arrives: a bogus size allocates nothing
     digest = hashlib.sha256()
     received = 0
     while received < size:
-        frame = await conn.receive(read_timeout)
+        left = ends - time.monotonic() if ends is not None else read_timeout
+        try:
+            if left <= 0:
+                raise TimeoutError
+            frame = await conn.receive(min(read_timeout, left))
+        except TimeoutError:
+            if ends is None or time.monotonic() < ends:
+                raise
+            raise TimeoutError(
+                f"peer {who} sent {received} of {size} bytes in {budget:.1f} s, "
+                f"slower than the minimum of {min_rate:.0f} B/s"
+            ) from None
         data = frame.get("data")
         if frame.get("type") != "Chunk" or not isinstance(data, bytes) or not data:
             raise ProtocolError(f"peer {who} sent a malformed chunk ({frame.get('type')!r})")
