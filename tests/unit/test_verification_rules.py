@@ -511,7 +511,7 @@ def test_the_record_survives_the_wire_and_the_state_file() -> None:
     coord = coordinator_in_round(percent=50, members=8)
     convict_one(coord)
     (conviction,) = coord.verification.convictions
-    assert coord.verification.strikes
+    assert coord.verification.strikes and coord.verification.confirmed
     back = Coordinator.from_wire(coord.to_wire())
     assert back.verification == coord.verification
     saved = Coordinator.from_state_file(coord.to_state_file())
@@ -519,6 +519,7 @@ def test_the_record_survives_the_wire_and_the_state_file() -> None:
     # pending reports and the epoch's tallies are not saved
     assert saved.verification.accusations == saved.verification.attestations == []
     assert saved.verification.strikes == saved.verification.refuted_by == {}
+    assert saved.verification.confirmed == {}
 
 
 def test_states_saved_before_verification_still_load() -> None:

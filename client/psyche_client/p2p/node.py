@@ -38,8 +38,8 @@ from .connection import (
 from .dialer import Dialer
 from .fetch import FetchError, PeerHealth, fetch_verified
 from .inbound import InboundAcceptor
-from .keyed_slots import KeyedSlots
 from .inbox import AnnouncementCallback, AnnouncementInbox
+from .keyed_slots import KeyedSlots
 from .link import PeerLink, Stream
 from .links import LinkTable
 from .manifest import ModelManifest

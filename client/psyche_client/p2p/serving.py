@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from psyche_common.announcements import Announcement
@@ -124,7 +124,9 @@ class RequestServer:
         finally:
             stream.close()
 
-    def _peer_slot(self, peer_id: bytes, bulk: bool) -> contextlib.AbstractAsyncContextManager[None]:
+    def _peer_slot(
+        self, peer_id: bytes, bulk: bool
+    ) -> contextlib.AbstractAsyncContextManager[None]:
         """One of `peer_id`'s `max_serving_per_peer` slots for blob requests, or for model
         (bulk) requests."""
         return self._peer_slots.slot((peer_id, bulk))
