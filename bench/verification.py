@@ -9,7 +9,14 @@ peer's result is compared with it (`psyche_client.verify.agreement`) as:
 - `honest`: the peer's own result;
 - `sign_flip`: the same result with every value negated;
 - `free_rider`: the next peer's result (another batch) re-announced for this batch;
-- `random`: random signs at random positions (k per chunk).
+- `random`: random signs at random positions (k per chunk);
+- `negated_gradients` (reported apart, per measured step in `by_step`): a shadow of peer 0
+  that trains the same batches on the same weights with every gradient negated as backward
+  computes it (the attack of tests/e2e/signflip_client.py), its momentum, error feedback and
+  lookahead its own, its results never applied. Unlike `sign_flip` it is not the negation of
+  the honest result: its lookahead moves it `lr` along the sign of its own (negated)
+  momentum, against the descent, and the gradient there, negated, agrees with the fresh
+  gradient at many positions after a few steps (docs/verification.md).
 
 Two more measures for the detectors of docs/verification.md ("Copiers and free riders"):
 
@@ -159,6 +166,13 @@ def main() -> None:
         for _ in range(args.peers)
     ]
     verifier_model = copy.deepcopy(base)
+    # a shadow of peer 0 that trains its batches on negated gradients (what
+    # tests/e2e/signflip_client.py does), on the same weights; its results are never applied
+    negater = Trainer(copy.deepcopy(base), settings, device="cpu", micro_batch_size=per_peer)
+    negating = {"on": False}
+    for parameter in negater.model.parameters():
+        parameter.register_hook(lambda grad: -grad if negating["on"] else None)
+    negated_samples: list[dict[str, float]] = []
     compressor = trainers[0].distro.compressor
     rng = np.random.default_rng(1234 + args.seed)
     noise = np.random.default_rng(99)
@@ -172,7 +186,7 @@ def main() -> None:
     for step in range(1, args.steps + 1):
         if step - 2 >= 1:
             applied = in_flight.pop(step - 2)
-            for trainer in trainers:
+            for trainer in [*trainers, negater]:
                 trainer.apply(applied, step, schedule(step))
         tokens = corpus.batch(rng, args.batch, args.seq_len)
         shares = [tokens[r * per_peer : (r + 1) * per_peer] for r in range(args.peers)]
@@ -198,6 +212,26 @@ def main() -> None:
             train_seconds.append(out.forward_backward_seconds + out.optimizer_seconds)
             produced[r] = trainers[r].decode_result(out.result.encode())
         in_flight[step] = list(produced.values())
+        if 0 in active:
+            negating["on"] = True
+            try:
+                shadow = negater.train(
+                    BatchId(0, per_peer - 1), shares[0], step, schedule(step), schedule(step - 1)
+                )
+            finally:
+                negating["on"] = False
+            assert shadow.result is not None
+            if step in measure_at:
+                negated = sign_agreement(
+                    negater.decode_result(shadow.result.encode()), coefficients[0]
+                )
+                negated_samples.append(
+                    {
+                        "step": step,
+                        "fraction": round(negated.fraction, 4),
+                        "weighted": round(negated.weighted, 4),
+                    }
+                )
         if step in measure_at:
             for r in active:
                 others = [q for q in active[active.index(r) + 1 :] + active if q != r]
@@ -269,6 +303,11 @@ def main() -> None:
                 "weighted": summary([s[name][1] for s in samples]),  # type: ignore[index]
             }
             for name in CASES
+        },
+        "negated_gradients": {
+            "fraction": summary([n["fraction"] for n in negated_samples]),
+            "weighted": summary([n["weighted"] for n in negated_samples]),
+            "by_step": negated_samples,
         },
         "margins": {
             name: summary([s["margin"][name] for s in samples])  # type: ignore[index]
