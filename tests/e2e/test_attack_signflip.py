@@ -1,16 +1,19 @@
 """Verification against a sign-flip trainer (real processes, the tiny real model).
 
-Four clients train `builtin:llama-tiny` with `verification_percent = 50` (two verifiers and two
-trainers a round); one of them is tests/e2e/signflip_client.py, which negates its gradients. A
-verifier that samples one of its batches finds its result's signs opposite to the recomputed
-gradient's and reports it; once two verifiers have each done so at two different steps, the
-coordinator convicts it and drops it from the epoch. The honest clients' weights hashes stay
-identical at every applied step, no honest client is convicted, and from the conviction's step
-on no honest client applies a result of the attacker.
+Four clients train `builtin:llama-tiny` with `verification_percent = 25` (one verifier and
+three trainers a round); one of them is tests/e2e/signflip_client.py, which negates its
+gradients. A verifier that samples one of its batches recomputes it at the point the trainer
+trained at (its lookahead along its own published result of the step before:
+`distro.lookahead`), finds its result's signs opposite to the recomputed gradient's and
+reports it; once two verifiers have each done so at two different steps, the coordinator
+convicts it and drops it from the epoch. The honest clients' weights hashes stay identical at
+every applied step, no honest client is convicted, and from the conviction's step on no
+honest client applies a result of the attacker.
 
-Why 50 % and not 25 %: at 25 % four clients have one verifier a round, and the flipper's
-agreement rises over the epoch (0.0 in its first rounds, above the accusation threshold after
-about 8 of them; docs/verification.md), so in a 24-step run it was sometimes never convicted.
+At 25 % this test once failed: the lookahead moved along the trainer's private momentum,
+which a verifier cannot recompute, and the flipper's agreement with a gradient recomputed at
+the round's weights rose over the epoch (0.0 in its first rounds, above the accusation
+threshold after a few), so it was sometimes never convicted (docs/verification.md).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ def test_a_sign_flip_trainer_is_convicted_and_its_results_are_not_applied(
         init_min_clients=4,
         min_clients=3,
         witness_nodes=2,
-        verification_percent=50,
+        verification_percent=25,
         batch=6,
     )
     c = Cluster(tmp_path, state)

@@ -10,6 +10,7 @@ import torch
 from psyche_client.distro.values import ValueKind
 from psyche_client.training.backend import shared_config_json
 from psyche_client.training.distro_backend import DistroBackend
+from psyche_client.verify.threshold import ACCUSE_BELOW
 from psyche_client.weights.backends import BACKENDS, BackendOptions, with_distro_backend
 from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import Coordinator, RunState
@@ -142,3 +143,53 @@ def test_a_distro_backend_subclass_from_the_registry_trains_instead() -> None:
     assert reference_honest is not None and reference_flipper is not None
     for a, b in zip(reference_honest, reference_flipper, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_verifier_at_the_lookahead_point_accuses_a_gradient_negator_every_step() -> None:
+    """Issue 29: a trainer that negates its gradients looks ahead along its own (negated)
+    published result, against the descent; recomputed at the round's weights, its negated
+    gradient there came to agree with the fresh one within a few steps and passed the check.
+    The verifier now recomputes at the trainer's lookahead point (`along`: the trainer's
+    published result of the step before), the point it trained at, so the negator's
+    results fail every check while an honest trainer's pass (`builtin:llama-tiny`, 1-bit,
+    8 steps with the two-step apply delay)."""
+    torch.set_num_threads(1)
+    coordinator = coordinator_in(
+        RunState.Warmup, ids(3), model=distro_model(chunk=16, topk=4, quantize_1bit=True)
+    )
+    options = BackendOptions(device="cpu", micro_batch_size=2)
+    honest = BACKENDS["distro"].load(coordinator, options, None, False)
+    negator = with_distro_backend(SignFlipBackend)["distro"].load(coordinator, options, None, False)
+    verifier = BACKENDS["distro"].load(coordinator, options, None, False)
+    assert isinstance(verifier, DistroBackend)
+    rng = np.random.default_rng(4)
+    published: dict[int, list] = {}
+    last: dict[str, object] = {}
+    scores: dict[str, list[float]] = {"honest": [], "negator": []}
+    for step in range(1, 9):
+        if step - 2 in published:
+            applied = published.pop(step - 2)
+            for backend in (honest, negator, verifier):
+                backend.apply(step, applied)
+        produced = []
+        for name, backend, batch in (
+            ("honest", honest, BatchId(0, 1)),
+            ("negator", negator, BatchId(2, 3)),
+        ):
+            tokens = rng.integers(0, 256, (2, 16))
+            out = backend.train(step, batch, tokens, lambda: False)
+            assert out is not None
+            result = verifier.decode(step, batch, out.payload, out.data_hash)
+            reference = verifier.recompute(tokens, step, last.get(name))  # type: ignore[arg-type]
+            assert reference is not None
+            if name in last:  # it trained the step before: not the round's weights' gradient
+                plain = verifier.recompute(tokens, step, None)
+                assert plain is not None
+                assert any(not np.array_equal(a, b) for a, b in zip(reference, plain, strict=True))
+            scores[name].append(verifier.agreement(reference, result))
+            last[name] = result
+            produced.append(result)
+        published[step] = produced
+    assert min(scores["honest"]) >= ACCUSE_BELOW, scores
+    assert max(scores["negator"]) < ACCUSE_BELOW, scores
+    assert honest.weights_hash() == negator.weights_hash() == verifier.weights_hash()

@@ -63,29 +63,43 @@ def test_error_feedback_subtracts_own_unquantized_result_before_decay() -> None:
         assert tile_dims in (1, 2)
 
 
-def test_lookahead_applies_sign_step_and_restores_exact_weights() -> None:
+def test_lookahead_moves_along_the_published_result_and_restores_exact_weights() -> None:
+    """The lookahead moves by `-prev_lr * sign(IDCT(r))`, `r` the trainer's own published
+    result (the direction its apply will take: `aggregated_signs` of that one result), not
+    along its private momentum, so a verifier can recompute the same point."""
     model = TinyNet()
     optimizer = DistroOptimizer(model.named_parameters(), SETTINGS)
     set_random_grads(model, 3)
-    optimizer.generate(0.1, 1, BatchId(0, 0), 0)
+    published = optimizer.generate(0.1, 1, BatchId(0, 0), 0).transmit
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     prev_lr = 0.0123
-    with optimizer.lookahead(prev_lr):
-        for name, p in model.named_parameters():
-            shifted = before[name] - prev_lr * torch.sign(optimizer.momentum(name))
-            assert torch.allclose(p, shifted, atol=1e-7)
+    names = sorted(before)
+    differs_from_momentum_point = []
+    with optimizer.lookahead(prev_lr, published):
+        for i, (name, p) in enumerate(sorted(model.named_parameters())):
+            signs = optimizer.compressor.aggregated_signs(
+                i, [published.tensors[i]], device=torch.device("cpu")
+            )
+            assert name == names[i]
+            assert torch.equal(p, before[name] - prev_lr * signs.view(p.shape))
             assert not torch.equal(p, before[name])
+            momentum_point = before[name] - prev_lr * torch.sign(optimizer.momentum(name))
+            differs_from_momentum_point.append(not torch.equal(p, momentum_point))
+    assert any(differs_from_momentum_point)  # the reference's point (momentum signs) differs
     for name, p in model.named_parameters():
         assert torch.equal(p, before[name])
+    with optimizer.lookahead(prev_lr, None), optimizer.lookahead(0.0, published):
+        for name, p in model.named_parameters():
+            assert torch.equal(p, before[name])  # nothing in flight, or no lr: no move
 
 
 def test_lookahead_restores_weights_when_training_fails() -> None:
     model = TinyNet()
     optimizer = DistroOptimizer(model.named_parameters(), SETTINGS)
     set_random_grads(model, 3)
-    optimizer.generate(0.1, 1, BatchId(0, 0), 0)
+    published = optimizer.generate(0.1, 1, BatchId(0, 0), 0).transmit
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    with pytest.raises(RuntimeError), optimizer.lookahead(0.5):
+    with pytest.raises(RuntimeError), optimizer.lookahead(0.5, published):
         raise RuntimeError("cancelled")
     for name, p in model.named_parameters():
         assert torch.equal(p, before[name])
@@ -217,6 +231,7 @@ def test_four_peers_stay_bit_identical(settings: DistroSettings, dtype: torch.dt
     models = [TinyNet(seed=0, dtype=dtype) for _ in range(peers)]
     optimizers = [DistroOptimizer(m.named_parameters(), settings) for m in models]
     own = [[] for _ in range(peers)]
+    own_published: list[DistroResult | None] = [None] * peers
     pending: list[list[DistroResult]] = []
     shuffler = random.Random(5)
     for step in range(1, 7):
@@ -228,7 +243,7 @@ def test_four_peers_stay_bit_identical(settings: DistroSettings, dtype: torch.dt
                 optimizer.apply(arrival, 0.01)
         produced = []
         for r, (model, optimizer) in enumerate(zip(models, optimizers, strict=True)):
-            with optimizer.lookahead(0.01 if step > 1 else 0.0):
+            with optimizer.lookahead(0.01, own_published[r]):
                 data = torch.randn(4, 24, generator=torch.Generator().manual_seed(step * 10 + r))
                 hidden = data.to(dtype) @ model.w_z.T
                 loss = hidden.float().pow(2).mean() + model.w_a.float().sum() + model.b.sum()
@@ -236,6 +251,7 @@ def test_four_peers_stay_bit_identical(settings: DistroSettings, dtype: torch.dt
             batch = BatchId(4 * r, 4 * r + 3)
             generated = optimizer.generate(0.01, step, batch, step - 1, own[r])
             own[r] = [generated.own]
+            own_published[r] = generated.transmit
             for p in model.parameters():
                 p.grad = None
             produced.append(generated.transmit)

@@ -94,13 +94,15 @@ class FakeVerifyingBackend:
     def __init__(self) -> None:
         self.weights = b"w" * 32
         self.recomputed: list[int] = []
+        self.lookaheads: list[Any] = []
         self.capabilities = Capabilities(verifier=self)
 
     def weights_hash(self) -> bytes:
         return self.weights
 
-    def recompute(self, samples: Any) -> object | None:
+    def recompute(self, samples: Any, step: int = 0, along: Any = None) -> object | None:
         self.recomputed.append(int(samples[0][0]))
+        self.lookaheads.append(along)
         return int(samples[0][0])
 
     def agreement(self, reference: object, result: Any) -> float:
@@ -381,3 +383,66 @@ async def test_a_slow_first_announcer_delays_the_checks_by_the_capped_wait_only(
     assert uplink.attestations == [(7, OWNERS[first], first, 950, b"a" * 32)]
     assert uplink.accusations == [(7, OWNERS[second], second, 50)]
     assert slow.status is DownloadStatus.PENDING  # scored without it
+
+
+def previous_round(assignments: dict[BatchId, bytes]) -> RoundState:
+    """The round before `verifier_round` (step 6), with `assignments`."""
+    roles = RoundRoles(
+        step=6,
+        height=2,
+        my_index=0,
+        committee_proof=CommitteeProof(Committee.Trainer, 0, 0),
+        witness_proof=None,
+        selection=None,
+        assignments=dict(assignments),
+        batch_ids=tuple(sorted(assignments)),
+        my_batches=(),
+        random_seed=3,
+    )
+    return RoundState.start(roles, 5, True, 0.0, bloom_factory=lambda n: Bloom.random())
+
+
+async def test_each_batch_is_recomputed_at_its_trainers_lookahead_point() -> None:
+    """A trainer that trained the step before looked ahead along its published result of that
+    step (`distro.lookahead`): the verifier recomputes its batch there (`along` = that
+    verified result; the last of its batches when it had several), at the round's weights
+    for a trainer with no batch then, and not at all when that result is not to be had (it
+    cannot know the point; guessing would accuse an honest trainer)."""
+    verifier, ctx, backend, _ = make_verifier(revealed=False)
+    first, second, third, fourth = BATCHES
+    earlier = [BatchId(100 + 4 * i, 103 + 4 * i) for i in range(4)]
+    prior = previous_round(
+        {
+            earlier[0]: OWNERS[first],
+            earlier[1]: OWNERS[first],  # two batches: its last one is the direction
+            earlier[2]: OWNERS[second],
+            earlier[3]: OWNERS[third],
+        }
+    )
+    old_first = ResultDownload(
+        unsigned_result(OWNERS[first], earlier[0], b"p" * 32),
+        earlier[0],
+        status=DownloadStatus.VERIFIED,
+        result=ScoredResult(0.9),
+    )
+    last_first = ResultDownload(
+        unsigned_result(OWNERS[first], earlier[1], b"q" * 32),
+        earlier[1],
+        status=DownloadStatus.VERIFIED,
+        result=ScoredResult(0.9),
+    )
+    failed_second = ResultDownload(
+        unsigned_result(OWNERS[second], earlier[2], b"r" * 32),
+        earlier[2],
+        status=DownloadStatus.FAILED,
+    )
+    prior.downloads.update({b"p" * 32: old_first, b"q" * 32: last_first, b"r" * 32: failed_second})
+    # the third trainer announced nothing for its batch of step 6: nothing of its own in flight
+    ctx.previous = prior
+    round_ = verifier_round()
+    ctx.current = round_
+    await verifier.recompute(round_)
+    assert round_.checks is not None
+    assert list(round_.checks.references) == [first, third, fourth]  # second: unknown point
+    assert backend.recomputed == [first.start, third.start, fourth.start]
+    assert backend.lookaheads == [last_first.result, None, None]

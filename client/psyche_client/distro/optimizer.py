@@ -1,7 +1,8 @@
 """The DisTrO optimizer: lookahead, `generate` (momentum -> DCT -> top-k) and `apply`.
 
 Reference: spec sections 1.5 and 1.6, with fixes for determinism (docs/deviations.md): the
-lookahead is undone by restoring saved weights, weight decay runs in `apply` (so every client
+lookahead moves along the sign of the trainer's own published result, not of its momentum
+(`lookahead`: a point a verifier can recompute), and is undone by restoring saved weights, weight decay runs in `apply` (so every client
 applying the same results decays identically), results are applied in canonical batch-id
 order, their coefficients are summed exactly and the sign of the inverse DCT of the aggregate
 is that of an exact integer transform (`exact_idct`), the same on every device.
@@ -11,7 +12,8 @@ the parameter dtype: it accumulates small contributions over many steps and carr
 feedback, which bf16 would round away; the parameters, their gradients and the lookahead's
 saved copy keep the parameter dtype).
 
-    with opt.lookahead(prev_lr):          # theta -= prev_lr * sign(delta); restored on exit
+    with opt.lookahead(prev_lr, own_published):  # theta -= prev_lr * sign(IDCT(own result of
+                                          # the step before, as published)); restored on exit
         forward/backward                  # grads in p.grad
     generated = opt.generate(lr, step, batch_id, trainer_nonce, own_previous)
         # delta <- beta * (delta - decode(own_previous)) + lr * grad, then encode + top-k;
@@ -33,7 +35,7 @@ buffer. At 0.0 (the default) apply is exactly the plain sign step.
 
 API: `DistroSettings` (+ `from_config(obj)` for the pydantic `Distro` optimizer model),
 `OwnResult`, `Generated`, `DistroOptimizer(named_parameters, settings)` with `.layout`,
-`.lookahead(prev_lr)`, `.generate(...)`, `.apply(results, lr) -> int`, `.zero_momentum()`,
+`.lookahead(prev_lr, along)`, `.generate(...)`, `.apply(results, lr) -> int`, `.zero_momentum()`,
 `.momentum(name)`, `.aggregate_momentum_buffer(name)`.
 """
 
@@ -50,6 +52,7 @@ from psyche_common.config.optimizer import DISTRO_CLASHES, DISTRO_SPELLINGS
 from psyche_common.config.value_format import resolve_value_format
 
 from psyche_client.distro.compressor import canonical_order
+from psyche_client.distro.lookahead import move_along
 from psyche_client.distro.parameters import compressed_parameters, zero_buffers
 from psyche_client.distro.result import DistroResult, ResultLayout
 from psyche_client.distro.stats import l1_energy, mean_captured_energy
@@ -160,14 +163,18 @@ class DistroOptimizer:
 
     # ---- lookahead ---------------------------------------------------------------------
     @contextmanager
-    def lookahead(self, prev_lr: float) -> Iterator[None]:
-        """Train at `theta - prev_lr * sign(delta)`; the exact weights are restored on exit."""
+    def lookahead(self, prev_lr: float, along: DistroResult | None) -> Iterator[None]:
+        """Train at `theta - prev_lr * sign(IDCT(along))`, `along` this client's own published
+        result still in flight (its last of the step before); the exact weights are restored
+        on exit. Nothing moves when `prev_lr` is 0 or `along` is None. The direction is the
+        one `lookahead_signs` gives, from a public result, so a verifier can recompute the
+        gradient at the very point the trainer trained at (docs/verification.md)."""
+        if prev_lr == 0.0 or along is None:
+            yield
+            return
         saved = [p.detach().clone() for _, p in self._params]
         try:
-            with torch.no_grad():
-                if prev_lr != 0.0:
-                    for name, p in self._params:
-                        p.add_(torch.sign(self._delta[name]), alpha=-prev_lr)
+            move_along(self._params, self.compressor, along, prev_lr)
             yield
         finally:
             with torch.no_grad():

@@ -3,7 +3,9 @@
 A client whose committee is `Verifier` in round h trains nothing. Once the apply before round
 h is done (the weights every trainer of round h starts from), it fetches the samples of every
 batch of the round and, under the model lock, recomputes each batch's reference
-(`ResultVerifier.recompute`: the DCT of the plain gradient; weights unchanged). Which of them
+(`ResultVerifier.recompute`: the DCT of the plain gradient at the point the batch's trainer
+trained at, its lookahead along its own published result of the step before when it trained
+that step: `_lookahead_of`, `distro.lookahead`; weights unchanged after). Which of them
 it checks (`verifier_sample`: from the round's sample seed and its own id) is known only when
 the coordinator reveals the seed, at the round's RoundWitness, after the trainers published
 and possibly after the weights moved on, so it recomputes them all first and keeps its sample's
@@ -28,6 +30,7 @@ than checked on wrong weights.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -51,6 +54,17 @@ from psyche_client.training.backend import DecodedResult, ResultVerifier
 from psyche_client.verify.threshold import ACCUSE_BELOW
 
 log = logging.getLogger("psyche.client")
+
+
+class _Unknown:
+    """The point a trainer trained at cannot be recomputed here (`_lookahead_of`)."""
+
+
+UNKNOWN = _Unknown()
+
+LOOKAHEAD_WAIT = 30.0
+"""Seconds a verifier waits for a trainer's result of the step before (the direction of its
+lookahead) before leaving that trainer's batch unchecked."""
 
 EARLIER_WAIT = 5.0
 """Seconds a verified result waits for the results announced before it to settle before it
@@ -91,6 +105,19 @@ class RoundVerifier:
             expected = backend.weights_hash()
         checks = VerifierChecks(expected)
         for batch in round_.roles.batch_ids:  # the sample is not known yet: every batch
+            trainer = round_.roles.assignments.get(batch)
+            along = await self._lookahead_of(trainer, round_.step)
+            if along is UNKNOWN:
+                log.info(
+                    "verifier: %s of step %d not checked: the lookahead result of its trainer "
+                    "%s (step %d) is not here",
+                    batch,
+                    round_.step,
+                    short_id(trainer) if trainer else "?",
+                    round_.step - 1,
+                    extra=self.ctx.fields(),
+                )
+                continue
             try:
                 samples = await self.fetch_samples(batch)
             except Exception as exc:  # the fetcher retried already
@@ -110,7 +137,10 @@ class RoundVerifier:
                     )
                     break
                 reference = await asyncio.to_thread(
-                    checker.recompute, np.asarray(samples, dtype=np.int64)
+                    checker.recompute,
+                    np.asarray(samples, dtype=np.int64),
+                    round_.step,
+                    None if isinstance(along, _Unknown) else along,
                 )
             if reference is None:
                 log.info("verifier: this run's optimizer has no check", extra=self.ctx.fields())
@@ -126,6 +156,39 @@ class RoundVerifier:
             ),
         )
         self.check_rounds()
+
+    async def _lookahead_of(
+        self, trainer: bytes | None, step: int
+    ) -> DecodedResult | _Unknown | None:
+        """The published result of step − 1 that `trainer` looked ahead along when it trained
+        `step` (`distro.lookahead`): its last batch's verified result of the previous round,
+        awaited up to `LOOKAHEAD_WAIT` seconds; None when it trained no batch of step − 1 (or
+        announced no result for it: nothing of its own was in flight), `UNKNOWN` when it did
+        but the result cannot be had here (or it announced two for one batch)."""
+        previous = self.ctx.previous
+        if trainer is None or previous is None or previous.step != step - 1:
+            return None
+        mine = sorted(b for b, owner in previous.roles.assignments.items() if owner == trainer)
+        if not mine:
+            return None
+        last = mine[-1]
+        downloads = [
+            d
+            for d in previous.downloads.values()
+            if d.batch == last and d.announcement.sender_id == trainer
+        ]
+        if not downloads:
+            return None
+        if len(downloads) > 1:
+            return UNKNOWN
+        download = downloads[0]
+        task = download.task
+        if task is not None and not task.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), LOOKAHEAD_WAIT)
+        if download.status != DownloadStatus.VERIFIED or download.result is None:
+            return UNKNOWN
+        return download.result
 
     def check_rounds(self) -> None:
         """Take a newly revealed sample, score the verified results that are due since the

@@ -85,8 +85,12 @@ class ResultVerifier(Protocol):
     """Checks peers' results (DisTrO): `recompute` the reference of one batch on the current
     weights (weights unchanged), then score a result against it."""
 
-    def recompute(self, samples: Samples) -> Reference | None:
-        """The reference of a batch's samples; None when this run's optimizer has none."""
+    def recompute(
+        self, samples: Samples, step: int = 0, along: DecodedResult | None = None
+    ) -> Reference | None:
+        """The reference of a batch's samples at the point its trainer of step `step` trained
+        at (its lookahead along `along`, its published result of step − 1, when given); None
+        when this run's optimizer has none."""
         ...
 
     def agreement(self, reference: Reference, result: DecodedResult) -> float:

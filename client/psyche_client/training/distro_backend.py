@@ -267,16 +267,26 @@ class DistroBackend:
         # hash here, in the caller's worker thread, not later on the event loop
         self._weights_digest = self.trainer.weights_digest()
 
-    def recompute(self, samples: Samples) -> Reference | None:
-        """The DCT coefficients of the plain gradient of `samples` at the current weights
-        (a verifier's reference, `psyche_client.verify`); None unless the run is DisTrO."""
+    def recompute(
+        self, samples: Samples, step: int = 0, along: DecodedResult | None = None
+    ) -> Reference | None:
+        """The DCT coefficients of the plain gradient of `samples` (a verifier's reference,
+        `psyche_client.verify`) at the point the trainer of step `step` trained at: the
+        current weights, or with `along` (that trainer's published result of step − 1, still
+        in flight) its lookahead point `theta − lr(step−1)·sign(IDCT(along))`
+        (`distro.lookahead`); the weights are restored exactly. None unless the run is
+        DisTrO."""
         compressor = self.trainer.optimizer.verifier_compressor
         if compressor is None:
             return None
+        if along is not None and not isinstance(along, DistroResult):
+            raise ValueError("a DisTrO lookahead needs a DistroResult")
         tokens = np.asarray(samples, dtype=np.int64)
-        grads = recompute_gradient(
-            self.trainer.model, tokens, self.trainer.micro_batch_size, self.trainer.device
-        )
+        lr = self.lr(step - 1) if along is not None else 0.0
+        with self.trainer.optimizer.verifier_point(along, lr):
+            grads = recompute_gradient(
+                self.trainer.model, tokens, self.trainer.micro_batch_size, self.trainer.device
+            )
         return gradient_coefficients(compressor, grads)
 
     def agreement(self, reference: Reference, result: DecodedResult) -> float:

@@ -20,6 +20,7 @@ own module (docs/architecture.md, "Adding an optimizer variant").
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -125,6 +126,13 @@ class TrainingOptimizer(Protocol):
     def verifier_compressor(self) -> Compressor | None:
         """Where a verifier compares a recomputed gradient with a result's signs (DisTrO's
         compressor); None when this optimizer's results are not checked that way."""
+        ...
+
+    def verifier_point(self, along: DistroResult | None, lr: float) -> AbstractContextManager[None]:
+        """Move the weights, for the duration of the `with`, to the point a trainer whose
+        published result of the step before is `along` trained at (DisTrO's lookahead, with
+        the step before's `lr`); a verifier recomputes its batch there. A no-op where results
+        are not checked (`verifier_compressor` None) or `along` is None."""
         ...
 
     def step(self, request: StepRequest, passes: Passes) -> StepOutcome: ...

@@ -94,6 +94,11 @@ class ShardedEngine:
             settings.value_kind,
         )
         self.pending_own: dict[str, OwnResult] = {}
+        self.published: dict[str, TensorPayload] = {}
+        """Per owned parameter: its payload in this client's last result (this rank's part of
+        the lookahead direction: `distro.lookahead`)."""
+        self.published_step: int | None = None
+        """The step of that result (None: none in flight); the same on every rank."""
         self.own_steps = OwnSteps()
         """Which own result the lookahead anticipates (the same on every rank)."""
         self.trainer_nonce = 0
@@ -115,7 +120,9 @@ class ShardedEngine:
         module = self.model.module
         module.zero_grad(set_to_none=True)
         started = time.perf_counter()
-        looked_ahead = self._lookahead(self.own_steps.lookahead_lr(command.step, command.prev_lr))
+        looked_ahead = self._lookahead(
+            self.own_steps.lookahead_lr(command.step, command.prev_lr), command.step - 1
+        )
         try:
             loss, used, skipped = self._forward_backward(command, cancelled)
         except TrainingCancelled:
@@ -147,8 +154,10 @@ class ShardedEngine:
             master.grad = None
             own[name] = generated.own
             payloads.append((name, generated.transmit.tensors[0]))
+            self.published[name] = generated.transmit.tensors[0]
         module.zero_grad(set_to_none=True)
         self.pending_own = own
+        self.published_step = command.step
         self.own_steps.trained(command.step)
         parts = gather_object(self.groups, payloads)
         if parts is None:
@@ -172,17 +181,23 @@ class ShardedEngine:
         )
 
     @torch.no_grad()
-    def _lookahead(self, prev_lr: float) -> bool:
-        """Move every shard to `theta - prev_lr * sign(delta)`; False when there is nothing
-        to do (`prev_lr` 0: the shards are left as they are)."""
-        if prev_lr == 0.0:
+    def _lookahead(self, prev_lr: float, along_step: int) -> bool:
+        """Move every shard to `theta - prev_lr * sign(IDCT(r))`, `r` the owner's part of this
+        client's published result of `along_step` (`distro.lookahead`); False when there is
+        nothing to do (`prev_lr` 0, or no published result of that step: the shards are left
+        as they are). Every rank decides alike: `own_steps` and the published steps are the
+        same on every rank."""
+        if prev_lr == 0.0 or self.published_step != along_step:
             return False
         for name, param in self.model.params:
             full = None
             master = self.model.masters.get(name)
             if master is not None:
                 full = master.detach().clone()
-                full.add_(torch.sign(self.optimizers[name].momentum(name)), alpha=-prev_lr)
+                signs = self.optimizers[name].compressor.aggregated_signs(
+                    0, [self.published[name]], device=full.device
+                )
+                full.add_(signs.view(full.shape).to(full.dtype), alpha=-prev_lr)
             self.model.push(name, param, full)
         return True
 
@@ -274,6 +289,8 @@ class ShardedEngine:
 
     def cancel(self) -> None:
         self.pending_own = {}
+        self.published = {}
+        self.published_step = None
 
     # ---- the whole model on rank 0 -----------------------------------------------------------
     def load_parameters(self, parameters: Mapping[str, bytes] | None) -> None:
