@@ -2,8 +2,8 @@
 with a verifier and how much it harms training; prints one JSON object.
 
 The attack of tests/e2e/signflip_client.py: every gradient negated as backward computes it,
-the rest of the DisTrO step (momentum, error feedback, the lookahead at
-`theta − lr·sign(momentum)`) the trainer's own. Runs of the simulation of
+the rest of the DisTrO step (momentum, error feedback, the lookahead along its own published
+result: `distro.lookahead`) the trainer's own. Runs of the simulation of
 bench/study/simulation.py (prototype model, 4 peers, chunk 64, top-k 8, 1-bit, decay 0.999,
 the two-round apply delay, a constant lr as in bench/attacks.py's runs), all from the same
 weights and batches, one per variant:
@@ -11,14 +11,17 @@ weights and batches, one per variant:
 - `honest`: four honest peers;
 - `left_out`: peer 0's results are never applied (three honest peers' updates);
 - `negating`: peer 0 negates its gradients, its results applied like the others';
-- `negating_no_lookahead`: the same without peer 0's lookahead (what a plain negation of the
-  honest update would score, for comparison).
+- `negating_no_lookahead`: the same, skipping its lookahead (an attacker's answer to a check
+  at the lookahead point: it trains at the round's weights, while the verifier, which cannot
+  know that, recomputes at the point its published result implies).
 
 Per variant: the held-out loss of the shared weights after the last step (64-token windows
 of the corpus's last 5 %, `eval_loss`) and, per step, peer 0's weighted sign agreement
-(`psyche_client.verify.agreement`) with the plain gradient of its batch at the round's
-weights, what a verifier recomputes (`agreement_by_step`; the accusation threshold is
-`ACCUSE_BELOW`). Baselines in the same invocation: `honest` and `left_out`
+(`psyche_client.verify.agreement`) with the plain gradient of its batch where a verifier
+recomputes it: at peer 0's lookahead point, along its published result of the step before
+(`agreement_by_step`, `steps_below_threshold`; the accusation threshold is `ACCUSE_BELOW`),
+and at the round's weights, where verifiers recomputed before the lookahead was public
+(`agreement_at_weights_by_step`). Baselines in the same invocation: `honest` and `left_out`
 (`loss_vs_left_out`: each variant's loss over `left_out`'s).
 
 `--quick` (what `make test` runs): 3 steps of 2 × 32 tokens: the same code path in seconds.
@@ -81,22 +84,30 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     if variant.startswith("negating"):
         for parameter in trainers[0].model.parameters():
             parameter.register_hook(lambda grad: -grad if negating["on"] else None)
-    verifier = copy.deepcopy(base)
+    verifier = Trainer(copy.deepcopy(base), settings, device="cpu", micro_batch_size=per_peer)
     compressor = trainers[0].distro.compressor
     rng = np.random.default_rng(1234 + args.seed)
     in_flight: dict[int, list[DistroResult]] = {}
     agreement: list[float] = []
+    at_weights: list[float] = []
+    previous: DistroResult | None = None  # peer 0's published result of the step before
     lr = args.lr
     for step in range(1, args.steps + 1):
         if step - 2 >= 1:
             applied = in_flight.pop(step - 2)
-            for trainer in trainers:
+            for trainer in [*trainers, verifier]:
                 trainer.apply(applied, step, lr)
         tokens = corpus.batch(rng, args.batch, args.seq_len)
         shares = [tokens[r * per_peer : (r + 1) * per_peer] for r in range(PEERS)]
-        verifier.load_state_dict(trainers[1].model.state_dict())
-        grads = recompute_gradient(verifier, shares[0], per_peer, torch.device("cpu"))
+        cpu = torch.device("cpu")
+        # what a verifier does: recompute at the lookahead point of peer 0's published result
+        # of the step before (`DistroBackend.recompute`); and, for comparison, at the weights
+        with verifier.optimizer.verifier_point(previous, lr):
+            grads = recompute_gradient(verifier.model, shares[0], per_peer, cpu)
         reference = gradient_coefficients(compressor, grads)
+        plain = gradient_coefficients(
+            compressor, recompute_gradient(verifier.model, shares[0], per_peer, cpu)
+        )
         produced = []
         for r, trainer in enumerate(trainers):
             negating["on"] = r == 0
@@ -114,11 +125,15 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
             assert out.result is not None
             produced.append(trainer.decode_result(out.result.encode()))
         agreement.append(round(sign_agreement(produced[0], reference).weighted, 4))
+        at_weights.append(round(sign_agreement(produced[0], plain).weighted, 4))
+        previous = produced[0]
         in_flight[step] = produced[1:] if variant == "left_out" else produced
     return {
         "eval_loss": round(trainers[1].evaluate(corpus.validation(64, args.seq_len)), 4),
         "agreement_by_step": agreement,
         "steps_below_threshold": sum(a < ACCUSE_BELOW for a in agreement),
+        "agreement_at_weights_by_step": at_weights,
+        "steps_below_threshold_at_weights": sum(a < ACCUSE_BELOW for a in at_weights),
         "weights_agree": len({t.weights_hash() for t in trainers}) == 1,
     }
 

@@ -14,9 +14,9 @@ peer's result is compared with it (`psyche_client.verify.agreement`) as:
   that trains the same batches on the same weights with every gradient negated as backward
   computes it (the attack of tests/e2e/signflip_client.py), its momentum, error feedback and
   lookahead its own, its results never applied. Unlike `sign_flip` it is not the negation of
-  the honest result: its lookahead moves it `lr` along the sign of its own (negated)
-  momentum, against the descent, and the gradient there, negated, agrees with the fresh
-  gradient at many positions after a few steps (docs/verification.md).
+  the honest result: it trains at its own lookahead point, while this bench recomputes at
+  the round's weights (bench/negated_gradients.py recomputes where the client's verifier
+  does, at the trainer's lookahead point; docs/verification.md).
 
 Two more measures for the detectors of docs/verification.md ("Copiers and free riders"):
 

@@ -1,9 +1,11 @@
 """Recompute the plain gradient of one batch, as a trainer's forward/backward would.
 
 The verifier runs the same micro-batched forward/backward as `Trainer.train` (each
-micro-batch's mean loss weighted by its share of the samples), without the lookahead, the
-clipping or the momentum, and returns the gradients in sorted parameter-name order (the
-order of a result's tensors). The model's weights are not changed; its `.grad` is cleared.
+micro-batch's mean loss weighted by its share of the samples), at the weights the model has
+(the caller moves them to the trainer's lookahead point first: `DistroBackend.recompute`),
+without the clipping or the momentum, and returns the gradients in sorted parameter-name
+order (the order of a result's tensors). The model's weights are not changed; its `.grad` is
+cleared.
 """
 
 from __future__ import annotations
