@@ -446,3 +446,9 @@ async def test_each_batch_is_recomputed_at_its_trainers_lookahead_point() -> Non
     assert list(round_.checks.references) == [first, third, fourth]  # second: unknown point
     assert backend.recomputed == [first.start, third.start, fourth.start]
     assert backend.lookaheads == [last_first.result, None, None]
+    # prepared early, during the round before's RoundWitness: that round is still the current
+    backend.lookaheads.clear()
+    ctx.current, ctx.previous = prior, None
+    early = verifier_round()
+    await verifier.recompute(early)
+    assert backend.lookaheads == [last_first.result, None, None]

@@ -165,8 +165,17 @@ class RoundVerifier:
         awaited up to `LOOKAHEAD_WAIT` seconds; None when it trained no batch of step − 1 (or
         announced no result for it: nothing of its own was in flight), `UNKNOWN` when it did
         but the result cannot be had here (or it announced two for one batch)."""
-        previous = self.ctx.previous
-        if trainer is None or previous is None or previous.step != step - 1:
+        # the round before: the previous one, or the current one while this round is being
+        # prepared early (during the current round's RoundWitness)
+        previous = next(
+            (
+                r
+                for r in (self.ctx.current, self.ctx.previous)
+                if r is not None and r.step == step - 1
+            ),
+            None,
+        )
+        if trainer is None or previous is None:
             return None
         mine = sorted(b for b, owner in previous.roles.assignments.items() if owner == trainer)
         if not mine:
