@@ -45,7 +45,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from psyche_client.distro import DistroResult, DistroSettings  # noqa: E402
+from psyche_client.distro import DistroResult  # noqa: E402
 from psyche_client.training.trainer import Trainer  # noqa: E402
 from psyche_client.verify.agreement import (  # noqa: E402
     ACCUSE_BELOW,
@@ -56,6 +56,7 @@ from psyche_client.verify.recompute import recompute_gradient  # noqa: E402
 from psyche_common.batch_id import BatchId  # noqa: E402
 
 from bench.study.simulation import (  # noqa: E402
+    REFERENCE_DISTRO,
     build_model,
     load_stdlib_corpus,
     prototype_llama_config,
@@ -66,13 +67,7 @@ PEERS = 4
 
 
 def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
-    settings = DistroSettings(
-        compression_decay=0.999,
-        compression_topk=8,
-        compression_chunk=64,
-        quantize_1bit=True,
-        clip_grad_norm=1.0,
-    )
+    settings = REFERENCE_DISTRO
     corpus = load_stdlib_corpus()
     base = build_model(prototype_llama_config(), args.seed)
     per_peer = args.batch // PEERS

@@ -55,6 +55,17 @@ def load_stdlib_corpus(valid_fraction: float = 0.05) -> Corpus:
     return Corpus(train=data[:cut], valid=data[cut:])
 
 
+REFERENCE_DISTRO = DistroSettings(
+    compression_decay=0.999,
+    compression_topk=8,
+    compression_chunk=64,
+    quantize_1bit=True,
+    clip_grad_norm=1.0,
+)
+"""The reference's DisTrO settings (chunk 64, top-k 8, 1-bit, decay 0.999, clip 1.0): the
+simulations' default."""
+
+
 def prototype_llama_config() -> transformers.LlamaConfig:
     """The prototype's model: byte vocab, hidden 128, 4 layers, 4 heads (~0.92M params)."""
     return transformers.LlamaConfig(
@@ -167,13 +178,7 @@ def run_distro(
     if steps % inner:
         raise ValueError(f"steps {steps} must be a multiple of inner_steps {inner}")
     rounds = steps // inner
-    settings = settings or DistroSettings(
-        compression_decay=0.999,
-        compression_topk=8,
-        compression_chunk=64,
-        quantize_1bit=True,
-        clip_grad_norm=1.0,
-    )
+    settings = settings or REFERENCE_DISTRO
     schedule = cosine_schedule(lr, rounds, max(1, round(warmup / inner)), final_fraction)
     base = build_model(config or prototype_llama_config(), seed)
     per_peer = batch // peers

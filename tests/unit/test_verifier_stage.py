@@ -130,21 +130,29 @@ BATCHES = tuple(BatchId(i * 4, i * 4 + 3) for i in range(4))
 OWNERS = {batch: bytes([i + 1]) * 32 for i, batch in enumerate(BATCHES)}
 
 
-def verifier_round(seed: int = 11) -> RoundState:
+def a_round(
+    step: int, committee: Committee, assignments: dict[BatchId, bytes], seed: int
+) -> RoundState:
+    """Round `step` (height step − 4) in which this client is in `committee`, trains nothing."""
     roles = RoundRoles(
-        step=7,
-        height=3,
+        step=step,
+        height=step - 4,
         my_index=0,
-        committee_proof=CommitteeProof(Committee.Verifier, 0, 0),
+        committee_proof=CommitteeProof(committee, 0, 0),
         witness_proof=None,
         selection=None,
-        assignments=dict(OWNERS),
-        batch_ids=BATCHES,
+        assignments=dict(assignments),
+        batch_ids=tuple(sorted(assignments)),
         my_batches=(),
         random_seed=seed,
     )
-    assert roles.is_verifier and not roles.is_trainer
     return RoundState.start(roles, 5, True, 0.0, bloom_factory=lambda n: Bloom.random())
+
+
+def verifier_round(seed: int = 11) -> RoundState:
+    round_ = a_round(7, Committee.Verifier, OWNERS, seed)
+    assert round_.roles.is_verifier and not round_.roles.is_trainer
+    return round_
 
 
 SAMPLE_SEED = bytes([11]) * 32
@@ -387,19 +395,7 @@ async def test_a_slow_first_announcer_delays_the_checks_by_the_capped_wait_only(
 
 def previous_round(assignments: dict[BatchId, bytes]) -> RoundState:
     """The round before `verifier_round` (step 6), with `assignments`."""
-    roles = RoundRoles(
-        step=6,
-        height=2,
-        my_index=0,
-        committee_proof=CommitteeProof(Committee.Trainer, 0, 0),
-        witness_proof=None,
-        selection=None,
-        assignments=dict(assignments),
-        batch_ids=tuple(sorted(assignments)),
-        my_batches=(),
-        random_seed=3,
-    )
-    return RoundState.start(roles, 5, True, 0.0, bloom_factory=lambda n: Bloom.random())
+    return a_round(6, Committee.Trainer, assignments, 3)
 
 
 async def test_each_batch_is_recomputed_at_its_trainers_lookahead_point() -> None:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 
 from psyche_client.distro.compressor import Compressor
-from psyche_client.distro.result import DistroResult
+from psyche_client.distro.result import DistroResult, TensorPayload
 
 
 @torch.no_grad()
@@ -36,5 +36,13 @@ def move_along(
             f"a lookahead result with {len(result.tensors)} tensors for {len(params)} parameters"
         )
     for i, (_, param) in enumerate(params):
-        signs = compressor.aggregated_signs(i, [result.tensors[i]], device=param.device)
-        param.add_(signs.view(param.shape).to(param.dtype), alpha=-lr)
+        param.add_(lookahead_step(compressor, i, result.tensors[i], param), alpha=-lr)
+
+
+def lookahead_step(
+    compressor: Compressor, i: int, payload: TensorPayload, like: torch.Tensor
+) -> torch.Tensor:
+    """`sign(IDCT(payload))` for parameter `i` of `compressor`, in `like`'s shape, dtype and
+    device: the direction the lookahead moves that parameter."""
+    signs = compressor.aggregated_signs(i, [payload], device=like.device)
+    return signs.view(like.shape).to(like.dtype)

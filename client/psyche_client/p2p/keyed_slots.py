@@ -45,6 +45,3 @@ class KeyedSlots(Generic[K]):
         """Holders and waiters of `key` now."""
         slots = self._slots.get(key)
         return slots.users if slots is not None else 0
-
-    def keys(self) -> list[K]:
-        return list(self._slots)

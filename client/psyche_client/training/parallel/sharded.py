@@ -45,6 +45,7 @@ from psyche_client.distro import (
     TensorPayload,
 )
 from psyche_client.distro.in_flight import OwnSteps
+from psyche_client.distro.lookahead import lookahead_step
 from psyche_client.training.model.params import hash_parameters, raw_entry
 from psyche_client.training.parallel.collectives import (
     any_rank,
@@ -194,10 +195,10 @@ class ShardedEngine:
             master = self.model.masters.get(name)
             if master is not None:
                 full = master.detach().clone()
-                signs = self.optimizers[name].compressor.aggregated_signs(
-                    0, [self.published[name]], device=full.device
+                step = lookahead_step(
+                    self.optimizers[name].compressor, 0, self.published[name], full
                 )
-                full.add_(signs.view(full.shape).to(full.dtype), alpha=-prev_lr)
+                full.add_(step, alpha=-prev_lr)
             self.model.push(name, param, full)
         return True
 
