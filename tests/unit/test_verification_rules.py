@@ -231,14 +231,12 @@ def sole_and_other_checks(coord: Coordinator) -> tuple[bytes, BatchId, bytes, Ba
 
 
 @pytest.mark.parametrize("others_report", [True, False])
-def test_an_accusation_nobody_else_checked_convicts_only_in_a_lone_step(
-    others_report: bool,
-) -> None:
+def test_an_accusation_nobody_else_checked_convicts_nobody(others_report: bool) -> None:
     """Issue 29, finding 2 (the sole liar): an accusation of a batch no other verifier
-    checked, in a step where other verifiers checked other batches, can be neither confirmed
-    nor refuted; it strikes, but it is not *checkable*, so its verifier counts toward no
-    conviction, however many steps it accuses at. In a step where it is the only verifier
-    that reports, nothing could have confirmed it, and it counts as before."""
+    checked, in a step whose round elected other verifiers, can be neither confirmed nor
+    refuted; it strikes, but it is not *checkable*, so its verifier counts toward no
+    conviction, however many steps it accuses at. Whether the other verifiers report or a
+    colluder among them stays silent makes no difference: the round elected them."""
     coord = coordinator_in_round(percent=50, members=8)
     liar, batch, other, other_batch = sole_and_other_checks(coord)
     trainer = assign_data_for_state(coord)[batch]
@@ -252,13 +250,28 @@ def test_an_accusation_nobody_else_checked_convicts_only_in_a_lone_step(
         report(coord, other, other_batch, passed=True)
     close_step(coord, 2000)
     assert coord.verification.strikes[trainer][liar] == {step - 1, step}
-    if others_report:
-        assert coord.verification.convictions == []
-        assert liar not in coord.verification.confirmed[trainer]
-        assert state_of(coord, trainer) == ClientState.Healthy
-    else:
-        (conviction,) = coord.verification.convictions
-        assert set(conviction.verifiers) == {honest, liar}
+    assert coord.verification.convictions == []
+    assert liar not in coord.verification.confirmed[trainer]
+    assert state_of(coord, trainer) == ClientState.Healthy
+
+
+def test_in_a_round_with_one_verifier_its_accusations_are_checkable() -> None:
+    """Where the round elected one verifier (4 clients at 25 %), nothing could have confirmed
+    its accusation, and it counts toward a conviction as before (verifiers rotate, so two of
+    them still have to accuse at two steps each)."""
+    coord = coordinator_in_round(percent=25, members=4)
+    (verifier,) = verifiers(coord)
+    assignments = assign_data_for_state(coord)
+    batch = verifier_sample(coord.current_round().sample_seed, verifier, list(assignments))[0]
+    trainer = assignments[batch]
+    honest = next(c for c in everyone(coord) if c not in (verifier, trainer))
+    step = coord.progress.step
+    coord.verification.strikes = {trainer: {honest: {step - 2, step - 1}, verifier: {step - 1}}}
+    coord.verification.confirmed = {trainer: {honest}}
+    report(coord, verifier, batch, passed=False)
+    close_step(coord, 2000)
+    (conviction,) = coord.verification.convictions
+    assert set(conviction.verifiers) == {honest, verifier}
 
 
 def test_a_verifier_keeps_only_the_strikes_a_verdict_needs() -> None:

@@ -24,9 +24,9 @@ Rules (docs/verification.md):
   convicted (`VERIFIERS`) once `MIN_ACCUSERS` different verifiers each struck it at
   `MIN_STRIKE_STEPS` different steps of the epoch, each of them with at least one *checkable*
   strike against it (`VerificationRecord.confirmed`: another accuser of the same check
-  confirmed it, or it was the step's only reporting verifier; an accusation of a batch that
-  nobody else checked, in a step where others checked other batches, is what a lying verifier
-  can always make unopposed, so it never convicts on its own): Dropped, and every client skips its results
+  confirmed it, or its step's round elected no other verifier; an accusation of a batch that
+  nobody else checked, in a step with other verifiers, is what a lying verifier can always
+  make unopposed, so it never convicts on its own): Dropped, and every client skips its results
   from the judged step on in this epoch (`VerificationRecord.excluded`). A verifier's
   accusation thus needs corroboration by its own accusation at another step (a lone liar's
   word, or one honest result failing by bad luck, which every checker accuses in that step,
@@ -112,6 +112,7 @@ def _check_report(coord: CoordinatorState, from_id: bytes, report: Report) -> No
     )
     if from_id not in verifiers:
         raise _refuse(f"{short_id(from_id)} is not a verifier of step {report.step}")
+    record.committee_sizes[report.step] = len(verifiers)
     if not (round_.sample_revealed and round_.sample_seed):
         raise _refuse(f"the verifier sample of step {report.step} is not revealed yet")
     assignments = assign_data_for_round(round_, clients, config, coord.model.max_seq_len)
@@ -162,9 +163,11 @@ def judge_closed_step(coord: CoordinatorState) -> list[Conviction]:
             by_batch.setdefault((report.trainer, report.batch), []).append(report)
     standing: list[Accusation] = []
     outvoted: dict[bytes, Report] = {}
-    # a step with one reporting verifier cannot confirm anything: its accusations count as
-    # checkable; with more, only an accusation another accuser of the same check confirmed
-    lone_verifier = len({r.verifier for group in by_batch.values() for r in group}) < 2
+    # a step whose round elected one verifier cannot confirm anything: its accusations count
+    # as checkable; with more, only an accusation another accuser of the same check confirmed
+    # (a colluder that stays silent does not make its liar's step a lone one)
+    reporters = len({r.verifier for group in by_batch.values() for r in group})
+    lone_verifier = record.committee_sizes.pop(step, reporters) < 2
     for (trainer, _), batch_reports in by_batch.items():
         accusers = [r for r in batch_reports if isinstance(r, Accusation)]
         passes = [r for r in batch_reports if isinstance(r, Attestation)]
@@ -311,3 +314,4 @@ def prune(coord: CoordinatorState) -> None:
     record = coord.verification
     record.accusations = [a for a in record.accusations if a.step >= oldest]
     record.attestations = [a for a in record.attestations if a.step >= oldest]
+    record.committee_sizes = {s: n for s, n in record.committee_sizes.items() if s >= oldest}

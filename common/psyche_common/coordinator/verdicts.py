@@ -294,8 +294,8 @@ class VerificationRecord:
     """This epoch: trainer → the verifiers whose accusation of it stood → at which steps."""
     confirmed: dict[bytes, set[bytes]] = field(default_factory=dict)
     """This epoch: trainer → the verifiers with a *checkable* standing accusation of it: one
-    that another verifier's accusation of the same check confirmed, or made in a step where it
-    was the only verifier to report (`accusations.judge_closed_step`). Only their strikes
+    that another verifier's accusation of the same check confirmed, or made in a step whose
+    round elected no other verifier (`accusations.judge_closed_step`). Only their strikes
     convict: an accusation of a batch nobody else checked, in a step others checked other
     batches, is a liar's free move."""
     refuted_by: dict[bytes, set[bytes]] = field(default_factory=dict)
@@ -304,6 +304,10 @@ class VerificationRecord:
     outvoted_about: dict[bytes, set[bytes]] = field(default_factory=dict)
     """This epoch: verifier → the trainers whose results it was outvoted on (`refuted_by`);
     the server's own count, neither broadcast nor saved."""
+    committee_sizes: dict[int, int] = field(default_factory=dict)
+    """Open steps: step → how many verifiers its round elected (taken when its reports are
+    checked), so a step counts as having one verifier only when one was elected, not when
+    only one reported; the server's own count, neither broadcast nor saved."""
     false_reports: dict[bytes, int] = field(default_factory=dict)
     """This epoch: member → weight of its witness reports proven false (`misconduct`); the
     server's own count, neither broadcast nor saved."""
@@ -316,6 +320,7 @@ class VerificationRecord:
         self.confirmed = {}
         self.refuted_by = {}
         self.outvoted_about = {}
+        self.committee_sizes = {}
         self.false_reports = {}
 
     def reports(self) -> Iterable[Accusation | Attestation]:
