@@ -130,6 +130,12 @@ def main() -> None:
     args = parser.parse_args()
     seeds = args.seeds or (1 if args.quick else 10)
     steps = args.steps or (40 if args.quick else 200)
+    keys = [
+        f"{m}/{pc}% {name}" + (f", unlucky {UNLUCKY:.0%}" if unlucky else "")
+        for name, m, pc, _, unlucky in SETTINGS
+    ]
+    if not any(args.only in key for key in keys):
+        parser.error(f"--only {args.only!r} matches no setting (e.g. {keys[0]!r})")
     table = {}
     for name, members, percent, attackers, unlucky in SETTINGS:
         key = f"{members}/{percent}% {name}"

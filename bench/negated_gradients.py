@@ -145,6 +145,11 @@ def main() -> None:
     args.steps = args.steps or (3 if args.quick else 30)
     args.batch = args.batch or (PEERS * (1 if args.quick else 2))
     args.seq_len = args.seq_len or (32 if args.quick else 64)
+    if args.batch % PEERS or args.steps < 1 or args.seq_len < 2:
+        parser.error(
+            f"--batch must be a positive multiple of {PEERS}, --steps at least 1 and "
+            f"--seq-len at least 2 (got {args.batch}, {args.steps}, {args.seq_len})"
+        )
     torch.set_num_threads(1)
     started = time.perf_counter()
     variants = {name: run_variant(name, args) for name in VARIANTS}
