@@ -218,7 +218,7 @@ class VerifyingRun(SimulatedRun):
             if checkers and 2 * len(lying) > len(checkers):
                 self.stats.old_rule_false_convictions += 1
         batches = list(record.assignment)
-        samples = {v: verifier_sample(sample_seed, v, batches) for v in verifiers}
+        samples = {v: verifier_sample(sample_seed, v, batches, verifiers) for v in verifiers}
         for verifier in verifiers:
             if not self.clients[verifier].acting:
                 continue

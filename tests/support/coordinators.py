@@ -232,14 +232,15 @@ def shared_batch(coord: Coordinator, checkers: int) -> tuple[BatchId, list[bytes
         assignments = assign_data_for_state(coord)
         by_batch: dict[BatchId, list[bytes]] = {}
         round_ = coord.current_round()
-        for verifier in round_verifiers(
+        pool = round_verifiers(
             coord.epoch_state.clients,
             seed,
             coord.config.witness_nodes,
             coord.config.verification_percent,
             round_.tie_breaker_tasks,
-        ):
-            for batch in verifier_sample(round_.sample_seed, verifier, list(assignments)):
+        )
+        for verifier in pool:
+            for batch in verifier_sample(round_.sample_seed, verifier, list(assignments), pool):
                 by_batch.setdefault(batch, []).append(verifier)
         for batch, who in sorted(by_batch.items()):
             if len(who) >= checkers and assignments[batch] not in who:

@@ -26,6 +26,8 @@ from psyche_common.coordinator.verification import (
     MIN_STRIKE_STEPS,
     REFUTERS,
     round_verifiers,
+    GROUP_SIZE,
+    verifier_groups,
     verifier_sample,
 )
 
@@ -70,7 +72,9 @@ def verifiers(coord: Coordinator) -> list[bytes]:
 def accusation(coord: Coordinator, verifier: bytes, batch: BatchId | None = None) -> Accusation:
     """A valid accusation by `verifier` of the trainer of (the first batch of) its sample."""
     assignments = assign_data_for_state(coord)
-    sample = verifier_sample(coord.current_round().sample_seed, verifier, list(assignments))
+    sample = verifier_sample(
+        coord.current_round().sample_seed, verifier, list(assignments), verifiers(coord)
+    )
     batch = batch or sample[0]
     reveal_sample(coord)
     return Accusation(coord.progress.step, verifier, assignments[batch], batch, 120)
@@ -80,13 +84,37 @@ SEED5 = bytes([5]) * 32
 
 
 def test_sample_is_deterministic_distinct_and_depends_on_the_verifier() -> None:
-    batches = [BatchId(i * 2, i * 2 + 1) for i in range(6)]
-    a = verifier_sample(SEED5, b"a" * 32, batches)
-    assert a == verifier_sample(SEED5, b"a" * 32, list(reversed(batches)))
-    assert len(a) == len(set(a)) == 2 and set(a) <= set(batches)
-    others = {tuple(verifier_sample(SEED5, bytes([i]) * 32, batches)) for i in range(20)}
-    assert len(others) > 1
-    assert verifier_sample(SEED5, b"a" * 32, batches[:1]) == batches[:1]
+    batches = [BatchId(i * 2, i * 2 + 1) for i in range(30)]
+    pool = [bytes([i]) * 32 for i in range(7)]  # two groups: 3 and 4 verifiers
+    a = verifier_sample(SEED5, pool[0], batches, pool)
+    assert a == verifier_sample(SEED5, pool[0], list(reversed(batches)), list(reversed(pool)))
+    assert len(a) == len(set(a)) and set(a) <= set(batches)
+    samples = {tuple(verifier_sample(SEED5, v, batches, pool)) for v in pool}
+    assert len(samples) == 2  # one sample per group
+    assert sorted(len(s) for s in samples) == [2 * 3, 2 * 4]
+    assert verifier_sample(SEED5, pool[0], batches[:1], pool) == batches[:1]
+    assert verifier_sample(SEED5, b"z" * 32, batches, pool) == []  # not a verifier
+
+
+def test_every_checked_batch_has_two_checkers_once_a_round_has_two_verifiers() -> None:
+    batches = [BatchId(i * 2, i * 2 + 1) for i in range(40)]
+    for count in range(2, 12):
+        pool = [bytes([i]) * 32 for i in range(count)]
+        for seed in (SEED5, bytes([6]) * 32):
+            groups = verifier_groups(seed, pool)
+            assert sorted(v for g in groups for v in g) == sorted(pool)
+            assert all(2 <= len(g) <= 2 * GROUP_SIZE - 1 for g in groups)
+            checkers: dict[BatchId, int] = {}
+            for v in pool:
+                for batch in verifier_sample(seed, v, batches, pool):
+                    checkers[batch] = checkers.get(batch, 0) + 1
+            assert checkers and min(checkers.values()) >= 2
+
+
+def test_groups_follow_the_hidden_sample_seed() -> None:
+    pool = [bytes([i]) * 32 for i in range(9)]
+    shapes = {tuple(tuple(g) for g in verifier_groups(bytes([s]) * 32, pool)) for s in range(8)}
+    assert len(shapes) > 1
 
 
 COMMITMENT = b"\xc0" * 32
@@ -122,7 +150,9 @@ def accuse_at_a_later_step(coord: Coordinator, trainer: bytes, now: int) -> tupl
         assignments = assign_data_for_state(coord)
         for verifier in verifiers(coord):
             sample_seed = coord.current_round().sample_seed
-            for batch in verifier_sample(sample_seed, verifier, list(assignments)):
+            for batch in verifier_sample(
+                sample_seed, verifier, list(assignments), verifiers(coord)
+            ):
                 if assignments[batch] == trainer:
                     report(coord, verifier, batch, passed=False)
                     return verifier, coord.progress.step, now
@@ -160,7 +190,9 @@ def test_two_verifiers_each_at_two_steps_convict_and_drop_the_trainer() -> None:
     for _ in range(400):  # until each of the two accuses the trainer at a later step too
         assignments = assign_data_for_state(coord)
         for verifier in set(verifiers(coord)) & ({first, second} - again):
-            sample = verifier_sample(coord.current_round().sample_seed, verifier, list(assignments))
+            sample = verifier_sample(
+                coord.current_round().sample_seed, verifier, list(assignments), verifiers(coord)
+            )
             mine = [b for b in sample if assignments[b] == trainer]
             if mine:
                 report(coord, verifier, mine[0], passed=False)
@@ -189,7 +221,9 @@ def test_a_verifier_counts_once_its_accusations_stood_at_two_steps(other_steps: 
     coord = coordinator_in_round(percent=25, members=4)
     (verifier,) = verifiers(coord)
     assignments = assign_data_for_state(coord)
-    batch = verifier_sample(coord.current_round().sample_seed, verifier, list(assignments))[0]
+    batch = verifier_sample(
+        coord.current_round().sample_seed, verifier, list(assignments), verifiers(coord)
+    )[0]
     trainer = assignments[batch]
     other = next(c for c in everyone(coord) if c not in (verifier, trainer))
     step = coord.progress.step
@@ -210,33 +244,33 @@ def test_a_verifier_counts_once_its_accusations_stood_at_two_steps(other_steps: 
 
 
 def sole_and_other_checks(coord: Coordinator) -> tuple[bytes, BatchId, bytes, BatchId]:
-    """A verifier and a batch that no other verifier of the round samples, and another
-    verifier with a batch of its own sample (runs rounds until the round has both)."""
+    """A verifier and a batch of its group's sample, and another verifier of its group with
+    another batch of that sample (runs rounds until the sample has two batches whose trainers
+    are no verifiers)."""
     now = 1000
     for _ in range(60):
         assignments = assign_data_for_state(coord)
         seed = coord.current_round().sample_seed
-        samples = {v: verifier_sample(seed, v, list(assignments)) for v in verifiers(coord)}
+        samples = {
+            v: verifier_sample(seed, v, list(assignments), verifiers(coord))
+            for v in verifiers(coord)
+        }
         for verifier, sample in samples.items():
-            for batch in sample:
-                others = [v for v in samples if v != verifier]
-                if assignments[batch] in samples or not others:
-                    continue
-                if any(batch in samples[v] for v in others):
-                    continue
-                other = others[0]
-                return verifier, batch, other, samples[other][0]
+            mine = [b for b in sample if assignments[b] not in samples]
+            others = [v for v in samples if v != verifier and samples[v] == sample]
+            if len(mine) >= 2 and others:
+                return verifier, mine[0], others[0], mine[1]
         now = witness_round(coord, now + 1)
-    raise AssertionError("no round with a batch only one verifier samples")
+    raise AssertionError("no round with a group sample of two trainers' batches")
 
 
 @pytest.mark.parametrize("others_report", [True, False])
 def test_an_accusation_nobody_else_checked_convicts_nobody(others_report: bool) -> None:
-    """Issue 29, finding 2 (the sole liar): an accusation of a batch no other verifier
-    checked, in a step whose round elected other verifiers, can be neither confirmed nor
-    refuted; it strikes, but it is not *checkable*, so its verifier counts toward no
-    conviction, however many steps it accuses at. Whether the other verifiers report or a
-    colluder among them stays silent makes no difference: the round elected them."""
+    """Issue 29, finding 2 (the sole liar): every checked batch has two or more checkers
+    (`verifier_groups`), so a liar's accusation that no other checker of the batch joins
+    (they report on other batches only, or a colluder among them stays silent) can be
+    neither confirmed nor refuted; it strikes, but it is not *checkable*, so its verifier
+    counts toward no conviction, however many steps it accuses at."""
     coord = coordinator_in_round(percent=50, members=8)
     liar, batch, other, other_batch = sole_and_other_checks(coord)
     trainer = assign_data_for_state(coord)[batch]
@@ -262,7 +296,9 @@ def test_in_a_round_with_one_verifier_its_accusations_are_checkable() -> None:
     coord = coordinator_in_round(percent=25, members=4)
     (verifier,) = verifiers(coord)
     assignments = assign_data_for_state(coord)
-    batch = verifier_sample(coord.current_round().sample_seed, verifier, list(assignments))[0]
+    batch = verifier_sample(
+        coord.current_round().sample_seed, verifier, list(assignments), verifiers(coord)
+    )[0]
     trainer = assignments[batch]
     honest = next(c for c in everyone(coord) if c not in (verifier, trainer))
     step = coord.progress.step
@@ -280,7 +316,9 @@ def test_a_verifier_keeps_only_the_strikes_a_verdict_needs() -> None:
     coord = coordinator_in_round(percent=25, members=4)
     (verifier,) = verifiers(coord)
     assignments = assign_data_for_state(coord)
-    batch = verifier_sample(coord.current_round().sample_seed, verifier, list(assignments))[0]
+    batch = verifier_sample(
+        coord.current_round().sample_seed, verifier, list(assignments), verifiers(coord)
+    )[0]
     trainer = assignments[batch]
     kept = set(range(MIN_STRIKE_STEPS))
     coord.verification.strikes = {trainer: {verifier: set(kept)}}
@@ -295,7 +333,9 @@ def test_a_single_accuser_never_convicts() -> None:
     coord = coordinator_in_round(percent=25, members=4)
     (liar,) = verifiers(coord)
     assignments = assign_data_for_state(coord)
-    batch = verifier_sample(coord.current_round().sample_seed, liar, list(assignments))[0]
+    batch = verifier_sample(
+        coord.current_round().sample_seed, liar, list(assignments), verifiers(coord)
+    )[0]
     trainer = assignments[batch]
     report(coord, liar, batch, passed=False)
     close_step(coord, 2000)
@@ -312,7 +352,9 @@ def test_strikes_of_two_verifiers_in_different_rounds_convict() -> None:
     for _ in range(400):
         (verifier,) = verifiers(coord)
         assignments = assign_data_for_state(coord)
-        sample = verifier_sample(coord.current_round().sample_seed, verifier, list(assignments))
+        sample = verifier_sample(
+            coord.current_round().sample_seed, verifier, list(assignments), verifiers(coord)
+        )
         mine = [b for b in sample if assignments[b] == target]
         if mine and accusers.count(verifier) < 2 and len(set(accusers) - {verifier}) < 2:
             report(coord, verifier, mine[0], passed=False)
@@ -406,7 +448,7 @@ def test_reports_wait_for_the_sample_to_be_revealed() -> None:
     assert Coordinator.from_wire(coord.to_wire()).current_round().sample_seed == b""
     verifier = verifiers(coord)[0]
     assignments = assign_data_for_state(coord)
-    batch = verifier_sample(round_.sample_seed, verifier, list(assignments))[0]
+    batch = verifier_sample(round_.sample_seed, verifier, list(assignments), verifiers(coord))[0]
     early = Accusation(coord.progress.step, verifier, assignments[batch], batch, 0)
     with pytest.raises(CoordinatorError, match="not revealed yet"):
         coord.accuse(verifier, early)
@@ -452,10 +494,12 @@ def test_only_the_rounds_verifiers_may_accuse() -> None:
 
 
 def test_an_accusation_must_name_a_sampled_batch_and_its_trainer() -> None:
-    coord = coordinator_in_round()
+    coord = coordinator_in_round(percent=25)
     verifier = verifiers(coord)[0]
     assignments = assign_data_for_state(coord)
-    sample = verifier_sample(coord.current_round().sample_seed, verifier, list(assignments))
+    sample = verifier_sample(
+        coord.current_round().sample_seed, verifier, list(assignments), verifiers(coord)
+    )
     unsampled = next(b for b in sorted(assignments) if b not in sample)
     with pytest.raises(CoordinatorError, match="did not have to check"):
         coord.accuse(verifier, accusation(coord, verifier, unsampled))

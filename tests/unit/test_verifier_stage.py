@@ -126,6 +126,8 @@ class ScoredResult:
         return id(self)
 
 
+ME = Identity.from_secret_bytes(bytes([42]) * 32)
+"""The verifier under test (its round's one verifier: it checks the whole group sample)."""
 BATCHES = tuple(BatchId(i * 4, i * 4 + 3) for i in range(4))
 OWNERS = {batch: bytes([i + 1]) * 32 for i, batch in enumerate(BATCHES)}
 
@@ -145,6 +147,7 @@ def a_round(
         batch_ids=tuple(sorted(assignments)),
         my_batches=(),
         random_seed=seed,
+        verifiers=(ME.public_key,) if committee == Committee.Verifier else (),
     )
     return RoundState.start(roles, 5, True, 0.0, bloom_factory=lambda n: Bloom.random())
 
@@ -172,7 +175,7 @@ def reveal(ctx: RoundContext, step: int = 7) -> None:
 def make_verifier(
     revealed: bool = True,
 ) -> tuple[RoundVerifier, RoundContext, FakeVerifyingBackend, RecordingUplink]:
-    ctx = RoundContext(Identity.generate(), ClientStats())
+    ctx = RoundContext(ME, ClientStats())
     if revealed:
         reveal(ctx)
     backend = FakeVerifyingBackend()
@@ -217,7 +220,7 @@ async def test_the_verifier_recomputes_every_batch_and_checks_its_sample_once_re
     # the sample is secret until the round's RoundWitness: every batch is recomputed
     assert round_.checks is not None and list(round_.checks.references) == list(BATCHES)
     assert backend.recomputed == [batch.start for batch in BATCHES]
-    sample = verifier_sample(SAMPLE_SEED, ctx.me, BATCHES)
+    sample = verifier_sample(SAMPLE_SEED, ctx.me, BATCHES, [ctx.me])
     good, bad = sample
     unsampled = next(b for b in BATCHES if b not in sample)
     round_.downloads[b"a" * 32] = verified_result(good, 0.95, b"a")
@@ -296,7 +299,7 @@ async def test_a_later_copy_of_another_trainers_result_is_accused_and_the_origin
     ctx.current = round_
     await verifier.recompute(round_)
     assert round_.checks is not None
-    first, second = verifier_sample(SAMPLE_SEED, ctx.me, BATCHES)
+    first, second = verifier_sample(SAMPLE_SEED, ctx.me, BATCHES, [ctx.me])
     picks = frozenset(range(100))
     round_.downloads[b"o" * 32] = verified_result(first, 0.95, b"o", picks)
     # announced later, the same positions under another trainer's name and batch
@@ -314,7 +317,7 @@ async def test_a_result_waits_for_the_results_announced_before_it() -> None:
     ctx.current = round_
     await verifier.recompute(round_)
     assert round_.checks is not None
-    first, second = verifier_sample(SAMPLE_SEED, ctx.me, BATCHES)
+    first, second = verifier_sample(SAMPLE_SEED, ctx.me, BATCHES, [ctx.me])
     unsampled = next(b for b in BATCHES if b not in (first, second))
     picks = frozenset(range(100))
     pending = verified_result(unsampled, 0.9, b"p", picks)
@@ -337,7 +340,7 @@ async def test_a_result_that_follows_another_batch_better_than_its_own_is_accuse
     ctx.current = round_
     await verifier.recompute(round_)
     assert round_.checks is not None
-    first, second = verifier_sample(SAMPLE_SEED, ctx.me, BATCHES)
+    first, second = verifier_sample(SAMPLE_SEED, ctx.me, BATCHES, [ctx.me])
     # references are the batches' first sample values (FakeVerifyingBackend.recompute)
     own, other = first.start, second.start
     round_.downloads[b"s" * 32] = verified_result(
@@ -366,7 +369,7 @@ async def test_a_slow_first_announcer_delays_the_checks_by_the_capped_wait_only(
     ctx.current = round_
     await verifier.recompute(round_)
     assert round_.checks is not None
-    first, second = verifier_sample(SAMPLE_SEED, ctx.me, BATCHES)
+    first, second = verifier_sample(SAMPLE_SEED, ctx.me, BATCHES, [ctx.me])
     unsampled = next(b for b in BATCHES if b not in (first, second))
     slow = verified_result(unsampled, 0.9, b"p", frozenset(range(100)))
     slow.status = DownloadStatus.PENDING

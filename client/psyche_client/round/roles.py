@@ -18,6 +18,7 @@ from psyche_common.coordinator.committee import (
     CommitteeSelection,
     WitnessProof,
 )
+from psyche_common.coordinator.verification import round_verifiers
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,10 @@ class RoundRoles:
     batch_ids: tuple[BatchId, ...]
     my_batches: tuple[BatchId, ...]
     random_seed: int = 0
-    """The round's seed (which batches each verifier checks follows from it)."""
+    """The round's seed (which clients are its verifiers follows from it)."""
+    verifiers: tuple[bytes, ...] = ()
+    """The ids of the round's `Verifier` committee (whose groups check which batches follows
+    from them and the round's hidden sample seed: `verification.verifier_sample`)."""
 
     @property
     def is_witness(self) -> bool:
@@ -98,4 +102,15 @@ def derive_round_roles(
         batch_ids=batch_ids,
         my_batches=mine,
         random_seed=round_.random_seed,
+        verifiers=tuple(
+            round_verifiers(
+                clients,
+                round_.random_seed,
+                coordinator.config.witness_nodes,
+                coordinator.config.verification_percent,
+                round_.tie_breaker_tasks,
+            )
+        )
+        if clients
+        else (),
     )

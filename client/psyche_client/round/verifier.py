@@ -6,7 +6,7 @@ batch of the round and, under the model lock, recomputes each batch's reference
 (`ResultVerifier.recompute`: the DCT of the plain gradient at the point the batch's trainer
 trained at, its lookahead along its own published result of the step before when it trained
 that step: `_lookahead_of`, `distro.lookahead`; weights unchanged after). Which of them
-it checks (`verifier_sample`: from the round's sample seed and its own id) is known only when
+it checks (`verifier_sample`: its group's, from the round's sample seed) is known only when
 the coordinator reveals the seed, at the round's RoundWitness, after the trainers published
 and possibly after the weights moved on, so it recomputes them all first and keeps its sample's
 once the seed is out (`check_rounds`). Every verified result announced for those batches is
@@ -239,7 +239,9 @@ class RoundVerifier:
         seed = None if coordinator is None else revealed_sample_seed(coordinator, round_.step)
         if seed is None:
             return False
-        checks.reveal(verifier_sample(seed, self.ctx.me, round_.roles.batch_ids))
+        checks.reveal(
+            verifier_sample(seed, self.ctx.me, round_.roles.batch_ids, round_.roles.verifiers)
+        )
         log.info(
             "verifier sample revealed",
             extra=self.ctx.fields(

@@ -7,7 +7,7 @@ Rules (docs/verification.md):
   whose verifier sample is revealed: the current round's once it is in RoundWitness, or the
   previous round's while the current one is still in RoundTrain; its sender is a `Verifier`
   of that round that has not lost its standing, the batch is in the sender's own sample
-  (`verifier_sample` of the round's revealed `sample_seed`) and was assigned to the named
+  (`verifier_sample` of the round's revealed `sample_seed` and verifiers) and was assigned to the named
   trainer; one report per verifier, step and batch;
 - a step is judged when it closes to reports (`judge_closed_step`: the next round enters
   RoundWitness, or the epoch's Cooldown begins), before any client may apply its results.
@@ -116,7 +116,7 @@ def _check_report(coord: CoordinatorState, from_id: bytes, report: Report) -> No
     if not (round_.sample_revealed and round_.sample_seed):
         raise _refuse(f"the verifier sample of step {report.step} is not revealed yet")
     assignments = assign_data_for_round(round_, clients, config, coord.model.max_seq_len)
-    sample = verifier_sample(round_.sample_seed, from_id, list(assignments))
+    sample = verifier_sample(round_.sample_seed, from_id, list(assignments), verifiers)
     if report.batch not in sample:
         raise _refuse(
             f"{short_id(from_id)} did not have to check {report.batch} at step {report.step}"

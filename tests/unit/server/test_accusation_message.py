@@ -36,7 +36,7 @@ def round_with_one_verifier() -> tuple[Coordinator, bytes, Accusation]:
         coord.epoch_state.clients, round_.random_seed, 1, 25, round_.tie_breaker_tasks
     )
     assignments = assign_data_for_state(coord)
-    batch = verifier_sample(round_.sample_seed, verifier, list(assignments))[0]
+    batch = verifier_sample(round_.sample_seed, verifier, list(assignments), [verifier])[0]
     message = Accusation(
         step=coord.progress.step,
         trainer=assignments[batch],
