@@ -22,11 +22,11 @@ from psyche_common.coordinator.assignment import assign_data_for_state
 from psyche_common.coordinator.committee import Committee, CommitteeSelection
 from psyche_common.coordinator.verdicts import VerificationRecord
 from psyche_common.coordinator.verification import (
+    GROUP_SIZE,
     MIN_ACCUSERS,
     MIN_STRIKE_STEPS,
     REFUTERS,
     round_verifiers,
-    GROUP_SIZE,
     verifier_groups,
     verifier_sample,
 )
