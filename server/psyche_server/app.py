@@ -33,6 +33,7 @@ from .connections import Connection, ConnectionManager
 from .consistency import WeightsHashMonitor
 from .data_end import DataEnd
 from .data_server import DataServer
+from .joiner_proofs import JoinerProofs
 from .membership import Membership
 from .message_dispatch import MessageDispatcher
 from .options import ServerOptions, ServerStats
@@ -79,6 +80,8 @@ class ServerApp:
                 client_id, step, majority
             )
         )
+        self.joiner_proofs = JoinerProofs(coordinator, self.weights)
+        """Mid-epoch joiners' weights reports, checked against the members' majority."""
         self.stats = ServerStats()
         self.port: int | None = None
         coordinator.reset_ephemeral()
@@ -166,6 +169,7 @@ class ServerApp:
             self.metrics,
             self.scheduler,
             self.membership.on_join,
+            self.joiner_proofs,
         )
         self.state_log = RunStateLog(coordinator)
         """Logs each change of run state, made by a tick or by a client message."""
@@ -370,6 +374,7 @@ class ServerApp:
         self.metrics.count_convictions(self.convictions.log_new(self.coordinator.verification))
         self.membership.close_revoked()
         self.follow_members()
+        self.joiner_proofs.check()  # a majority that formed since a joiner reported
         self.metrics.observe_departures(
             self.coordinator.progress.epoch,
             (c.id for c in self.coordinator.epoch_state.exited_clients),

@@ -48,12 +48,15 @@ class StateBroadcaster:
         self._last_wire: dict[str, Any] | None = None
 
     def peers(self) -> dict[bytes, str]:
-        """P2P addresses of the epoch's members (not of pending clients: `roster.peers`), once
-        the server has connected back to each (reachable or not, `reachability`): an address is
-        never handed out before its verdict, so no peer dials a private address behind a NAT
-        in the moment between a Join and the state that marks it unreachable."""
+        """P2P addresses of the epoch's members and mid-epoch joiners (not of other pending
+        clients: `roster.peers`; a joiner follows the rounds, so the members push it their
+        announcements), once the server has connected back to each (reachable or not,
+        `reachability`): an address is never handed out before its verdict, so no peer dials
+        a private address behind a NAT in the moment between a Join and the state that marks
+        it unreachable."""
         checked = self.reachability.reachable
-        members = (client.id for client in self.coordinator.epoch_state.clients)
+        es = self.coordinator.epoch_state
+        members = [client.id for client in es.clients] + [j.id for j in es.joining]
         return {cid: addr for cid, addr in self.roster.peers(members).items() if cid in checked}
 
     def state_frame(self, wire: dict[str, Any] | None = None) -> bytes:

@@ -20,6 +20,7 @@ from psyche_common.protocol.messages import AnyClientMessage, Join, Witness
 from .client_messages import apply_client_message, reported_weights
 from .connections import Connection
 from .consistency import WeightsHashMonitor
+from .joiner_proofs import JoinerProofs
 from .options import ServerStats
 from .run_metrics import RunMetrics
 from .scheduler import TickScheduler
@@ -43,6 +44,7 @@ class MessageDispatcher:
         metrics: RunMetrics,
         scheduler: TickScheduler,
         on_join: Callable[[Connection, Join], None],
+        joiner_proofs: JoinerProofs | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.clock = clock
@@ -53,6 +55,7 @@ class MessageDispatcher:
         self.metrics = metrics
         self.scheduler = scheduler
         self._on_join = on_join
+        self.joiner_proofs = joiner_proofs
         self._reported_evals: dict[bytes, dict[str, float]] = {}
 
     async def on_message(self, conn: Connection, message: AnyClientMessage) -> None:
@@ -67,6 +70,8 @@ class MessageDispatcher:
                 # counted only from a member of this epoch (followed at every tick)
                 self.weights.advance(self.coordinator.progress.step)
                 self.weights.record(report[0], client_id, report[1])
+                if self.joiner_proofs is not None:  # a mid-epoch joiner's proof
+                    self.joiner_proofs.offer(client_id, report[0], report[1])
             step = self.coordinator.progress.step
             try:
                 apply_client_message(

@@ -54,7 +54,11 @@ BENCHES = [
     Bench("verification", ("cases", "recompute_seconds_median", "samples"), 180),
     Bench("convictions", ("settings", "false_convictions", "old_rule_false_convictions"), 180),
     Bench("negated_gradients", ("variants", "loss_vs_left_out", "settings"), 180),
-    Bench("mixed", ("shares_over_equal", "dropped", "hashes_agree", "runs"), 300),
+    Bench(
+        "mixed",
+        ("shares_over_equal", "dropped", "hashes_agree", "runs", "join_to_first_applied_rounds"),
+        360,
+    ),
     Bench("parallel", ("tokens_per_sec", "ratio_2_over_1", "load_average_after"), 180),
     Bench("memory", ("setup", "runs"), 240),
     Bench("attacks", ("attacks", "clean", "untrained_loss"), 600),

@@ -292,3 +292,29 @@ async def test_a_model_over_the_size_bound_does_not_vote(swarm: Swarm) -> None:
     joiner = await swarm.add(max_model_size=5_000)
     with pytest.raises(ModelShareError, match="max_model_size 5000"):
         await poll_manifests(joiner, [big.peer_id])
+
+
+async def test_a_mid_epoch_joiner_takes_only_the_snapshot_of_its_step(swarm: Swarm) -> None:
+    """`poll_manifests(step=)`: the members' last Cooldown model is no snapshot of the step a
+    joiner needs; it waits (polling every `interval`) until they share that step's."""
+    old, old_params = make_model(count=2)
+    snapshot = ModelManifest.build(
+        step=old.step + 5,
+        epoch=old.epoch,
+        parameters=old.parameters,
+        config_json=old.config_json,
+    )
+    shared = {"manifest": old}
+    members = [await swarm.add(model=(old, old_params)) for _ in range(2)]
+    for member in members:
+        member._requests._get_manifest = lambda: shared["manifest"]
+    joiner = await swarm.add()
+    peers = [m.peer_id for m in members]
+    with pytest.raises(ModelShareError, match=f"not {snapshot.step}"):
+        await poll_manifests(joiner, peers, step=snapshot.step)
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.3, shared.update, {"manifest": snapshot})
+    started = loop.time()
+    vote = await poll_manifests(joiner, peers, step=snapshot.step, wait=5.0, interval=0.1)
+    assert vote.manifest.step == snapshot.step and sorted(vote.holders) == sorted(peers)
+    assert loop.time() - started < 1.5

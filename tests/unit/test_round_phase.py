@@ -96,3 +96,23 @@ def test_no_prediction_while_witnesses_may_still_arrive_or_a_pause_is_pending() 
     training = make_coordinator(witness_nodes=2)
     to_round_train(training, [A, B, C])
     assert predict_next_round(training) is None
+
+
+def test_a_joiner_loads_then_follows_the_rounds_from_its_round_and_leaves_at_cooldown() -> None:
+    """Mid-epoch joins (`round.joiner`): a non-member in a run that admits them loads its model
+    while rounds run (when no member is needed for it), a joiner loads it in any case, follows
+    the rounds from its `since_height` as a member does, and leaves at the Cooldown."""
+    train, witness = RunState.RoundTrain, RunState.RoundWitness
+    assert action_for(Phase.IDLE, train, False, may_join=True) == Action.LOAD_MODEL
+    assert action_for(Phase.IDLE, train, False) == Action.WAIT
+    assert action_for(Phase.IDLE, witness, False, is_joiner=True) == Action.LOAD_MODEL
+    assert action_for(Phase.WARMUP, train, False, is_joiner=True) == Action.WAIT
+    assert action_for(Phase.WARMUP, train, False, is_joiner=True, follows=True) == (
+        Action.START_ROUND
+    )
+    assert action_for(Phase.TRAINING, witness, False, is_joiner=True, follows=True) == (
+        Action.ENTER_WITNESS
+    )
+    assert action_for(Phase.TRAINING, RunState.Cooldown, False, is_joiner=True, follows=True) == (
+        Action.LEAVE_EPOCH
+    )

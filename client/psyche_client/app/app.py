@@ -58,11 +58,14 @@ class ClientApp:
         self.identity = options.identity
         self.stats = ClientStats()
         self.members: set[bytes] = set()
+        self.joiners: set[bytes] = set()
+        """Mid-epoch joiners: not members, but peers that may link to us (they follow the
+        rounds; `round.joiner`)."""
         self.peer_addresses: dict[bytes, str] = {}
         self.coordinator: Coordinator | None = None
         self.node = parts.node(
             self.identity,
-            is_member=lambda peer: peer in self.members,
+            is_member=lambda peer: peer in self.members or peer in self.joiners,
             config=options.p2p,
             on_announcement=self._on_announcement,
             get_manifest=lambda: self.lifecycle.shared.manifest,
@@ -184,6 +187,8 @@ class ClientApp:
             stats=self.stats,
             check_weights=self.lifecycle.check_weights,
             accuse=self.parts.accusation,
+            share_snapshot=self.lifecycle.share_snapshot,
+            load_snapshot=self.lifecycle.load_snapshot,
         )
 
     # ------------------------------------------------------------------ main loop
@@ -266,10 +271,16 @@ class ClientApp:
             coordinator = Coordinator.from_wire(update.coordinator)
             self.coordinator = coordinator
             self.members = {c.id for c in coordinator.epoch_state.clients}
+            self.joiners = {j.id for j in coordinator.epoch_state.joining}
             self.node.set_peers(update.peers, update.unreachable)
             self.node.authorizers = update.authorizers
             self.peer_addresses = update.peers
-            if coordinator.run_state == RunState.RoundTrain and runner.phase != Phase.TRAINING:
+            if (
+                coordinator.run_state == RunState.RoundTrain
+                and runner.phase != Phase.TRAINING
+                and not coordinator.config.join_mid_epoch
+            ):
+                # (a run with mid-epoch joins keeps it: a joiner builds its backend from it)
                 self.lifecycle.shared.clear()
             await runner.on_state(coordinator)
             self.metrics.observe(coordinator)

@@ -54,6 +54,10 @@ log = logging.getLogger(__name__)
 
 POLL_INTERVAL = 1.0
 """Seconds between manifest polls while no manifest is trusted."""
+SNAPSHOT_POLL_INTERVAL = 0.2
+"""Seconds between the polls of a mid-epoch joiner waiting for the members' snapshot: they
+share it within moments of the round start, and every round it waits is a round later
+seated (a few small requests to each member a second, for at most `JOINER_WAIT`)."""
 JOINER_WAIT = 20.0
 """How long a joiner polls for a trusted manifest."""
 MANIFEST_QUORUM = 2
@@ -130,22 +134,29 @@ def choose_manifest(
 
 
 async def poll_manifests(
-    node: P2PNode, peer_ids: Iterable[bytes], *, wait: float = 0.0
+    node: P2PNode,
+    peer_ids: Iterable[bytes],
+    *,
+    wait: float = 0.0,
+    step: int | None = None,
+    interval: float = POLL_INTERVAL,
 ) -> ManifestVote:
     """Ask every peer for its manifest and return the one several of them vouch for
     (`choose_manifest`); while none is trusted, ask again every `POLL_INTERVAL` seconds for up
-    to `wait` seconds. Raises `ModelShareError` naming what each peer answered."""
+    to `wait` seconds (every `interval` seconds). `step`: only manifests labelled with that step count (a mid-epoch
+    joiner's snapshot; a peer sharing another step shares none yet). Raises
+    `ModelShareError` naming what each peer answered."""
     peers = [p for p in dict.fromkeys(peer_ids) if p != node.peer_id]
 
     async def ask() -> _Poll:
-        answers, problems, not_shared = await _ask_manifests(node, peers)
+        answers, problems, not_shared = await _ask_manifests(node, peers, step)
         asked = len({voter_of(node.authorizers, peer) for peer in peers})
         holders, why = choose_manifest(answers, asked, node.authorizers)
         hopeless = not answers and not not_shared  # every peer unreachable
         return _Poll(answers, problems, holders, why, hopeless)
 
     answers, problems, holders, why, _ = await call(
-        polling(lambda poll: poll.why is None or poll.hopeless, POLL_INTERVAL, wait), ask
+        polling(lambda poll: poll.why is None or poll.hopeless, interval, wait), ask
     )
     if why is not None:
         raise ModelShareError(
@@ -171,10 +182,11 @@ class _Poll(NamedTuple):
 
 
 async def _ask_manifests(
-    node: P2PNode, peers: list[bytes]
+    node: P2PNode, peers: list[bytes], step: int | None = None
 ) -> tuple[dict[bytes, ModelManifest], dict[bytes, str], set[bytes]]:
     """Every peer's manifest, concurrently: (answers, problems by peer, the peers that share
-    no model). A manifest over `max_model_size` is a problem, not an answer."""
+    no model, or with `step` none of that step). A manifest over `max_model_size` is a
+    problem, not an answer."""
     answers: dict[bytes, ModelManifest] = {}
     problems: dict[bytes, str] = {}
     not_shared: set[bytes] = set()
@@ -194,7 +206,10 @@ async def _ask_manifests(
         except TRANSIENT_ERRORS as exc:
             problems[peer_id] = f"{type(exc).__name__}: {exc}"
         else:
-            if manifest.total_bytes > limit:
+            if step is not None and manifest.step != step:
+                problems[peer_id] = f"shares the model of step {manifest.step}, not {step}"
+                not_shared.add(peer_id)
+            elif manifest.total_bytes > limit:
                 problems[peer_id] = (
                     f"manifest of a {manifest.total_bytes}-byte model (max_model_size {limit})"
                 )

@@ -151,6 +151,8 @@ class ApplyStep:
             )
         self.ctx.stats.applied_senders.update(sender for (_, sender), _ in kept)
         results = [result for _, result in kept]
+        # a mid-epoch joiner applies onto the members' snapshot only (`round.joiner`)
+        await self.ctx.weights_ready.wait()
         if results:
             async with self.ctx.model_lock:
                 await asyncio.to_thread(backend.apply, step, results)
@@ -194,5 +196,7 @@ class ApplyStep:
 
     async def report(self, step: int, weights: bytes) -> None:
         """Tell the coordinator our weights after `step`'s update (it flags outliers)."""
+        if not self.ctx.weights_ready.is_set():
+            return  # a joiner before its snapshot: its weights are no evidence of anything
         self.ctx.stats.applied(step, weights)
         await self.uplink.send_health_check([], step, weights)

@@ -38,10 +38,15 @@ class RoundContext:
     """Why this client's weights may differ from its peers' (None: in sync). While set it
     neither trains nor witnesses; the next Warmup's weights check resyncs it."""
     model_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    weights_ready: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set while the backend holds weights the rounds' results may be applied to: always,
+    except for a mid-epoch joiner until it loaded the members' snapshot (`round.joiner`);
+    every apply waits for it."""
     tasks: TaskSet = field(init=False)
 
     def __post_init__(self) -> None:
         self.tasks = TaskSet(self.fields)
+        self.weights_ready.set()
 
     @property
     def me(self) -> bytes:
@@ -57,6 +62,13 @@ class RoundContext:
         if self.coordinator is None:
             return []
         return [client.id for client in self.coordinator.epoch_state.clients]
+
+    def is_joiner(self) -> bool:
+        """Whether we are joining this epoch mid-way (`epoch_state.joining`, not seated yet)."""
+        coordinator = self.coordinator
+        return coordinator is not None and any(
+            j.id == self.me for j in coordinator.epoch_state.joining
+        )
 
     def lose_sync(self, cause: str) -> None:
         """Stop training and witnessing until the next Warmup resyncs the weights."""

@@ -62,8 +62,29 @@ ACTIONS: dict[tuple[Phase, RunState], Action] = _build_table()
 """(phase, run state) → action for a client that is a member of the epoch."""
 
 
-def action_for(phase: Phase, state: RunState, is_member: bool) -> Action:
-    """The action for a coordinator state; a non-member only ever loads, waits or leaves."""
-    if not is_member:
-        return Action.WAIT if phase in (Phase.IDLE, Phase.WARMUP) else Action.LEAVE_EPOCH
-    return ACTIONS[phase, state]
+_IN_ROUND = (RunState.RoundTrain, RunState.RoundWitness)
+
+
+def action_for(
+    phase: Phase,
+    state: RunState,
+    is_member: bool,
+    *,
+    is_joiner: bool = False,
+    follows: bool = False,
+    may_join: bool = False,
+) -> Action:
+    """The action for a coordinator state. A non-member only ever loads, waits or leaves,
+    except mid-epoch joins: in a run that admits them (`may_join`) it loads its model while
+    the epoch's rounds run, once it is joining (`is_joiner`) it loads it in any case, and
+    from the round it follows the epoch from (`follows`) it acts as a member does, until the
+    Cooldown, which it leaves (docs/client.md, "Joining mid-epoch")."""
+    if is_member:
+        return ACTIONS[phase, state]
+    if is_joiner and state in _IN_ROUND:
+        if phase == Phase.IDLE:
+            return Action.LOAD_MODEL
+        return ACTIONS[phase, state] if follows else Action.WAIT
+    if may_join and phase == Phase.IDLE and state in _IN_ROUND:
+        return Action.LOAD_MODEL
+    return Action.WAIT if phase in (Phase.IDLE, Phase.WARMUP) else Action.LEAVE_EPOCH

@@ -96,6 +96,12 @@ DataFetcher = Callable[[BatchId], Awaitable[np.ndarray]]
 BackendLoader = Callable[[Coordinator], Awaitable[TrainingBackend]]
 """Builds the training backend for the run; raises `ModelUnavailable` when it may succeed later."""
 CooldownHook = Callable[[Coordinator, TrainingBackend], Awaitable[None]]
+SnapshotShare = Callable[[Coordinator, TrainingBackend], Awaitable[None]]
+"""A member at the round a mid-epoch joiner's snapshot is due: serve this step's weights (the
+caller holds the model lock)."""
+SnapshotLoader = Callable[[Coordinator, TrainingBackend, int], Awaitable[None]]
+"""A mid-epoch joiner: load the members' weights of the given step into the backend; raises
+when they cannot be had (`ModelShareError`)."""
 WeightsCheck = Callable[[Coordinator, TrainingBackend], Awaitable[str]]
 """At a Warmup with a peer-to-peer checkpoint: make our weights the members' majority's;
 returns "in sync", "resynced" or "undecided"."""

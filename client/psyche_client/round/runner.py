@@ -23,6 +23,7 @@ import time
 
 from psyche_common.announcements import FinishedAnnouncement
 from psyche_common.coordinator import Coordinator
+from psyche_common.coordinator.joining import snapshot_height
 from psyche_common.protocol import Identity
 from psyche_common.retry import call, doubling, failure, retry_on, retrying
 from tenacity import RetryCallState
@@ -33,6 +34,7 @@ from psyche_client.round.context import RoundContext
 from psyche_client.round.cooldown import CooldownStep
 from psyche_client.round.exchange import ResultExchange
 from psyche_client.round.health import AccusationPolicy, clients_to_accuse
+from psyche_client.round.joiner import MidEpochJoin
 from psyche_client.round.phase import Action, Phase, action_for
 from psyche_client.round.ports import (
     BackendLoader,
@@ -41,6 +43,8 @@ from psyche_client.round.ports import (
     ModelUnavailable,
     PeerNetwork,
     RunnerOptions,
+    SnapshotLoader,
+    SnapshotShare,
     Uplink,
     WeightsCheck,
 )
@@ -73,6 +77,8 @@ class RoundRunner:
         stats: ClientStats | None = None,
         check_weights: WeightsCheck | None = None,
         accuse: AccusationPolicy = clients_to_accuse,
+        share_snapshot: SnapshotShare | None = None,
+        load_snapshot: SnapshotLoader | None = None,
     ) -> None:
         self.ctx = RoundContext(identity, stats or ClientStats())
         self.uplink = uplink
@@ -90,6 +96,8 @@ class RoundRunner:
         self.preparer = NextRoundPreparer(self.ctx, self.applier, self.training, options)
         self.cooldown = CooldownStep(self.ctx, on_cooldown)
         self.rejoin = Rejoin(self.ctx, uplink)
+        self.joiner = MidEpochJoin(self.ctx, uplink, load_snapshot)
+        self.share_snapshot = share_snapshot
         self._init_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ views
@@ -151,8 +159,24 @@ class RoundRunner:
         self.verifier.check_rounds()  # a round's verifier sample may have been revealed
         if ctx.backend is not None:
             await self.rejoin.check(coordinator)
-        is_member = ctx.me in ctx.members()
-        await self._do(action_for(ctx.phase, coordinator.run_state, is_member), coordinator)
+        if self.joiner.on_state(coordinator) and ctx.phase in (Phase.TRAINING, Phase.WITNESS):
+            self._reset_to_warmup()  # admitted afresh: what we followed before is of no use
+        await self._do(self._action(ctx.phase, coordinator), coordinator)
+
+    def _action(self, phase: Phase, coordinator: Coordinator) -> Action:
+        since = self.joiner.since
+        return action_for(
+            phase,
+            coordinator.run_state,
+            self.ctx.me in self.ctx.members(),
+            is_joiner=since is not None,
+            # a joiner follows the rounds from its `since_height` on (a joiner that had no
+            # model at a round start follows from a later one)
+            follows=since is not None and coordinator.current_round().height >= since,
+            # loading before its admission needs no member (a checkpoint repository); the
+            # members' shared model is for joiners only
+            may_join=coordinator.config.join_mid_epoch and not coordinator.model.checkpoint.is_p2p,
+        )
 
     def lose_sync(self, cause: str) -> None:
         """Our weights are known to differ from the majority's (the server said so): stop
@@ -219,8 +243,7 @@ class RoundRunner:
                 extra=self.ctx.fields(),
             )
             self._reset_to_warmup()
-            is_member = self.ctx.me in self.ctx.members()
-            await self._do(action_for(Phase.WARMUP, coordinator.run_state, is_member), coordinator)
+            await self._do(self._action(Phase.WARMUP, coordinator), coordinator)
 
     async def _initialize(self, coordinator: Coordinator) -> None:
         """Load the model (retrying, with the latest state, while it is unavailable), then
@@ -266,8 +289,7 @@ class RoundRunner:
         )
         latest = self.ctx.coordinator
         if latest is not None:
-            is_member = self.ctx.me in self.ctx.members()
-            await self._do(action_for(Phase.WARMUP, latest.run_state, is_member), latest)
+            await self._do(self._action(Phase.WARMUP, latest), latest)
 
     async def _reload_model(self, coordinator: Coordinator) -> None:
         backend = await self.load_backend(coordinator)
@@ -307,6 +329,10 @@ class RoundRunner:
             )
         if prelude is not None:
             ctx.tasks.spawn(self._report_after(prelude, step))
+        if self.joiner.active:
+            self.joiner.round_started(height)
+        elif self._snapshot_due(coordinator):
+            ctx.tasks.spawn(self._share_after(prelude, coordinator))
         if full and prior is not None and prior.roles.is_witness:
             ctx.tasks.spawn(self.witnessing.send_health_checks(coordinator, after=prelude))
         backend.begin_round(coordinator.get_cold_start_warmup_bounds())
@@ -332,6 +358,29 @@ class RoundRunner:
         # (a new one is from the start, an adopted one by the hand-off)
         self.exchange.replay_early()
         self._poke()
+
+    def _snapshot_due(self, coordinator: Coordinator) -> bool:
+        """Whether this round is a joiner's snapshot round and we are a member to share it."""
+        height = coordinator.current_round().height
+        return (
+            self.share_snapshot is not None
+            and self.ctx.me in self.ctx.members()
+            and any(
+                snapshot_height(j) == height and not j.ready
+                for j in coordinator.epoch_state.joining
+            )
+        )
+
+    async def _share_after(
+        self, prelude: asyncio.Task[bytes | None] | None, coordinator: Coordinator
+    ) -> None:
+        """Share our weights of this round's step with its joiners, once its apply is done."""
+        if prelude is not None:
+            await asyncio.shield(prelude)
+        if self.ctx.out_of_sync is not None or self.share_snapshot is None:
+            return  # our weights are not the members'
+        async with self.ctx.model_lock:
+            await self.share_snapshot(coordinator, self.ctx.require_backend())
 
     async def _report_after(self, prelude: asyncio.Task[bytes | None], step: int) -> None:
         weights = await asyncio.shield(prelude)

@@ -27,6 +27,7 @@ from psyche_common.protocol import Identity
 from psyche_client.p2p.manifest import ParameterInfo
 from psyche_client.p2p.model_share import (
     JOINER_WAIT,
+    SNAPSHOT_POLL_INTERVAL,
     ManifestVote,
     ModelShareError,
     download_model,
@@ -185,6 +186,35 @@ class ModelLifecycle:
                 "corrupt_peers": [short_id(p) for p in download.corrupt_peers],
             },
         )
+
+    # ------------------------------------------------------------------ mid-epoch join ports
+
+    async def share_snapshot(self, coordinator: Coordinator, backend: TrainingBackend) -> None:
+        """A member, at the round a joiner's snapshot is due (`coordinator.joining`): serve
+        our weights of this step (the caller holds the model lock)."""
+        step = coordinator.progress.step
+        await self.shared.share(backend, step, coordinator.progress.epoch)
+        log.info(
+            "model shared for a joiner",
+            extra={
+                "client_id": self.identity.short_id,
+                "step": step,
+                "weights_hash": backend.weights_hash().hex(),
+            },
+        )
+
+    async def load_snapshot(
+        self, coordinator: Coordinator, backend: TrainingBackend, step: int
+    ) -> None:
+        """A joiner: fetch the members' weights of `step` (their snapshot, vouched for by a
+        majority of the members that answered, `model_share.choose_manifest`) into `backend`
+        (the caller then holds the model lock). Raises `ModelShareError`."""
+        me = self.identity.public_key
+        peers = [peer for peer in self.members() if peer != me]
+        vote = await poll_manifests(
+            self.node, peers, wait=JOINER_WAIT, step=step, interval=SNAPSHOT_POLL_INTERVAL
+        )
+        await self._download_from_peers(backend, peers, vote)
 
     # ------------------------------------------------------------------ weights-check port
 

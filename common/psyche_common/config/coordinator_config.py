@@ -1,7 +1,8 @@
 """`CoordinatorConfig`: the `[config]` table of state.toml (timings, client counts, batch sizes).
 
-The reference's 14 fields are required, as in the reference (`per_client_shares` and
-`max_share_multiple` are ours and optional); each says what it means below it. Integer widths follow the reference (u8/u16/u32/
+The reference's 14 fields are required, as in the reference (`per_client_shares`,
+`max_share_multiple` and `join_mid_epoch` are ours and optional); each says what it means
+below it. Integer widths follow the reference (u8/u16/u32/
 u64); the cross-field rules live in `psyche_common.config.validation`.
 """
 
@@ -66,13 +67,20 @@ class CoordinatorConfig(StrictModel):
     """Ours, optional, with `per_client_shares`: no trainer's share exceeds this multiple of
     the mean share (the round's batch over its trainers)."""
 
+    join_mid_epoch: bool = False
+    """Ours, optional: admit clients that join during an epoch at the next round start; each
+    fetches the members' snapshot of the weights, proves it holds them (its weights hash
+    matches the members' majority) and is seated at a later round start
+    (`psyche_common.coordinator.joining`); false: joiners wait for the next epoch, as the
+    reference."""
+
     def to_toml(self) -> dict[str, Any]:
         """The TOML table; the optional fields of ours only when set, so a state without them
         saves and broadcasts as before."""
         return self.model_dump(exclude_defaults=False, exclude=_unset_optional(self))
 
 
-OPTIONAL_FIELDS = ("per_client_shares", "max_share_multiple")
+OPTIONAL_FIELDS = ("per_client_shares", "max_share_multiple", "join_mid_epoch")
 """Fields of ours with a default: written only when they differ from it."""
 
 

@@ -126,6 +126,8 @@ class RoundTable(StrictModel):
     tie_breaker_tasks: U64
     shares: Annotated[list[U64], Field(max_length=MAX_CLIENTS_PER_EPOCH)] | None = None
     """Per-client shares only: each trainer's samples of the round."""
+    seated: U64 | None = None
+    """Mid-epoch joins only: the clients seated at the round's start."""
     sample_commit: MerkleHex | None = None
     """SHA-256 of the round's hidden verifier-sample seed (the seed itself is never saved);
     absent in states saved before the hidden sample."""

@@ -87,7 +87,7 @@ def round_of_open_step(
         return coord.current_round()
     previous = coord.previous_round()
     if step + 1 == current_step and coord.run_state == RunState.RoundTrain and previous:
-        if previous.clients_len != len(coord.epoch_state.clients):
+        if coord.round_clients(previous) is None:
             raise refuse(f"the members changed since step {step}; it can no longer be judged")
         return previous
     raise refuse(f"step {step} is closed to {what} (current step {current_step})")
@@ -101,7 +101,7 @@ def _check_report(coord: CoordinatorState, from_id: bytes, report: Report) -> No
     if record.convicted(from_id, coord.progress.epoch) is not None:
         raise _refuse(f"{short_id(from_id)} was convicted this epoch and has no standing")
     round_ = round_of_open_step(coord, report.step)
-    clients = coord.epoch_state.clients
+    clients = coord.round_clients(round_) or []
     config = coord.config
     verifiers = round_verifiers(
         clients,

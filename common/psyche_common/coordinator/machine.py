@@ -19,6 +19,7 @@ from psyche_common.coordinator import (
     accusations,
     checkpoints,
     equivocation,
+    joining,
     transitions,
     wire,
     witnesses,
@@ -83,6 +84,12 @@ class Coordinator(CoordinatorState):
 
     def witness(self, from_id: bytes, witness: Witness, now: float) -> None:
         witnesses.witness(self, from_id, witness, now)
+
+    def joiner_in_sync(self, client_id: bytes) -> bool:
+        """A joiner's weights hash at its snapshot step matched the members' majority (the
+        server checked it): it is seated at the next round start (`joining`). False when
+        `client_id` is not joining."""
+        return joining.mark_ready(self, client_id)
 
     def health_check(self, from_id: bytes, checks: Sequence[tuple[bytes, CommitteeProof]]) -> int:
         return witnesses.health_check(self, from_id, checks)

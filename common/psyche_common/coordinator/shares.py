@@ -113,8 +113,8 @@ def update_rates(coord: CoordinatorState) -> None:
     if reporting.height < 1 or not reporting.witnesses:
         return
     attested = es.rounds[(es.rounds_head - 1) % NUM_STORED_ROUNDS]
-    clients = es.clients
-    if attested.clients_len != len(clients):
+    clients = coord.round_clients(attested)
+    if clients is None:
         return
     config = coord.config
     trainers = round_trainers(attested, clients, config)

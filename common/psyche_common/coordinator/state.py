@@ -118,6 +118,19 @@ class CoordinatorState:
                 return index
         return None
 
+    def round_clients(self, round_: Round) -> list[Client] | None:
+        """The clients of a stored round of this epoch, when the only change since is clients
+        seated mid-epoch (appended: the round's clients are then a prefix of today's); None
+        when a client left since (indices no longer name the same clients)."""
+        current = self.current_round().height
+        seated_since = sum(
+            r.seated for r in self.epoch_state.rounds if round_.height < r.height <= current
+        )
+        clients = self.epoch_state.clients
+        if round_.clients_len + seated_since != len(clients):
+            return None
+        return clients[: round_.clients_len]
+
     def get_client_at_historical_index(self, index: int, previous_len: int) -> Client | None:
         """The client that had `index` in a round with `previous_len` clients, assuming the
         clients removed since then were at the tail (the reference's heuristic)."""

@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Collection, Sequence
 
 from psyche_common.client_id import CLIENT_ID_LEN
-from psyche_common.coordinator import accusations, checkpoints, shares
+from psyche_common.coordinator import accusations, checkpoints, joining, shares
 from psyche_common.coordinator.assignment import round_batch_size
 from psyche_common.coordinator.errors import CoordinatorError, ErrorKind
 from psyche_common.coordinator.quorum import witness_quorum
@@ -58,11 +58,11 @@ def tick(
     if state == RunState.WaitingForMembers:
         return tick_waiting_for_members(coord, pending, now, holders)
     if state == RunState.Warmup:
-        return tick_warmup(coord, now, seed, sample_secret)
+        return tick_warmup(coord, now, seed, sample_secret, pending, holders)
     if state == RunState.RoundTrain:
         return tick_round_train(coord, now)
     if state == RunState.RoundWitness:
-        return tick_round_witness(coord, now, seed, sample_secret)
+        return tick_round_witness(coord, now, seed, sample_secret, pending, holders)
     return tick_cooldown(coord, now)
 
 
@@ -120,10 +120,15 @@ def tick_waiting_for_members(
 
 
 def tick_warmup(
-    coord: CoordinatorState, now: float, seed: int, sample_secret: bytes | None = None
+    coord: CoordinatorState,
+    now: float,
+    seed: int,
+    sample_secret: bytes | None = None,
+    pending: Sequence[bytes] | None = None,
+    holders: Collection[bytes] | None = None,
 ) -> TickResult:
     if coord.check_timeout(now, coord.config.warmup_time):
-        start_round_train(coord, now, seed, 0, sample_secret)
+        start_round_train(coord, now, seed, 0, sample_secret, pending, holders)
     else:
         coord.move_clients_to_exited(0)
     if len(coord.epoch_state.clients) < coord.config.min_clients:
@@ -138,11 +143,14 @@ def start_round_train(
     seed: int,
     tie_breaker_tasks: int,
     sample_secret: bytes | None = None,
+    pending: Sequence[bytes] | None = None,
+    holders: Collection[bytes] | None = None,
 ) -> None:
     """Start the next round; `sample_secret` (32 fresh random bytes, what the server passes)
     becomes its hidden verifier-sample seed (`Round.sample_seed`). Without it the seed is
     derived from `seed`, which the round publishes as the next round's: predictable, for
-    simulations and tests only."""
+    simulations and tests only. With `join_mid_epoch`, ready joiners are seated first and
+    `pending` clients (`holders` of them) admitted as joiners (`joining.round_start`)."""
     es = coord.epoch_state
     if es.first_round:
         head, height, data_index = 0, 0, coord.progress.epoch_start_data_index
@@ -157,8 +165,12 @@ def start_round_train(
         # drawn (and published) when the previous round began: clients derive this round's
         # roles and batches while the previous round's witnesses still report
         round_seed, next_seed = previous.next_random_seed, seed & U64_MASK
+    seated = joining.round_start(
+        coord, None if pending is None else _unique_pending(pending), holders, height
+    )
     es.rounds_head = head
     round_ = es.rounds[head]
+    round_.seated = seated
     round_.clients_len = len(es.clients)
     round_.height = height
     round_.data_index = data_index
@@ -191,7 +203,12 @@ def start_round_witness(coord: CoordinatorState, now: float) -> None:
 
 
 def tick_round_witness(
-    coord: CoordinatorState, now: float, seed: int, sample_secret: bytes | None = None
+    coord: CoordinatorState,
+    now: float,
+    seed: int,
+    sample_secret: bytes | None = None,
+    pending: Sequence[bytes] | None = None,
+    holders: Collection[bytes] | None = None,
 ) -> TickResult:
     if not coord.check_timeout(now, coord.config.round_witness_time):
         return TickResult.ticked()
@@ -221,7 +238,7 @@ def tick_round_witness(
     ):
         start_cooldown(coord, now)
         return TickResult.ticked()
-    start_round_train(coord, now, seed, 0, sample_secret)
+    start_round_train(coord, now, seed, 0, sample_secret, pending, holders)
     return TickResult.ticked()
 
 

@@ -160,6 +160,10 @@ class Round:
     tie_breaker_tasks: int = 0
     next_random_seed: int = 0
     """The seed of the round after this one, drawn when this one starts."""
+    seated: int = 0
+    """Clients seated mid-epoch at this round's start (`joining`), appended after the
+    `clients_len - seated` clients of the round before: the previous round's clients are
+    then a prefix of this one's. Left out of the wire form when 0."""
     shares: list[int] = field(default_factory=list)
     """Per-client shares: the samples of each trainer of the round, in the round's trainer
     order (`assignment.trainer_ids`); empty: the batch is split equally. Left out of the wire
@@ -189,6 +193,8 @@ class Round:
         }
         if self.shares:
             wire["shares"] = list(self.shares)
+        if self.seated:
+            wire["seated"] = self.seated
         if self.sample_commit:
             wire["sample_commit"] = self.sample_commit
         if self.sample_revealed and self.sample_seed:
@@ -217,6 +223,7 @@ class Round:
             sample_commit=sample_commit,
             sample_revealed=bool(sample_seed),
             shares=list(shares),
+            seated=_optional_uint(data, "seated", "round"),
             **{
                 key: wire_uint(data, key, "round")
                 for key in (
@@ -238,6 +245,11 @@ SAMPLE_COMMIT_DOMAIN = b"psyche-py/verifier-sample-commit/v1\x00"
 def sample_commitment(sample_seed: bytes) -> bytes:
     """What a round broadcasts of its hidden `sample_seed` before revealing it."""
     return hashlib.sha256(SAMPLE_COMMIT_DOMAIN + sample_seed).digest()
+
+
+def _optional_uint(data: dict[str, Any], key: str, what: str) -> int:
+    """`data[key]` as a non-negative integer, 0 when absent."""
+    return wire_uint(data, key, what) if key in data else 0
 
 
 def _optional_digest(data: dict[str, Any], key: str) -> bytes:
@@ -274,6 +286,38 @@ class Progress:
 
 
 @dataclass
+class Joiner:
+    """A client joining mid-epoch, following the rounds from `since_height` (the first round
+    start at which it held a model, since its admission); `ready` once its weights hash at the snapshot step matched the members' majority (the
+    server checks it), then seated at the next round start."""
+
+    id: bytes
+    since_height: int
+    ready: bool = False
+    admitted_height: int = 0
+    """The round it was admitted at (`since_height` moves on while it holds no model yet)."""
+
+    def to_wire(self) -> list[Any]:
+        return [self.id, self.since_height, self.ready, self.admitted_height]
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Joiner:
+        if not isinstance(data, list | tuple) or len(data) != 4:
+            raise ValueError(
+                "epoch_state.joining entries must be [id, since_height, ready, admitted_height]"
+            )
+        client_id, since, ready, admitted = data
+        if not isinstance(client_id, bytes) or len(client_id) != 32:
+            raise ValueError("epoch_state.joining id must be 32 bytes")
+        for name, value in (("since_height", since), ("admitted_height", admitted)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 32:
+                raise ValueError(f"epoch_state.joining {name} must be a u32")
+        if not isinstance(ready, bool):
+            raise ValueError("epoch_state.joining ready must be a bool")
+        return cls(client_id, since, ready, admitted)
+
+
+@dataclass
 class EpochState:
     """Per-epoch state; replaced by a fresh one at every epoch start."""
 
@@ -286,8 +330,18 @@ class EpochState:
     start_timestamp: int = 0
     first_round: bool = True
     cold_start_epoch: bool = False
+    joining: list[Joiner] = field(default_factory=list)
+    """Clients joining mid-epoch (`[config] join_mid_epoch`): not members yet (no committee,
+    no batches), in admission order (`coordinator.joining`). Left out of the wire form when
+    empty."""
 
     def to_wire(self) -> dict[str, Any]:
+        wire = self._to_wire()
+        if self.joining:
+            wire["joining"] = [j.to_wire() for j in self.joining]
+        return wire
+
+    def _to_wire(self) -> dict[str, Any]:
         return {
             "rounds": [r.to_wire() for r in self.rounds],
             "clients": [c.to_wire() for c in self.clients],
@@ -319,10 +373,18 @@ class EpochState:
             if not isinstance(value, bool):
                 raise ValueError(f"epoch_state.{key} must be a bool")
             flags[key] = value
+        joining = (
+            [Joiner.from_wire(j) for j in wire_list(data, "joining", "epoch_state")]
+            if "joining" in data
+            else []
+        )
+        if len(joining) > MAX_CLIENTS or len(joining) + len(clients) > MAX_CLIENTS:
+            raise ValueError(f"epoch_state holds more than {MAX_CLIENTS} clients and joiners")
         return cls(
             rounds=rounds,
             clients=clients,
             exited_clients=exited,
+            joining=joining,
             rounds_head=head,
             start_step=wire_uint(data, "start_step", "epoch_state"),
             last_step=wire_uint(data, "last_step", "epoch_state"),

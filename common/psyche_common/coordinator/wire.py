@@ -119,6 +119,7 @@ def reset_ephemeral(coord: CoordinatorState) -> None:
     es = coord.epoch_state
     es.clients = [client for client in es.clients if client.state == ClientState.Healthy]
     es.exited_clients = []
+    es.joining = []  # joiners were seated by no round: they are pending again once back
     coord.verification.new_epoch()
 
 
@@ -224,6 +225,8 @@ def epoch_state_to_toml(epoch_state: EpochState) -> dict[str, Any]:
             witness["broadcast_merkle"] = witness["broadcast_merkle"].hex()
     document["clients"] = [_client_to_toml(c) for c in document["clients"]]
     document["exited_clients"] = [_client_to_toml(c) for c in document["exited_clients"]]
+    # joiners are live state, like the rounds in flight: a restarted server has none
+    document.pop("joining", None)
     return document
 
 

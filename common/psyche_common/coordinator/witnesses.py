@@ -123,8 +123,8 @@ def attested_trainers(coord: CoordinatorState) -> set[bytes] | None:
     with many identities get honest trainers dropped; they are not judged here.
     """
     attested = coord.previous_previous_round()
-    clients = coord.epoch_state.clients
-    if attested is None or attested.clients_len != len(clients):
+    clients = None if attested is None else coord.round_clients(attested)
+    if attested is None or clients is None:
         return None
     assignment = assign_data_for_round(attested, clients, coord.config, coord.model.max_seq_len)
     return set(assignment.values())

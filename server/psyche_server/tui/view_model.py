@@ -129,6 +129,19 @@ def _weights_line(app: ServerApp) -> str:
     return f"Weights @ step {verdict.step}: {verdict.reports} report(s) agree"
 
 
+def joiners_text(coordinator: Coordinator) -> str:
+    """The mid-epoch joiners and where each is: fetching the model, or in sync and waiting
+    for its seat at the next round start ("" without joiners)."""
+    joining = coordinator.epoch_state.joining
+    if not joining:
+        return ""
+    states = ", ".join(
+        f"{short_id(j.id)} {'in sync, seated next round' if j.ready else 'fetching the model'}"
+        for j in joining
+    )
+    return f"; joining: {states}"
+
+
 def verification_line(coordinator: Coordinator) -> str:
     """`Verification: 25%, 1 conviction (last: 0a1b2c3d at step 7, agreement 0.02)`."""
     percent = coordinator.config.verification_percent
@@ -221,7 +234,10 @@ def build_view(app: ServerApp, now: int) -> DashboardView:
         pause_hint=pause_hint(coordinator),
         run_state=run_state_text(coordinator, len(app.pending), now),
         next_round_clients=[short_id(cid) for cid in app.pending],
-        clients_line=f"Clients: {len(epoch_state.clients)} ({len(epoch_state.exited_clients)} exited)",
+        clients_line=(
+            f"Clients: {len(epoch_state.clients)} ({len(epoch_state.exited_clients)} exited)"
+            + joiners_text(coordinator)
+        ),
         height=int(current.height),
         step=coordinator.progress.step,
         epoch=coordinator.progress.epoch,
