@@ -55,10 +55,12 @@ def run_mixed(
     timeout: float = 400,
     programs: dict[int, list[str]] | None = None,
     max_round_train_time: int = 60,
+    real_model: bool = False,
 ) -> MixedOutcome:
     """`len(seconds_per_sample)` dummy clients, every one a witness, `steps` steps of `batch`
     samples (`programs`: client index → another program given `psyche-client`'s arguments);
-    waits for every client to exit."""
+    waits for every client to exit. With `real_model` the clients train `builtin:llama-tiny`
+    on CPU instead (`seconds_per_sample` then only counts them: a program makes one slower)."""
     tmp.mkdir(parents=True, exist_ok=True)
     clients = len(seconds_per_sample)
     state = write_state(
@@ -78,9 +80,8 @@ def run_mixed(
         cluster.start_server()
         procs = [
             cluster.start_client(
-                "--dummy-seconds-per-sample",
-                str(cost),
-                dummy_delay=0.0,
+                *(() if real_model else ("--dummy-seconds-per-sample", str(cost))),
+                dummy_delay=None if real_model else 0.0,
                 program=(programs or {}).get(index),
             )
             for index, cost in enumerate(seconds_per_sample)

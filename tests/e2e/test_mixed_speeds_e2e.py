@@ -1,5 +1,6 @@
 """Per-client batch shares with real processes: dummy clients of different speeds
-(`--dummy-seconds-per-sample`) get shares that follow their speed, with identical weights and
+(`--dummy-seconds-per-sample`), and real-model CPU clients one of which is slower
+(`slow_trainer_client.py`), get shares that follow their speed, with identical weights and
 nobody dropped; a witness that times every result at 1 ms gains no share; a client too slow
 for its first shares misses rounds, gets a smaller share and is not dropped."""
 
@@ -13,6 +14,7 @@ import pytest
 from bench.harness.mixed_run import run_mixed
 
 LIAR = str(Path(__file__).resolve().parent / "speed_liar_client.py")
+SLOW = str(Path(__file__).resolve().parent / "slow_trainer_client.py")
 
 
 def _last_steps(trained: dict[int, int], count: int) -> list[int]:
@@ -60,3 +62,27 @@ def test_a_client_that_misses_its_first_rounds_gets_a_smaller_share(tmp_path: Pa
     assert outcome.hashes_agree and outcome.common_steps >= 5
     slow = outcome.trained[2]
     assert all(samples < 8 for samples in _last_steps(slow, 3)), slow
+
+
+@pytest.mark.timeout(480)
+def test_real_model_shares_follow_a_slower_cpu_client(tmp_path: Path) -> None:
+    """Three CPU clients train `builtin:llama-tiny`; one takes 0.3 s more per sample
+    (`slow_trainer_client.py`, as a weaker device would). Its share shrinks below the equal
+    one, the weights stay identical and nobody is dropped."""
+    outcome = run_mixed(
+        tmp_path,
+        [0.0, 0.0, 0.0],
+        steps=10,
+        batch=12,
+        shares=True,
+        real_model=True,
+        programs={2: [sys.executable, SLOW]},
+        timeout=420,
+    )
+    assert outcome.exit_codes == [0, 0, 0]
+    assert outcome.dropped == 0
+    assert outcome.hashes_agree and outcome.common_steps >= 5
+    fast, _, slow = outcome.trained
+    # equal shares are 4 each: the slow client's falls below, a fast one's rises above
+    assert all(samples < 4 for samples in _last_steps(slow, 3)), slow
+    assert all(samples > 4 for samples in _last_steps(fast, 3)), fast
