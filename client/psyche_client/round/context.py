@@ -63,13 +63,6 @@ class RoundContext:
             return []
         return [client.id for client in self.coordinator.epoch_state.clients]
 
-    def is_joiner(self) -> bool:
-        """Whether we are joining this epoch mid-way (`epoch_state.joining`, not seated yet)."""
-        coordinator = self.coordinator
-        return coordinator is not None and any(
-            j.id == self.me for j in coordinator.epoch_state.joining
-        )
-
     def lose_sync(self, cause: str) -> None:
         """Stop training and witnessing until the next Warmup resyncs the weights."""
         if self.out_of_sync is None:
