@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from bench.harness.client_run import Cluster, Proc, applied_hashes, wait_for, write_state
+from bench.harness.client_run import Cluster, Proc, wait_for
+from bench.harness.mixed_run import dropped_clients, hashes_agree, mixed_state, with_options
 
 
 @dataclass(frozen=True)
@@ -65,20 +66,8 @@ def run_join(
     on; once client 0 applied `join_after_step`, one more client starts. Waits for every
     client to exit."""
     tmp.mkdir(parents=True, exist_ok=True)
-    state = write_state(
-        tmp / "state.toml",
-        total_steps=steps,
-        init_min_clients=members,
-        min_clients=2,
-        witness_nodes=0,
-        batch=batch,
-        max_round_train_time=30,
-        round_witness_time=0.5,
-        epoch_time=3600,
-    )
-    text = state.read_text()
-    options = "[config]\njoin_mid_epoch = true\nper_client_shares = true\n"
-    state.write_text(text.replace("[config]\n", options, 1))
+    state = mixed_state(tmp, members, steps, batch, 30, epoch_time=3600)
+    with_options(state, {"join_mid_epoch": "true", "per_client_shares": "true"})
     cluster = Cluster(tmp, state)
     extra = () if real_model else ("--dummy-seconds-per-sample", str(seconds_per_sample))
     dummy = None if real_model else 0.0
@@ -108,15 +97,7 @@ def run_join(
             if joiner_id in (line.get("senders") or [])
         ]
         first = min(taken, key=lambda line: int(line["step"])) if taken else None
-        tables = [applied_hashes(p) for p in [*procs, joiner]]
-        common = sorted(set.intersection(*(set(t) for t in tables)))
-        agree = bool(common) and all(len({t[step] for t in tables}) == 1 for step in common)
-        assert cluster.server is not None
-        dropped = sum(
-            int(line.get("dropped", 0))
-            for line in cluster.server.lines()
-            if str(line.get("msg", "")).startswith("health check from")
-        )
+        agree, common = hashes_agree([*procs, joiner])
         return JoinOutcome(
             join_step=join_step,
             first_applied_step=None if first is None else int(first["step"]),
@@ -124,8 +105,8 @@ def run_join(
                 None if first is None else round(_timestamp(first) - started, 2)
             ),
             hashes_agree=agree,
-            joiner_steps=len(common),
-            dropped=dropped,
+            joiner_steps=common,
+            dropped=dropped_clients(cluster),
             exit_codes=[p.popen.returncode for p in [*procs, joiner]],
         )
     finally:

@@ -25,10 +25,46 @@ class MixedOutcome:
     exit_codes: list[int | None]
 
 
-def _with_shares(state: Path, max_share_multiple: int) -> None:
+def with_options(state: Path, options: dict[str, str]) -> None:
+    """Add `[config]` options (TOML values as text) to a state file `write_state` wrote."""
     text = state.read_text()
-    options = f"[config]\nper_client_shares = true\nmax_share_multiple = {max_share_multiple}\n"
-    state.write_text(text.replace("[config]\n", options, 1))
+    lines = "".join(f"{key} = {value}\n" for key, value in options.items())
+    state.write_text(text.replace("[config]\n", f"[config]\n{lines}", 1))
+
+
+def mixed_state(
+    tmp: Path, clients: int, steps: int, batch: int, max_round_train_time: int, **extra: object
+) -> Path:
+    """The state file of a mixed run: every member a witness, RoundWitness 0.5 s."""
+    return write_state(
+        tmp / "state.toml",
+        total_steps=steps,
+        init_min_clients=clients,
+        min_clients=2,
+        witness_nodes=0,
+        batch=batch,
+        max_round_train_time=max_round_train_time,
+        round_witness_time=0.5,
+        **extra,
+    )
+
+
+def hashes_agree(procs: list[Proc]) -> tuple[bool, int]:
+    """Whether every client had the same weights hash at every step they all applied, and at
+    how many steps."""
+    tables = [applied_hashes(p) for p in procs]
+    common = sorted(set.intersection(*(set(t) for t in tables)))
+    return bool(common) and all(len({t[s] for t in tables}) == 1 for s in common), len(common)
+
+
+def dropped_clients(cluster: Cluster) -> int:
+    """Clients the coordinator dropped through health checks (the server's log)."""
+    assert cluster.server is not None
+    return sum(
+        int(line.get("dropped", 0))
+        for line in cluster.server.lines()
+        if str(line.get("msg", "")).startswith("health check from")
+    )
 
 
 def _samples_per_second(proc: Proc, batch: int, trainers: int) -> float:
@@ -63,18 +99,11 @@ def run_mixed(
     on CPU instead (`seconds_per_sample` then only counts them: a program makes one slower)."""
     tmp.mkdir(parents=True, exist_ok=True)
     clients = len(seconds_per_sample)
-    state = write_state(
-        tmp / "state.toml",
-        total_steps=steps,
-        init_min_clients=clients,
-        min_clients=2,
-        witness_nodes=0,
-        batch=batch,
-        max_round_train_time=max_round_train_time,
-        round_witness_time=0.5,
-    )
+    state = mixed_state(tmp, clients, steps, batch, max_round_train_time)
     if shares:
-        _with_shares(state, max_share_multiple)
+        with_options(
+            state, {"per_client_shares": "true", "max_share_multiple": str(max_share_multiple)}
+        )
     cluster = Cluster(tmp, state)
     try:
         cluster.start_server()
@@ -92,15 +121,7 @@ def run_mixed(
             "the clients to finish",
             cluster.diagnostics,
         )
-        tables = [applied_hashes(p) for p in procs]
-        common = sorted(set.intersection(*(set(t) for t in tables)))
-        agree = bool(common) and all(len({t[step] for t in tables}) == 1 for step in common)
-        assert cluster.server is not None
-        dropped = sum(
-            int(line.get("dropped", 0))
-            for line in cluster.server.lines()
-            if str(line.get("msg", "")).startswith("health check from")
-        )
+        agree, common = hashes_agree(procs)
         trained = [
             {int(e["step"]): int(e.get("samples", 0)) for e in p.events("trained step")}
             for p in procs
@@ -109,8 +130,8 @@ def run_mixed(
             samples_per_second=_samples_per_second(procs[0], batch, clients),
             trained=trained,
             hashes_agree=agree,
-            common_steps=len(common),
-            dropped=dropped,
+            common_steps=common,
+            dropped=dropped_clients(cluster),
             exit_codes=[p.popen.returncode for p in procs],
         )
     finally:

@@ -185,19 +185,26 @@ def to_round_train(
     return now
 
 
-def witness_round(coord: Coordinator, now: int, seen: Iterable[bytes] | None = None) -> int:
+def witness_round(
+    coord: Coordinator,
+    now: int,
+    seen: Iterable[bytes] | None = None,
+    pending: Sequence[bytes] | None = None,
+) -> int:
     """All elected witnesses report (seeing `seen`, default: every client) and the round's
-    RoundWitness phase times out; returns the new time."""
+    RoundWitness phase times out, with `pending` joined (default: every client); returns the
+    new time."""
     everyone = [c.id for c in coord.epoch_state.clients]
     seen_ids = list(everyone if seen is None else seen)
+    joined = list(everyone if pending is None else pending)
     for witness_id in round_witnesses(coord):
         coord.witness(witness_id, round_witness_for(coord, witness_id, seen_ids), now)
     if coord.run_state == RunState.RoundTrain:
         now += coord.config.max_round_train_time
-        coord.tick(everyone, now, 0)
+        coord.tick(joined, now, 0)
     assert coord.run_state == RunState.RoundWitness
     now += coord.config.round_witness_time
-    coord.tick(everyone, now, now)
+    coord.tick(joined, now, now)
     return now
 
 

@@ -18,6 +18,7 @@ from tests.support.coordinators import (
     round_witness_for,
     round_witnesses,
     to_round_train,
+    witness_round,
 )
 
 MEMBERS = ids(4)
@@ -36,15 +37,7 @@ def coordinator(join_mid_epoch: bool = True, **config: int) -> tuple[Coordinator
 
 def next_round(coord: Coordinator, now: int, pending: list[bytes]) -> int:
     """Every elected witness reports, and the round's time runs out with `pending` joined."""
-    members = [c.id for c in coord.epoch_state.clients]
-    for witness_id in round_witnesses(coord):
-        coord.witness(witness_id, round_witness_for(coord, witness_id, members), now)
-    if coord.run_state == RunState.RoundTrain:
-        now += coord.config.max_round_train_time
-        coord.tick(pending, now, 0)
-    assert coord.run_state == RunState.RoundWitness
-    now += coord.config.round_witness_time
-    coord.tick(pending, now, now)
+    now = witness_round(coord, now, pending=pending)
     assert coord.run_state == RunState.RoundTrain
     return now
 
