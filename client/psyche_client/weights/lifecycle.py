@@ -192,14 +192,20 @@ class ModelLifecycle:
     async def share_snapshot(self, coordinator: Coordinator, backend: TrainingBackend) -> None:
         """A member, at the round a joiner's snapshot is due (`coordinator.joining`): serve
         our weights of this step (the caller holds the model lock)."""
+        await self._share(coordinator, backend, "model shared for a joiner")
+
+    async def _share(self, coordinator: Coordinator, backend: TrainingBackend, what: str) -> None:
+        """Serve `backend`'s weights as of the coordinator's step, and log `what` with the
+        hash `SharedModel.share` computed (one pass over the weights, not two)."""
         step = coordinator.progress.step
         await self.shared.share(backend, step, coordinator.progress.epoch)
+        weights_hash = self.shared.weights_hash
         log.info(
-            "model shared for a joiner",
+            what,
             extra={
                 "client_id": self.identity.short_id,
                 "step": step,
-                "weights_hash": backend.weights_hash().hex(),
+                "weights_hash": None if weights_hash is None else weights_hash.hex(),
             },
         )
 
@@ -239,15 +245,7 @@ class ModelLifecycle:
 
     async def cooldown(self, coordinator: Coordinator, backend: TrainingBackend) -> None:
         step = coordinator.progress.step
-        await self.shared.share(backend, step, coordinator.progress.epoch)
-        log.info(
-            "model shared for late joiners",
-            extra={
-                "client_id": self.identity.short_id,
-                "step": step,
-                "weights_hash": backend.weights_hash().hex(),
-            },
-        )
+        await self._share(coordinator, backend, "model shared for late joiners")
         options = self.checkpointing
         if options.dir is None:
             return
