@@ -1,7 +1,8 @@
 """`psyche-client check`'s memory estimate against a real client workload's peak resident
 memory (`bench/memory.py`: the round pipeline's load, early-apply snapshot, apply of 4 clients'
 results, micro-batched training and encoding on `builtin:llama-20m`, in a child process whose
-`VmHWM` is read), within 15 %, in fp32 and in bf16."""
+`VmHWM` is read; the highest of 3 such children, whose peaks differ by up to ~15 % with the
+allocator's choices), within 15 %, in fp32 and in bf16."""
 
 from __future__ import annotations
 

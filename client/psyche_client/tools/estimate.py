@@ -153,9 +153,13 @@ def activation_bytes(
 
 
 def logits_bytes(config: PretrainedConfig, micro_batch_size: int, seq_len: int, elem: int) -> int:
-    """The logits of one micro-batch and the loss over them: logits, their fp32 copy (the
-    same tensor in an fp32 model), fp32 log-probabilities and the gradients of all three."""
-    per_logit = 4 * FP32 if elem == FP32 else 2 * elem + 4 * FP32
+    """The logits of one micro-batch and the loss over them at the backward pass's peak. In
+    an fp32 model: logits, log-probabilities and both their gradients (the upcast for the loss
+    is the same tensor). In a lower dtype: the logits, their fp32 copy, the fp32
+    log-probabilities and one fp32 gradient, the gradient of the copy being made as that of
+    the log-probabilities is freed (the dtype's own gradient reuses that memory): measured on
+    the CPU, 14.4 bytes a logit in bf16 against 19.4 in fp32, the weight's gradient included."""
+    per_logit = 4 * FP32 if elem == FP32 else elem + 3 * FP32
     return micro_batch_size * seq_len * int(config.vocab_size) * per_logit
 
 
