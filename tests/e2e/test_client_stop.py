@@ -61,7 +61,17 @@ def _stop(cluster: Cluster, proc: Proc, sig: signal.Signals) -> None:
 def test_sigterm_and_sigint_stop_a_client_cleanly(tmp_path: Path) -> None:
     cluster = Cluster(
         tmp_path,
-        write_state(tmp_path / "state.toml", init_min_clients=3, min_clients=1, total_steps=500),
+        # witness_nodes 0: every member witnesses. With one witness a round whose witness is the
+        # client just stopped has nobody to witness it, and the coordinator ends the epoch and
+        # withdraws everyone ("nobody witnessed" cannot be told apart from "everyone left"), so
+        # the survivor would wait for init_min_clients again instead of training on.
+        write_state(
+            tmp_path / "state.toml",
+            init_min_clients=3,
+            min_clients=1,
+            total_steps=500,
+            witness_nodes=0,
+        ),
     )
     try:
         cluster.start_server()
