@@ -2,14 +2,17 @@
 one JSON object.
 
 For each size `M/N` of `--sizes` (default 1/4 and 2/8: M of N clients malicious) and each
-attack of `--only` (default all of `bench.harness.attack_run.ATTACKS`), one run of real processes
+attack of `--only` (default all of `bench.harness.attack_catalog.ATTACKS`), one run of real processes
 (`psyche-server` and `psyche-client`s on loopback, `builtin:llama-tiny` on CPU, `--steps`
 steps (default 30), global batch max(6, N) × 32 tokens, every member a witness, max round time 10 s) with N − M honest clients and M
 attackers, and one clean run of N honest clients per distinct setting of the selected
 attacks at that size (1-bit values with 25% verifiers; bf16 values without verifiers for the
-huge-values trainer). Floods (idle sockets, decode bombs, relay exhaustion) are hosts, and
+huge-values trainer; samples from the server's data server for the data squatter). Floods
+(idle sockets, decode bombs, relay exhaustion, data-server squatting) are hosts, and
 intruders are clients a permissioned run refuses (an unlisted key, an expired or forged
-delegation), not members: their runs have N − M member clients. `tamper` is a man in the
+delegation), not members: their runs have N − M member clients. The delegated sybils are
+N − M + 1 delegates of each of M listed keys, of which the server seats one per key (run with
+`--max-delegates-per-authorizer 1`): N members. `tamper` is a man in the
 middle, not a member: its runs have N honest clients, M of which reach the server through a
 proxy that flips one byte of their link after the handshake.
 
@@ -27,7 +30,12 @@ Per attack (key `"NAME M/N"`):
   target (idle sockets: some closed by caps at accept, handshake or pre-join timeouts; decode
   bombs: every one refused and its socket closed; relay exhaustion: no dial granted); for the
   intruders, each was refused at its Join and exited 1; for `tamper`, every altered frame
-  failed authentication at the side that read it. False is an observation, not a failure:
+  failed authentication at the side that read it; for the sybils, each one past its owner's
+  cap was refused at its Join (the seated ones are manifest liars, which stay); for the data
+  squatter, the data server closed every connection it opened; for the relay hog, no burst
+  got more of the victim's pipes than one key's share (8); for the equivocation replayer, it
+  sent its proofs and nobody was convicted on them (`details` counts the proofs the server
+  refused). False is an observation, not a failure:
   docs/security.md says which attackers the protocol cannot remove and bounds their harm;
 - `steps_to_removal`: per attacker, the step of its conviction or drop (None: not removed);
   `honest_convicted`: honest clients convicted in the attacked run, `honest_dropped`: honest
@@ -66,9 +74,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.harness.attack_catalog import ATTACKS, Attack  # noqa: E402
 from bench.harness.attack_run import (  # noqa: E402
-    ATTACKS,
-    Attack,
     RunOutcome,
     run_attack,
     untrained_loss,
@@ -151,9 +158,10 @@ def main() -> None:
         progress(f"untrained held-out loss {untrained:.4f}")
         for malicious, clients in sizes:
             size = f"{malicious}/{clients}"
-            clean: dict[tuple[bool, int], RunOutcome] = {}
-            for setting in sorted({(a.quantize_1bit, a.verification_percent) for a in attacks}):
+            clean: dict[tuple[bool, int, bool], RunOutcome] = {}
+            for setting in sorted({a.setting for a in attacks}):
                 label = f"clean {size} {'1bit' if setting[0] else 'bf16'} verify{setting[1]}%"
+                label += " data-server" if setting[2] else ""
                 progress(f"{label}: {clients} honest clients, {args.steps} steps")
                 run = run_attack(
                     work / label.replace(" ", "_").replace("/", "of").replace("%", ""),
@@ -162,6 +170,7 @@ def main() -> None:
                     steps=args.steps,
                     quantize_1bit=setting[0],
                     verification_percent=setting[1],
+                    data_server=setting[2],
                     timeout=600,
                 )
                 clean[setting] = run
@@ -185,7 +194,7 @@ def main() -> None:
                     steps=args.steps,
                     timeout=600,
                 )
-                reference = clean[(attack.quantize_1bit, attack.verification_percent)]
+                reference = clean[attack.setting]
                 ratio = (
                     None
                     if run.eval_loss is None or reference.eval_loss is None
@@ -205,6 +214,7 @@ def main() -> None:
                     "honest_hashes_agree": run.hashes_agree,
                     "attacker_removed": bool(run.attackers_removed) and all(run.attackers_removed),
                     **removal(run),
+                    **({"details": run.details} if run.details else {}),
                     "description": attack.description,
                     **summary(run),
                 }

@@ -23,18 +23,17 @@ training loss was finite, whether each attacker was removed) for the caller to j
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from psyche_common.protocol import Identity, coordinator_domain
-from psyche_common.protocol.authorization import encode_authorization, sign_authorization
+from psyche_common.protocol import coordinator_domain
 
+from bench.harness.attack_catalog import Attack
+from bench.harness.attack_keys import PermissionedKeys, RunKeys
 from bench.harness.client_run import (
     Cluster,
     Proc,
@@ -46,12 +45,11 @@ from bench.harness.client_run import (
 )
 from bench.harness.flood import Flood
 from bench.harness.hostile_hosts import DecodeBomber, HashForger, RelayExhauster
+from bench.harness.squatters import DataSquatter
 from bench.harness.tamper_proxy import DOWN, UP, Flip, TamperProxy
 
-Host = Flood | DecodeBomber | RelayExhauster | HashForger
+Host = Flood | DecodeBomber | RelayExhauster | HashForger | DataSquatter
 
-ATTACK_CLIENTS = Path(__file__).resolve().parents[2] / "tests" / "e2e"
-"""Where the attack programs are (test-only clients, run as programs)."""
 EVAL_SEQUENCES = 64
 EVAL_SEQ_LEN = 32
 FLOOD_SOCKETS = 300
@@ -61,155 +59,11 @@ TAMPER_FLIPS = (Flip(0, UP, 1), Flip(1, DOWN, 3))
 """A tampering proxy's flips: the first connection's Join (client → server), then the fourth
 frame the server sends on the second connection (a state or the reachability notice)."""
 AUTHENTICATION_FAILED = "failed authentication"
-
-
-@dataclass(frozen=True)
-class Attack:
-    """An attack: `program`, a client script in tests/e2e run by each attacker; `flood`, where
-    each attacker is a host that floods the `server` or honest `peer`s with idle connections,
-    sends `decode_bomb`s to the server's and the peers' ports, asks the `relay` for pipes
-    with many keys, or reports forged weights hashes from keys that never join
-    (`hash_forger`); `intruder`, a client of a permissioned run presenting an `unlisted` key,
-    an `expired` delegation or a `forged` one (`bad_delegation`: the two alternate); or
-    `tamper`, where each attacker alters one honest client's coordinator link in flight.
-    `quantize_1bit` and `verification_percent` are the run's settings (its clean twin's too)."""
-
-    name: str
-    description: str
-    program: str | None = None
-    flood: str | None = None
-    intruder: str | None = None
-    tamper: bool = False
-    quantize_1bit: bool = True
-    verification_percent: int = 25
-
-    def command(self) -> list[str]:
-        if self.program is None:
-            raise ValueError(f"{self.name} runs no attacker client")
-        return [sys.executable, str(ATTACK_CLIENTS / self.program)]
-
-
-ATTACKS: dict[str, Attack] = {
-    attack.name: attack
-    for attack in (
-        Attack("signflip", "trainer negating its gradients", program="signflip_client.py"),
-        Attack(
-            "freerider",
-            "trainer re-sending its first result, relabelled, for every later batch",
-            program="freerider_client.py",
-        ),
-        Attack(
-            "huge",
-            "trainer sending its values x 1e30 (bf16 run, no verifiers)",
-            program="huge_client.py",
-            quantize_1bit=False,
-            verification_percent=0,
-        ),
-        Attack(
-            "lying_witness",
-            "witness with all-ones blooms that also accuses every trainer",
-            program="lying_client.py",
-        ),
-        Attack(
-            "false_accuser",
-            "witness accusing every trainer in every health check",
-            program="accuser_client.py",
-        ),
-        Attack("stalling", "peer that never answers on P2P", program="stalling_client.py"),
-        Attack(
-            "equivocator",
-            "trainer pushing two signed commitments per batch to two halves of the members",
-            program="equivocator_client.py",
-        ),
-        # detection attacks (issue 18 items 5, 6 and 8): copies, lying verifiers, junk blobs
-        Attack(
-            "copier",
-            "trainer re-announcing another trainer's result of the same round as its own",
-            program="copier_client.py",
-            verification_percent=50,
-        ),
-        Attack(
-            "lying_verifier",
-            "verifier reporting every result it checks as failed",
-            program="lying_verifier_client.py",
-            verification_percent=50,
-        ),
-        Attack(
-            "junk_blob",
-            "peer serving junk bytes for its blobs to half of the members",
-            program="junk_blob_client.py",
-        ),
-        Attack(
-            "early_flood",
-            "member pushing 1200 far-future announcements to each peer after every Finished",
-            program="early_flood_client.py",
-        ),
-        Attack(
-            "slow_reader",
-            "member holding 64 requests for old blobs open at each peer, reading about 1 MB/s",
-            program="slow_reader_client.py",
-        ),
-        Attack(
-            "manifest_liar",
-            "member serving other weights in its manifest and parameters (to joiners and to "
-            "the Warmup weights checks)",
-            program="manifest_liar_client.py",
-        ),
-        # members who stall their peers (issue 29, findings 5, 8 and 9)
-        Attack(
-            "frame_bomb",
-            "member sending a 1 MiB frame of a million empty arrays on a fresh link to each "
-            "peer after every Finished",
-            program="frame_bomb_client.py",
-        ),
-        Attack(
-            "finished_flood",
-            "member pushing 1200 Finished for the step it just finished, each with another "
-            "Merkle root, to each peer after every Finished",
-            program="finished_flood_client.py",
-        ),
-        Attack(
-            "slow_first_announcer",
-            "trainer serving its blobs a byte every 2 s",
-            program="slow_first_announcer_client.py",
-        ),
-        Attack("flood_server", "300 idle sockets per attacker at the server", flood="server"),
-        Attack("flood_peer", "300 idle sockets per attacker at one honest peer", flood="peer"),
-        Attack(
-            "decode_bomb",
-            "host sending nested-array frames at the coordinator port and every peer's P2P port",
-            flood="decode_bomb",
-        ),
-        Attack(
-            "relay_exhaustion",
-            "host with 16 joined keys dialing every member through the relay (all honest "
-            "clients relayed)",
-            flood="relay",
-        ),
-        Attack(
-            "hash_forger",
-            "host whose 5 keys never join and report a forged weights hash for the next 64 "
-            "steps, again and again",
-            flood="hash_forger",
-        ),
-        Attack(
-            "unlisted_key",
-            "client of a permissioned run whose key is not listed",
-            intruder="unlisted",
-        ),
-        Attack(
-            "bad_delegation",
-            "client of a permissioned run with an expired or a forged delegation",
-            intruder="bad_delegation",
-        ),
-        Attack(
-            "tamper",
-            "man in the middle flipping one byte per connection of an honest client's "
-            "coordinator link, after the handshake",
-            tamper=True,
-        ),
-    )
-}
+SYBIL_DELEGATE_CAP = 1
+"""`--max-delegates-per-authorizer` of a `delegated_sybils` run: each owner of sybils gets one
+member seat, whatever number of keys it delegates."""
+RELAY_PAIR_QUOTA = 8
+"""The relay's `max_pipes_per_pair`: what one key may hold of a victim's incoming pipes."""
 
 
 @dataclass
@@ -236,6 +90,9 @@ class RunOutcome:
     """Honest clients the coordinator convicted (false convictions)."""
     honest_dropped: int = 0
     """Honest clients dropped from the epoch by a health check or a false report."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """What some attacks report besides removal (sybils refused, relay pipes granted, replayed
+    proofs sent and refused, data-server connections closed)."""
 
     @property
     def honest_ok(self) -> bool:
@@ -343,21 +200,24 @@ def run_attack(
     steps: int = 10,
     quantize_1bit: bool = True,
     verification_percent: int = 25,
+    data_server: bool = False,
     timeout: float = 400.0,
 ) -> RunOutcome:
     """Run `clients - malicious` honest clients and `malicious` attackers of `attack` (None:
-    all `clients` honest, the clean run; its settings are then `quantize_1bit` and
-    `verification_percent`) to the end of `steps` steps, and measure."""
+    all `clients` honest, the clean run; its settings are then `quantize_1bit`,
+    `verification_percent` and `data_server`) to the end of `steps` steps, and measure."""
     tmp.mkdir(parents=True, exist_ok=True)
     if attack is None:
         malicious = 0
     else:
-        quantize_1bit = attack.quantize_1bit
-        verification_percent = attack.verification_percent
+        quantize_1bit, verification_percent, data_server = attack.setting
     tamper = attack is not None and attack.tamper
+    intruder = attack.intruder if attack is not None else None
+    sybils = intruder == "sybils"
     honest_count = clients if tamper else clients - malicious
-    outsiders = attack is not None and (attack.flood or attack.intruder)
+    outsiders = attack is not None and (attack.flood or (intruder and not sybils))
     members = honest_count if outsiders else clients
+    data_port = free_port()
     state = write_state(
         tmp / "state.toml",
         total_steps=steps,
@@ -370,6 +230,7 @@ def run_attack(
         batch=max(6, clients),
         verification_percent=verification_percent,
         quantize_1bit="true" if quantize_1bit else "false",
+        **({"data_location": f'{{ Server = "127.0.0.1:{data_port}" }}'} if data_server else {}),
     )
     cluster = Cluster(tmp, state)
     checkpoints = tmp / "checkpoints"
@@ -377,27 +238,50 @@ def run_attack(
     proxies: list[TamperProxy] = []
     attackers: list[Proc] = []
     flood = attack.flood if attack is not None else None
-    keys = _Keys(tmp, honest_count, malicious) if attack is not None and attack.intruder else None
+    keys = (
+        PermissionedKeys(tmp, honest_count, malicious if sybils else 0)
+        if intruder is not None
+        else None
+    )
+    run_keys = (
+        RunKeys(tmp, honest_count, malicious, honest_keys=attack.honest_keys)
+        if attack is not None and attack.program is not None and keys is None
+        else None
+    )
+    server_flags: list[str] = []
+    if data_server:
+        server_flags += ["--data-config", str(write_data_config(tmp, cluster.env()))]
     started = time.monotonic()
     try:
         if flood == "server":
-            cluster.start_server("--pre-join-timeout", "2")
+            cluster.start_server(*server_flags, "--pre-join-timeout", "2")
             for i in range(malicious):
                 floods.append(Flood(cluster.port, f"127.0.0.{2 + i}", FLOOD_SOCKETS).start())
         elif keys is not None:
-            cluster.start_server("--authorized-keys", str(keys.authorized))
+            cap = ["--max-delegates-per-authorizer", str(SYBIL_DELEGATE_CAP)] if sybils else []
+            cluster.start_server(*server_flags, "--authorized-keys", str(keys.authorized), *cap)
         else:
-            cluster.start_server()
+            cluster.start_server(*server_flags)
+        if sybils and keys is not None and attack is not None:
+            # first, so that they are ahead of the listed keys in join order
+            for owner in range(malicious):
+                for flags in keys.sybils(owner, sybils_per_owner(honest_count)):
+                    attackers.append(cluster.start_client(*flags, program=attack.command()))
         honest = []
-        relayed = ["--advertise-addr", f"127.0.0.1:{free_port()}"] if flood == "relay" else []
+        relayed = attack is not None and (attack.relayed or flood == "relay")
         for i in range(honest_count):
             extra = ["--checkpoint-dir", str(checkpoints)] if i == 0 else []
-            identity = [] if keys is None else ["-i", str(keys.honest[i])]
+            if keys is not None:
+                extra += ["-i", str(keys.honest[i])]
+            elif run_keys is not None:
+                extra += run_keys.honest_flags(i)
+            if relayed:
+                extra += ["--advertise-addr", f"127.0.0.1:{free_port()}"]
             if tamper and i >= honest_count - malicious:  # the last `malicious` clients
                 proxy = TamperProxy(cluster.port, TAMPER_FLIPS).start()
                 proxies.append(proxy)
                 extra += ["--server-addr", f"127.0.0.1:{proxy.port}"]
-            client = cluster.start_client(*extra, *identity, *relayed)
+            client = cluster.start_client(*extra)
             honest.append(client)
             if flood == "peer" and i < malicious:
                 peer_flood = Flood(client.p2p_port(), f"127.0.0.{2 + i}", FLOOD_SOCKETS)
@@ -412,19 +296,30 @@ def run_attack(
         if flood == "hash_forger":
             for _ in range(malicious):
                 floods.append(HashForger(cluster.port, "e2e-run").start())
-        if flood == "relay":  # once the epoch's members are fixed: the keys stay pending
-            wait_for(lambda: applied_hashes(honest[0]), timeout, "a first applied step")
+        if flood in ("relay", "data"):  # once the epoch's members are fixed
+            wait_for(lambda: bool(applied_hashes(honest[0])), timeout, "a first applied step")
             for i in range(malicious):
-                floods.append(RelayExhauster(cluster.port, "e2e-run", f"127.0.0.{2 + i}").start())
-        if keys is not None and attack is not None:
+                source = f"127.0.0.{2 + i}"
+                host: RelayExhauster | DataSquatter = (
+                    RelayExhauster(cluster.port, "e2e-run", source)
+                    if flood == "relay"
+                    else DataSquatter(data_port, "e2e-run", source)
+                )
+                host.start()
+                floods.append(host)
+        if keys is not None and intruder is not None and not sybils:
             for i in range(malicious):
-                attackers.append(cluster.start_client(*keys.intruder(i, attack.intruder)))
-        if attack is not None and attack.program is not None:
+                attackers.append(cluster.start_client(*keys.intruder(i, intruder)))
+        if run_keys is not None and attack is not None:
             gradients = tmp / "attacker-results"
-            for _ in range(malicious):
+            for i in range(malicious):
                 attackers.append(
                     cluster.start_client(
-                        "--write-gradients-dir", str(gradients), program=attack.command()
+                        "--write-gradients-dir",
+                        str(gradients),
+                        *run_keys.attacker_flags(i),
+                        program=attack.command(),
+                        env=run_keys.attacker_env(i),
                     )
                 )
         deadline = time.monotonic() + timeout
@@ -433,8 +328,8 @@ def run_attack(
         seconds = time.monotonic() - started
         diagnostics = cluster.diagnostics()
     finally:
-        for flood in floods:
-            flood.stop()
+        for flood_host in floods:
+            flood_host.stop()
         cluster.stop()
         for proxy in proxies:
             proxy.stop()
@@ -442,16 +337,24 @@ def run_attack(
     common = sorted(set.intersection(*(set(t) for t in tables))) if tables else []
     agree = bool(common) and all(len({t[s] for t in tables}) == 1 for s in common)
     finite = all(math.isfinite(v) for p in honest for v in losses(p).values())
+    server = cluster.server
+    convicted_all = convicted_ids(server) if server else set()
+    details: dict[str, Any] = {}
     if attack is not None and attack.flood == "hash_forger":
         # nobody to remove (the keys never joined): their reports must count for nothing
-        flagged = cluster.server is None or bool(cluster.server.events_with("majority_hash"))
+        flagged = server is None or bool(server.events_with("majority_hash"))
         removed = [host.shed and not flagged for host in floods]
     elif attack is not None and attack.flood:
         removed = [host.shed for host in floods]
-    elif attack is not None and attack.intruder:
+        details = _flood_details(floods)
+    elif sybils:
+        refused = [p.popen.returncode == 1 and _refused(p) for p in attackers]
+        removed = refused  # the seated ones serve other weights: docs/security.md says why
+        details = {"sybils": len(attackers), "refused": sum(refused)}
+    elif intruder is not None:
         removed = [p.popen.returncode == 1 and _refused(p) for p in attackers]
     elif tamper:  # every altered frame was refused: the server and the client each said so
-        server_log = cluster.server.log_path.read_text() if cluster.server else ""
+        server_log = server.log_path.read_text() if server else ""
         tampered = honest[honest_count - malicious :]
         removed = [
             proxy.flipped == list(TAMPER_FLIPS)
@@ -459,13 +362,30 @@ def run_attack(
             and AUTHENTICATION_FAILED in server_log
             for proxy, client in zip(proxies, tampered, strict=True)
         ]
+    elif attack is not None and attack.name == "relay_hog":
+        answers = [p.events("relay hog: dials answered") for p in attackers]
+        last = [lines[-1] if lines else {} for lines in answers]
+        removed = [
+            int(line.get("bursts", 0)) > 0 and int(line.get("granted", 0)) <= RELAY_PAIR_QUOTA
+            for line in last
+        ]
+        details = {
+            "bursts": [line.get("bursts") for line in last],
+            "most_granted_in_a_burst": [line.get("granted") for line in last],
+            "refused": [line.get("refused") for line in last],
+        }
+    elif attack is not None and attack.name == "replayed_equivocation":
+        sent = [len(p.events("equivocation replayer: sent a replayed proof")) for p in attackers]
+        refusals = [
+            line
+            for line in (server.lines() if server else [])
+            if line.get("message_type") == "Equivocation"
+        ]
+        removed = [n > 0 and not convicted_all.intersection(_ids(honest)) for n in sent]
+        details = {"proofs_sent": sum(sent), "proofs_refused": len(refusals)}
     else:
-        convicted = convicted_ids(cluster.server) if cluster.server else set()
-        removed = [client_id(p) in convicted or bool(p.events(DROPPED_LINE)) for p in attackers]
-    convicted_all = convicted_ids(cluster.server) if cluster.server else set()
-    honest_convicted = sorted(
-        str(i) for i in (client_id(p) for p in honest) if i is not None and i in convicted_all
-    )
+        removed = [client_id(p) in convicted_all or bool(p.events(DROPPED_LINE)) for p in attackers]
+    honest_convicted = sorted(i for i in _ids(honest) if i in convicted_all)
     return RunOutcome(
         attack=attack.name if attack is not None else "clean",
         clients=clients,
@@ -480,60 +400,53 @@ def run_attack(
         attackers_removed=removed,
         honest=honest,
         attackers=attackers,
-        server=cluster.server,
+        server=server,
         floods=floods,
         diagnostics=diagnostics,
-        removal_steps=[removal_step(cluster.server, p) for p in attackers],
+        removal_steps=[removal_step(server, p) for p in attackers],
         honest_convicted=honest_convicted,
         honest_dropped=sum(1 for p in honest if p.events(DROPPED_LINE)),
+        details=details,
     )
+
+
+def sybils_per_owner(honest: int) -> int:
+    """Keys each owner of sybils delegates: one more than the honest clients, so that without
+    a cap its delegates alone would outvote every honest member."""
+    return honest + 1
+
+
+def write_data_config(tmp: Path, env: dict[str, str]) -> Path:
+    """A data.toml serving the `python-stdlib` corpus (the builtin one, so that the held-out
+    loss means the same) from a token directory under `tmp`."""
+    from psyche_common.data.builtin import python_stdlib_tokens
+
+    tokens = tmp / "tokens"
+    tokens.mkdir(exist_ok=True)
+    corpus = np.asarray(python_stdlib_tokens(env["PSYCHE_CACHE_DIR"]), dtype="<u2")
+    corpus.tofile(tokens / "part0.bin")
+    config = tmp / "data.toml"
+    config.write_text(
+        f'dir = "{tokens}"\ntoken_size = "TwoBytes"\nseq_len = {EVAL_SEQ_LEN}\n'
+        f"shuffle_seed = {list(range(32))}\n"
+    )
+    return config
+
+
+def _ids(procs: list[Proc]) -> set[str]:
+    return {i for i in (client_id(p) for p in procs) if i is not None}
+
+
+def _flood_details(floods: list[Host]) -> dict[str, Any]:
+    squatters = [host for host in floods if isinstance(host, DataSquatter)]
+    if not squatters:
+        return {}
+    return {
+        "connections_opened": sum(h.opened for h in squatters),
+        "closed_by_the_data_server": sum(h.closed_by_target for h in squatters),
+    }
 
 
 def _refused(proc: Proc) -> bool:
     """Whether a client process printed the server's refusal of its Join."""
     return REFUSED_LINE in proc.log_path.read_text(errors="replace")
-
-
-class _Keys:
-    """The key files of a permissioned run: the honest clients' keys and an authorizer's are
-    listed in `authorized`; intruders hold keys of their own (see `intruder`)."""
-
-    def __init__(self, tmp: Path, honest: int, intruders: int) -> None:
-        self.tmp = tmp
-        self.honest = [self._write(f"honest{i}.key")[0] for i in range(honest)]
-        _, self.authorizer = self._write("authorizer.key")
-        listed = [Identity.load(path).public_key for path in self.honest]
-        self.authorized = tmp / "authorized_keys"
-        self.authorized.write_text(
-            "".join(f"{key.hex()}\n" for key in (*listed, self.authorizer.public_key))
-        )
-        self.intruders = intruders
-
-    def _write(self, name: str) -> tuple[Path, Identity]:
-        identity = Identity.generate()
-        path = self.tmp / name
-        path.write_bytes(identity.secret_bytes())
-        return path, identity
-
-    def intruder(self, index: int, kind: str | None) -> list[str]:
-        """`psyche-client train` flags of intruder `index`: an `unlisted` key, or (for
-        `bad_delegation`) an expired delegation at even indices and a forged one at odd ones
-        (a genuine statement with the intruder's key added, so its signature fails)."""
-        path, identity = self._write(f"intruder{index}.key")
-        if kind == "unlisted":
-            return ["-i", str(path)]
-        now = int(time.time())
-        if index % 2 == 0:
-            statement = sign_authorization(
-                self.authorizer, "e2e-run", [identity.public_key], now - 60
-            )
-        else:
-            genuine = sign_authorization(
-                self.authorizer, "e2e-run", [Identity.generate().public_key], now + 3600
-            )
-            statement = dataclasses.replace(
-                genuine, delegates=(*genuine.delegates, identity.public_key)
-            )
-        auth = self.tmp / f"intruder{index}.auth"
-        auth.write_bytes(encode_authorization(statement))
-        return ["-i", str(path), "--authorization", str(auth)]

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,9 +205,10 @@ class Cluster:
         run_id: str = "e2e-run",
         program: list[str] | None = None,
         device: str = "cpu",
+        env: Mapping[str, str] | None = None,
     ) -> Proc:
         """A `psyche-client train` process (or `program` given the same arguments) training
-        on `device` (`--device`)."""
+        on `device` (`--device`), with `env` added to its environment."""
         index = len(self.clients)
         log = self.tmp / f"client{index}.log"
         args = [
@@ -226,7 +227,7 @@ class Cluster:
         if dummy_delay is not None:
             args += ["--dummy-training-delay-secs", str(dummy_delay)]
         popen = subprocess.Popen(
-            args, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=self.env()
+            args, stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**self.env(), **(env or {})}
         )
         proc = Proc(f"client{index}", popen, log)
         self.clients.append(proc)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness.attack_run import ATTACKS, client_id, run_attack
+from bench.harness.attack_catalog import ATTACKS
+from bench.harness.attack_run import client_id, run_attack
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # the tiny real model, 14 steps
 

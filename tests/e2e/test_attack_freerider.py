@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness.attack_run import ATTACKS, RunOutcome, run_attack
+from bench.harness.attack_catalog import ATTACKS
+from bench.harness.attack_run import RunOutcome, run_attack
 from tests.e2e.conftest import ATTACK_TEST_STEPS
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # a clean run and an attacked one

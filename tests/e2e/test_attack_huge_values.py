@@ -21,7 +21,8 @@ import pytest
 from psyche_client.distro.result import DistroResult, ResultLayout
 from psyche_client.distro.values import ValueKind
 
-from bench.harness.attack_run import ATTACKS, RunOutcome, client_id, run_attack
+from bench.harness.attack_catalog import ATTACKS
+from bench.harness.attack_run import RunOutcome, client_id, run_attack
 from tests.e2e.conftest import ATTACK_TEST_STEPS
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # a clean run and an attacked one

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness.attack_run import ATTACKS, run_attack
+from bench.harness.attack_catalog import ATTACKS
+from bench.harness.attack_run import run_attack
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # the tiny real model, 10 steps
 

@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 from psyche_client.verify.threshold import ACCUSE_BELOW
 
-from bench.harness.attack_run import ATTACKS, RunOutcome, run_attack
+from bench.harness.attack_catalog import ATTACKS
+from bench.harness.attack_run import RunOutcome, run_attack
 from bench.harness.client_run import Cluster, Proc, applied_hashes, wait_for, write_state
 from tests.e2e.conftest import ATTACK_TEST_STEPS
 
