@@ -64,6 +64,18 @@ SYBIL_DELEGATE_CAP = 1
 member seat, whatever number of keys it delegates."""
 RELAY_PAIR_QUOTA = 8
 """The relay's `max_pipes_per_pair`: what one key may hold of a victim's incoming pipes."""
+LOGGED_ACTS = {
+    "selective_cheat": {
+        "negated": "selective cheat: negating a batch predicted unchecked",
+        "trained_honestly": "selective cheat: training honestly a batch predicted checked",
+    },
+    "colluding_passers": {
+        "shielding_passes": "colluding passer: passed a colluder's failing result",
+    },
+    "sole_liar": {"lies": "sole liar: accused a batch only it checks"},
+}
+"""Per attack: what its attackers' logs count (one number per attacker), reported in
+`RunOutcome.details`: how often an adaptive attacker acted on what it read."""
 
 
 @dataclass
@@ -385,6 +397,8 @@ def run_attack(
         details = {"proofs_sent": sum(sent), "proofs_refused": len(refusals)}
     else:
         removed = [client_id(p) in convicted_all or bool(p.events(DROPPED_LINE)) for p in attackers]
+        acts = LOGGED_ACTS.get(attack.name, {}) if attack is not None else {}
+        details = {label: [len(p.events(msg)) for p in attackers] for label, msg in acts.items()}
     honest_convicted = sorted(i for i in _ids(honest) if i in convicted_all)
     return RunOutcome(
         attack=attack.name if attack is not None else "clean",
