@@ -2,12 +2,18 @@
 admission of each Join and which admitted clients a reload revoked.
 
 `AuthorizedKeysFile` reads the file at start-up (a bad line is an error naming it) and again
-whenever its modification time or size changes (`reload_if_changed`, polled from the tick
-loop every `POLL_INTERVAL` seconds) or on demand (`reload`, SIGHUP); a reload that fails keeps
-the previous list and logs a warning. `Admission` decides each Join with
-`psyche_common.protocol.authorization.check_admission` and remembers what admitted each
-client, so that after a reload `revoked` names the connected clients whose key (or whose
-authorizer's key) is no longer listed. An authorization's expiry is checked at Join only.
+when its modification time or size changed and then stayed the same for one whole poll
+interval (`reload_if_changed`, polled from the tick loop every `POLL_INTERVAL` seconds;
+`file_watch.SettleWatch`: a file written in pieces is never read half-written) or at once on
+demand (`reload`, SIGHUP). A changed file that does not load fails closed for newcomers: the
+previous list stays for the clients already admitted (none is revoked), `error` names the file
+and the fault (one warning per change), and `Admission` refuses every new Join naming them
+until a valid file loads (logged). So a key removed in a file that does not load stays
+admitted only while it stays connected; it cannot rejoin, and neither can anyone else.
+`Admission` decides each Join with `psyche_common.protocol.authorization.check_admission`
+and remembers what admitted each client, so that after a reload `revoked` names the connected
+clients whose key (or whose authorizer's key) is no longer listed. An authorization's expiry
+is checked at Join only.
 
 One listed key must not mint an army. `Admission` therefore admits at most
 `max_delegates` delegates per authorizer at a time, counted across all its statements over
@@ -21,7 +27,6 @@ key with its delegates (`consistency`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
@@ -37,6 +42,8 @@ from psyche_common.protocol.authorization import (
     parse_authorized_keys,
 )
 
+from .file_watch import UNREADABLE, SettleWatch, Signature
+
 log = logging.getLogger("psyche.server.admission")
 
 POLL_INTERVAL = 2.0
@@ -49,13 +56,16 @@ DAY = 86_400.0
 
 
 class AuthorizedKeysFile:
-    """The keys listed in one file, re-read when it changes."""
+    """The keys listed in one file, re-read when it changed and settled."""
 
     def __init__(self, path: Path, clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
         self._clock = clock
         self.keys: frozenset[bytes] = frozenset()
-        self._signature: tuple[int, int] | None = None
+        self.error: str | None = None
+        """Why the file on disk, changed since `keys` loaded, does not load (None: it did).
+        While set, `Admission` admits no new client."""
+        self._watch = SettleWatch()
         self._last_poll = -float("inf")
         self.reloads = 0
 
@@ -63,38 +73,53 @@ class AuthorizedKeysFile:
         """Read the file; raises `AuthorizationError` (naming the line) or `OSError`."""
         signature = self._stat()
         self.keys = parse_authorized_keys(self.path.read_text(), str(self.path))
-        self._signature = signature
+        self._watch.was_read(signature)
+        self.error = None
 
-    def _stat(self) -> tuple[int, int]:
+    def _stat(self) -> Signature:
         stat = os.stat(self.path)
         return stat.st_mtime_ns, stat.st_size
 
+    def _signature(self) -> Signature:
+        try:
+            return self._stat()
+        except OSError:
+            return UNREADABLE
+
     def reload_if_changed(self) -> bool:
-        """At most every `POLL_INTERVAL` s: reload when the file's mtime or size changed;
-        True when the list was replaced."""
+        """At most every `POLL_INTERVAL` s: reload when the file's mtime or size changed and
+        the previous poll saw it the same (so a file being written is not read); True when
+        the list was replaced."""
         now = self._clock()
         if now - self._last_poll < POLL_INTERVAL:
             return False
         self._last_poll = now
-        try:
-            changed = self._stat() != self._signature
-        except OSError as exc:
-            self._warn(exc)
+        if not self._watch.poll(self._signature()):
             return False
-        return self.reload() if changed else False
+        return self.reload()
 
     def reload(self) -> bool:
-        """Re-read the file now; on an error keep the previous list (logged). True when the
-        list was replaced."""
+        """Re-read the file now. True when the list was replaced; on an error the list stays,
+        `error` says why (a warning) and new Joins are refused until a valid file loads."""
+        signature = self._signature()
         try:
-            signature = self._stat()
             keys = parse_authorized_keys(self.path.read_text(), str(self.path))
         except (AuthorizationError, OSError, UnicodeDecodeError) as exc:
-            self._warn(exc)
-            with contextlib.suppress(OSError):
-                self._signature = self._stat()  # warn once per change, not at every poll
+            self._watch.was_read(signature)  # warn once per change, not at every poll
+            self._fail(str(exc))
             return False
-        self._signature = signature
+        if self._signature() != signature:  # written to while read: wait until it settles
+            log.info("%s changed while it was read; reading it again once it settles", self.path)
+            self._watch.seen = None
+            return False
+        self._watch.was_read(signature)
+        if self.error is not None:
+            log.info(
+                "authorized keys from %s load again: new Joins are admitted again",
+                self.path,
+                extra={"path": str(self.path)},
+            )
+            self.error = None
         added, removed = len(keys - self.keys), len(self.keys - keys)
         self.keys = keys
         self.reloads += 1
@@ -108,13 +133,25 @@ class AuthorizedKeysFile:
         )
         return True
 
-    def _warn(self, exc: Exception) -> None:
+    def _fail(self, error: str) -> None:
+        self.error = error
         log.warning(
-            "cannot reload the authorized keys from %s, keeping the previous %d keys: %s",
+            "cannot reload the authorized keys from %s: %s; keeping the previous %d keys for "
+            "the clients admitted so far and refusing every new Join until the file loads",
             self.path,
+            error,
             len(self.keys),
-            exc,
-            extra={"path": str(self.path), "error": str(exc)},
+            extra={"path": str(self.path), "error": error},
+        )
+
+    def refusal(self) -> str | None:
+        """The Rejected reason for a new Join while the file does not load; None when it
+        does."""
+        if self.error is None:
+            return None
+        return (
+            f"the server's authorized-keys file {self.path.name} does not load ({self.error}); "
+            "no new client is admitted until it is fixed"
         )
 
 
@@ -141,6 +178,10 @@ class Admission:
     def admit(self, client: bytes, run_id: str, authorization: bytes | None) -> str | None:
         """None (and remembered) when `client` may join; else the refusal reason."""
         now = self._clock()
+        broken = None if client in self._granted else self.keys.refusal()
+        if broken is not None:
+            self.refused += 1
+            return broken
         reason = check_admission(client, run_id, self.keys.keys, authorization, now)
         listed = client in self.keys.keys
         statement = (

@@ -5,7 +5,7 @@ timeout`), the Join (the run id, admission under `--authorized-keys`, the first 
 the reachability probe of its P2P address, the pending set), the notices sent to one client
 (its reachability verdict, a weights-hash mismatch), a reload of the authorized keys (the keys
 it removed leave the pending set, and their connections close once they are no members of the
-epoch), and a disconnect (forgotten everywhere, withdrawn from the coordinator).
+epoch; a file that does not load removes nobody), and a disconnect (forgotten everywhere, withdrawn from the coordinator).
 """
 
 from __future__ import annotations
@@ -187,10 +187,11 @@ class Membership:
     # ------------------------------------------------------------------ authorized keys
 
     def reload_authorized_keys(self, force: bool = True) -> bool:
-        """Re-read `--authorized-keys` (force: now, as on SIGHUP; else when the file changed,
-        at most every few seconds); clients it no longer admits leave the pending set, and
-        are closed at once unless they are members of the current epoch (then when they stop
-        being members). True when the list was replaced."""
+        """Re-read `--authorized-keys` (force: now, as on SIGHUP; else when the file changed
+        and then stayed unchanged for a poll interval); clients it no longer admits leave the
+        pending set, and are closed at once unless they are members of the current epoch (then
+        when they stop being members). A file that does not load revokes nobody (new Joins are
+        refused until it does: `Admission.admit`). True when the list was replaced."""
         if self.admission is None:
             return False
         keys = self.admission.keys

@@ -1,7 +1,8 @@
 """A permissioned run (`--authorized-keys`) on a real in-process server: listed keys and valid
 delegates join; unlisted keys, expired, forged and foreign authorizations are refused with a
 Rejected naming the reason; the file is re-read while the server runs (an added key can then
-join, a removed one is closed unless it is an epoch member, a broken file keeps the old list);
+join, a removed one is closed unless it is an epoch member, a broken file keeps the old list
+for the clients admitted and refuses every new Join until it is fixed);
 a bad file stops the start-up naming its line."""
 
 from __future__ import annotations
@@ -173,8 +174,8 @@ async def test_open_run_takes_anyone(tmp_path: Path) -> None:
 
 async def test_the_file_is_reloaded_while_the_server_runs(tmp_path: Path, caplog) -> None:
     caplog.set_level(logging.INFO)
-    early, late = Identity.generate(), Identity.generate()
-    keys = _write_keys(tmp_path / "keys", early.public_key)
+    early, late, spare = Identity.generate(), Identity.generate(), Identity.generate()
+    keys = _write_keys(tmp_path / "keys", early.public_key, spare.public_key)
     state = write_state(tmp_path / "s.toml", init_min_clients=5)
     async with running_server(state, authorized_keys=keys) as app:
         assert "not authorized" in await _refused(
@@ -183,7 +184,9 @@ async def test_the_file_is_reloaded_while_the_server_runs(tmp_path: Path, caplog
         first = await ProtocolClient(app.port, app.run_id, early, auto=False).connect()
         await first.wait_for(lambda c: True)
 
-        _write_keys(keys, early.public_key, late.public_key)  # add a key: it can join now
+        _write_keys(
+            keys, early.public_key, late.public_key, spare.public_key
+        )  # add a key: it can join now
         assert app.admission is not None
         await poll_until(lambda: late.public_key in app.admission.keys.keys, timeout=10)
         second = await ProtocolClient(app.port, app.run_id, late, auto=False).connect()
@@ -193,16 +196,22 @@ async def test_the_file_is_reloaded_while_the_server_runs(tmp_path: Path, caplog
         stat = keys.stat()
         os.utime(keys, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))
         await poll_until(lambda: "line 2" in caplog.text, timeout=10)
-        assert app.admission.keys.keys == {early.public_key, late.public_key}
-        assert first.connected
+        assert app.admission.keys.keys == {early.public_key, late.public_key, spare.public_key}
+        assert first.connected  # `early`, removed in the broken file, is not revoked
+        # ... but no new Join is admitted, naming the file and the fault
+        reason = await _refused(ProtocolClient(app.port, app.run_id, spare, auto=False))
+        assert "authorized-keys file keys does not load" in reason and "line 2" in reason
 
         # remove `early`: not an epoch member (the run waits for 5), so it is closed now
-        keys = _write_keys(keys, late.public_key)
+        keys = _write_keys(keys, late.public_key, spare.public_key)
         await first.wait_closed(timeout=10)
         assert first.rejected is not None and "removed from the server's authorized keys" in (
             first.rejected
         )
         assert list(app.pending) == [late.public_key] and second.connected
+        third = await ProtocolClient(app.port, app.run_id, spare, auto=False).connect()
+        await third.wait_for(lambda c: True)  # the file loads again: new Joins are admitted
+        await third.close()
         await second.close()
 
 
