@@ -148,6 +148,15 @@ class ConvictionLog:
                         "conviction_kind": conviction.kind.value,
                     },
                 )
+                if conviction.proven and conviction.trainer not in record.bans:
+                    log.error(
+                        "%s cannot be banned for later epochs: the server keeps %d bans "
+                        "already (MAX_BANS) and evicts none; it is removed for epoch %d only",
+                        short_id(conviction.trainer),
+                        len(record.bans),
+                        conviction.epoch,
+                        extra={"client": short_id(conviction.trainer), "bans": len(record.bans)},
+                    )
         self._seen = current
         return new
 

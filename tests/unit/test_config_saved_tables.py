@@ -129,6 +129,7 @@ def test_the_tables_capacities_are_the_coordinators() -> None:
     assert MAX_CLIENTS_PER_EPOCH == coordinator_types.MAX_CLIENTS
     assert MAX_WITNESSES_PER_ROUND == coordinator_types.MAX_WITNESSES
     assert verification_table.MAX_CONVICTIONS == verdicts.MAX_CONVICTIONS
+    assert verification_table.MAX_BANS == verdicts.MAX_BANS
 
 
 def _with_convictions() -> dict[str, Any]:
@@ -154,7 +155,15 @@ def test_kept_convictions_load_and_write_back_unchanged() -> None:
         ConvictionKind.VERIFIERS,
         ConvictionKind.PROVEN,
     ]
-    assert coordinator.to_state_file().to_toml_dict()["verification"] == document["verification"]
+    # a file from before bans were kept apart: its proven conviction is a ban, and stays one
+    assert list(coordinator.verification.bans) == [b"\x04" * 32]
+    written = coordinator.to_state_file().to_toml_dict()["verification"]
+    assert written == {
+        **document["verification"],
+        "bans": [document["verification"]["convictions"][1]],
+    }
+    again = Coordinator.from_state_file(parse_state({**document, "verification": written}))
+    assert again.to_state_file().to_toml_dict()["verification"] == written
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,8 @@ Rules (docs/verification.md):
   never counts twice), and one verifier never convicts;
 - both kinds are scoped to the epoch: the next epoch admits the key again. Only self-proving
   evidence (`convict_proven`, e.g. two signed conflicting commitments) bans it for good
-  (`VerificationRecord.banned`, `transitions.tick_waiting_for_members`).
+  (`VerificationRecord.bans`, never evicted by later convictions; `VerificationRecord.banned`,
+  `transitions.tick_waiting_for_members`).
 """
 
 from __future__ import annotations
@@ -215,7 +216,7 @@ def judge_closed_step(coord: CoordinatorState) -> list[Conviction]:
                 verifiers=tuple(sorted(corroborated)),
                 agreement_milli=min(a.agreement_milli for a in mine),
             )
-            _record(coord, conviction)
+            record_conviction(coord, conviction)
             convictions.append(conviction)
     return convictions
 
@@ -240,7 +241,7 @@ def convict_proven(
         agreement_milli=0,
         kind=ConvictionKind.PROVEN,
     )
-    _record(coord, conviction)
+    record_conviction(coord, conviction)
     return conviction
 
 
@@ -260,7 +261,7 @@ def _convict_outvoted(coord: CoordinatorState, report: Report, step: int) -> Con
         if isinstance(report, Accusation)
         else ConvictionKind.FALSE_PASSER,
     )
-    _record(coord, conviction)
+    record_conviction(coord, conviction)
     for accusers in record.strikes.values():  # its accusations count no more
         accusers.pop(verifier, None)
     for confirmed in record.confirmed.values():
@@ -268,11 +269,13 @@ def _convict_outvoted(coord: CoordinatorState, report: Report, step: int) -> Con
     return conviction
 
 
-def _record(coord: CoordinatorState, conviction: Conviction) -> None:
+def record_conviction(coord: CoordinatorState, conviction: Conviction) -> None:
     """Keep `conviction` and drop its key from the epoch (it leaves at the next round start)."""
     record = coord.verification
     record.convictions.append(conviction)
     del record.convictions[:-MAX_CONVICTIONS]
+    if conviction.proven:
+        record.ban(conviction)  # False when `MAX_BANS` are kept: for this epoch only (logged)
     for client in coord.epoch_state.clients:
         if client.id == conviction.trainer and client.state == ClientState.Healthy:
             client.state = ClientState.Dropped

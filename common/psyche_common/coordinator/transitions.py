@@ -114,7 +114,7 @@ def tick_waiting_for_members(
         cold_start_epoch=coord.epoch_state.cold_start_epoch,
     )
     coord.epoch_state = fresh
-    coord.verification.new_epoch()
+    coord.verification.new_epoch(coord.progress.epoch)  # earlier epochs' convictions go
     coord.change_state(now, RunState.Warmup)
     return TickResult.ticked()
 

@@ -8,8 +8,13 @@ four kinds (`ConvictionKind`): a trainer that verifiers of at least two differen
 accused, an accuser whom other verifiers refuted, a passer whom other verifiers outvoted, or a
 client convicted by self-proving evidence. Every client skips a convicted client's results from `step` on in that epoch; only a
 proven conviction also keeps the key out of later epochs (`banned`). `VerificationRecord`
-holds them all; the coordinator broadcasts it and the server saves its convictions
-(`to_toml` / `from_toml`, where ids are hex). docs/verification.md states the rules.
+holds them: `convictions`, those of the current epoch (at most `MAX_CONVICTIONS`, the oldest
+forgotten first), which the coordinator broadcasts with its state, and `bans`, every key
+convicted on proof (at most `MAX_BANS`, never evicted: when full, a further proven conviction
+holds for its epoch only), which only the server keeps, saves and checks at admission. An
+attacker thus cannot un-ban a key by getting others convicted. The server saves both
+(`to_toml` / `from_toml`, where ids are hex; files from before `bans` existed kept proven
+convictions among `convictions`, and load as bans). docs/verification.md states the rules.
 
 The epoch's strikes (`Strikes`: trainer → accusing verifier → the steps of its standing
 accusations) travel twice on the wire: `strike_steps` in full, and `strikes` as trainer → its
@@ -30,7 +35,13 @@ from psyche_common.coordinator.types import check_client_id
 from psyche_common.wire_checks import wire_list, wire_map, wire_uint
 
 MAX_CONVICTIONS = 256
-"""Convictions kept in the record (the oldest are forgotten first)."""
+"""Convictions of the current epoch kept in the record and broadcast (the oldest are forgotten
+first; a proven one also stays in `VerificationRecord.bans`)."""
+
+MAX_BANS = 16_384
+"""Keys banned on proof that the server keeps (`VerificationRecord.bans`), never evicted; each
+needs a key seated as a trainer and proven to equivocate. A saved ban is about 300 bytes of
+TOML, so a full list is about 5 MB of state file."""
 
 MAX_ACCUSATIONS = 1024
 """Pending reports (accusations, and attestations) held at once (two rounds' worth is far
@@ -290,6 +301,12 @@ class VerificationRecord:
     attestations: list[Attestation] = field(default_factory=list)
     """Pending reports of the steps still open to them (pruned at each round start)."""
     convictions: list[Conviction] = field(default_factory=list)
+    """The current epoch's convictions (those of earlier epochs are dropped when one starts:
+    `new_epoch`); broadcast, saved."""
+    bans: dict[bytes, Conviction] = field(default_factory=dict)
+    """Key → the proven conviction that bans it from every later epoch (its first), in the
+    order banned, at most `MAX_BANS`; saved and checked at admission, not broadcast (clients
+    need only the current epoch's `convictions`)."""
     strikes: Strikes = field(default_factory=dict)
     """This epoch: trainer → the verifiers whose accusation of it stood → at which steps."""
     confirmed: dict[bytes, set[bytes]] = field(default_factory=dict)
@@ -312,8 +329,11 @@ class VerificationRecord:
     """This epoch: member → weight of its witness reports proven false (`misconduct`); the
     server's own count, neither broadcast nor saved."""
 
-    def new_epoch(self) -> None:
-        """Forget the pending reports and the tallies (convictions stay)."""
+    def new_epoch(self, epoch: int | None = None) -> None:
+        """Forget the pending reports and the tallies; with `epoch` (the number of the epoch
+        that starts), also the convictions of earlier epochs (the bans stay)."""
+        if epoch is not None:
+            self.convictions = [c for c in self.convictions if c.epoch >= epoch]
         self.accusations = []
         self.attestations = []
         self.strikes = {}
@@ -336,9 +356,20 @@ class VerificationRecord:
     def banned(self, client_id: bytes, epoch: int) -> bool:
         """Whether `client_id` may not join epoch `epoch`: a proven conviction (any epoch) or
         any conviction of that very epoch (a restart mid-epoch continues its number)."""
-        return any(
+        return client_id in self.bans or any(
             c.trainer == client_id and (c.proven or c.epoch == epoch) for c in self.convictions
         )
+
+    def ban(self, conviction: Conviction) -> bool:
+        """Keep the proven `conviction` as a ban of its key for every later epoch; False when
+        `MAX_BANS` keys are banned already (nothing is evicted, so no ban is ever lifted: this
+        one then holds for its epoch only). A key already banned keeps its first ban."""
+        if conviction.trainer in self.bans:
+            return True
+        if len(self.bans) >= MAX_BANS:
+            return False
+        self.bans[conviction.trainer] = conviction
+        return True
 
     def convicted(self, trainer: bytes, epoch: int) -> Conviction | None:
         for conviction in self.convictions:
@@ -385,13 +416,10 @@ class VerificationRecord:
         """The state.toml table: ids as hex strings. Pending reports and the epoch's tallies
         are not saved (a restarted server starts the epoch again: its members must be
         accused anew)."""
-        convictions = []
-        for conviction in self.convictions:
-            entry = conviction.to_wire()
-            entry["trainer"] = conviction.trainer.hex()
-            entry["verifiers"] = [v.hex() for v in conviction.verifiers]
-            convictions.append(entry)
-        return {"convictions": convictions}
+        table: dict[str, Any] = {"convictions": [_conviction_toml(c) for c in self.convictions]}
+        if self.bans:
+            table["bans"] = [_conviction_toml(c) for c in self.bans.values()]
+        return table
 
     @classmethod
     def from_toml(cls, table: Any) -> VerificationRecord:
@@ -399,12 +427,40 @@ class VerificationRecord:
             return cls()
         try:
             table = wire_map(table, "verification")
-            convictions = []
-            for entry in wire_list(table, "convictions", "verification"):
-                entry = {**wire_map(entry, "conviction")}  # files before `kind`: "verifiers"
-                entry["trainer"] = bytes.fromhex(str(entry.get("trainer", "")))
-                entry["verifiers"] = [bytes.fromhex(str(v)) for v in entry.get("verifiers", [])]
-                convictions.append(entry)
-            return cls.from_wire({"accusations": [], "convictions": convictions})
+            convictions = [
+                _conviction_from_toml(entry)
+                for entry in wire_list(table, "convictions", "verification")
+            ]
+            bans = table.get("bans", [])  # absent before bans were kept apart
+            if not isinstance(bans, list) or len(bans) > MAX_BANS:
+                raise ValueError(f"verification.bans must be a list of at most {MAX_BANS}")
+            record = cls.from_wire({"accusations": [], "convictions": convictions})
+            # files from before `bans`: the proven convictions among `convictions` are bans
+            for conviction in [*map(_ban_from_toml, bans), *record.convictions]:
+                if conviction.proven:
+                    record.ban(conviction)
+            return record
         except (ValueError, TypeError) as exc:
             raise ValueError(f"state file verification is not valid: {exc}") from exc
+
+
+def _conviction_toml(conviction: Conviction) -> dict[str, Any]:
+    entry = conviction.to_wire()
+    entry["trainer"] = conviction.trainer.hex()
+    entry["verifiers"] = [v.hex() for v in conviction.verifiers]
+    return entry
+
+
+def _conviction_from_toml(entry: Any) -> dict[str, Any]:
+    """A saved conviction in its wire form (ids as bytes); files before `kind`: "verifiers"."""
+    wire: dict[str, Any] = {**wire_map(entry, "conviction")}
+    wire["trainer"] = bytes.fromhex(str(wire.get("trainer", "")))
+    wire["verifiers"] = [bytes.fromhex(str(v)) for v in wire.get("verifiers", [])]
+    return wire
+
+
+def _ban_from_toml(entry: Any) -> Conviction:
+    conviction = Conviction.from_wire(_conviction_from_toml(entry))
+    if not conviction.proven:
+        raise ValueError(f"verification.bans holds a {conviction.kind.value!r} conviction")
+    return conviction

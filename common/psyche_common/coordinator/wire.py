@@ -120,7 +120,7 @@ def reset_ephemeral(coord: CoordinatorState) -> None:
     es.clients = [client for client in es.clients if client.state == ClientState.Healthy]
     es.exited_clients = []
     es.joining = []  # joiners were seated by no round: they are pending again once back
-    coord.verification.new_epoch()
+    coord.verification.new_epoch(coord.progress.epoch)  # this epoch's convictions stay
 
 
 # ----- state.toml -----
@@ -164,7 +164,7 @@ def to_state_file(coord: CoordinatorState) -> StateFile:
         run_state_start_unix_timestamp=coord.run_state_start_unix_timestamp,
         pending_pause=coord.pending_pause,
         verification=VerificationTable.model_validate(coord.verification.to_toml())
-        if coord.verification.convictions
+        if coord.verification.convictions or coord.verification.bans
         else None,
     )
 

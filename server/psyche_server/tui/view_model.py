@@ -143,17 +143,20 @@ def joiners_text(coordinator: Coordinator) -> str:
 
 
 def verification_line(coordinator: Coordinator) -> str:
-    """`Verification: 25%, 1 conviction (last: 0a1b2c3d at step 7, agreement 0.02)`."""
+    """`Verification: 25%, 1 conviction (last: 0a1b2c3d at step 7, agreement 0.02)`: the
+    current epoch's convictions, then `, 3 keys banned` when some are banned on proof."""
     percent = coordinator.config.verification_percent
     convictions = coordinator.verification.convictions
+    bans = len(coordinator.verification.bans)
+    banned = "" if not bans else f", {bans} key{'' if bans == 1 else 's'} banned"
     if not convictions:
-        return f"Verification: {percent}%, no conviction"
+        return f"Verification: {percent}%, no conviction{banned}"
     last = convictions[-1]
     plural = "" if len(convictions) == 1 else "s"
     return (
         f"Verification: {percent}%, {len(convictions)} conviction{plural} (last: "
         f"{short_id(last.trainer)} at step {last.step}, agreement "
-        f"{last.agreement_milli / 1000:.2f})"
+        f"{last.agreement_milli / 1000:.2f}){banned}"
     )
 
 
