@@ -6,8 +6,10 @@ ban list evicts nothing (the next proven key is removed for its epoch only)."""
 
 from __future__ import annotations
 
+import logging
 import tomllib
 
+import pytest
 import tomli_w
 from psyche_common.batch_id import BatchId
 from psyche_common.config import parse_state
@@ -20,6 +22,7 @@ from psyche_common.coordinator.verdicts import (
     ConvictionKind,
     VerificationRecord,
 )
+from psyche_server.client_messages import ConvictionLog
 
 from tests.support.coordinators import coordinator_in
 
@@ -107,3 +110,17 @@ def test_a_full_ban_list_evicts_nothing() -> None:
     assert record.banned(key(MAX_BANS), 0)
     record.new_epoch(1)
     assert not record.banned(key(MAX_BANS), 1) and record.banned(key(0), 1)
+
+
+def test_the_server_logs_a_proven_key_it_cannot_ban(caplog: pytest.LogCaptureFixture) -> None:
+    coord = coordinator()
+    convictions = ConvictionLog(coord.verification)
+    for n in range(MAX_BANS):
+        coord.verification.ban(
+            Conviction(0, 0, key(n), BATCH, (REPORTER,), 0, ConvictionKind.PROVEN)
+        )
+    coord.convict_proven(key(MAX_BANS), coord.progress.step, BATCH, REPORTER)
+    assert convictions.log_new(coord.verification) == 1
+    (error,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert "cannot be banned for later epochs" in error.getMessage()
+    assert "MAX_BANS" in error.getMessage()
