@@ -247,5 +247,5 @@ def test_a_bad_file_stops_the_start_naming_the_line(tmp_path: Path) -> None:
 
 def test_decoded_statement_round_trips() -> None:
     authorizer = Identity.generate()
-    statement = sign_authorization(authorizer, "r", [bytes(32)], 10)
+    statement = sign_authorization(authorizer, "r", [bytes([7] * 32)], 10)
     assert decode_authorization(encode_authorization(statement)) == statement

@@ -191,6 +191,29 @@ async def test_bad_signature_fails_handshake(server, honest: ProtocolClient, cap
     await assert_still_served(honest)
 
 
+async def test_a_small_order_key_is_refused_with_the_reason(
+    server, honest: ProtocolClient, caplog
+) -> None:
+    """The identity point as a key: R = identity, S = 0 verifies under it for any transcript
+    (no secret at all), so the server must refuse the key itself, and says why."""
+    caplog.set_level(logging.INFO)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    hello = read_server_hello(await read_frame(reader, 1 << 20, timeout=5))
+    response = sign_challenge(
+        Identity.generate(), hello, coordinator_domain(server.run_id), EphemeralKey()
+    )
+    response["public_key"] = (1).to_bytes(32, "little")  # the identity point
+    response["signature"] = (1).to_bytes(32, "little") + bytes(32)  # R = identity, S = 0
+    await write_frame(writer, response)
+    frames = await assert_closed(reader)
+    assert [f["type"] for f in frames] == ["Rejected"]
+    assert "small order" in frames[0]["reason"]
+    assert len(server.connections.connections) == 1
+    await poll_until(lambda: reason_logged(caplog, "is an ed25519 point of small order"))
+    await assert_still_served(honest)
+    writer.close()
+
+
 async def test_duplicate_identity_is_refused(server, honest: ProtocolClient) -> None:
     twin = ProtocolClient(server.port, server.run_id, identity=honest.identity, auto=False)
     await twin.connect(join=False)

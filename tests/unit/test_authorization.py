@@ -178,7 +178,7 @@ def test_authorized_keys_file(authorizer: Identity, delegate: Identity) -> None:
 
 def test_authorized_keys_bad_line_is_named() -> None:
     with pytest.raises(AuthorizationError, match=r"keys.txt line 3: 'abc' is not a public key"):
-        parse_authorized_keys(f"# x\n{'00' * 32}\nabc\n", "keys.txt")
+        parse_authorized_keys(f"# x\n{'11' * 32}\nabc\n", "keys.txt")
 
 
 def test_parse_expiry() -> None:

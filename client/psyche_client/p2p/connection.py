@@ -7,7 +7,8 @@ dialer_challenge, listener_key, dialer_key, listener_ephemeral, dialer_ephemeral
 1. listener → `Challenge{challenge, ephemeral}` (its nonce and a fresh X25519 key).
 2. dialer → `Hello{challenge, public_key, ephemeral}` (its own nonce, the key it claims and
    its fresh X25519 key).
-3. The listener asks its `is_member(claimed key)` callback; a non-member gets `Rejected{reason}`
+3. A claimed key of small order (`handshake.identity_key`) fails the handshake (so does such a
+   key in either `Proof`). The listener asks its `is_member(claimed key)` callback; a non-member gets `Rejected{reason}`
    and the stream is closed. Otherwise listener → `Proof{public_key, signature}` over the
    "listener" transcript.
 4. The dialer checks that the listener's key is the peer id it meant to reach (addresses come
@@ -65,6 +66,7 @@ from psyche_common.protocol import (
 )
 from psyche_common.protocol.handshake import (
     CHALLENGE_SIZE,
+    identity_key,
     mutual_transcript,
     new_challenge,
     p2p_transcript,
@@ -72,7 +74,6 @@ from psyche_common.protocol.handshake import (
     read_challenge,
     signed_key,
 )
-from psyche_common.protocol.identity import PUBLIC_KEY_SIZE
 from psyche_common.protocol.secure_channel import (
     EPHEMERAL_KEY_SIZE,
     TAG_SIZE,
@@ -341,14 +342,11 @@ def read_hello(message: dict[str, Any]) -> tuple[bytes, bytes, bytes]:
     if message.get("type") != "Hello":
         raise HandshakeError(f"expected the dialer's Hello, got {message.get('type')!r}")
     challenge = message.get("challenge")
-    public_key = message.get("public_key")
     if not isinstance(challenge, bytes) or len(challenge) != CHALLENGE_SIZE:
         raise HandshakeError(f"Hello.challenge must be {CHALLENGE_SIZE} bytes")
-    if not isinstance(public_key, bytes) or len(public_key) != PUBLIC_KEY_SIZE:
-        raise HandshakeError(f"Hello.public_key must be {PUBLIC_KEY_SIZE} bytes")
     if set(message) - {"type", "challenge", "public_key", "ephemeral"}:
         raise HandshakeError("Hello has unknown fields")
-    return challenge, public_key, _ephemeral_of(message, "Hello")
+    return challenge, identity_key(message, "Hello", "public_key"), _ephemeral_of(message, "Hello")
 
 
 def _ephemeral_of(message: dict[str, Any], kind: str) -> bytes:

@@ -12,6 +12,8 @@ signature is the authorizer's ed25519 signature over `signing_bytes`: the domain
 expires]`, so it can be mistaken for no other signed message of the protocol.
 
 `check_admission` decides a Join: None (admitted) or the refusal reason a client is sent.
+A key of small order (`identity.check_public_key`: it needs no secret) is refused wherever a
+key is read: as a statement's authorizer or delegate, and in an authorized-keys file.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from datetime import UTC, datetime
 import msgpack
 
 from .framing import BadFrame, DecodeBounds, decode_payload, encode_payload
-from .identity import PUBLIC_KEY_SIZE, SIGNATURE_SIZE, Identity, verify_signature
+from .identity import (
+    PUBLIC_KEY_SIZE,
+    SIGNATURE_SIZE,
+    Identity,
+    SmallOrderKey,
+    check_public_key,
+    verify_signature,
+)
 
 AUTHORIZATION_VERSION = 1
 AUTHORIZATION_DOMAIN = b"psyche-authorization-v1\x00"
@@ -156,8 +165,17 @@ def _check_fields(authorization: Authorization) -> None:
                 f"authorization.delegates[{index}]: {len(delegate)} bytes "
                 f"(expected {PUBLIC_KEY_SIZE})"
             )
+        _refuse_small_order(delegate, f"authorization.delegates[{index}]")
+    _refuse_small_order(authorization.authorizer, "authorization.authorizer")
     if not 0 <= authorization.expires < 2**63:
         raise AuthorizationError(f"authorization.expires: {authorization.expires} out of range")
+
+
+def _refuse_small_order(key: bytes, what: str) -> None:
+    try:
+        check_public_key(key, what)
+    except SmallOrderKey as exc:
+        raise AuthorizationError(str(exc)) from None
 
 
 def parse_public_key(text: str) -> bytes:
@@ -169,6 +187,7 @@ def parse_public_key(text: str) -> bytes:
         key = b""
     if len(key) != PUBLIC_KEY_SIZE:
         raise AuthorizationError(f"{text.strip()!r} is not a public key (64 hex characters)")
+    _refuse_small_order(key, "public key")
     return key
 
 

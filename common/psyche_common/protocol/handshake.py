@@ -17,7 +17,8 @@ ed25519 key, printed at start):
    "ephemeral": <32 bytes>, "signature": <64 bytes>}`, signing
    `domain + b"client" + server_transcript(...)`: a hash of the challenge, both identity keys
    and both ephemeral keys.
-3. The accepting side verifies with its own domain; the public key becomes the peer's identity.
+3. The accepting side refuses a `public_key` of small order (`identity.check_public_key`:
+   such a key needs no secret) and verifies with its own domain; the public key becomes the peer's identity.
    A port shared by several services (the coordinator port also serves the relay) verifies
    against each of their domains (`accept_handshake_in`): the domain that verifies says which
    service the peer asked for. A failure is answered with a plain `Rejected{reason}`.
@@ -55,7 +56,14 @@ from .framing import (
     read_frame,
     write_frame,
 )
-from .identity import PUBLIC_KEY_SIZE, SIGNATURE_SIZE, Identity, verify_signature
+from .identity import (
+    PUBLIC_KEY_SIZE,
+    SIGNATURE_SIZE,
+    Identity,
+    SmallOrderKey,
+    check_public_key,
+    verify_signature,
+)
 from .secure_channel import (
     EPHEMERAL_KEY_SIZE,
     EphemeralKey,
@@ -174,11 +182,21 @@ def _sized(message: dict[str, object], kind: str, name: str, size: int) -> bytes
     return value
 
 
+def identity_key(message: dict[str, object], kind: str, name: str) -> bytes:
+    """The identity key in field `name` of a `kind` message: 32 bytes and not of small order
+    (`identity.check_public_key`; such a key needs no secret), else `HandshakeError`."""
+    key = _sized(message, kind, name, PUBLIC_KEY_SIZE)
+    try:
+        return check_public_key(key, f"{kind}.{name}")
+    except SmallOrderKey as exc:
+        raise HandshakeError(str(exc)) from exc
+
+
 def signed_key(message: object, kind: str) -> tuple[bytes, bytes]:
     """`(public_key, signature)` of a decoded `kind` message with exactly those fields."""
     fields = _fields(message, kind, ("public_key", "signature"))
     return (
-        _sized(fields, kind, "public_key", PUBLIC_KEY_SIZE),
+        identity_key(fields, kind, "public_key"),
         _sized(fields, kind, "signature", SIGNATURE_SIZE),
     )
 
@@ -195,7 +213,7 @@ def read_response(message: object) -> ChallengeResponse:
     kind = "ChallengeResponse"
     fields = _fields(message, kind, ("public_key", "ephemeral", "signature"))
     return ChallengeResponse(
-        _sized(fields, kind, "public_key", PUBLIC_KEY_SIZE),
+        identity_key(fields, kind, "public_key"),
         _sized(fields, kind, "ephemeral", EPHEMERAL_KEY_SIZE),
         _sized(fields, kind, "signature", SIGNATURE_SIZE),
     )
@@ -291,7 +309,7 @@ def read_server_hello(message: object) -> ServerHello:
     _fields(message, "Challenge", ("challenge", "server_key", "ephemeral"))
     return ServerHello(
         challenge,
-        _sized(message, "Challenge", "server_key", PUBLIC_KEY_SIZE),
+        identity_key(message, "Challenge", "server_key"),
         _sized(message, "Challenge", "ephemeral", EPHEMERAL_KEY_SIZE),
     )
 

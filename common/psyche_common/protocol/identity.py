@@ -1,7 +1,11 @@
 """ed25519 identities: a client's id is its raw 32-byte public key.
 
 `Identity` wraps a private key (generate / from a 32-byte seed / hex / key file) and signs;
-`verify_signature` checks a signature against a raw public key and never raises on bad input.
+`verify_signature` checks a signature against a raw public key and never raises on bad input;
+`check_public_key` refuses a peer's key that needs no secret (a point of small order,
+`small_order`), and `verify_signature` refuses those keys before any signature check, so every
+handshake and signed statement (authorizations, commitments, announcements, equivocation
+proofs, reachability proofs) refuses them.
 """
 
 from __future__ import annotations
@@ -15,9 +19,34 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from psyche_common.client_id import short_id
 
+from .small_order import SMALL_ORDER_ENCODINGS
+
 PUBLIC_KEY_SIZE = 32
 SECRET_KEY_SIZE = 32
 SIGNATURE_SIZE = 64
+
+
+class SmallOrderKey(ValueError):
+    """A public key that is a point of small order: signatures verify under it without any
+    secret (e.g. R the identity and S = 0), so it proves nothing about who holds it."""
+
+
+def is_small_order_key(public_key: bytes) -> bool:
+    """True when `public_key` is any encoding of a point of small order (one set lookup)."""
+    return bytes(public_key) in SMALL_ORDER_ENCODINGS
+
+
+def check_public_key(public_key: bytes, what: str = "public key") -> bytes:
+    """`public_key` when it is 32 bytes and not of small order; raises `SmallOrderKey` (a
+    `ValueError`) naming `what` and the key otherwise, or `ValueError` for a wrong size."""
+    if len(public_key) != PUBLIC_KEY_SIZE:
+        raise ValueError(f"{what} must be {PUBLIC_KEY_SIZE} bytes, got {len(public_key)}")
+    if is_small_order_key(public_key):
+        raise SmallOrderKey(
+            f"{what} {bytes(public_key).hex()} is an ed25519 point of small order: signatures "
+            "verify under it without any secret key, so it is refused"
+        )
+    return bytes(public_key)
 
 
 class Identity:
@@ -97,8 +126,11 @@ class Identity:
 
 
 def verify_signature(public_key: bytes, data: bytes, signature: bytes) -> bool:
-    """True when `signature` is a valid ed25519 signature of `data` by `public_key`."""
+    """True when `signature` is a valid ed25519 signature of `data` by `public_key`; always
+    False for a key of small order (`is_small_order_key`), which any signer could use."""
     if not isinstance(public_key, bytes | bytearray) or len(public_key) != PUBLIC_KEY_SIZE:
+        return False
+    if is_small_order_key(public_key):
         return False
     if not isinstance(signature, bytes | bytearray) or len(signature) != SIGNATURE_SIZE:
         return False
