@@ -1,7 +1,8 @@
 """Authenticated client connections of a TCP port: handshake, bounded sends, one cleanup.
 
 `ConnectionManager` accepts sockets (at most `max_connections`, `max_connections_per_ip`
-from one address, and `max_handshakes_per_ip` of those still unauthenticated), runs the
+from one address, and `max_handshakes_per_ip` of those still unauthenticated; an address is
+counted as its `psyche_common.address_key`, so an IPv6 /64 is one address), runs the
 challenge–response handshake with the server's identity (with a timeout, reading frames of at
 most `HANDSHAKE_FRAME_SIZE` bytes, checked on the length prefix before anything is decoded),
 which opens the connection's encrypted link (`psyche_common.protocol.secure_channel`: every
@@ -36,6 +37,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
+from psyche_common.address_key import peer_key
 from psyche_common.protocol import (
     CONTROL_DECODE,
     CONTROL_FRAME_SIZE,
@@ -255,7 +257,8 @@ class ConnectionManager(Generic[MessageT]):
         task = asyncio.current_task()
         assert task is not None
         peer = writer.get_extra_info("peername")
-        ip = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        ip = peer_key(peer)  # what the per-IP caps count: an IPv6 /64 is one address
         refusal = None
         if len(self._writers) >= self.limits.max_connections:
             refusal = f"{len(self._writers)} connections open (limit)"
@@ -274,9 +277,9 @@ class ConnectionManager(Generic[MessageT]):
             log.warning(
                 "%s: refusing a connection from %s: %s",
                 self.name,
-                ip,
+                host,
                 refusal,
-                extra={"remote": ip, "reason": refusal},
+                extra={"remote": host, "address_key": ip, "reason": refusal},
             )
             writer.transport.abort()
             return

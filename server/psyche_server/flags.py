@@ -161,7 +161,8 @@ RUN_FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         "--max-connections-per-ip",
-        "open connections from one IP address beyond which its new ones are dropped",
+        "open connections from one IP address (an IPv6 /64 counts as one) beyond which its new "
+        "ones are dropped",
         "limits.max_connections_per_ip",
         _limit("max_connections_per_ip"),
         click.IntRange(1),
@@ -169,8 +170,8 @@ RUN_FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         "--max-handshakes-per-ip",
-        "connections from one IP address still in their handshake beyond which its new ones "
-        "are dropped",
+        "connections from one IP address (an IPv6 /64 counts as one) still in their handshake "
+        "beyond which its new ones are dropped",
         "limits.max_handshakes_per_ip",
         _limit("max_handshakes_per_ip"),
         click.IntRange(1),
@@ -301,7 +302,8 @@ RUN_FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         "--relay-max-pipes-per-ip",
-        "relay pipes (open or waiting for their second end) dialed from one IP address, "
+        "relay pipes (open or waiting for their second end) dialed from one IP address (an IPv6 "
+        "/64 counts as one), "
         "whatever the keys (one address also holds at most "
         f"{RelayLimits.max_pipes_per_ip_to_client} pipes to any one client)",
         "relay.max_pipes_per_ip",
@@ -311,7 +313,8 @@ RUN_FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         "--relay-max-connections-per-ip",
-        "relay connections (listen channels, pipe ends, requests) from one IP address",
+        "relay connections (listen channels, pipe ends, requests) from one IP address (an IPv6 "
+        "/64 counts as one)",
         "relay.max_connections_per_ip",
         _relay("max_connections_per_ip"),
         click.IntRange(1),

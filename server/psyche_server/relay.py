@@ -22,7 +22,8 @@ could misuse nor impersonate a client.
 Bounds (`relay_quota`): pipes, open or still waiting for their second end, per key dialed
 from and, apart, dialed to, per (dialer, target) pair, per dialing address, per address and
 target and in all; `max_connections` sockets and
-`max_connections_per_ip` from one address; a handshake and a request within
+`max_connections_per_ip` from one address (an address counts as its
+`psyche_common.address_key`: an IPv6 /64 is one address); a handshake and a request within
 `handshake_timeout` (control frames: a few KiB, bounded decode), the second end within
 `accept_timeout`, and listen channels closed after `listen_idle_timeout` without a `Ping`.
 Every refusal is logged with the reason and the limit's flag. `forget(client)` (the client
@@ -39,6 +40,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from psyche_common.address_key import peer_key
 from psyche_common.pacing import FairBytePacer
 from psyche_common.protocol import (
     Identity,
@@ -195,9 +197,11 @@ class RelayServer:
             await self._serve(client, ip, channel)
 
     def _admit(self, writer: asyncio.StreamWriter) -> str | None:
-        """The socket's address, or None when it is over a connection cap (then closed)."""
+        """The key the socket's address counts under (`address_key.peer_key`: an IPv6 /64 is
+        one address), or None when it is over a connection cap (then closed)."""
         peer = writer.get_extra_info("peername")
-        ip = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+        host = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+        ip = peer_key(peer)
         limits = self.limits
         refusal = None
         if self._closed:
@@ -213,9 +217,9 @@ class RelayServer:
             self.stats.refused += 1
             log.warning(
                 "relay: refusing a connection from %s: %s",
-                ip,
+                host,
                 refusal,
-                extra={"remote": ip, "reason": refusal},
+                extra={"remote": host, "address_key": ip, "reason": refusal},
             )
             writer.transport.abort()
             return None

@@ -10,7 +10,8 @@ hold thousands of dials that never complete. Each pipe (open or pending) counts
   may dial itself),
 - for the pair of keys it joins (`max_pipes_per_pair`: one dialer key holds at most that many
   of a target's incoming pipes, from however many addresses),
-- for the address its dialer connects from (`max_pipes_per_ip`), and
+- for the address its dialer connects from (`max_pipes_per_ip`; the caller passes the
+  address's `psyche_common.address_key`, so an IPv6 /64 counts as one address), and
 - for that address and its target together (`max_pipes_per_ip_to_client`),
 
 so one host, whatever number of keys it holds, can neither fill the relay nor a victim's

@@ -332,7 +332,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--p2p-max-inbound-per-ip",
         "Incoming P2P connections open at once from one IP address (peers behind one NAT "
-        "share it); more are closed before their handshake.",
+        "share it; an IPv6 /64 counts as one address); more are closed before their handshake.",
         "p2p.max_inbound_per_ip",
         16,
         _int(1),

@@ -4,8 +4,9 @@ An inbound connection is authenticated (`connection.accept_peer`), then becomes 
 the ones we dial: the peer's requests on it are answered (`serving`), and our own requests to
 that peer use it too (`links.LinkTable`). At most `max_inbound_connections` inbound connections
 are open, at most `max_inbound_per_ip` from one address (more are closed at accept, before any
-handshake); a pipe through the server's relay counts against the first bound only (every pipe
-comes from the server's address), and its P2P handshake must prove the key the relay named.
+handshake; an address counts as its `psyche_common.address_key`, so an IPv6 /64 is one); a
+pipe through the server's relay counts against the first bound only (every pipe comes from the
+server's address), and its P2P handshake must prove the key the relay named.
 
 A part of `P2PNode`, which passes in its collaborators (identity, settings, counters, the
 membership check, the link table and how to make a link).
@@ -19,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from psyche_common.address_key import peer_key
 from psyche_common.protocol import ConnectionClosed, Identity, ProtocolError, short_id
 
 from .config import P2PConfig
@@ -70,14 +72,15 @@ class InboundAcceptor:
         if self._over_total(remote):
             writer.transport.abort()
             return
-        ip = str(remote[0]) if isinstance(remote, tuple) and remote else "?"
+        ip = peer_key(remote) if remote else "?"  # an IPv6 /64 counts as one address
         if self._per_ip[ip] >= self.config.max_inbound_per_ip:
             self.refused += 1
             log.warning(
-                "refusing P2P connection from %s: %d inbound connections open from that "
-                "address (max_inbound_per_ip)",
+                "refusing P2P connection from %s: %d inbound connections open from %s "
+                "(max_inbound_per_ip)",
                 remote,
                 self._per_ip[ip],
+                ip,
             )
             writer.transport.abort()
             return
