@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.support.ports import free_port
+
 BIN = Path(sys.executable).parent
 
 STATE_TEMPLATE = """
@@ -70,12 +72,6 @@ def no_server_train(*extra: str) -> list[str]:
         "0.1",
         *extra,
     ]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def write_state(path: Path, **overrides: Any) -> Path:

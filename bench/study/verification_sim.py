@@ -36,6 +36,7 @@ from psyche_common.batch_id import BatchId
 from psyche_common.coordinator import (
     Accusation,
     Attestation,
+    Conviction,
     ConvictionKind,
     Coordinator,
     CoordinatorError,
@@ -145,6 +146,8 @@ class VerifyingRun(SimulatedRun):
         self._lies: set[tuple[int, bytes, bytes]] = set()
         """(step, verifier, trainer) of every accusation of a result that passed the check."""
         self._convictions_seen: set[int] = set()
+        self.convictions: list[Conviction] = []
+        """Every conviction made, in order: the record drops an epoch's when the next starts."""
 
     def sample_secret(self) -> bytes | None:
         return self.rng.randbytes(32) if self.hidden_sample else None
@@ -283,14 +286,16 @@ class VerifyingRun(SimulatedRun):
         if self.coord.run_state != RunState.WaitingForMembers:
             super().kick_unhealthy()
 
-    def _attribute_convictions(self) -> None:
-        """For each new conviction of an honest trainer by verifiers: did a lie carry it?
-        (The strikes it rests on are still the epoch's when it is made.)"""
+    def collect_convictions(self) -> None:
+        """Keep each new conviction, and for one of an honest trainer by verifiers: did a lie
+        carry it? (The strikes it rests on are still the epoch's when it is made.) Kept, a
+        conviction's id is never reused, so `_convictions_seen` stays sound."""
         record = self.coord.verification
         for conviction in record.convictions:
             if id(conviction) in self._convictions_seen:
                 continue
             self._convictions_seen.add(id(conviction))
+            self.convictions.append(conviction)
             trainer = conviction.trainer
             if conviction.kind != ConvictionKind.VERIFIERS or trainer in self.roles.attackers:
                 continue
@@ -308,7 +313,7 @@ class VerifyingRun(SimulatedRun):
                 if client.connected and cid not in self.pending:
                     self.pending[cid] = None  # removed keys come back for the next epoch
         super().server_tick()
-        self._attribute_convictions()
+        self.collect_convictions()
         epoch = self.coord.epoch_state.start_timestamp
         for trainer, by_verifier in self.coord.verification.strikes.items():
             if len(by_verifier) < 2:
@@ -364,7 +369,8 @@ def measure(
     assert run.run_until(lambda: coord.run_state == RunState.Finished, 40 * total_steps)
     stats = run.stats
     stats.steps = coord.progress.step
-    for conviction in coord.verification.convictions:
+    run.collect_convictions()
+    for conviction in run.convictions:
         if conviction.kind == ConvictionKind.VERIFIERS:
             if conviction.trainer in roles.cheating:
                 stats.cheat_convictions.append(conviction.step)

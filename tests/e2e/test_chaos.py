@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -45,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from bench.support.ports import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
@@ -137,12 +138,6 @@ class ChaosRun:
     output: str
     returncode: int
     ended_at: float
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_chaos_config(directory: Path, plan: ChaosPlan) -> Path:

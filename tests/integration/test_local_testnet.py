@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.support.ports import free_port
+
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
 TESTNET = Path(sys.executable).parent / "psyche-local-testnet"
@@ -108,12 +110,6 @@ FAKE_CLIENT = textwrap.dedent(
             time.sleep(0.02)
     """
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

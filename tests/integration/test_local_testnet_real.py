@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,18 +15,14 @@ from pathlib import Path
 import pytest
 from psyche_local_testnet.default_config import render_default_state
 
+from bench.support.ports import free_port
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
 ]
 
 TESTNET = Path(sys.executable).parent / "psyche-local-testnet"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_real_two_client_run_finishes_with_identical_weights(tmp_path: Path) -> None:

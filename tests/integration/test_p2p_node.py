@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,6 +26,7 @@ from psyche_common.announcements import from_wire, to_wire
 from psyche_common.protocol import ConnectionClosed, Identity, read_frame, write_frame
 
 from bench.harness.tamper_proxy import DOWN, Flip, TamperProxy
+from bench.support.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -372,12 +372,6 @@ async def test_overall_deadline_bounds_a_fetch(cluster: Cluster) -> None:
         assert time.monotonic() - started < 1.5
     finally:
         await silent.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_dead_address_fails_quickly(cluster: Cluster) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from datetime import timedelta
@@ -18,15 +17,10 @@ import torch.multiprocessing as mp
 from psyche_client.training.parallel.launch import ENV_DEVICE, release_workers
 from psyche_client.training.parallel.plan import LaunchEnv
 
+from bench.support.ports import free_port
 from tests.integration.parallel_ranks import run_rank
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def outcomes(scenario: str, tmp_path: Path) -> list[str]:
