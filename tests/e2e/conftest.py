@@ -3,7 +3,7 @@ their loss with a run without the attacker."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
 import pytest
 
@@ -12,21 +12,30 @@ from bench.harness.attack_run import RunOutcome, run_attack
 ATTACK_TEST_STEPS = 8
 
 
-@pytest.fixture(scope="session")
-def clean_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[bool, int], RunOutcome]:
-    """`clean_run(quantize_1bit, verification_percent)`: four honest clients, the attack
-    tests' settings (`ATTACK_TEST_STEPS` steps), run once per setting in a session."""
-    done: dict[tuple[bool, int], RunOutcome] = {}
+class CleanRun(Protocol):
+    def __call__(
+        self, quantize_1bit: bool, verification_percent: int, steps: int = ATTACK_TEST_STEPS
+    ) -> RunOutcome: ...
 
-    def get(quantize_1bit: bool, verification_percent: int) -> RunOutcome:
-        key = (quantize_1bit, verification_percent)
+
+@pytest.fixture(scope="session")
+def clean_run(tmp_path_factory: pytest.TempPathFactory) -> CleanRun:
+    """`clean_run(quantize_1bit, verification_percent, steps)`: four honest clients, the
+    attack tests' settings (`ATTACK_TEST_STEPS` steps unless told), run once per setting in a
+    session."""
+    done: dict[tuple[bool, int, int], RunOutcome] = {}
+
+    def get(
+        quantize_1bit: bool, verification_percent: int, steps: int = ATTACK_TEST_STEPS
+    ) -> RunOutcome:
+        key = (quantize_1bit, verification_percent, steps)
         if key not in done:
-            name = f"clean-{'1bit' if quantize_1bit else 'bf16'}-{verification_percent}"
+            name = f"clean-{'1bit' if quantize_1bit else 'bf16'}-{verification_percent}-{steps}"
             outcome = run_attack(
                 tmp_path_factory.mktemp(name),
                 None,
                 clients=4,
-                steps=ATTACK_TEST_STEPS,
+                steps=steps,
                 quantize_1bit=quantize_1bit,
                 verification_percent=verification_percent,
             )

@@ -13,14 +13,13 @@ clients, the same settings, measured in the same session).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from bench.harness.attack_catalog import ATTACKS
-from bench.harness.attack_run import RunOutcome, run_attack
-from tests.e2e.conftest import ATTACK_TEST_STEPS
+from bench.harness.attack_run import run_attack
+from tests.e2e.conftest import ATTACK_TEST_STEPS, CleanRun
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # a clean run and an attacked one
 
@@ -28,7 +27,7 @@ LOSS_TOLERANCE = 0.05
 
 
 def test_a_free_rider_cannot_split_honest_clients_or_move_the_loss(
-    tmp_path: Path, clean_run: Callable[[bool, int], RunOutcome]
+    tmp_path: Path, clean_run: CleanRun
 ) -> None:
     attack = ATTACKS["freerider"]
     clean = clean_run(attack.quantize_1bit, attack.verification_percent)

@@ -13,7 +13,6 @@ settings, four honest clients, measured in the same session).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +21,8 @@ from psyche_client.distro.result import DistroResult, ResultLayout
 from psyche_client.distro.values import ValueKind
 
 from bench.harness.attack_catalog import ATTACKS
-from bench.harness.attack_run import RunOutcome, client_id, run_attack
-from tests.e2e.conftest import ATTACK_TEST_STEPS
+from bench.harness.attack_run import client_id, run_attack
+from tests.e2e.conftest import ATTACK_TEST_STEPS, CleanRun
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # a clean run and an attacked one
 
@@ -44,9 +43,7 @@ def largest_value(path: Path) -> float:
     return max(float(np.abs(t.values(ValueKind.BF16)).max()) for t in result.tensors)
 
 
-def test_huge_values_weigh_like_one_trainer(
-    tmp_path: Path, clean_run: Callable[[bool, int], RunOutcome]
-) -> None:
+def test_huge_values_weigh_like_one_trainer(tmp_path: Path, clean_run: CleanRun) -> None:
     attack = ATTACKS["huge"]
     clean = clean_run(attack.quantize_1bit, attack.verification_percent)
     run = run_attack(tmp_path, attack, clients=4, malicious=1, steps=ATTACK_TEST_STEPS)

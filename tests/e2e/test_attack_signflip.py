@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from psyche_client.verify.threshold import ACCUSE_BELOW
 
 from bench.harness.attack_catalog import ATTACKS
-from bench.harness.attack_run import RunOutcome, run_attack
+from bench.harness.attack_run import run_attack
 from bench.harness.client_run import Cluster, Proc, applied_hashes, wait_for, write_state
-from tests.e2e.conftest import ATTACK_TEST_STEPS
+from tests.e2e.conftest import CleanRun
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -141,9 +140,17 @@ def test_honest_clients_with_verifiers_are_never_convicted(tmp_path: Path) -> No
         c.stop()
 
 
+SIGNFLIP_LOSS_STEPS = 24
+"""Steps of the loss comparison. A conviction needs two verifiers that each accused at two
+different steps (docs/verification.md): at 50 % of four clients (two verifiers a round,
+drawn from three honest members) it came at step 4 to 6, and the flipped results before it
+are applied. Over 8 steps they cost 3 to 5.4 % of the loss (one run 1.0535, which failed),
+so the comparison runs twice as long as the other attack tests."""
+
+
 @pytest.mark.slow  # a clean run and an attacked one
 def test_a_sign_flip_trainer_costs_less_than_5_percent_of_the_loss(
-    tmp_path: Path, clean_run: Callable[[bool, int], RunOutcome]
+    tmp_path: Path, clean_run: CleanRun
 ) -> None:
     """The sign-flipper among four clients at 50% verification, against a clean run of the
     same settings (bench/harness/attack_run.py): it is removed, the honest weights agree at every
@@ -151,10 +158,11 @@ def test_a_sign_flip_trainer_costs_less_than_5_percent_of_the_loss(
     needs accusations from two different verifiers (docs/verification.md); at 25% four clients
     have one verifier a round, too few to be sure of two within this short run."""
     attack = dataclasses.replace(ATTACKS["signflip"], verification_percent=50)
-    clean = clean_run(attack.quantize_1bit, attack.verification_percent)
-    run = run_attack(tmp_path, attack, clients=4, malicious=1, steps=ATTACK_TEST_STEPS)
+    steps = SIGNFLIP_LOSS_STEPS
+    clean = clean_run(attack.quantize_1bit, attack.verification_percent, steps)
+    run = run_attack(tmp_path, attack, clients=4, malicious=1, steps=steps)
     assert run.honest_ok, run.diagnostics
-    assert run.hashes_agree and len(run.common_steps) >= ATTACK_TEST_STEPS - 4, run.diagnostics
+    assert run.hashes_agree and len(run.common_steps) >= steps - 4, run.diagnostics
     assert run.attackers_removed == [True], run.diagnostics
     assert clean.eval_loss is not None and run.eval_loss is not None
     ratio = run.eval_loss / clean.eval_loss
