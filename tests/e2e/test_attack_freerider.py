@@ -36,7 +36,10 @@ def test_a_free_rider_cannot_split_honest_clients_or_move_the_loss(
     assert run.hashes_agree and len(run.common_steps) >= ATTACK_TEST_STEPS - 4, run.diagnostics
     assert run.losses_finite
     stale = run.attackers[0].events("free rider: sent a stale result")
-    assert len(stale) >= 2, f"the free rider sent only {len(stale)} stale results"
+    # its first trained result is its own, and each round's verifier is drawn at random: one
+    # fresh-clone run made it the verifier in 5 of its 7 rounds, so it sent 1 stale result
+    # (requiring two fails about 1 % of runs, requiring one about 0.1 %)
+    assert stale, "the free rider sent no stale result"
     assert run.honest_convicted == [], run.honest_convicted
     assert clean.eval_loss is not None and run.eval_loss is not None
     ratio = run.eval_loss / clean.eval_loss
