@@ -143,9 +143,9 @@ def test_honest_clients_with_verifiers_are_never_convicted(tmp_path: Path) -> No
 SIGNFLIP_LOSS_STEPS = 24
 """Steps of the loss comparison. A conviction needs two verifiers that each accused at two
 different steps (docs/verification.md): at 50 % of four clients (two verifiers a round,
-drawn from three honest members) it came at step 4 to 6, and the flipped results before it
-are applied. Over 8 steps they cost 3 to 5.4 % of the loss (one run 1.0535, which failed),
-so the comparison runs twice as long as the other attack tests."""
+drawn from three honest members) it came at step 3 to 8, and the flipped results before it
+are applied. Over 8 steps they cost 1.3 to 5.4 % of the loss (one run 1.0535, which failed),
+over 16 up to 4.7 %, so the comparison runs three times as long as the other attack tests."""
 
 
 @pytest.mark.slow  # a clean run and an attacked one
