@@ -20,8 +20,11 @@ a result that failed twice by bad luck), `honest_verifiers_removed` (honest veri
 false accusers or false passers: 0), `liar_removals` (lying verifiers removed, any kind) with
 `first_removal_steps` (per run), `cheat_convictions` and `first_cheat_conviction_steps`,
 `cheat_rounds` of `cheat_training_rounds` (rounds the cheats cheated, of those they trained)
-and `cheated_unchecked` (cheated rounds no verifier sampled), `liar_checks` (batches the
-liars accused). Baselines, in the same runs: `old_rule_false_convictions` (the first rule: a
+and `cheated_unchecked` (cheated rounds no verifier sampled), `cheated_applied` (cheated
+rounds whose results every client applied: neither refused nor after a conviction) and
+`cheat_results_refused`, `honest_results_refused` (results refused on standing accusations
+before any conviction: a cheat's, an honest trainer's), `liar_checks` (batches the liars
+accused). Baselines, in the same runs: `old_rule_false_convictions` (the first rule: a
 strict majority of a trainer's checkers in one round, on the liar's word alone),
 `one_step_rule_false_convictions` ((epoch, honest trainer) pairs whose strikes named two
 verifiers, even of one step) and `two_step_rule_false_convictions` (two verifiers and two
@@ -113,6 +116,9 @@ def row(
         "cheat_training_rounds": sum(r.cheat_training_rounds for r in runs),
         "cheat_rounds": sum(r.cheat_rounds for r in runs),
         "cheated_unchecked": sum(r.cheated_unchecked for r in runs),
+        "cheated_applied": sum(r.cheated_applied for r in runs),
+        "cheat_results_refused": sum(r.cheat_results_refused for r in runs),
+        "honest_results_refused": sum(r.honest_results_refused for r in runs),
         "seconds": round(time.perf_counter() - started, 1),
     }
 

@@ -115,6 +115,14 @@ class VerificationStats:
     """Of those, the rounds in which it cheated."""
     cheated_unchecked: int = 0
     """Of those, the rounds in which no verifier sampled its batches (it went unseen)."""
+    cheated_applied: int = 0
+    """Of the cheated rounds, those whose results were applied: neither refused
+    (`VerificationRecord.refused`) nor skipped for a conviction of that step or earlier."""
+    cheat_results_refused: int = 0
+    """Cheated rounds whose results were refused before the cheat's conviction."""
+    honest_results_refused: int = 0
+    """Honest trainers' rounds whose results were refused (what an honest result's bad luck,
+    or a liar's word with one, costs)."""
 
 
 def predicted_sample_seed(round_: Round) -> bytes:
@@ -145,6 +153,10 @@ class VerifyingRun(SimulatedRun):
         self._verified: set[tuple[int, int]] = set()
         self._lies: set[tuple[int, bytes, bytes]] = set()
         """(step, verifier, trainer) of every accusation of a result that passed the check."""
+        self._cheated_steps: set[tuple[int, int, bytes]] = set()
+        """(epoch, step, trainer) of every round a cheat cheated in."""
+        self.refusals: set[tuple[int, int, bytes]] = set()
+        """(epoch, step, trainer) of every refused result, kept as the record names them."""
         self._convictions_seen: set[int] = set()
         self.convictions: list[Conviction] = []
         """Every conviction made, in order: the record drops an epoch's when the next starts."""
@@ -212,6 +224,7 @@ class VerifyingRun(SimulatedRun):
         verifiers = self._verifiers(view)
         step = view.progress.step
         cheated = self._cheated.get(record.key, set())
+        self._cheated_steps |= {(view.progress.epoch, step, trainer) for trainer in cheated}
         for trainer in cheated:
             if not checkers_of(trainer, record.assignment, verifiers, sample_seed):
                 self.stats.cheated_unchecked += 1
@@ -307,6 +320,25 @@ class VerifyingRun(SimulatedRun):
             ):
                 self.stats.false_convictions_by_lies += 1
 
+    def count_refusals(self) -> None:
+        """Split the refused results into the cheats' and the honest trainers', and count the
+        cheated rounds whose results were applied all the same."""
+        stats = self.stats
+        stats.cheat_results_refused = len(self.refusals & self._cheated_steps)
+        stats.honest_results_refused = sum(
+            1 for _, _, trainer in self.refusals if trainer not in self.roles.attackers
+        )
+        convicted = [
+            (c.epoch, c.step, c.trainer)
+            for c in self.convictions
+            if c.kind in (ConvictionKind.VERIFIERS, ConvictionKind.PROVEN)
+        ]
+        stats.cheated_applied = sum(
+            1
+            for epoch, step, trainer in self._cheated_steps - self.refusals
+            if not any(e == epoch and s <= step and t == trainer for e, s, t in convicted)
+        )
+
     def server_tick(self) -> None:
         if self.coord.run_state == RunState.WaitingForMembers:
             for cid, client in self.clients.items():
@@ -314,6 +346,9 @@ class VerifyingRun(SimulatedRun):
                     self.pending[cid] = None  # removed keys come back for the next epoch
         super().server_tick()
         self.collect_convictions()
+        epoch_number = self.coord.progress.epoch
+        for step, trainers in self.coord.verification.refused.items():
+            self.refusals |= {(epoch_number, step, trainer) for trainer in trainers}
         epoch = self.coord.epoch_state.start_timestamp
         for trainer, by_verifier in self.coord.verification.strikes.items():
             if len(by_verifier) < 2:
@@ -370,6 +405,7 @@ def measure(
     stats = run.stats
     stats.steps = coord.progress.step
     run.collect_convictions()
+    run.count_refusals()
     for conviction in run.convictions:
         if conviction.kind == ConvictionKind.VERIFIERS:
             if conviction.trainer in roles.cheating:

@@ -4,9 +4,9 @@ The results of round h−2 are applied once round h−1's witnesses are final: f
 the one commitment a witness quorum saw (`plan_apply`, `commitment_threshold`), in batch-id
 order, minus the results of trainers still in their cold start (`split_cold_start`), of
 trainers the coordinator holds proof of equivocation against and of trainers the verifiers
-convicted, for that step or earlier (`split_convicted`). A consensus result that this client
-could not download and verify, or one it never heard of (`missed_results`), puts it out of
-sync (`RoundContext.lose_sync`): applying anything else would leave its weights different
+convicted, for that step or earlier, and the results the coordinator refused on standing
+accusations (`split_convicted`). A consensus result that this client could not download and
+verify, or one it never heard of (`missed_results`), puts it out of sync (`RoundContext.lose_sync`): applying anything else would leave its weights different
 from its peers'; the next Warmup resyncs it.
 """
 
@@ -112,6 +112,12 @@ class ApplyStep:
             plan,
             source.roles.assignments,
             lambda trainer: record.excluded(trainer, epoch, source.step),
+        )
+        plan = split_convicted(
+            plan,
+            source.roles.assignments,
+            lambda trainer: record.refused_at(trainer, source.step),
+            SkipReason.REFUSED,
         )
         missed = missed_results(plan.skipped, source, witnesses, threshold)
         if missed:

@@ -65,6 +65,7 @@ class SkipReason(Enum):
     COLD_START = "trainer is still in its cold-start warmup"
     CONVICTED = "its trainer was convicted by the round's verifiers"
     EQUIVOCATED = "its trainer signed two different commitments for one batch"
+    REFUSED = "its check failed and two verifiers have accused its trainer this epoch"
 
 
 @dataclass(frozen=True)
@@ -166,4 +167,4 @@ def split_convicted(
     return kept
 
 
-_EXCLUSIONS = frozenset({SkipReason.CONVICTED, SkipReason.EQUIVOCATED})
+_EXCLUSIONS = frozenset({SkipReason.CONVICTED, SkipReason.EQUIVOCATED, SkipReason.REFUSED})

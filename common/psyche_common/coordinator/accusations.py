@@ -27,7 +27,11 @@ Rules (docs/verification.md):
   confirmed it, or its step's round elected no other verifier; an accusation of a batch that
   nobody else checked, in a step with other verifiers, is what a lying verifier can always
   make unopposed, so it never convicts on its own): Dropped, and every client skips its results
-  from the judged step on in this epoch (`VerificationRecord.excluded`). A verifier's
+  from the judged step on in this epoch (`VerificationRecord.excluded`). Before that, once
+  verifiers of `MIN_ACCUSERS` different keys have checkable strikes against a trainer, each
+  further result of it whose accusations stand is refused (`VerificationRecord.refused`: no
+  client applies it; the trainer stays), so a cheat's results stop counting from the second
+  independent accuser on rather than from its conviction. A verifier's
   accusation thus needs corroboration by its own accusation at another step (a lone liar's
   word, or one honest result failing by bad luck, which every checker accuses in that step,
   never counts twice), and one verifier never convicts;
@@ -197,16 +201,25 @@ def judge_closed_step(coord: CoordinatorState) -> list[Conviction]:
         if len(record.refuted_by.get(verifier, ())) >= REFUTERS
         and len(record.outvoted_about.get(verifier, ())) >= REFUTED_TRAINERS
     ]
+    struck = set()
     for accusation in standing:
         if record.convicted(accusation.verifier, epoch) is None:
             _strike(record.strikes, accusation.trainer, accusation.verifier, step)
-    for trainer in sorted({a.trainer for a in standing}):
+            struck.add(accusation.trainer)
+    for trainer in sorted(struck):
         strikes = record.strikes.get(trainer, {})
         checkable = record.confirmed.get(trainer, set())
         corroborated = {
             v for v, steps in strikes.items() if len(steps) >= MIN_STRIKE_STEPS and v in checkable
         }
-        if len(corroborated) >= MIN_ACCUSERS and record.convicted(trainer, epoch) is None:
+        if record.convicted(trainer, epoch) is not None:
+            continue
+        if len(corroborated) < MIN_ACCUSERS:
+            # not (yet) convicted, but suspected by two independent verifiers: this step's
+            # result, which failed its check, is not applied (`VerificationRecord.refused`)
+            if len({v for v in strikes if v in checkable}) >= MIN_ACCUSERS:
+                record.refuse(trainer, step)
+        else:
             mine = [a for a in standing if a.trainer == trainer]
             conviction = Conviction(
                 epoch=epoch,

@@ -52,6 +52,10 @@ MAX_TALLIES = 1024
 most that many verifiers (members are far fewer), and each verifier's strikes name at most
 that many steps (the coordinator keeps `MIN_STRIKE_STEPS`, all a verdict needs)."""
 
+REFUSED_STEPS = 16
+"""Steps whose refused results (`VerificationRecord.refused`) the record keeps: the newest;
+a step's results are applied one or two rounds after it closes, far inside this."""
+
 Strikes = dict[bytes, dict[bytes, set[int]]]
 """Trainer → verifier → the steps at which that verifier's accusation of it stood."""
 
@@ -279,6 +283,25 @@ def _strikes_from_wire(data: dict[str, Any]) -> Strikes:
     return strikes
 
 
+def _refused_from_wire(data: Any) -> dict[int, set[bytes]]:
+    """`refused` as step → trainers; absent (coordinators from before refusals): none."""
+    if data is None:
+        return {}
+    what = "verification.refused"
+    if not isinstance(data, list) or len(data) > REFUSED_STEPS:
+        raise ValueError(f"{what} must be a list of at most {REFUSED_STEPS} steps")
+    refused: dict[int, set[bytes]] = {}
+    for entry in data:
+        entry = wire_map(entry, f"{what}[]")
+        trainers = wire_list(entry, "trainers", f"{what}[]")
+        if len(trainers) > MAX_TALLIES:
+            raise ValueError(f"{what}[].trainers names more than {MAX_TALLIES} trainers")
+        refused[wire_uint(entry, "step", f"{what}[]")] = {
+            check_client_id(t, f"{what}[].trainers[]") for t in trainers
+        }
+    return refused
+
+
 def _tally_from_wire(data: Any, what: str) -> dict[bytes, set[bytes]]:
     if data is None:  # coordinators from before the tallies existed
         return {}
@@ -321,6 +344,12 @@ class VerificationRecord:
     outvoted_about: dict[bytes, set[bytes]] = field(default_factory=dict)
     """This epoch: verifier → the trainers whose results it was outvoted on (`refuted_by`);
     the server's own count, neither broadcast nor saved."""
+    refused: dict[int, set[bytes]] = field(default_factory=dict)
+    """This epoch: step → the trainers whose results of that step no client applies although
+    they are not convicted: their accusations stood when the step was judged and, counting
+    those, verifiers of `MIN_ACCUSERS` different keys have checkable standing accusations of
+    them this epoch (`accusations.judge_closed_step`). The newest `REFUSED_STEPS` steps are
+    kept; broadcast, not saved."""
     committee_sizes: dict[int, int] = field(default_factory=dict)
     """Open steps: step → how many verifiers its round elected (taken when its reports are
     checked), so a step counts as having one verifier only when one was elected, not when
@@ -340,6 +369,7 @@ class VerificationRecord:
         self.confirmed = {}
         self.refuted_by = {}
         self.outvoted_about = {}
+        self.refused = {}
         self.committee_sizes = {}
         self.false_reports = {}
 
@@ -352,6 +382,20 @@ class VerificationRecord:
         return any(
             c.trainer == trainer and c.epoch == epoch and c.step <= step for c in self.convictions
         )
+
+    def refused_at(self, trainer: bytes, step: int) -> bool:
+        """Whether the results of `trainer` trained at `step` of the current epoch are refused
+        (`refused`) although it is not convicted."""
+        return trainer in self.refused.get(step, ())
+
+    def refuse(self, trainer: bytes, step: int) -> None:
+        """Refuse the results of `trainer` at `step` (keeping the newest `REFUSED_STEPS` steps
+        and at most `MAX_TALLIES` trainers a step)."""
+        trainers = self.refused.setdefault(step, set())
+        if len(trainers) < MAX_TALLIES:
+            trainers.add(trainer)
+        for old in sorted(self.refused)[:-REFUSED_STEPS]:
+            del self.refused[old]
 
     def banned(self, client_id: bytes, epoch: int) -> bool:
         """Whether `client_id` may not join epoch `epoch`: a proven conviction (any epoch) or
@@ -386,6 +430,10 @@ class VerificationRecord:
             "strike_steps": _strikes_to_wire(self.strikes),
             "confirmed": _tally_to_wire(self.confirmed),
             "refuted_by": _tally_to_wire(self.refuted_by),
+            "refused": [
+                {"step": step, "trainers": sorted(trainers)}
+                for step, trainers in sorted(self.refused.items())
+            ],
         }
 
     @classmethod
@@ -410,6 +458,7 @@ class VerificationRecord:
             strikes=_strikes_from_wire(data),
             confirmed=_tally_from_wire(data.get("confirmed"), "verification.confirmed"),
             refuted_by=_tally_from_wire(data.get("refuted_by"), "verification.refuted_by"),
+            refused=_refused_from_wire(data.get("refused")),
         )
 
     def to_toml(self) -> dict[str, Any]:
