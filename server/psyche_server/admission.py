@@ -65,6 +65,8 @@ class AuthorizedKeysFile:
         self.error: str | None = None
         """Why the file on disk, changed since `keys` loaded, does not load (None: it did).
         While set, `Admission` admits no new client."""
+        self.public_error = ""
+        """`error` as a refused client reads it (`refusal`): no server path."""
         self._watch = SettleWatch()
         self._last_poll = -float("inf")
         self.reloads = 0
@@ -106,7 +108,7 @@ class AuthorizedKeysFile:
             keys = parse_authorized_keys(self.path.read_text(), str(self.path))
         except (AuthorizationError, OSError, UnicodeDecodeError) as exc:
             self._watch.was_read(signature)  # warn once per change, not at every poll
-            self._fail(str(exc))
+            self._fail(str(exc), self._public(exc))
             return False
         if self._signature() != signature:  # written to while read: wait until it settles
             log.info("%s changed while it was read; reading it again once it settles", self.path)
@@ -133,8 +135,16 @@ class AuthorizedKeysFile:
         )
         return True
 
-    def _fail(self, error: str) -> None:
+    def _public(self, exc: Exception) -> str:
+        """What a refused client may read of `exc`: the fault, not where the server keeps its
+        files (an OSError's own text, a parse error with the file's bare name)."""
+        if isinstance(exc, OSError):
+            return exc.strerror or type(exc).__name__
+        return str(exc).replace(str(self.path), self.path.name)
+
+    def _fail(self, error: str, public: str) -> None:
         self.error = error
+        self.public_error = public
         log.warning(
             "cannot reload the authorized keys from %s: %s; keeping the previous %d keys for "
             "the clients admitted so far and refusing every new Join until the file loads",
@@ -150,7 +160,8 @@ class AuthorizedKeysFile:
         if self.error is None:
             return None
         return (
-            f"the server's authorized-keys file {self.path.name} does not load ({self.error}); "
+            f"the server's authorized-keys file {self.path.name} does not load "
+            f"({self.public_error}); "
             "no new client is admitted until it is fixed"
         )
 

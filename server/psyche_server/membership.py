@@ -1,7 +1,8 @@
 """Who is in the run: each client connection's way from the handshake to a Join and out again.
 
 `Membership` owns the connection-side events of a client: the pre-join timeout (`--pre-join-
-timeout`), the Join (the run id, admission under `--authorized-keys`, the first state frame,
+timeout`), the Join (the run id, admission under `--authorized-keys`, keys banned on proof
+refused, the first state frame,
 the reachability probe of its P2P address, the pending set), the notices sent to one client
 (its reachability verdict, a weights-hash mismatch), a reload of the authorized keys (the keys
 it removed leave the pending set, and their connections close once they are no members of the
@@ -141,6 +142,19 @@ class Membership:
                     extra={"client": short_id(client_id), "reason": refusal},
                 )
                 raise CloseConnection(f"not authorized: {refusal}")
+        ban = self.coordinator.verification.bans.get(client_id)
+        if ban is not None:  # convicted on proof: no later epoch would ever seat it
+            reason = (
+                f"banned from this run: convicted at step {ban.step} of epoch {ban.epoch} on "
+                f"proof ({ban.kind.value})"
+            )
+            log.warning(
+                "refusing the Join of %s: %s",
+                short_id(client_id),
+                reason,
+                extra={"client": short_id(client_id), "reason": reason},
+            )
+            raise CloseConnection(reason)
         if not conn.joined:
             conn.joined = True  # from now on it gets every state, starting with the current one
             conn.send_frame(self._current_frame())

@@ -201,6 +201,7 @@ async def test_the_file_is_reloaded_while_the_server_runs(tmp_path: Path, caplog
         # ... but no new Join is admitted, naming the file and the fault
         reason = await _refused(ProtocolClient(app.port, app.run_id, spare, auto=False))
         assert "authorized-keys file keys does not load" in reason and "line 2" in reason
+        assert str(keys.parent) not in reason  # the fault, not where the server keeps it
 
         # remove `early`: not an epoch member (the run waits for 5), so it is closed now
         keys = _write_keys(keys, late.public_key, spare.public_key)

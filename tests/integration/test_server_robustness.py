@@ -10,6 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from psyche_common.batch_id import BatchId
+from psyche_common.coordinator import ConvictionKind
+from psyche_common.coordinator.verdicts import Conviction
 from psyche_common.protocol import (
     Identity,
     SecureChannel,
@@ -141,6 +144,34 @@ async def test_wrong_run_id_is_rejected_with_reason(server, honest: ProtocolClie
     assert intruder.rejected is not None and "unknown run id 'some-other-run'" in intruder.rejected
     assert intruder.id not in server.pending
     assert reason_logged(caplog, "tried to join unknown run")
+    await assert_still_served(honest)
+
+
+async def test_a_key_banned_on_proof_is_refused_at_join(
+    server, honest: ProtocolClient, caplog
+) -> None:
+    """A key convicted on proof can never be seated again: its Join is refused with the
+    reason, rather than left waiting in the pending set for ever."""
+    caplog.set_level(logging.INFO)
+    banned = Identity.generate()
+    server.coordinator.verification.ban(
+        Conviction(
+            epoch=0,
+            step=3,
+            trainer=banned.public_key,
+            batch=BatchId(0, 1),
+            verifiers=(honest.id,),
+            agreement_milli=0,
+            kind=ConvictionKind.PROVEN,
+        )
+    )
+    intruder = ProtocolClient(server.port, server.run_id, banned, auto=False)
+    await intruder.connect()
+    await intruder.wait_closed()
+    assert intruder.rejected is not None
+    assert "banned from this run: convicted at step 3 of epoch 0" in intruder.rejected
+    assert banned.public_key not in server.pending
+    assert reason_logged(caplog, "refusing the Join of")
     await assert_still_served(honest)
 
 

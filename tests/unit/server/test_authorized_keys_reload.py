@@ -122,6 +122,7 @@ def test_a_bad_file_refuses_new_joins_until_it_is_fixed(
     for newcomer in (B, C):
         refusal = gate.admit(newcomer, RUN, None)
         assert refusal is not None and "authorized_keys" in refusal and "line 2" in refusal
+        assert str(tmp_path) not in refusal  # the server's own paths stay on the server
     write(path, lines(A, C), 102)  # fixed
     assert not poll(keys, clock) and poll(keys, clock)
     assert keys.error is None and keys.keys == {A, C}
@@ -135,6 +136,10 @@ def test_a_missing_file_fails_closed_once_it_stays_missing(tmp_path: Path) -> No
     gate = Admission(keys, lambda: 0.0)
     path.unlink()  # an editor's rename: gone for a moment
     assert not poll(keys, clock)
+    assert not poll(keys, clock) and keys.error is not None  # gone for two polls: refused
+    refusal = gate.admit(C, RUN, None)
+    assert refusal is not None and "No such file or directory" in refusal
+    assert str(tmp_path) not in refusal
     write(path, lines(A, B), 103)
     assert not poll(keys, clock) and poll(keys, clock)
     assert keys.error is None and gate.admit(B, RUN, None) is None
