@@ -8,8 +8,9 @@ dialer_challenge, listener_key, dialer_key, listener_ephemeral, dialer_ephemeral
 2. dialer → `Hello{challenge, public_key, ephemeral}` (its own nonce, the key it claims and
    its fresh X25519 key).
 3. A claimed key of small order (`handshake.identity_key`) fails the handshake (so does such a
-   key in either `Proof`). The listener asks its `is_member(claimed key)` callback; a non-member gets `Rejected{reason}`
-   and the stream is closed. Otherwise listener → `Proof{public_key, signature}` over the
+   key in either `Proof`); a malformed `Hello` (such a key included) is answered with
+   `Rejected{reason}` before the stream closes. The listener asks its `is_member(claimed
+   key)` callback; a non-member gets `Rejected{reason}` and the stream is closed. Otherwise listener → `Proof{public_key, signature}` over the
    "listener" transcript.
 4. The dialer checks that the listener's key is the peer id it meant to reach (addresses come
    from the coordinator broadcast) and its signature, and only then signs: dialer →
@@ -212,7 +213,11 @@ async def accept_peer(
             signed = probe_transcript(challenge, prober, identity.public_key)
             await conn.send(proof_message(identity, signed))
             raise ProbeAnswered()
-        theirs, claimed, their_ephemeral = read_hello(first)
+        try:
+            theirs, claimed, their_ephemeral = read_hello(first)
+        except HandshakeError as exc:  # e.g. a key of small order: the dialer learns why
+            await conn.send({"type": "Rejected", "reason": str(exc)})
+            raise
         conn.peer_id = claimed
         if not is_member(claimed):
             reason = f"peer {short_id(claimed)} is not a member of the current epoch"
