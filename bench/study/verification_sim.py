@@ -155,8 +155,9 @@ class VerifyingRun(SimulatedRun):
         """(step, verifier, trainer) of every accusation of a result that passed the check."""
         self._cheated_steps: set[tuple[int, int, bytes]] = set()
         """(epoch, step, trainer) of every round a cheat cheated in."""
-        self.refusals: set[tuple[int, int, bytes]] = set()
-        """(epoch, step, trainer) of every refused result, kept as the record names them."""
+        self.refusals: set[tuple[int, bytes]] = set()
+        """(step, trainer) of every refused result (steps count on across epochs; the record
+        keeps a refusal until the next epoch starts, after the epoch number moved on)."""
         self._convictions_seen: set[int] = set()
         self.convictions: list[Conviction] = []
         """Every conviction made, in order: the record drops an epoch's when the next starts."""
@@ -324,9 +325,10 @@ class VerifyingRun(SimulatedRun):
         """Split the refused results into the cheats' and the honest trainers', and count the
         cheated rounds whose results were applied all the same."""
         stats = self.stats
-        stats.cheat_results_refused = len(self.refusals & self._cheated_steps)
+        refused = {(e, s, t) for e, s, t in self._cheated_steps if (s, t) in self.refusals}
+        stats.cheat_results_refused = len(refused)
         stats.honest_results_refused = sum(
-            1 for _, _, trainer in self.refusals if trainer not in self.roles.attackers
+            1 for _, trainer in self.refusals if trainer not in self.roles.attackers
         )
         convicted = [
             (c.epoch, c.step, c.trainer)
@@ -335,7 +337,7 @@ class VerifyingRun(SimulatedRun):
         ]
         stats.cheated_applied = sum(
             1
-            for epoch, step, trainer in self._cheated_steps - self.refusals
+            for epoch, step, trainer in self._cheated_steps - refused
             if not any(e == epoch and s <= step and t == trainer for e, s, t in convicted)
         )
 
@@ -346,9 +348,8 @@ class VerifyingRun(SimulatedRun):
                     self.pending[cid] = None  # removed keys come back for the next epoch
         super().server_tick()
         self.collect_convictions()
-        epoch_number = self.coord.progress.epoch
         for step, trainers in self.coord.verification.refused.items():
-            self.refusals |= {(epoch_number, step, trainer) for trainer in trainers}
+            self.refusals |= {(step, trainer) for trainer in trainers}
         epoch = self.coord.epoch_state.start_timestamp
         for trainer, by_verifier in self.coord.verification.strikes.items():
             if len(by_verifier) < 2:
