@@ -10,8 +10,8 @@ dialer_challenge, listener_key, dialer_key, listener_ephemeral, dialer_ephemeral
 3. A claimed key of small order (`handshake.identity_key`) fails the handshake (so does such a
    key in either `Proof`); a malformed `Hello` (such a key included) is answered with
    `Rejected{reason}` before the stream closes. The listener asks its `is_member(claimed
-   key)` callback; a non-member gets `Rejected{reason}` and the stream is closed. Otherwise listener → `Proof{public_key, signature}` over the
-   "listener" transcript.
+   key)` callback; a non-member gets `Rejected{reason}` and the stream is closed. Otherwise
+   listener → `Proof{public_key, signature}` over the "listener" transcript.
 4. The dialer checks that the listener's key is the peer id it meant to reach (addresses come
    from the coordinator broadcast) and its signature, and only then signs: dialer →
    `Proof{public_key, signature}` over the "dialer" transcript.

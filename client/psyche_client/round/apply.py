@@ -6,8 +6,9 @@ order, minus the results of trainers still in their cold start (`split_cold_star
 trainers the coordinator holds proof of equivocation against and of trainers the verifiers
 convicted, for that step or earlier, and the results the coordinator refused on standing
 accusations (`split_convicted`). A consensus result that this client could not download and
-verify, or one it never heard of (`missed_results`), puts it out of sync (`RoundContext.lose_sync`): applying anything else would leave its weights different
-from its peers'; the next Warmup resyncs it.
+verify, or one it never heard of (`missed_results`), puts it out of sync
+(`RoundContext.lose_sync`): applying anything else would leave its weights different from its
+peers'; the next Warmup resyncs it.
 """
 
 from __future__ import annotations
