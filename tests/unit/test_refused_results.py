@@ -7,31 +7,16 @@ from __future__ import annotations
 import pytest
 from psyche_client.round.consensus import ApplyPlan, Candidate, SkipReason, split_convicted
 from psyche_common.batch_id import BatchId
-from psyche_common.coordinator import ClientState, Coordinator
-from psyche_common.coordinator.assignment import assign_data_for_state
+from psyche_common.coordinator import ClientState
 from psyche_common.coordinator.verdicts import REFUSED_STEPS, VerificationRecord
-from psyche_common.coordinator.verification import verifier_sample
 
-from tests.support.coordinators import close_step, everyone
+from tests.support.coordinators import close_step
 from tests.unit.test_verification_rules import (
     coordinator_in_round,
+    lone_check,
     report,
     state_of,
-    verifiers,
 )
-
-
-def lone_check(coord: Coordinator) -> tuple[bytes, BatchId, bytes, bytes]:
-    """At 4 clients / 25 %: the round's one verifier, a batch it checks, that batch's trainer
-    and another client (neither)."""
-    (verifier,) = verifiers(coord)
-    assignments = assign_data_for_state(coord)
-    batch = verifier_sample(
-        coord.current_round().sample_seed, verifier, list(assignments), verifiers(coord)
-    )[0]
-    trainer = assignments[batch]
-    other = next(c for c in everyone(coord) if c not in (verifier, trainer))
-    return verifier, batch, trainer, other
 
 
 @pytest.mark.parametrize(

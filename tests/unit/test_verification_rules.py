@@ -69,6 +69,19 @@ def verifiers(coord: Coordinator) -> list[bytes]:
     )
 
 
+def lone_check(coord: Coordinator) -> tuple[bytes, BatchId, bytes, bytes]:
+    """At 4 clients / 25 %: the round's one verifier, a batch it checks, that batch's trainer
+    and another client (neither)."""
+    (verifier,) = verifiers(coord)
+    assignments = assign_data_for_state(coord)
+    batch = verifier_sample(
+        coord.current_round().sample_seed, verifier, list(assignments), verifiers(coord)
+    )[0]
+    trainer = assignments[batch]
+    other = next(c for c in everyone(coord) if c not in (verifier, trainer))
+    return verifier, batch, trainer, other
+
+
 def accusation(coord: Coordinator, verifier: bytes, batch: BatchId | None = None) -> Accusation:
     """A valid accusation by `verifier` of the trainer of (the first batch of) its sample."""
     assignments = assign_data_for_state(coord)
@@ -219,13 +232,7 @@ def test_a_verifier_counts_once_its_accusations_stood_at_two_steps(other_steps: 
     many steps never convicts, nor does it with another verifier's single strike (a lone liar
     and one honest result failing by bad luck)."""
     coord = coordinator_in_round(percent=25, members=4)
-    (verifier,) = verifiers(coord)
-    assignments = assign_data_for_state(coord)
-    batch = verifier_sample(
-        coord.current_round().sample_seed, verifier, list(assignments), verifiers(coord)
-    )[0]
-    trainer = assignments[batch]
-    other = next(c for c in everyone(coord) if c not in (verifier, trainer))
+    verifier, batch, trainer, other = lone_check(coord)
     step = coord.progress.step
     strikes = {verifier: {step - 1}}
     if other_steps:
@@ -294,13 +301,7 @@ def test_in_a_round_with_one_verifier_its_accusations_are_checkable() -> None:
     its accusation, and it counts toward a conviction as before (verifiers rotate, so two of
     them still have to accuse at two steps each)."""
     coord = coordinator_in_round(percent=25, members=4)
-    (verifier,) = verifiers(coord)
-    assignments = assign_data_for_state(coord)
-    batch = verifier_sample(
-        coord.current_round().sample_seed, verifier, list(assignments), verifiers(coord)
-    )[0]
-    trainer = assignments[batch]
-    honest = next(c for c in everyone(coord) if c not in (verifier, trainer))
+    verifier, batch, trainer, honest = lone_check(coord)
     step = coord.progress.step
     coord.verification.strikes = {trainer: {honest: {step - 2, step - 1}, verifier: {step - 1}}}
     coord.verification.confirmed = {trainer: {honest}}
