@@ -84,6 +84,7 @@ class Swarm:
         self,
         cls: type[P2PNode] = P2PNode,
         model: tuple[ModelManifest, dict[str, bytes]] | None = None,
+        holds_model: Callable[[], bool] | None = None,
         **config: Any,
     ) -> P2PNode:
         identity = Identity.generate()
@@ -99,6 +100,7 @@ class Swarm:
             config=dataclasses.replace(FAST, **config),
             get_manifest=get_manifest,
             get_parameter_bytes=get_bytes,
+            holds_model=holds_model,
         )
         await node.start()
         self.nodes.append(node)
@@ -318,3 +320,31 @@ async def test_a_mid_epoch_joiner_takes_only_the_snapshot_of_its_step(swarm: Swa
     vote = await poll_manifests(joiner, peers, step=snapshot.step, wait=5.0, interval=0.1)
     assert vote.manifest.step == snapshot.step and sorted(vote.holders) == sorted(peers)
     assert loop.time() - started < 1.5
+
+
+async def test_two_liars_do_not_win_before_the_honest_members_share(swarm: Swarm) -> None:
+    """Members that hold the weights but share none yet answer `NotShared`: undecided votes,
+    not absent ones, so two colluders that answer at once with the same lie are no majority
+    (issue 29, 10a); once the members share, their manifest wins. Peers that hold no weights
+    at all (fresh joiners) still do not count, so a Warmup join needs no more than before."""
+    honest, honest_params = make_model(count=2)
+    lie = make_model(count=2)
+    ready = asyncio.Event()
+    liars = [await swarm.add(model=lie) for _ in range(2)]
+    members = [
+        await swarm.add(model=(honest, honest_params), holds_model=lambda: True) for _ in range(3)
+    ]
+    for member in members:
+        member._requests._get_manifest = lambda: honest if ready.is_set() else None
+    joiner = await swarm.add()
+    peers = [p.peer_id for p in [*liars, *members]]
+    with pytest.raises(ModelShareError, match="3 hold the weights but share none yet"):
+        await poll_manifests(joiner, peers)
+    asyncio.get_running_loop().call_later(0.3, ready.set)
+    vote = await poll_manifests(joiner, peers, wait=5.0, interval=0.1)
+    assert vote.manifest == honest
+    assert sorted(vote.holders) == sorted(m.peer_id for m in members)
+    # the same two against three peers that hold no weights (NotFound): trusted, as before
+    empty = [await swarm.add() for _ in range(3)]
+    vote = await poll_manifests(joiner, [*(p.peer_id for p in liars), *(e.peer_id for e in empty)])
+    assert vote.manifest == lie[0]

@@ -70,6 +70,7 @@ class ClientApp:
             on_announcement=self._on_announcement,
             get_manifest=lambda: self.lifecycle.shared.manifest,
             get_parameter_bytes=lambda name: self.lifecycle.shared.parameters.get(name),
+            holds_model=self._holds_model,
         )
         self.network = parts.network(self.node)
         self.reach = PeerReachability(
@@ -128,6 +129,11 @@ class ClientApp:
         take = None if backend is None else backend.capabilities.optim_stats
         return [] if take is None else take()
 
+    def _holds_model(self) -> bool:
+        """Whether this process holds the run's weights (told the server at every Join, and
+        peers asking for a manifest before we share one)."""
+        return self.runner is not None and self.runner.backend is not None
+
     async def _connect(self, timeout: float) -> ServerLink:
         """A new connection to the server, with our identity and P2P address (sends Join)."""
         link = await ServerLink.connect(
@@ -137,7 +143,7 @@ class ClientApp:
             self.node.address,
             timeout=timeout,
             authorization=self.options.server.authorization,
-            holds_model=lambda: self.runner is not None and self.runner.backend is not None,
+            holds_model=self._holds_model,
             server_key=self.options.server.server_key,
         )
         link.on_weights_mismatch = self._on_weights_mismatch

@@ -43,6 +43,7 @@ LINK_FRAMES: dict[str, dict[str, str]] = {
     "BlobHeader": {"size": "int"},
     "Chunk": {"data": "bytes"},
     "NotFound": {"reason": "str"},
+    "NotShared": {"reason": "str"},
     "Error": {"reason": "str"},
     "Rejected": {"reason": "str"},
 }

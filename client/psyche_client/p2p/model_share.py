@@ -8,8 +8,11 @@
    answered are grouped by what a joiner would load (`ModelManifest.content_digest`:
    parameters, config and tokenizer, not the step and epoch labels, so honest peers that
    shared the same weights at different steps agree), and a group is trusted when it holds a
-   strict majority of the answers *and* at least `MANIFEST_QUORUM` peers (all of them when
-   fewer were asked: with one other member, its manifest is all there is). In a permissioned
+   strict majority of the answers and of the peers that hold the weights but share none yet
+   (`NotShared`; for a snapshot, also a peer sharing another step), *and* at least
+   `MANIFEST_QUORUM` peers (all of them when fewer were asked: with one other member, its
+   manifest is all there is). So two colluders cannot win the vote in the moments before the
+   honest members share: those are undecided votes, not absent ones. In a permissioned
    run both count voters, not peers: a listed key with its delegates is one vote
    (`P2PNode.authorizers`, from the state broadcast; `psyche_common.votes`). While no group
    is trusted (peers disagree, too few answered, or they share no model yet: members share
@@ -45,7 +48,7 @@ from psyche_common.votes import voter_of, voter_weights
 
 from .fetch import TRANSIENT_ERRORS, FetchError, PeerHealth, fetch_verified
 from .manifest import ManifestError, ModelManifest, ParameterInfo
-from .transfer import NotHeld, Received
+from .transfer import NotHeld, NotShared, Received
 
 if TYPE_CHECKING:
     from .node import P2PNode
@@ -101,15 +104,19 @@ def choose_manifest(
     answers: dict[bytes, ModelManifest],
     asked: int,
     authorizers: Mapping[bytes, bytes] | None = None,
+    undecided: Iterable[bytes] = (),
 ) -> tuple[list[bytes], str | None]:
     """The peers vouching for the trusted manifest (see the module docstring), or ([], why
-    none is trusted). `asked`: how many voters were asked (peers, in an open run). With
-    `authorizers` (a permissioned run's delegates → their listed key), a majority and the
-    quorum count voters: a listed key with its delegates is one vote (`psyche_common.votes`)."""
+    none is trusted). `asked`: how many voters were asked (peers, in an open run);
+    `undecided`: the peers that hold the weights but share none yet (they count in the
+    majority's denominator). With `authorizers` (a permissioned run's delegates → their
+    listed key), a majority and the quorum count voters: a listed key with its delegates is
+    one vote (`psyche_common.votes`)."""
     if not answers:
         return [], "no peer answered with a model manifest"
     authorizers = authorizers or {}
-    weights, voters = voter_weights(answers, authorizers)
+    waiting = [peer for peer in dict.fromkeys(undecided) if peer not in answers]
+    weights, voters = voter_weights([*answers, *waiting], authorizers)
     groups: dict[bytes, list[bytes]] = {}
     for peer_id, manifest in answers.items():
         groups.setdefault(manifest.content_digest(), []).append(peer_id)
@@ -120,9 +127,10 @@ def choose_manifest(
     holders = max(groups.values(), key=votes)
     if 2 * votes(holders) <= voters:
         counts = sorted((len(g) for g in groups.values()), reverse=True)
+        pending = f", {len(waiting)} hold the weights but share none yet" if waiting else ""
         return [], (
             f"no manifest has a majority: {len(answers)} peers answered with "
-            f"{len(groups)} different manifests ({counts})"
+            f"{len(groups)} different manifests ({counts}){pending}"
         )
     quorum = min(MANIFEST_QUORUM, asked)
     if len({voter_of(authorizers, peer) for peer in holders}) < quorum:
@@ -149,9 +157,9 @@ async def poll_manifests(
     peers = [p for p in dict.fromkeys(peer_ids) if p != node.peer_id]
 
     async def ask() -> _Poll:
-        answers, problems, not_shared = await _ask_manifests(node, peers, step)
+        answers, problems, not_shared, undecided = await _ask_manifests(node, peers, step)
         asked = len({voter_of(node.authorizers, peer) for peer in peers})
-        holders, why = choose_manifest(answers, asked, node.authorizers)
+        holders, why = choose_manifest(answers, asked, node.authorizers, undecided)
         hopeless = not answers and not not_shared  # every peer unreachable
         return _Poll(answers, problems, holders, why, hopeless)
 
@@ -183,13 +191,15 @@ class _Poll(NamedTuple):
 
 async def _ask_manifests(
     node: P2PNode, peers: list[bytes], step: int | None = None
-) -> tuple[dict[bytes, ModelManifest], dict[bytes, str], set[bytes]]:
+) -> tuple[dict[bytes, ModelManifest], dict[bytes, str], set[bytes], set[bytes]]:
     """Every peer's manifest, concurrently: (answers, problems by peer, the peers that share
-    no model, or with `step` none of that step). A manifest over `max_model_size` is a
-    problem, not an answer."""
+    no model, or with `step` none of that step, and of those the undecided: they hold the
+    weights and will share them). A manifest over `max_model_size` is a problem, not an
+    answer."""
     answers: dict[bytes, ModelManifest] = {}
     problems: dict[bytes, str] = {}
     not_shared: set[bytes] = set()
+    undecided: set[bytes] = set()
     limit = node.config.max_model_size
 
     async def ask(peer_id: bytes) -> None:
@@ -201,6 +211,8 @@ async def _ask_manifests(
         except NotHeld as exc:
             problems[peer_id] = str(exc)
             not_shared.add(peer_id)
+            if isinstance(exc, NotShared):
+                undecided.add(peer_id)
         except ManifestError as exc:
             problems[peer_id] = f"malformed manifest: {exc}"
         except TRANSIENT_ERRORS as exc:
@@ -209,6 +221,7 @@ async def _ask_manifests(
             if step is not None and manifest.step != step:
                 problems[peer_id] = f"shares the model of step {manifest.step}, not {step}"
                 not_shared.add(peer_id)
+                undecided.add(peer_id)  # a member: it shares the snapshot at the round start
             elif manifest.total_bytes > limit:
                 problems[peer_id] = (
                     f"manifest of a {manifest.total_bytes}-byte model (max_model_size {limit})"
@@ -219,7 +232,7 @@ async def _ask_manifests(
     async with asyncio.TaskGroup() as group:
         for peer_id in peers:
             group.create_task(ask(peer_id))
-    return answers, problems, not_shared
+    return answers, problems, not_shared, undecided
 
 
 async def download_model(

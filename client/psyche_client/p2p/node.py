@@ -10,7 +10,8 @@ stream (see `connection` for the handshake, `transfer` for chunked answers):
   `VerifiedAnnouncement` (before the Ack is sent, so the callback should be quick: record it
   and schedule work elsewhere);
 * `GetBlob{hash}` → `BlobHeader` + `Chunk`s | `NotFound`: any blob of the local store;
-* `GetManifest{}` → the encoded `ModelManifest` (chunked) | `NotFound`;
+* `GetManifest{}` → the encoded `ModelManifest` (chunked) | `NotShared` (it holds the run's
+  weights, `holds_model()`, but shares none yet) | `NotFound`;
 * `GetParameter{name}` → one parameter's bytes (chunked) | `NotFound`.
 
 As a client it pushes announcements to every known peer, fetches blobs from any holder
@@ -71,6 +72,7 @@ class P2PNode:
         on_corrupt: CorruptCallback | None = None,
         get_manifest: Callable[[], ModelManifest | None] | None = None,
         get_parameter_bytes: Callable[[str], bytes | None] | None = None,
+        holds_model: Callable[[], bool] | None = None,
         blobs: BlobStore | None = None,
         stats: TransferStats | None = None,
     ) -> None:
@@ -156,6 +158,7 @@ class P2PNode:
             forward=self._forward,
             get_manifest=get_manifest,
             get_parameter_bytes=get_parameter_bytes,
+            holds_model=holds_model,
             handle=lambda conn, peer, request: self._handle(conn, peer, request),
             answer=lambda conn, kind, key, data: self._answer(conn, kind, key, data),
             outgoing=lambda kind, key, data: self._outgoing_bytes(kind, key, data),

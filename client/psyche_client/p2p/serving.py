@@ -67,6 +67,7 @@ class RequestServer:
         forward: Callable[[Announcement, bytes], None],
         get_manifest: Callable[[], ModelManifest | None] | None,
         get_parameter_bytes: Callable[[str], bytes | None] | None,
+        holds_model: Callable[[], bool] | None = None,
         handle: Handle | None = None,
         answer: Answer | None = None,
         outgoing: Outgoing | None = None,
@@ -80,6 +81,7 @@ class RequestServer:
         self._forward = forward
         self._get_manifest = get_manifest
         self._get_parameter_bytes = get_parameter_bytes
+        self._holds_model = holds_model or (lambda: False)
         self._handle = handle or self.handle
         self._answer = answer or self.answer
         self._outgoing = outgoing or (lambda _kind, _key, data: data)
@@ -152,7 +154,13 @@ class RequestServer:
         elif kind == "GetManifest":
             conn.bulk = True
             data = await self._call_provider("manifest", self._encoded_manifest)
-            await self._answer(conn, "manifest", b"", data)
+            if data is None and self._holds_model():
+                # a member that will share: a joiner's vote waits for it (`model_share`)
+                await conn.send(
+                    {"type": "NotShared", "reason": "holds the weights, shares none yet"}
+                )
+            else:
+                await self._answer(conn, "manifest", b"", data)
         elif kind == "GetParameter":
             conn.bulk = True
             name = request.get("name")

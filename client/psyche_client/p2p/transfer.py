@@ -33,6 +33,11 @@ class NotHeld(ProtocolError):
     """The peer does not hold the requested item (a normal answer, not a fault)."""
 
 
+class NotShared(NotHeld):
+    """A `GetManifest` answer: the peer holds the run's weights but shares no model yet (a
+    member between its load and its next share); a manifest vote counts it as undecided."""
+
+
 class RemoteError(ProtocolError):
     """The peer answered the request with an error."""
 
@@ -71,6 +76,8 @@ async def receive_bytes(
     kind = header.get("type")
     if kind == "NotFound":
         raise NotHeld(f"peer {who} does not hold it: {header.get('reason')}")
+    if kind == "NotShared":
+        raise NotShared(f"peer {who} does not hold it: {header.get('reason')}")
     if kind == "Error":
         raise RemoteError(f"peer {who} answered with an error: {header.get('reason')}")
     if kind != "BlobHeader":

@@ -176,13 +176,15 @@ class ModelLifecycle:
             download_model(self.node, peers, on_parameter=arrived, on_progress=progress, vote=vote),
         )
         await asyncio.to_thread(backend.load_parameters, download.parameters)
+        weights_hash = backend.weights_hash()
+        self.shared.adopt(download.manifest, download.parameters, weights_hash)
         log.info(
             "model fetched peer-to-peer",
             extra={
                 "client_id": self.identity.short_id,
                 "parameters": len(download.parameters),
                 "bytes": sum(len(v) for v in download.parameters.values()),
-                "weights_hash": backend.weights_hash().hex(),
+                "weights_hash": weights_hash.hex(),
                 "corrupt_peers": [short_id(p) for p in download.corrupt_peers],
             },
         )

@@ -62,6 +62,16 @@ class SharedModel:
         self.manifest = manifest
         self.weights_hash = weights_hash
 
+    def adopt(
+        self, manifest: ModelManifest, parameters: dict[str, bytes], weights_hash: bytes
+    ) -> None:
+        """Serve a model just fetched from peers (its vouched-for manifest and bytes, which
+        `backend` now holds as `weights_hash`): a joiner answers later joiners' votes with
+        the members' manifest instead of "not shared yet", and is one more source."""
+        self.parameters = parameters
+        self.manifest = manifest
+        self.weights_hash = weights_hash
+
     def holds(self, backend: TrainingBackend) -> bool:
         """Whether the shared model is `backend`'s current weights."""
         return self.manifest is not None and self.weights_hash == backend.weights_hash()
