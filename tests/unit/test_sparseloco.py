@@ -82,7 +82,7 @@ def test_error_feedback_subtracts_what_receivers_read(values: dict[str, bool]) -
     assert first.transmit.value_kind == kind
     for i, (name, p) in enumerate(sorted(model.named_parameters())):
         idx, sent = first.own.tensors[i]
-        read = torch.from_numpy(first.transmit.tensors[i].values(kind)).to(sent.dtype)
+        read = torch.from_numpy(first.transmit.tensors[i].values(kind).copy()).to(sent.dtype)
         assert torch.equal(sent, read), name  # error feedback keeps what receivers lose
         xshape = transform.xshape(p.shape)
         sparse = torch.zeros(idx.shape[0], xshape[-1] * (xshape[-2] if p.dim() > 1 else 1))
