@@ -84,9 +84,7 @@ def test_a_slow_reader_cannot_keep_fresh_results_from_being_fetched(tmp_path: Pa
         # client while the slow reader holds slots. (A trainer whose own round ran out because
         # the attacker served its own result slowly has no result to fetch: that cost is the
         # slow first announcer's, tests/e2e/test_attack_stall_peers.py.)
-        trained = {
-            (e["client_id"], e["step"]) for p in honest for e in p.events("trained step")
-        }
+        trained = {(e["client_id"], e["step"]) for p in honest for e in p.events("trained step")}
         for proc in honest:
             for applied in proc.events("applied step"):
                 if applied["step"] not in late:
